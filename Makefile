@@ -1,0 +1,32 @@
+# Set-up is part of every target: a fresh clone needs only `make translate` or `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+MODEL ?= checkpoints/de-en
+DATA ?= ../shared/data/multi30k
+
+.PHONY: setup test translate evaluate clean
+
+setup: $(VENV)/.installed
+
+# torch is pinned to the CPU wheel here; on a CUDA machine install your CUDA torch first.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+test: setup
+	$(PY) -m pytest -q
+
+# Translate German lines from stdin (or a few demo sentences) with the shipped model.
+translate: setup
+	@if [ -t 0 ]; then printf '%s\n' "Ein Mann fährt mit dem Fahrrad durch die Stadt." "Zwei Kinder spielen im Schnee."; else cat; fi \
+		| $(PY) -m model.translate --model $(MODEL)
+
+evaluate: setup
+	$(PY) -m model.evaluate --model $(MODEL) --src $(DATA)/test_2016_flickr.$(SRC).gz --ref $(DATA)/test_2016_flickr.$(TGT).gz
+
+clean:
+	rm -rf $(VENV) .pytest_cache

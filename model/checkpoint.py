@@ -1,0 +1,172 @@
+"""Checkpoint format: a directory holding
+
+    config.json        {"format": ..., "model": ModelConfig fields, "source_lang", "target_lang",
+                        "src_tokenizer", "tgt_tokenizer", "metadata": {...}}
+    model.safetensors  weights (no pickle); tied tensors stored once
+    *.model            sentencepiece model(s) named in config.json
+    README.md          model card (optional for loading)
+
+Loading is strict: a missing file, unknown or missing tensor, wrong shape, or a tokenizer that does not
+match the config raises CheckpointError with a message saying what is wrong.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .config import ModelConfig
+from .tokenizer import Tokenizer, TokenizerMismatch
+from .transformer import Transformer
+
+FORMAT = "nmt-checkpoint/1"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+@dataclass
+class CheckpointInfo:
+    config: ModelConfig
+    source_lang: str
+    target_lang: str
+    src_tokenizer: str  # file name inside the checkpoint directory
+    tgt_tokenizer: str
+    metadata: dict = field(default_factory=dict)
+
+
+def _unique_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """State dict with tied tensors kept once (safetensors refuses shared storage)."""
+    seen: dict[int, str] = {}
+    out = {}
+    for name, tensor in model.state_dict().items():
+        key = tensor.data_ptr()
+        if key in seen:
+            continue
+        seen[key] = name
+        out[name] = tensor.detach().contiguous().cpu()
+    return out
+
+
+def save_checkpoint(
+    directory: str | Path,
+    model: Transformer,
+    info: CheckpointInfo,
+    tokenizer_files: dict[str, Path] | None = None,
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Write a checkpoint directory. tokenizer_files maps the names in info to files to copy in."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, src in (tokenizer_files or {}).items():
+        if Path(src).resolve() != (directory / name).resolve():
+            shutil.copyfile(src, directory / name)
+    tensors = _unique_state_dict(model)
+    if dtype is not None:
+        tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
+    tmp = directory / (WEIGHTS_FILE + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": FORMAT})
+    tmp.replace(directory / WEIGHTS_FILE)
+    payload = {
+        "format": FORMAT,
+        "source_lang": info.source_lang,
+        "target_lang": info.target_lang,
+        "src_tokenizer": info.src_tokenizer,
+        "tgt_tokenizer": info.tgt_tokenizer,
+        "model": info.config.to_dict(),
+        "metadata": info.metadata,
+    }
+    (directory / CONFIG_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+    return directory
+
+
+def read_info(directory: str | Path) -> CheckpointInfo:
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"checkpoint directory not found: {directory}")
+    config_path = directory / CONFIG_FILE
+    if not config_path.is_file():
+        raise CheckpointError(f"{directory}: missing {CONFIG_FILE}")
+    try:
+        payload = json.loads(config_path.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{config_path}: not valid JSON ({e})") from e
+    if payload.get("format") != FORMAT:
+        raise CheckpointError(f"{config_path}: format {payload.get('format')!r}, expected {FORMAT!r}")
+    try:
+        config = ModelConfig.from_dict(payload["model"])
+        return CheckpointInfo(
+            config=config,
+            source_lang=payload["source_lang"],
+            target_lang=payload["target_lang"],
+            src_tokenizer=payload["src_tokenizer"],
+            tgt_tokenizer=payload["tgt_tokenizer"],
+            metadata=payload.get("metadata", {}),
+        )
+    except (KeyError, TypeError, ValueError, AssertionError) as e:
+        raise CheckpointError(f"{config_path}: invalid model config ({e})") from e
+
+
+def load_checkpoint(directory: str | Path) -> tuple[Transformer, CheckpointInfo, Tokenizer, Tokenizer]:
+    """Load model (float32, CPU, eval mode), info and (source, target) tokenizers, strictly."""
+    directory = Path(directory)
+    info = read_info(directory)
+    weights_path = directory / WEIGHTS_FILE
+    if not weights_path.is_file():
+        raise CheckpointError(f"{directory}: missing {WEIGHTS_FILE}")
+    tokenizers = []
+    for side, name, vocab in (
+        ("source", info.src_tokenizer, info.config.src_vocab_size),
+        ("target", info.tgt_tokenizer, info.config.tgt_vocab_size),
+    ):
+        path = directory / name
+        if not path.is_file():
+            raise CheckpointError(f"{directory}: missing {side} tokenizer {name}")
+        tok = Tokenizer(path)
+        try:
+            tok.check_against(info.config, vocab, side)
+        except TokenizerMismatch as e:
+            raise CheckpointError(f"{directory}: {e}") from e
+        tokenizers.append(tok)
+
+    model = Transformer(info.config)
+    expected = _unique_state_dict(model)
+    try:
+        tensors = load_file(str(weights_path))
+    except Exception as e:  # safetensors raises its own error types for corrupt files
+        raise CheckpointError(f"{weights_path}: cannot read weights ({e})") from e
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{weights_path}: missing tensors {missing}, unexpected tensors {unexpected}")
+    for name, tensor in tensors.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise CheckpointError(
+                f"{weights_path}: tensor {name} has shape {tuple(tensor.shape)}, "
+                f"config needs {tuple(expected[name].shape)}"
+            )
+    state = {k: v.float() for k, v in tensors.items()}
+    # tied tensors were stored once: load_state_dict(strict=False) fills them through the shared storage
+    result = model.load_state_dict(state, strict=False)
+    still_missing = [k for k in result.missing_keys if k not in _tied_aliases(model)]
+    if still_missing or result.unexpected_keys:
+        raise CheckpointError(f"{weights_path}: could not load {still_missing or result.unexpected_keys}")
+    model.eval()
+    return model, info, tokenizers[0], tokenizers[1]
+
+
+def _tied_aliases(model: Transformer) -> set[str]:
+    """Names in the state dict that share storage with an earlier name."""
+    seen, aliases = set(), set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            aliases.add(name)
+        seen.add(tensor.data_ptr())
+    return aliases

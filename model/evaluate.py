@@ -1,0 +1,78 @@
+"""Translate a test set and score it with sacreBLEU (cased, 13a tokenizer, detokenized output).
+
+    python -m model.evaluate --model checkpoints/de-en \
+        --src ../shared/data/multi30k/test_2016_flickr.de.gz --ref ../shared/data/multi30k/test_2016_flickr.en.gz
+
+Prints BLEU and chrF with their sacreBLEU signatures, and how many outputs run away (longer than 3x
+their source in tokens). --json prints one JSON object instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import sacrebleu
+
+from .data import read_lines
+from .translator import Translator
+
+
+def evaluate(translator: Translator, sources: list[str], references: list[str], *, beam_size: int, batch_size: int = 64) -> dict:
+    t0 = time.time()
+    results = translator.translate(sources, beam_size=beam_size, max_batch_size=batch_size)
+    seconds = time.time() - t0
+    hypotheses = [r.text for r in results]
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, [references])
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    runaway = sum(
+        1 for s, r in zip(sources, results)
+        if len(r.hypotheses[0].tokens) > 3 * max(translator.count_tokens(s), 1)
+    )
+    return {
+        "bleu": round(bleu_score.score, 2),
+        "chrf": round(chrf_score.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+        "beam_size": beam_size,
+        "sentences": len(sources),
+        "runaway_outputs": runaway,
+        "seconds": round(seconds, 1),
+        "hypotheses": hypotheses,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nmt-evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--src", required=True, help="source file (plain or .gz)")
+    parser.add_argument("--ref", required=True, help="reference file (plain or .gz)")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--output", help="also write the translations here")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    translator = Translator.load(args.model, device=args.device)
+    sources, references = read_lines(args.src), read_lines(args.ref)
+    if len(sources) != len(references):
+        raise SystemExit(f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)}")
+    report = evaluate(translator, sources, references, beam_size=args.beam_size, batch_size=args.batch_size)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.writelines(h + "\n" for h in report["hypotheses"])
+    del report["hypotheses"]
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"BLEU {report['bleu']:.2f}  {report['bleu_signature']}")
+        print(f"chrF {report['chrf']:.2f}  {report['chrf_signature']}")
+        print(f"{report['sentences']} sentences, beam {report['beam_size']}, {report['seconds']}s, runaway outputs: {report['runaway_outputs']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Batched greedy and beam search over an encoder-decoder Transformer.
+
+Both work on a batch of right-padded sources of different lengths. Sentences that are done leave the
+batch (their rows are dropped from the decoder state), so the last long sentence does not drag the
+whole batch along. `beam_size=1` takes the greedy fast path.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .transformer import EncoderOutput, Transformer
+
+
+@dataclass
+class SearchOptions:
+    beam_size: int = 4  # 1 = greedy
+    num_hypotheses: int = 1  # n-best size, <= beam_size
+    max_length: int | None = None  # generated tokens (eos included); None: max_length_a * src_len + max_length_b
+    max_length_a: float = 1.5
+    max_length_b: int = 10
+    min_length: int = 0  # eos is not allowed before this many tokens
+    length_penalty: float = 1.0  # normalized score = sum log-prob / length ** length_penalty
+    no_repeat_ngram_size: int = 0  # 0: off; n: an n-gram never appears twice in one hypothesis
+    use_cache: bool = True  # False recomputes the whole prefix each step (reference / baseline)
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError("beam_size must be >= 1")
+        if not 1 <= self.num_hypotheses <= self.beam_size:
+            raise ValueError("num_hypotheses must be between 1 and beam_size")
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError("max_length must be >= 1")
+        if self.min_length < 0 or self.no_repeat_ngram_size < 0:
+            raise ValueError("min_length and no_repeat_ngram_size must be >= 0")
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # generated ids, the final eos excluded
+    score: float  # sum of token log-probs (eos included when finished)
+    normalized_score: float  # score / length ** length_penalty; ranks the n-best list
+    finished: bool  # ended with eos (always true: eos is forced at max_length)
+
+
+def normalize(score: float, length: int, length_penalty: float) -> float:
+    return score / (max(length, 1) ** length_penalty)
+
+
+class DecoderState:
+    """Next-token log-probabilities for a set of running prefixes, with or without a KV cache."""
+
+    def __init__(self, model: Transformer, encoder_out: EncoderOutput, use_cache: bool):
+        self.model = model
+        self.encoder_out = encoder_out
+        self.cache = model.new_cache(encoder_out) if use_cache else None
+
+    def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
+        """prefix (N, t) of decoder inputs -> log-probs (N, V) of the token after it (float32)."""
+        if self.cache is not None:
+            logits = self.model.decode(prefix[:, -1:], None, self.cache).logits
+        else:
+            logits = self.model.decode(prefix, self.encoder_out).logits
+        return torch.log_softmax(logits[:, -1].float(), dim=-1)
+
+    def reorder(self, indices: torch.Tensor) -> None:
+        if self.cache is not None:
+            self.cache.reorder(indices)
+        else:
+            self.encoder_out = EncoderOutput(
+                self.encoder_out.states.index_select(0, indices),
+                self.encoder_out.src_mask.index_select(0, indices),
+            )
+
+
+def max_lengths_for(src: torch.Tensor, pad_id: int, options: SearchOptions, cap: int) -> torch.Tensor:
+    """(B,) maximum number of generated tokens per sentence."""
+    if options.max_length is not None:
+        lengths = torch.full((src.size(0),), options.max_length, dtype=torch.long)
+    else:
+        src_len = (src != pad_id).sum(1).cpu()
+        lengths = (src_len.double() * options.max_length_a + options.max_length_b).long()
+    return lengths.clamp(1, cap).cpu()
+
+
+class Constraints:
+    """Masks applied to next-token log-probs: never pad/bos, min_length, max_length, no-repeat n-grams."""
+
+    def __init__(self, model: Transformer, options: SearchOptions):
+        cfg = model.config
+        self.eos = cfg.eos_id
+        self.banned = sorted({i for i in (cfg.pad_id, cfg.bos_id, cfg.decoder_start_id) if 0 <= i and i != cfg.eos_id})
+        self.min_length = options.min_length
+        self.ngram = options.no_repeat_ngram_size
+
+    def apply(self, lp: torch.Tensor, step: int, at_max: torch.Tensor, generated: torch.Tensor) -> torch.Tensor:
+        """lp (N, V); step = tokens generated so far; at_max (N,) bool rows that must end now;
+        generated (N, step) tokens so far."""
+        if self.banned:
+            lp[:, self.banned] = -math.inf
+        if step < self.min_length:
+            lp[:, self.eos] = -math.inf
+        if self.ngram and step + 1 >= self.ngram:
+            n = self.ngram
+            rows = generated.tolist()
+            for r, toks in enumerate(rows):
+                tail = tuple(toks[step - n + 1 :]) if n > 1 else ()
+                banned = [toks[i + n - 1] for i in range(step - n + 1) if tuple(toks[i : i + n - 1]) == tail]
+                if banned:
+                    lp[r, banned] = -math.inf
+        if at_max.any():
+            eos_lp = lp[at_max, self.eos].clone()
+            lp[at_max] = -math.inf
+            lp[at_max, self.eos] = eos_lp
+        return lp
+
+
+@torch.no_grad()
+def generate(model: Transformer, src: torch.Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
+    """src (B, S) right-padded token ids -> per sentence, the n-best hypotheses sorted by score."""
+    if options.beam_size == 1:
+        return [[h] for h in greedy_search(model, src, options)]
+    return beam_search(model, src, options)
+
+
+def greedy_search(model: Transformer, src: torch.Tensor, options: SearchOptions) -> list[Hypothesis]:
+    cfg = model.config
+    B = src.size(0)
+    device = src.device
+    max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
+    constraints = Constraints(model, options)
+    state = DecoderState(model, model.encode(src), options.use_cache)
+
+    rows = torch.arange(B, device=device)  # sentence index of each running row
+    prefix = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (N, 1 + step)
+    scores = torch.zeros(B, device=device)
+    results: list[Hypothesis | None] = [None] * B
+    step = 0
+    while rows.numel() > 0:
+        lp = state.log_probs(prefix)  # (N, V)
+        lp = constraints.apply(lp, step, max_lens[rows] <= step + 1, prefix[:, 1:])
+        token_lp, token = lp.max(dim=-1)  # (N,)
+        scores = scores + token_lp
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+        step += 1
+        done = token == cfg.eos_id
+        if done.any():
+            for r in done.nonzero().flatten().tolist():
+                s = scores[r].item()
+                results[rows[r].item()] = Hypothesis(
+                    prefix[r, 1:-1].tolist(), s, normalize(s, step, options.length_penalty), True
+                )
+            keep = (~done).nonzero().flatten()
+            rows, prefix, scores = rows[keep], prefix[keep], scores[keep]
+            if rows.numel() > 0:
+                state.reorder(keep)
+    return results  # type: ignore[return-value]
+
+
+def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
+    cfg = model.config
+    B, K = src.size(0), options.beam_size
+    device = src.device
+    max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
+    constraints = Constraints(model, options)
+    encoder_out = model.encode(src)
+    state = DecoderState(model, encoder_out, options.use_cache)
+    state.reorder(torch.arange(B, device=device).repeat_interleave(K))  # every sentence K times
+
+    sentences = torch.arange(B, device=device)  # sentence index of each running sentence
+    prefix = torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (Nb*K, 1+step)
+    # only beam 0 is live at the start, so the first step does not pick K copies of one token
+    beam_scores = torch.full((B, K), -math.inf, device=device)
+    beam_scores[:, 0] = 0.0
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    step = 0
+    while sentences.numel() > 0:
+        Nb = sentences.numel()
+        lp = state.log_probs(prefix)  # (Nb*K, V)
+        V = lp.size(-1)
+        at_max = (max_lens[sentences] <= step + 1).repeat_interleave(K)
+        lp = constraints.apply(lp, step, at_max, prefix[:, 1:])
+        candidates = (beam_scores[:, :, None] + lp.view(Nb, K, V)).view(Nb, K * V)
+        top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (Nb, 2K), best first
+        top_beam, top_token = top_index // V, top_index % V
+        step += 1
+
+        is_eos = top_token == cfg.eos_id
+        # eos among the best K candidates ends a hypothesis
+        for b, c in (is_eos[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist():
+            parent = b * K + top_beam[b, c].item()
+            s = top_scores[b, c].item()
+            finished[sentences[b].item()].append(
+                Hypothesis(prefix[parent, 1:].tolist(), s, normalize(s, step, options.length_penalty), True)
+            )
+        # the best K candidates that continue become the next beams (there are always K: at most K eos)
+        order = torch.argsort(is_eos.to(torch.int8) * 2 * K + torch.arange(2 * K, device=device), dim=-1, stable=True)
+        chosen = order[:, :K]  # (Nb, K)
+        next_scores = top_scores.gather(1, chosen)
+        next_token = top_token.gather(1, chosen)
+        parent = (torch.arange(Nb, device=device)[:, None] * K + top_beam.gather(1, chosen)).view(-1)
+
+        done = torch.tensor(
+            [len(finished[s]) >= K for s in sentences.tolist()], dtype=torch.bool, device=device
+        ) | (max_lens[sentences] <= step)
+        keep = (~done).nonzero().flatten()  # running sentences that go on
+        if keep.numel() < Nb:
+            parent = parent.view(Nb, K)[keep].view(-1)
+            next_scores, next_token = next_scores[keep], next_token[keep]
+            sentences = sentences[keep]
+        if sentences.numel() == 0:
+            break
+        prefix = torch.cat([prefix[parent], next_token.view(-1, 1)], dim=1)
+        beam_scores = next_scores
+        state.reorder(parent)
+
+    results = []
+    for hyps in finished:
+        hyps.sort(key=lambda h: h.normalized_score, reverse=True)
+        results.append(hyps[: options.num_hypotheses])
+    return results

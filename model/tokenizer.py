@@ -1,0 +1,78 @@
+"""SentencePiece wrapper: text <-> ids, with special ids checked against the model config."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import sentencepiece as spm
+
+from .config import ModelConfig
+
+
+class TokenizerMismatch(ValueError):
+    pass
+
+
+class Tokenizer:
+    def __init__(self, model_file: str | Path):
+        self.model_file = Path(model_file)
+        if not self.model_file.is_file():
+            raise FileNotFoundError(f"sentencepiece model not found: {self.model_file}")
+        self.sp = spm.SentencePieceProcessor(model_file=str(self.model_file))
+        self.pad_id = self.sp.pad_id()
+        self.unk_id = self.sp.unk_id()
+        self.bos_id = self.sp.bos_id()
+        self.eos_id = self.sp.eos_id()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def check_against(self, config: ModelConfig, vocab_size: int, side: str) -> None:
+        """Fail clearly when this tokenizer cannot be the one the model was trained with."""
+        if self.vocab_size != vocab_size:
+            raise TokenizerMismatch(
+                f"{side} tokenizer {self.model_file.name} has {self.vocab_size} pieces, model expects {vocab_size}"
+            )
+        for name in ("pad_id", "unk_id", "eos_id"):
+            ours, theirs = getattr(self, name), getattr(config, name)
+            if ours != theirs:
+                raise TokenizerMismatch(f"{side} tokenizer {name}={ours} but model config {name}={theirs}")
+
+    def encode(self, text: str, add_eos: bool = False) -> list[int]:
+        """Text -> ids. Empty or whitespace-only text gives [] (plus eos when asked); unknown
+        characters become unk_id."""
+        ids = self.sp.encode(text.strip(), out_type=int) if text.strip() else []
+        return ids + [self.eos_id] if add_eos else ids
+
+    def encode_batch(self, texts: list[str], add_eos: bool = False) -> list[list[int]]:
+        return [self.encode(t, add_eos) for t in texts]
+
+    def decode(self, ids: list[int]) -> str:
+        """Ids -> text; special ids (pad, bos, eos) are dropped."""
+        specials = {self.pad_id, self.bos_id, self.eos_id}
+        return self.sp.decode([i for i in ids if i not in specials])
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        """Ids -> surface pieces, for attention-map labels."""
+        return [self.sp.id_to_piece(i) for i in ids]
+
+
+def train_sentencepiece(
+    text_files: list[Path], model_prefix: Path, vocab_size: int, model_type: str = "bpe",
+    character_coverage: float = 1.0, input_sentence_size: int = 2_000_000,
+) -> Path:
+    """Train a sentencepiece model with the project's fixed special ids: pad=0 unk=1 bos=2 eos=3."""
+    model_prefix.parent.mkdir(parents=True, exist_ok=True)
+    spm.SentencePieceTrainer.train(
+        input=",".join(str(f) for f in text_files),
+        model_prefix=str(model_prefix),
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3,
+        input_sentence_size=input_sentence_size,
+        shuffle_input_sentence=True,
+        num_threads=2,
+        minloglevel=2,
+    )
+    return model_prefix.with_suffix(".model")

@@ -1,0 +1,63 @@
+"""Shared fixtures: tiny random models and checkpoints built inside the tests (nothing downloaded)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from model.checkpoint import CheckpointInfo, save_checkpoint
+from model.config import ModelConfig
+from model.tokenizer import Tokenizer, train_sentencepiece
+from model.transformer import Transformer
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    values = dict(
+        src_vocab_size=64, tgt_vocab_size=64, d_model=32, n_heads=4, d_ff=64,
+        n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_positions=256,
+    )
+    values.update(overrides)
+    return ModelConfig(**values)
+
+
+def random_model(seed: int = 0, **overrides) -> Transformer:
+    torch.manual_seed(seed)
+    model = Transformer(tiny_config(**overrides)).eval()
+    if model.logits_bias is not None:
+        model.logits_bias.normal_()
+    return model
+
+
+def random_sources(batch: int, max_len: int, vocab: int, seed: int = 0, eos: int = 3, pad: int = 0) -> torch.Tensor:
+    """(B, S) right-padded sources of different lengths, each ending with eos."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, max_len + 1, (batch,), generator=g)
+    lengths[0] = max_len
+    src = torch.full((batch, max_len), pad, dtype=torch.long)
+    for i, n in enumerate(lengths.tolist()):
+        src[i, : n - 1] = torch.randint(4, vocab, (n - 1,), generator=g)
+        src[i, n - 1] = eos
+    return src
+
+
+@pytest.fixture(scope="session")
+def spm_model(tmp_path_factory) -> Path:
+    """A small joint sentencepiece model trained on the de/en fixture lines."""
+    out = tmp_path_factory.mktemp("spm")
+    text = out / "joint.txt"
+    text.write_text((FIXTURES / "train300.de").read_text() + (FIXTURES / "train300.en").read_text())
+    return train_sentencepiece([text], out / "spm", vocab_size=400)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, spm_model) -> Path:
+    """A random (untrained) de->en checkpoint with a real tokenizer."""
+    tok = Tokenizer(spm_model)
+    model = random_model(seed=3, src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size)
+    info = CheckpointInfo(model.config, "de", "en", "spm.model", "spm.model", {"note": "random test model"})
+    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "de-en", model, info, {"spm.model": spm_model})

@@ -1,0 +1,126 @@
+"""Greedy and beam search: equivalences, scores, constraints, finished rows leaving the batch."""
+import pytest
+import torch
+
+from model.search import DecoderState, SearchOptions, beam_search, generate, greedy_search
+
+from conftest import random_model, random_sources
+
+
+def teacher_forced_score(model, src_row: torch.Tensor, tokens: list[int]) -> float:
+    cfg = model.config
+    target = tokens + [cfg.eos_id]
+    tgt_in = torch.tensor([[cfg.decoder_start_id] + target[:-1]])
+    with torch.no_grad():
+        lp = torch.log_softmax(model(src_row[None], tgt_in).float(), -1)[0]
+    return lp.gather(-1, torch.tensor(target)[:, None]).sum().item()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beam_size_one_is_exactly_greedy(seed):
+    model = random_model(seed=seed)
+    src = random_sources(5, 10, 64, seed=seed)
+    opts = SearchOptions(beam_size=1, max_length=14)
+    greedy = greedy_search(model, src, opts)
+    beam = beam_search(model, src, opts)
+    for g, b in zip(greedy, beam):
+        assert g.tokens == b[0].tokens
+        assert g.score == pytest.approx(b[0].score, abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_beam_hypotheses_sorted_distinct_and_scored_by_teacher_forcing(seed, length_penalty):
+    model = random_model(seed=seed)
+    src = random_sources(4, 9, 64, seed=seed)
+    opts = SearchOptions(beam_size=5, num_hypotheses=5, max_length=12, length_penalty=length_penalty)
+    for i, hyps in enumerate(generate(model, src, opts)):
+        assert len(hyps) == 5
+        normalized = [h.normalized_score for h in hyps]
+        assert normalized == sorted(normalized, reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == len(hyps)
+        length = int((src[i] != 0).sum())
+        for h in hyps:
+            assert teacher_forced_score(model, src[i, :length], h.tokens) == pytest.approx(h.score, abs=1e-4)
+            assert h.normalized_score == pytest.approx(h.score / (len(h.tokens) + 1) ** length_penalty, abs=1e-5)
+
+
+def test_beam_finds_at_least_the_greedy_score():
+    model = random_model(seed=5)
+    src = random_sources(6, 8, 64, seed=6)
+    greedy = generate(model, src, SearchOptions(beam_size=1, max_length=10, length_penalty=0.0))
+    beam = generate(model, src, SearchOptions(beam_size=6, max_length=10, length_penalty=0.0))
+    for g, b in zip(greedy, beam):
+        assert b[0].score >= g[0].score - 1e-5
+
+
+def test_max_and_min_length_are_respected():
+    model = random_model(seed=7)
+    src = random_sources(4, 8, 64, seed=8)
+    for beam_size in (1, 3):
+        for hyps in generate(model, src, SearchOptions(beam_size=beam_size, max_length=5)):
+            assert all(len(h.tokens) + 1 <= 5 for h in hyps)
+        for hyps in generate(model, src, SearchOptions(beam_size=beam_size, min_length=6, max_length=9)):
+            assert all(len(h.tokens) >= 6 for h in hyps)
+
+
+def test_default_max_length_grows_with_the_source():
+    model = random_model(seed=9)  # an untrained model rarely says eos: it runs to the cap
+    short = random_sources(1, 3, 64, seed=1)
+    long = random_sources(1, 20, 64, seed=1)
+    opts = SearchOptions(beam_size=1)
+    n_short = len(generate(model, short, opts)[0][0].tokens) + 1
+    n_long = len(generate(model, long, opts)[0][0].tokens) + 1
+    assert n_short <= int(1.5 * 3 + 10) and n_long <= int(1.5 * 20 + 10)
+    assert n_long > n_short
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_no_repeat_ngram(beam_size):
+    model = random_model(seed=10)
+    src = random_sources(3, 6, 64, seed=11)
+    for hyps in generate(model, src, SearchOptions(beam_size=beam_size, max_length=30, no_repeat_ngram_size=2)):
+        for h in hyps:
+            bigrams = list(zip(h.tokens, h.tokens[1:]))
+            assert len(bigrams) == len(set(bigrams))
+
+
+def test_pad_and_start_tokens_are_never_generated():
+    model = random_model(seed=12, final_logits_bias=True)
+    model.logits_bias[[0, 2]] = 1e4  # pad and bos would win everywhere if they were allowed
+    src = random_sources(3, 6, 64, seed=13)
+    for hyps in generate(model, src, SearchOptions(beam_size=2, num_hypotheses=2, max_length=8)):
+        for h in hyps:
+            assert 0 not in h.tokens and 2 not in h.tokens
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_finished_sentences_leave_the_batch(beam_size, monkeypatch):
+    model = random_model(seed=14, final_logits_bias=True)
+    model.logits_bias[3] = -1e4  # eos only where it is forced: each sentence runs to its own max length
+    src = random_sources(5, 12, 64, seed=15)
+    src_lengths = (src != 0).sum(1)
+    max_lens = (src_lengths.double() * 1.5 + 10).long()  # the default cap: 1.5 x source + 10
+    rows_per_step = []
+    original = DecoderState.log_probs
+
+    def spy(self, prefix):
+        rows_per_step.append(prefix.size(0))
+        return original(self, prefix)
+
+    monkeypatch.setattr(DecoderState, "log_probs", spy)
+    results = generate(model, src, SearchOptions(beam_size=beam_size, num_hypotheses=beam_size))
+    for hyps, cap in zip(results, max_lens.tolist()):
+        assert all(len(h.tokens) + 1 == cap for h in hyps)
+    expected = [beam_size * int((max_lens > step).sum()) for step in range(int(max_lens.max()))]
+    assert rows_per_step == expected
+    assert rows_per_step[-1] < rows_per_step[0]
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError):
+        SearchOptions(beam_size=0)
+    with pytest.raises(ValueError):
+        SearchOptions(beam_size=2, num_hypotheses=3)
+    with pytest.raises(ValueError):
+        SearchOptions(max_length=0)

@@ -1,0 +1,135 @@
+"""Model invariants: KV cache equals recomputation, causality, padding, attention normalization."""
+import pytest
+import torch
+
+from model.search import SearchOptions, generate
+from model.transformer import causal_mask, padding_mask, sinusoidal_table
+
+from conftest import random_model, random_sources
+
+SHAPES = [
+    dict(),
+    dict(norm_placement="pre", activation="gelu"),
+    dict(norm_placement="post", activation="swish", positional_layout="halves", final_logits_bias=True),
+    dict(share_embeddings=False, tie_output=False, src_vocab_size=50, tgt_vocab_size=70, d_model=48, n_heads=6),
+    dict(n_encoder_layers=1, n_decoder_layers=3, d_model=16, n_heads=2, scale_embeddings=False),
+]
+
+
+def teacher_forced_and_cached(model, src, tgt_in):
+    full = model(src, tgt_in)
+    cache = model.new_cache(model.encode(src))
+    steps = [model.decode(tgt_in[:, t : t + 1], None, cache).logits for t in range(tgt_in.size(1))]
+    return full, torch.cat(steps, dim=1)
+
+
+@pytest.mark.parametrize("overrides", SHAPES)
+def test_kv_cache_matches_full_recomputation(overrides):
+    model = random_model(seed=1, **overrides)
+    cfg = model.config
+    src = random_sources(4, 9, cfg.src_vocab_size, seed=2)
+    tgt_in = torch.randint(4, cfg.tgt_vocab_size, (4, 40))  # longer than the cache's first capacity: it must grow
+    tgt_in[:, 0] = cfg.decoder_start_id
+    with torch.no_grad():
+        full, cached = teacher_forced_and_cached(model, src, tgt_in)
+    assert (full - cached).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("overrides", SHAPES[:3])
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_cached_search_gives_same_outputs(overrides, beam_size):
+    model = random_model(seed=4, **overrides)
+    src = random_sources(5, 8, model.config.src_vocab_size, seed=5)
+    opts = dict(beam_size=beam_size, num_hypotheses=beam_size, max_length=12)
+    cached = generate(model, src, SearchOptions(**opts, use_cache=True))
+    recomputed = generate(model, src, SearchOptions(**opts, use_cache=False))
+    for a, b in zip(cached, recomputed):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+def test_cache_reorder_follows_indices():
+    model = random_model(seed=6)
+    src = random_sources(3, 6, model.config.src_vocab_size, seed=7)
+    tgt_in = torch.randint(4, 64, (3, 5))
+    with torch.no_grad():
+        cache = model.new_cache(model.encode(src))
+        for t in range(3):
+            model.decode(tgt_in[:, t : t + 1], None, cache)
+        order = torch.tensor([2, 0, 0])  # a beam-like reorder that also duplicates a row
+        cache.reorder(order)
+        after = torch.cat([model.decode(tgt_in[order, t : t + 1], None, cache).logits for t in range(3, 5)], 1)
+        reference = model(src[order], tgt_in[order])[:, 3:5]
+    assert (after - reference).abs().max().item() <= 1e-5
+    assert cache.batch_size == 3 and cache.length == 5
+
+
+def test_causality_future_tokens_do_not_change_past_logits():
+    model = random_model(seed=8, norm_placement="pre")
+    src = random_sources(2, 7, 64, seed=9)
+    tgt = torch.randint(4, 64, (2, 10))
+    with torch.no_grad():
+        base = model(src, tgt)
+        for t in range(0, 9):
+            changed = tgt.clone()
+            changed[:, t + 1 :] = torch.randint(4, 64, changed[:, t + 1 :].shape)
+            out = model(src, changed)
+            assert (out[:, : t + 1] - base[:, : t + 1]).abs().max().item() <= 1e-6
+            assert (out[:, t + 1 :] - base[:, t + 1 :]).abs().max().item() > 1e-3  # the change is visible later
+
+
+def test_extra_padding_does_not_change_encoder_states():
+    model = random_model(seed=10)
+    src = random_sources(3, 6, 64, seed=11)
+    padded = torch.cat([src, torch.zeros(3, 7, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        a = model.encode(src).states
+        b = model.encode(padded).states
+    real = src != 0
+    assert (a[real] - b[:, :6][real]).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_sentence_alone_and_in_a_batch_give_identical_tokens(beam_size):
+    model = random_model(seed=12)
+    src = random_sources(6, 12, 64, seed=13)
+    opts = SearchOptions(beam_size=beam_size, max_length=15)
+    batched = generate(model, src, opts)
+    for i in range(src.size(0)):
+        length = int((src[i] != 0).sum())
+        alone = generate(model, src[i : i + 1, :length], opts)
+        assert alone[0][0].tokens == batched[i][0].tokens
+
+
+def test_masks_follow_one_convention():
+    tokens = torch.tensor([[5, 6, 3, 0], [5, 3, 0, 0]])
+    pm = padding_mask(tokens, pad_id=0)
+    assert pm.shape == (2, 1, 1, 4) and pm.dtype == torch.bool
+    assert pm[0, 0, 0].tolist() == [True, True, True, False]
+    cm = causal_mask(3, torch.device("cpu"))[0, 0]
+    assert cm.tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+
+
+def test_sinusoidal_layouts():
+    inter = sinusoidal_table(5, 8, "interleaved")
+    halves = sinusoidal_table(5, 8, "halves")
+    assert torch.allclose(inter[:, 0::2], halves[:, :4]) and torch.allclose(inter[:, 1::2], halves[:, 4:])
+    assert torch.allclose(inter[0], torch.tensor([0.0, 1.0] * 4))
+
+
+def test_attention_probabilities_are_normalized_and_causal():
+    model = random_model(seed=14)
+    src = random_sources(3, 7, 64, seed=15)
+    tgt = torch.randint(4, 64, (3, 6))
+    with torch.no_grad():
+        enc = model.encode(src, need_weights=True)
+        dec = model.decode(tgt, enc, need_weights=True)
+        fast = model.decode(tgt, model.encode(src)).logits
+    assert (dec.logits - fast).abs().max() <= 1e-5  # explicit path == SDPA fast path
+    for maps in (enc.self_attention, dec.self_attention, dec.cross_attention):
+        for probs in maps:
+            assert torch.allclose(probs.sum(-1), torch.ones_like(probs.sum(-1)), atol=1e-5)
+    for probs in dec.self_attention:
+        assert (probs.triu(diagonal=1) == 0).all()
+    for probs in dec.cross_attention:  # padded source positions get no attention
+        assert (probs.masked_select(~padding_mask(src, 0).expand_as(probs)) == 0).all()

@@ -1,0 +1,202 @@
+"""The facade, tokenizer, checkpoint format and command-line translator, on a tiny random checkpoint."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from model.tokenizer import Tokenizer
+from model.translator import Translator
+
+ROOT = Path(__file__).resolve().parent.parent
+SENTENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee auf einer großen Wiese.", "Hallo"]
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_checkpoint):
+    return Translator.load(tiny_checkpoint, device="cpu")
+
+
+def test_tokenizer_handles_empty_and_unknown_input(spm_model):
+    tok = Tokenizer(spm_model)
+    assert tok.encode("") == [] and tok.encode("   ", add_eos=True) == [tok.eos_id]
+    ids = tok.encode("Ein Mann ☃ 北京")
+    assert tok.unk_id in ids
+    assert tok.decode(tok.encode("Ein Mann")) == "Ein Mann"
+    assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
+
+
+def test_translate_returns_results_in_input_order(translator):
+    results = translator.translate(SENTENCES, beam_size=2, max_length=8)
+    alone = [translator.translate([s], beam_size=2, max_length=8)[0] for s in SENTENCES]
+    assert [r.text for r in results] == [a.text for a in alone]
+    assert all(r.hypotheses[0].score is None and r.attention is None for r in results)  # not asked for
+
+
+def test_empty_strings_translate_to_empty_strings(translator):
+    results = translator.translate(["", "Hallo", "  "], beam_size=1, max_length=5, return_scores=True)
+    assert results[0].text == "" and results[2].text == ""
+    assert results[1].hypotheses[0].score is not None
+
+
+def test_nbest_scores_match_forced_decoding(translator):
+    [result] = translator.translate([SENTENCES[0]], beam_size=4, num_hypotheses=3, max_length=10, return_scores=True)
+    assert len(result.hypotheses) == 3
+    src_ids = translator.encode_source(SENTENCES[0])
+    sp = translator.tgt_tokenizer.sp
+    for h in result.hypotheses:
+        ids = [sp.piece_to_id(p) for p in h.tokens]
+        assert translator.score_tokens(src_ids, ids) == pytest.approx(h.score, abs=1e-4)
+
+
+def test_attention_maps_shapes_and_normalization(translator):
+    [result] = translator.translate(
+        [SENTENCES[1]], beam_size=2, max_length=10, return_attention=True,
+        attention_include=("cross", "decoder_self", "encoder_self"),
+    )
+    attn = result.attention
+    L, H = translator.config.n_decoder_layers, translator.config.n_heads
+    S, T = len(attn.source_tokens), len(attn.target_tokens)
+    assert attn.source_tokens[-1] == "</s>" and attn.target_tokens[-1] == "</s>"
+    assert T == len(result.hypotheses[0].tokens) + 1
+    assert attn.cross.shape == (L, H, T, S)
+    assert attn.decoder_self.shape == (L, H, T, T)
+    assert attn.encoder_self.shape == (translator.config.n_encoder_layers, H, S, S)
+    for maps in (attn.cross, attn.decoder_self, attn.encoder_self):
+        assert torch.allclose(maps.sum(-1), torch.ones(maps.shape[:-1]), atol=1e-5)
+    assert (attn.decoder_self.triu(diagonal=1) == 0).all()
+
+
+def test_force_decode_scores_a_given_target(translator):
+    forced = translator.force_decode(SENTENCES[0], "A man rides a bike.")
+    n = len(translator.tgt_tokenizer.encode("A man rides a bike.")) + 1
+    assert len(forced.token_log_probs) == n and forced.attention.cross.shape[2] == n
+    assert forced.score == pytest.approx(sum(forced.token_log_probs))
+    assert all(lp <= 0 for lp in forced.token_log_probs)
+
+
+def test_use_cache_false_gives_the_same_translations(translator):
+    a = translator.translate(SENTENCES, beam_size=3, max_length=8, return_scores=True)
+    b = translator.translate(SENTENCES, beam_size=3, max_length=8, return_scores=True, use_cache=False)
+    assert [r.text for r in a] == [r.text for r in b]
+
+
+def test_bad_options_fail_clearly(translator):
+    with pytest.raises(ValueError, match="num_hypotheses"):
+        translator.translate(["Hallo"], beam_size=2, num_hypotheses=3)
+    with pytest.raises(TypeError):
+        translator.translate("Hallo")
+    with pytest.raises(ValueError, match="attention kinds"):
+        translator.translate(["Hallo"], return_attention=True, attention_include=("bogus",))
+    with pytest.raises(ValueError, match="at most"):
+        translator.translate(["Hund " * 400])
+
+
+def test_checkpoint_round_trip_gives_identical_outputs(tmp_path, tiny_checkpoint):
+    model, info, src_tok, _ = load_checkpoint(tiny_checkpoint)
+    copy = save_checkpoint(tmp_path / "copy", model, info, {"spm.model": tiny_checkpoint / "spm.model"})
+    a = Translator.load(tiny_checkpoint, device="cpu").translate(SENTENCES, beam_size=2, max_length=8, return_scores=True)
+    b = Translator.load(copy, device="cpu").translate(SENTENCES, beam_size=2, max_length=8, return_scores=True)
+    assert [(r.text, r.hypotheses[0].score) for r in a] == [(r.text, r.hypotheses[0].score) for r in b]
+    # tied weights are stored once, and come back tied
+    assert "output_proj.weight" not in load_file(str(copy / "model.safetensors"))
+    reloaded, *_ = load_checkpoint(copy)
+    assert reloaded.output_proj.weight.data_ptr() == reloaded.src_embed.weight.data_ptr()
+
+
+def test_float16_checkpoint_loads(tmp_path, tiny_checkpoint):
+    model, info, *_ = load_checkpoint(tiny_checkpoint)
+    half = save_checkpoint(tmp_path / "half", model, info, {"spm.model": tiny_checkpoint / "spm.model"}, dtype=torch.float16)
+    assert all(t.dtype == torch.float16 for t in load_file(str(half / "model.safetensors")).values())
+    assert Translator.load(half, device="cpu").translate(["Hallo"], beam_size=1, max_length=4)[0].text is not None
+
+
+def broken_copy(tmp_path, tiny_checkpoint) -> Path:
+    target = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, target)
+    return target
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda d: (d / "model.safetensors").unlink(), "missing model.safetensors"),
+        (lambda d: (d / "config.json").unlink(), "missing config.json"),
+        (lambda d: (d / "spm.model").unlink(), "missing source tokenizer"),
+        (lambda d: (d / "config.json").write_text("{not json"), "not valid JSON"),
+        (lambda d: edit_config(d, lambda c: c["model"].update(d_ff=99)), "has shape"),
+        (lambda d: edit_config(d, lambda c: c["model"].update(bogus=1)), "unknown model config keys"),
+        (lambda d: edit_config(d, lambda c: c["model"].update(src_vocab_size=500, tgt_vocab_size=500)), "has 400 pieces"),
+        (lambda d: edit_config(d, lambda c: c["model"].update(eos_id=2)), "eos_id"),
+        (lambda d: edit_weights(d, lambda w: w.pop("decoder_layers.0.ffn.fc1.bias")), "missing tensors"),
+        (lambda d: edit_weights(d, lambda w: w.update(extra=torch.zeros(2))), "unexpected tensors"),
+        (lambda d: (d / "model.safetensors").write_bytes(b"garbage"), "cannot read weights"),
+    ],
+)
+def test_bad_checkpoints_fail_clearly(tmp_path, tiny_checkpoint, damage, message):
+    target = broken_copy(tmp_path, tiny_checkpoint)
+    damage(target)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(target)
+
+
+def test_missing_directory_fails_clearly(tmp_path):
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(tmp_path / "nowhere")
+
+
+def edit_config(directory: Path, change) -> None:
+    config = json.loads((directory / "config.json").read_text())
+    change(config)
+    (directory / "config.json").write_text(json.dumps(config))
+
+
+def edit_weights(directory: Path, change) -> None:
+    weights = load_file(str(directory / "model.safetensors"))
+    change(weights)
+    save_file(weights, str(directory / "model.safetensors"))
+
+
+def test_command_line_translator_keeps_input_order(tiny_checkpoint, translator):
+    lines = SENTENCES + ["", "Eine Frau liest ein Buch."]
+    proc = subprocess.run(
+        [sys.executable, "-m", "model.translate", "--model", str(tiny_checkpoint), "--beam-size", "2",
+         "--batch-size", "2", "--max-length", "8", "--device", "cpu"],
+        input="\n".join(lines) + "\n", capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    expected = [r.text for r in translator.translate(lines, beam_size=2, max_length=8)]
+    assert out == expected and out[3] == ""
+    assert "sent" in proc.stderr  # the progress bar, on stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_runs_unchanged_on_cuda(tiny_checkpoint):
+    cpu = Translator.load(tiny_checkpoint, device="cpu", dtype="float32")
+    gpu = Translator.load(tiny_checkpoint, device="cuda", dtype="float32")
+    a = cpu.translate(SENTENCES, beam_size=3, max_length=8, return_scores=True)
+    b = gpu.translate(SENTENCES, beam_size=3, max_length=8, return_scores=True)
+    for x, y in zip(a, b):
+        assert x.hypotheses[0].score == pytest.approx(y.hypotheses[0].score, abs=1e-3)
+    half = Translator.load(tiny_checkpoint, device="cuda", dtype="float16")
+    assert len(half.translate(SENTENCES, beam_size=3, max_length=8, return_attention=True)) == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_kv_cache_matches_recomputation_on_cuda():
+    from conftest import random_model, random_sources
+
+    model = random_model(seed=1).cuda()
+    src = random_sources(4, 9, 64, seed=2).cuda()
+    tgt = torch.randint(4, 64, (4, 20), device="cuda")
+    with torch.no_grad():
+        full = model(src, tgt)
+        cache = model.new_cache(model.encode(src))
+        inc = torch.cat([model.decode(tgt[:, t : t + 1], None, cache).logits for t in range(20)], 1)
+    assert (full - inc).abs().max().item() <= 1e-4
