@@ -83,6 +83,7 @@ class TrainConfig:
     threads: int = 0  # torch intra-op threads (0 = torch default)
     seed: int = 1
     export_dtype: str = "float16"
+    export_only: int = 0  # 1 = do not train: export the best checkpoints of run_dir as they are now
 
     @classmethod
     def from_args(cls, argv: list[str] | None = None) -> "TrainConfig":
@@ -418,7 +419,11 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("train_src", "train_tgt", "valid_src", "valid_tgt"):
         if not getattr(cfg, name):
             raise SystemExit(f"--{name.replace('_', '-')} is required")
-    Trainer(cfg).run()
+    trainer = Trainer(cfg)
+    if cfg.export_only:
+        trainer.export()
+    else:
+        trainer.run()
 
 
 if __name__ == "__main__":
