@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 MODEL ?= checkpoints/de-en
 DATA ?= ../shared/data/multi30k
 
-.PHONY: setup test translate evaluate clean
+.PHONY: setup serve test translate evaluate clean
 
 setup: $(VENV)/.installed
 
@@ -16,6 +16,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
+
+# Serve every model in checkpoints/ on http://127.0.0.1:8000 (flags: make serve ARGS="--port 9000").
+serve: setup
+	$(PY) -m service $(ARGS)
 
 test: setup
 	$(PY) -m pytest -q

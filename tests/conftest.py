@@ -54,10 +54,23 @@ def spm_model(tmp_path_factory) -> Path:
     return train_sentencepiece([text], out / "spm", vocab_size=400)
 
 
+def make_checkpoint(directory: Path, spm_model: Path, source: str, target: str, seed: int) -> Path:
+    """A random (untrained) checkpoint with a real tokenizer."""
+    tok = Tokenizer(spm_model)
+    model = random_model(seed=seed, src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size)
+    info = CheckpointInfo(model.config, source, target, "spm.model", "spm.model", {"note": "random test model"})
+    return save_checkpoint(directory, model, info, {"spm.model": spm_model})
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory, spm_model) -> Path:
-    """A random (untrained) de->en checkpoint with a real tokenizer."""
-    tok = Tokenizer(spm_model)
-    model = random_model(seed=3, src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size)
-    info = CheckpointInfo(model.config, "de", "en", "spm.model", "spm.model", {"note": "random test model"})
-    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "de-en", model, info, {"spm.model": spm_model})
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "de-en", spm_model, "de", "en", seed=3)
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory, spm_model) -> Path:
+    """A models directory as the service expects it: de-en and en-de random checkpoints."""
+    root = tmp_path_factory.mktemp("models")
+    make_checkpoint(root / "de-en", spm_model, "de", "en", seed=3)
+    make_checkpoint(root / "en-de", spm_model, "en", "de", seed=4)
+    return root

@@ -1,0 +1,1 @@
+"""FastAPI service around model.translator.Translator (see app.create_app)."""

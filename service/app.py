@@ -1,0 +1,86 @@
+"""App factory: settings -> FastAPI app whose lifespan loads the models and runs the batcher."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+
+from .batcher import Batcher
+from .errors import install_handlers
+from .models import load_models
+from .routers import health, libretranslate, translate
+from .settings import Settings
+from .state import ServiceState
+
+log = logging.getLogger("service")
+
+
+async def load_and_start(state: ServiceState) -> None:
+    """Load every model off the event loop, then start the batcher and turn ready."""
+    s = state.settings
+    try:
+        if s.threads:
+            import torch
+
+            torch.set_num_threads(s.threads)
+        models = await asyncio.get_running_loop().run_in_executor(None, load_models, s.models_dir, s.device, s.dtype)
+    except Exception as exc:
+        state.load_error = f"{type(exc).__name__}: {exc}"
+        log.error("model loading failed: %s", state.load_error)
+        return
+    state.models = models
+    for m in models.values():
+        state.metrics.model_load_seconds.labels(model=m.id).set(m.load_seconds)
+    state.batcher = Batcher(models, s, state.metrics)
+    await state.batcher.start()
+    state.ready = True
+    log.info("ready: %s", ", ".join(sorted(models)))
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    state = ServiceState(settings or Settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loading = asyncio.create_task(load_and_start(state))  # liveness answers while models load
+        yield
+        loading.cancel()
+        if state.batcher:
+            await state.batcher.stop()
+
+    app = FastAPI(
+        title="nmt-serve",
+        version="0.1.0",
+        description="Translation with from-scratch Transformer models: batched translation, attention maps, "
+        "LibreTranslate-compatible endpoints, health and Prometheus metrics. Every error has the shape "
+        '{"error": {"type", "message", "param"}}.',
+        lifespan=lifespan,
+    )
+    app.state.service = state
+    install_handlers(app)
+    app.include_router(translate.router)
+    app.include_router(libretranslate.router)
+    app.include_router(health.router)
+
+    @app.middleware("http")
+    async def record_metrics(request: Request, call_next):
+        route = request.scope.get("route")
+        m = state.metrics
+        m.in_flight.inc()
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            m.in_flight.dec()
+            route = request.scope.get("route")
+            endpoint = getattr(route, "path", "unmatched")
+            m.requests.labels(endpoint=endpoint, status=str(status)).inc()
+            m.latency.labels(endpoint=endpoint).observe(time.perf_counter() - started)
+
+    return app

@@ -1,0 +1,31 @@
+"""GET /health (liveness), GET /health/ready (readiness), GET /metrics (Prometheus)."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..errors import error_body
+from ..schemas import Health
+from ..state import ServiceState, get_state
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/health", response_model=Health)
+async def health(state: ServiceState = Depends(get_state)) -> Health:
+    return Health(status="ok", models=sorted(state.models))
+
+
+@router.get("/health/ready", response_model=Health, responses={503: {"description": "models not loaded yet (or failed to load)"}})
+async def ready(state: ServiceState = Depends(get_state)):
+    if state.ready:
+        return Health(status="ready", models=sorted(state.models))
+    message = f"model loading failed: {state.load_error}" if state.load_error else "models are still loading"
+    return JSONResponse(error_body("not_ready", message), 503, headers={"Retry-After": "1"})
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(state: ServiceState = Depends(get_state)) -> Response:
+    state.metrics.update_device_memory()
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,124 @@
+"""POST /v1/translate and POST /v1/attention, GET /v1/models."""
+from __future__ import annotations
+
+import asyncio
+
+import torch
+from fastapi import APIRouter, Depends
+
+from ..batcher import DecodeOptions
+from ..errors import APIError, bad_request, timed_out
+from ..schemas import (
+    AttentionRequest, AttentionResponse, Hypothesis, ModelInfo, ModelList, TranslateRequest, TranslateResponse,
+    Translation, Usage,
+)
+from ..state import ServiceState, get_state
+
+router = APIRouter(prefix="/v1", tags=["translation"])
+
+
+def decode_options(state: ServiceState, beam_size: int, num_hypotheses: int, max_length: int | None,
+                   length_penalty: float = 1.0, return_scores: bool = False) -> DecodeOptions:
+    s = state.settings
+    if beam_size > s.max_beam_size:
+        raise APIError(422, "validation_error", f"beam_size must be at most {s.max_beam_size}", "beam_size")
+    if num_hypotheses > beam_size:
+        raise APIError(422, "validation_error", "num_hypotheses must be at most beam_size", "num_hypotheses")
+    if max_length is not None and max_length > s.max_output_length:
+        raise APIError(422, "validation_error", f"max_length must be at most {s.max_output_length}", "max_length")
+    return DecodeOptions(beam_size, num_hypotheses, max_length, length_penalty, return_scores)
+
+
+async def with_deadline(state: ServiceState, awaitable):
+    timeout = state.settings.request_timeout_s
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except asyncio.TimeoutError:
+        raise timed_out(timeout) from None
+
+
+async def translate_texts(state: ServiceState, source: str, target: str, texts: list[str], options: DecodeOptions, param: str):
+    """Shared by /v1/translate and the LibreTranslate route: validate, queue, await with a deadline."""
+    batcher = state.require_ready()
+    model = state.model_for(source, target)
+    counts = state.check_texts(model, texts, param)
+    results = await with_deadline(state, batcher.translate(model.id, texts, counts, options))
+    return model, counts, results
+
+
+@router.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True)
+async def translate(body: TranslateRequest, state: ServiceState = Depends(get_state)) -> TranslateResponse:
+    texts = [body.text] if isinstance(body.text, str) else body.text
+    options = decode_options(state, body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
+    model, counts, results = await translate_texts(state, body.source, body.target, texts, options, "text")
+    translations = []
+    for r in results:
+        best = r.hypotheses[0]
+        translations.append(Translation(
+            text=best.text, score=best.score, normalized_score=best.normalized_score,
+            hypotheses=[Hypothesis(text=h.text, score=h.score) for h in r.hypotheses] if body.num_hypotheses > 1 else None,
+        ))
+    usage = Usage(source_tokens=sum(counts), generated_tokens=sum(len(r.hypotheses[0].tokens) for r in results))
+    return TranslateResponse(model=model.id, translations=translations, usage=usage)
+
+
+def _select(maps: torch.Tensor, layers: list[int], heads: list[int], average: bool) -> list:
+    """(L, H, T, S) -> nested lists [layer][head][T][S] for the chosen layers/heads (head mean if asked)."""
+    chosen = maps[layers][:, heads]
+    if average:
+        chosen = chosen.mean(dim=1, keepdim=True)
+    return chosen.tolist()
+
+
+def _indices(requested: list[int] | None, count: int, name: str) -> list[int]:
+    if requested is None:
+        return list(range(count))
+    bad = [i for i in requested if not 0 <= i < count]
+    if bad or not requested:
+        raise bad_request(f"{name} must be a non-empty list of indices in 0..{count - 1}", name)
+    return requested
+
+
+@router.post("/attention", response_model=AttentionResponse, response_model_exclude_none=True)
+async def attention(body: AttentionRequest, state: ServiceState = Depends(get_state)) -> AttentionResponse:
+    batcher = state.require_ready()
+    model = state.model_for(body.source, body.target)
+    state.check_texts(model, [body.text])
+    if body.target_text is not None:
+        state.check_texts(model, [body.target_text], "target_text")
+    translator = model.translator
+    cfg = translator.config
+    decode_options(state, body.beam_size, 1, None)
+    layers = _indices(body.layers, cfg.n_decoder_layers, "layers")
+    heads = _indices(body.heads, cfg.n_heads, "heads")
+    encoder_layers = _indices(body.layers, cfg.n_encoder_layers, "layers") if "encoder_self" in body.include else []
+    include = tuple(dict.fromkeys(["cross", *body.include]))
+
+    def work():
+        if body.target_text is not None:
+            forced = translator.force_decode(body.text, body.target_text, attention_include=include)
+            return body.target_text, forced.score, forced.attention
+        [result] = translator.translate([body.text], beam_size=body.beam_size, return_scores=True,
+                                        return_attention=True, attention_include=include)
+        return result.text, result.hypotheses[0].score, result.attention
+
+    text, score, maps = await with_deadline(state, batcher.run_on_device(work))
+    cross_selected = maps.cross[layers][:, heads].mean(dim=(0, 1))  # (T, S)
+    return AttentionResponse(
+        model=model.id, source_tokens=maps.source_tokens, target_tokens=maps.target_tokens, translation=text,
+        score=score, layers=layers, heads=None if body.average_heads else heads,
+        num_layers=cfg.n_decoder_layers, num_heads=cfg.n_heads,
+        cross=_select(maps.cross, layers, heads, body.average_heads) if "cross" in body.include else None,
+        decoder_self=_select(maps.decoder_self, layers, heads, body.average_heads) if "decoder_self" in body.include else None,
+        encoder_self=_select(maps.encoder_self, encoder_layers, heads, body.average_heads) if "encoder_self" in body.include else None,
+        alignment=cross_selected.argmax(dim=-1).tolist(),
+    )
+
+
+@router.get("/models", response_model=ModelList)
+async def models(state: ServiceState = Depends(get_state)) -> ModelList:
+    return ModelList(models=[
+        ModelInfo(id=m.id, source=m.source, target=m.target, parameters=m.translator.num_parameters(),
+                  device=str(m.translator.device), dtype=str(m.translator.dtype).removeprefix("torch."), path=m.path)
+        for m in state.models.values()
+    ])

@@ -1,0 +1,125 @@
+"""Request and response bodies (pydantic), kept apart from the engine."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"text": ["Ein Hund rennt über die Wiese.", "Zwei Kinder spielen."], "source": "de", "target": "en", "beam_size": 4}]},
+    )
+    text: str | list[str] = Field(description="one text or a list of texts")
+    source: str = Field("de", description="source language code")
+    target: str = Field("en", description="target language code")
+    beam_size: int = Field(4, ge=1, description="1 = greedy")
+    num_hypotheses: int = Field(1, ge=1, description="n-best size, at most beam_size")
+    max_length: int | None = Field(None, ge=1, description="cap on generated tokens; default 1.5 x source + 10")
+    length_penalty: float = Field(1.0, ge=0.0, le=5.0)
+    return_scores: bool = False
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float | None = None
+
+
+class Translation(BaseModel):
+    text: str
+    score: float | None = Field(None, description="sum of token log-probabilities (return_scores)")
+    normalized_score: float | None = Field(None, description="score / length ** length_penalty (return_scores)")
+    hypotheses: list[Hypothesis] | None = Field(None, description="n-best list, best first (num_hypotheses > 1)")
+
+
+class Usage(BaseModel):
+    source_tokens: int
+    generated_tokens: int
+
+
+class TranslateResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"model": "de-en", "translations": [{"text": "A dog runs across the meadow."}], "usage": {"source_tokens": 9, "generated_tokens": 8}}]}
+    )
+    model: str
+    translations: list[Translation]
+    usage: Usage
+
+
+AttentionKind = Literal["cross", "decoder_self", "encoder_self"]
+
+
+class AttentionRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"text": "Ein Hund rennt über die Wiese.", "source": "de", "target": "en", "include": ["cross"], "layers": [2], "average_heads": True}]},
+    )
+    text: str = Field(min_length=1, description="source text")
+    source: str = "de"
+    target: str = "en"
+    target_text: str | None = Field(None, description="a given translation to explain (forced decoding) instead of searching")
+    beam_size: int = Field(4, ge=1, description="search used when target_text is not given")
+    layers: list[int] | None = Field(None, description="layer indices to return (default all)")
+    heads: list[int] | None = Field(None, description="head indices to return (default all)")
+    include: list[AttentionKind] = Field(default_factory=lambda: ["cross"])
+    average_heads: bool = Field(False, description="one map per layer: the mean over the selected heads")
+
+
+class AttentionResponse(BaseModel):
+    model: str
+    source_tokens: list[str] = Field(description="source pieces, end-of-sentence included")
+    target_tokens: list[str] = Field(description="target pieces, end-of-sentence included; row t produced target_tokens[t]")
+    translation: str
+    score: float = Field(description="sum of target token log-probabilities")
+    layers: list[int]
+    heads: list[int] | None = Field(description="head indices, or null when averaged")
+    num_layers: int
+    num_heads: int
+    cross: list[list[list[list[float]]]] | None = Field(None, description="cross[layer][head][target][source]")
+    decoder_self: list[list[list[list[float]]]] | None = Field(None, description="decoder_self[layer][head][target][target]")
+    encoder_self: list[list[list[list[float]]]] | None = Field(None, description="encoder_self[layer][head][source][source]")
+    alignment: list[int] = Field(description="for each target token, the most-attended source token (cross attention, selected layers and heads averaged)")
+
+
+class ModelInfo(BaseModel):
+    id: str
+    source: str
+    target: str
+    parameters: int
+    device: str
+    dtype: str
+    path: str
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+
+
+class Health(BaseModel):
+    status: str
+    models: list[str] = []
+
+
+class LibreTranslateRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={"examples": [{"q": "Ein Hund rennt.", "source": "de", "target": "en", "format": "text", "alternatives": 2}]},
+    )
+    q: str | list[str]
+    source: str
+    target: str
+    format: Literal["text", "html"] = "text"
+    alternatives: int = Field(0, ge=0, le=7)
+    api_key: str | None = None
+
+
+class LibreTranslateResponse(BaseModel):
+    translatedText: str | list[str]
+    alternatives: list[str] | list[list[str]] | None = None
+
+
+class Language(BaseModel):
+    code: str
+    name: str
+    targets: list[str]

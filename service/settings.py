@@ -1,0 +1,32 @@
+"""All service settings in one place: flags of `python -m service`, or environment variables NMT_*."""
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NMT_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on (0 = any free port)")
+    models_dir: str = Field("checkpoints", description="directory whose subdirectories are checkpoints, one per language pair")
+    device: str = Field("auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$", description="auto | cpu | cuda")
+    dtype: str | None = Field(None, pattern="^(float32|float16|bfloat16)$", description="default: float32 on CPU, float16 on CUDA")
+    threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
+
+    # cross-request batching
+    max_batch_sentences: int = Field(64, ge=1, description="sentences per model batch")
+    max_batch_tokens: int = Field(4096, ge=1, description="source tokens per model batch")
+    max_wait_ms: float = Field(5.0, ge=0, description="how long the batcher waits for more requests before running a batch")
+    max_queue_sentences: int = Field(2048, ge=1, description="sentences waiting at most; beyond it requests get 503")
+    batching: bool = Field(True, description="false: every request runs as its own model batch (for comparison)")
+
+    # limits per request
+    max_texts_per_request: int = Field(64, ge=1)
+    max_chars_per_text: int = Field(2000, ge=1)
+    max_tokens_per_text: int = Field(256, ge=1, description="source tokens per text")
+    max_beam_size: int = Field(8, ge=1)
+    max_output_length: int = Field(512, ge=1, description="upper bound for max_length in a request")
+    request_timeout_s: float = Field(30.0, gt=0, description="a request still waiting after this gets 504")
+    retry_after_s: int = Field(1, ge=0, description="Retry-After header sent with 503")
