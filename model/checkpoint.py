@@ -37,9 +37,11 @@ class CheckpointInfo:
     config: ModelConfig
     source_lang: str
     target_lang: str
-    src_tokenizer: str  # file name inside the checkpoint directory
+    src_tokenizer: str  # sentencepiece model file name inside the checkpoint directory
     tgt_tokenizer: str
     metadata: dict = field(default_factory=dict)
+    src_vocab: str | None = None  # optional JSON piece -> id vocabulary (Marian models); None: sentencepiece ids
+    tgt_vocab: str | None = None
 
 
 def _unique_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
@@ -73,6 +75,7 @@ def save_checkpoint(
         tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
     tmp = directory / (WEIGHTS_FILE + ".tmp")
     save_file(tensors, str(tmp), metadata={"format": FORMAT})
+    tmp.chmod(0o644)  # readable by a service running as another user
     tmp.replace(directory / WEIGHTS_FILE)
     payload = {
         "format": FORMAT,
@@ -80,6 +83,7 @@ def save_checkpoint(
         "target_lang": info.target_lang,
         "src_tokenizer": info.src_tokenizer,
         "tgt_tokenizer": info.tgt_tokenizer,
+        **({"src_vocab": info.src_vocab, "tgt_vocab": info.tgt_vocab} if info.src_vocab or info.tgt_vocab else {}),
         "model": info.config.to_dict(),
         "metadata": info.metadata,
     }
@@ -109,6 +113,8 @@ def read_info(directory: str | Path) -> CheckpointInfo:
             src_tokenizer=payload["src_tokenizer"],
             tgt_tokenizer=payload["tgt_tokenizer"],
             metadata=payload.get("metadata", {}),
+            src_vocab=payload.get("src_vocab"),
+            tgt_vocab=payload.get("tgt_vocab"),
         )
     except (KeyError, TypeError, ValueError, AssertionError) as e:
         raise CheckpointError(f"{config_path}: invalid model config ({e})") from e
@@ -122,14 +128,19 @@ def load_checkpoint(directory: str | Path) -> tuple[Transformer, CheckpointInfo,
     if not weights_path.is_file():
         raise CheckpointError(f"{directory}: missing {WEIGHTS_FILE}")
     tokenizers = []
-    for side, name, vocab in (
-        ("source", info.src_tokenizer, info.config.src_vocab_size),
-        ("target", info.tgt_tokenizer, info.config.tgt_vocab_size),
+    for side, name, vocab_name, vocab in (
+        ("source", info.src_tokenizer, info.src_vocab, info.config.src_vocab_size),
+        ("target", info.tgt_tokenizer, info.tgt_vocab, info.config.tgt_vocab_size),
     ):
         path = directory / name
         if not path.is_file():
             raise CheckpointError(f"{directory}: missing {side} tokenizer {name}")
-        tok = Tokenizer(path)
+        if vocab_name and not (directory / vocab_name).is_file():
+            raise CheckpointError(f"{directory}: missing {side} vocabulary {vocab_name}")
+        try:
+            tok = Tokenizer(path, directory / vocab_name if vocab_name else None)
+        except (OSError, RuntimeError, ValueError) as e:
+            raise CheckpointError(f"{directory}: cannot read {side} tokenizer {name} ({e})") from e
         try:
             tok.check_against(info.config, vocab, side)
         except TokenizerMismatch as e:

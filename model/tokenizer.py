@@ -1,6 +1,11 @@
-"""SentencePiece wrapper: text <-> ids, with special ids checked against the model config."""
+"""SentencePiece wrapper: text <-> ids, with special ids checked against the model config.
+
+Ids are the sentencepiece model's own, unless a vocabulary file (JSON piece -> id, as Marian/OPUS-MT
+models ship it) is given: then pieces are looked up there and missing ones become <unk>.
+"""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import sentencepiece as spm
@@ -13,18 +18,29 @@ class TokenizerMismatch(ValueError):
 
 
 class Tokenizer:
-    def __init__(self, model_file: str | Path):
+    def __init__(self, model_file: str | Path, vocab_file: str | Path | None = None):
         self.model_file = Path(model_file)
         if not self.model_file.is_file():
             raise FileNotFoundError(f"sentencepiece model not found: {self.model_file}")
         self.sp = spm.SentencePieceProcessor(model_file=str(self.model_file))
-        self.pad_id = self.sp.pad_id()
-        self.unk_id = self.sp.unk_id()
-        self.bos_id = self.sp.bos_id()
-        self.eos_id = self.sp.eos_id()
+        self.vocab: dict[str, int] | None = None
+        if vocab_file is not None:
+            self.vocab = json.loads(Path(vocab_file).read_text(encoding="utf-8"))
+            self.id_to_piece_table = {i: p for p, i in self.vocab.items()}
+            self.pad_id = self.vocab.get("<pad>", -1)
+            self.unk_id = self.vocab.get("<unk>", -1)
+            self.bos_id = self.vocab.get("<s>", -1)
+            self.eos_id = self.vocab.get("</s>", -1)
+        else:
+            self.pad_id = self.sp.pad_id()
+            self.unk_id = self.sp.unk_id()
+            self.bos_id = self.sp.bos_id()
+            self.eos_id = self.sp.eos_id()
 
     @property
     def vocab_size(self) -> int:
+        if self.vocab is not None:
+            return max(self.vocab.values()) + 1
         return self.sp.get_piece_size()
 
     def check_against(self, config: ModelConfig, vocab_size: int, side: str) -> None:
@@ -41,7 +57,13 @@ class Tokenizer:
     def encode(self, text: str, add_eos: bool = False) -> list[int]:
         """Text -> ids. Empty or whitespace-only text gives [] (plus eos when asked); unknown
         characters become unk_id."""
-        ids = self.sp.encode(text.strip(), out_type=int) if text.strip() else []
+        text = text.strip()
+        if not text:
+            ids = []
+        elif self.vocab is not None:
+            ids = [self.vocab.get(p, self.unk_id) for p in self.sp.encode(text, out_type=str)]
+        else:
+            ids = self.sp.encode(text, out_type=int)
         return ids + [self.eos_id] if add_eos else ids
 
     def encode_batch(self, texts: list[str], add_eos: bool = False) -> list[list[int]]:
@@ -50,10 +72,15 @@ class Tokenizer:
     def decode(self, ids: list[int]) -> str:
         """Ids -> text; special ids (pad, bos, eos) are dropped."""
         specials = {self.pad_id, self.bos_id, self.eos_id}
-        return self.sp.decode([i for i in ids if i not in specials])
+        kept = [i for i in ids if i not in specials]
+        if self.vocab is not None:
+            return self.sp.decode_pieces(self.pieces(kept))
+        return self.sp.decode(kept)
 
     def pieces(self, ids: list[int]) -> list[str]:
         """Ids -> surface pieces, for attention-map labels."""
+        if self.vocab is not None:
+            return [self.id_to_piece_table.get(i, "<unk>") for i in ids]
         return [self.sp.id_to_piece(i) for i in ids]
 
 

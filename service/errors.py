@@ -1,10 +1,15 @@
 """One error shape for every failure: {"error": {"type", "message", "param"}}."""
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+log = logging.getLogger("service.errors")
 
 
 class APIError(Exception):
@@ -54,5 +59,7 @@ def install_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body("http_error", str(exc.detail)), exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
-    async def internal_error(_: Request, exc: Exception):
-        return JSONResponse(error_body("internal_error", f"{type(exc).__name__}: {exc}"), 500)
+    async def internal_error(request: Request, exc: Exception):
+        # the details go to the log, not to the client: no stack traces or file paths in error bodies
+        log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        return JSONResponse(error_body("internal_error", "the server failed to process this request"), 500)

@@ -1,0 +1,125 @@
+"""Measure a checkpoint and write its model card (README.md) and scores into the checkpoint.
+
+    python -m model.model_card --model checkpoints/de-en --data ../shared/data/multi30k
+
+Scores sacreBLEU (cased, 13a, detokenized) and chrF on the validation and test sets with greedy and
+beam search, counts runaway outputs (longer than 3x the source), and records them in config.json
+(metadata.scores) and README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+from .checkpoint import CONFIG_FILE
+from .data import read_lines
+from .evaluate import evaluate
+from .translator import Translator
+
+SPLITS = {"val": "val", "test_2016_flickr": "test_2016_flickr"}
+
+
+def measure(translator: Translator, data: Path, beam_sizes: list[int]) -> list[dict]:
+    rows = []
+    src, tgt = translator.source_lang, translator.target_lang
+    for split in SPLITS.values():
+        sources = read_lines(data / f"{split}.{src}.gz")
+        references = read_lines(data / f"{split}.{tgt}.gz")
+        for beam in beam_sizes:
+            report = evaluate(translator, sources, references, beam_size=beam)
+            del report["hypotheses"]
+            report["split"] = split
+            rows.append(report)
+            print(f"{split} beam {beam}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
+    return rows
+
+
+def render_card(directory: Path, payload: dict, rows: list[dict], hardware: str) -> str:
+    cfg = payload["model"]
+    meta = payload.get("metadata", {})
+    training = meta.get("training", {})
+    tcfg = training.get("config", {})
+    src, tgt = payload["source_lang"], payload["target_lang"]
+    params = Translator.load(directory, device="cpu").num_parameters()
+    table = "\n".join(
+        f"| {r['split']} | {'greedy' if r['beam_size'] == 1 else 'beam ' + str(r['beam_size'])} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['runaway_outputs']} |"
+        for r in rows
+    )
+    hours = training.get("train_seconds", 0) / 3600
+    return f"""# {src}->{tgt} Transformer, Multi30k
+
+Translates {'German' if src == 'de' else 'English'} image captions into {'English' if tgt == 'en' else 'German'}.
+Trained from scratch with this project's pipeline (`python -m model.train`).
+
+## Scores
+
+sacreBLEU, cased, detokenized output, one reference. Measured with `python -m model.model_card`.
+
+| split | search | BLEU | chrF | outputs > 3x source |
+| --- | --- | --- | --- | --- |
+{table}
+
+BLEU signature: `{rows[0]['bleu_signature']}`
+chrF signature: `{rows[0]['chrf_signature']}`
+
+## Data
+
+Multi30k task 1 (Elliott et al., 2016), raw cased text: `train` (29,000 sentence pairs) for the
+tokenizer and the model, `val` (1,014) for model selection, `test_2016_flickr` (1,000) for the
+reported score. Partly derived from Flickr30K: for non-commercial research and educational use.
+
+## Model
+
+| | |
+| --- | --- |
+| architecture | encoder-decoder Transformer, {cfg['n_encoder_layers']}+{cfg['n_decoder_layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, {cfg['activation']}, {cfg['norm_placement']}-norm |
+| parameters | {params:,} |
+| vocabulary | joint sentencepiece {tcfg.get('spm_type', 'bpe')}, {cfg['src_vocab_size']} pieces, shared embeddings tied to the output layer |
+| weights | float16 safetensors |
+
+## Training
+
+| | |
+| --- | --- |
+| steps / epochs | {training.get('steps', '?')} / {training.get('epochs', '?')} |
+| batch | {tcfg.get('max_tokens', '?')} padded tokens |
+| optimizer | Adam (0.9, 0.98), peak lr {tcfg.get('lr', '?')}, {tcfg.get('warmup_steps', '?')} warmup steps, inverse square root decay |
+| regularization | dropout {cfg['dropout']}, label smoothing {tcfg.get('label_smoothing', '?')}, gradient clipping {tcfg.get('clip_norm', '?')} |
+| checkpoint | {'average of steps ' + ', '.join(map(str, training.get('averaged', []))) if len(training.get('averaged', [])) > 1 else 'best single checkpoint by validation BLEU'} |
+| training time | {hours:.2f} h on {hardware}, {training.get('threads', '?')} thread(s) |
+
+## Limitations
+
+Multi30k is small and narrow: short descriptions of photos. Expect good output on such sentences and
+poor output on news, dialogue, technical text or long sentences. Names and rare words are split into
+sentencepiece pieces and may be transliterated oddly.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nmt-model-card", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, type=Path)
+    parser.add_argument("--data", required=True, type=Path, help="directory with {val,test_2016_flickr}.{lang}.gz")
+    parser.add_argument("--beam-sizes", default="1,4")
+    parser.add_argument("--hardware", default=f"{platform.machine()} CPU")
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    translator = Translator.load(args.model, device="cpu")
+    rows = measure(translator, args.data, [int(b) for b in args.beam_sizes.split(",")])
+    config_path = args.model / CONFIG_FILE
+    payload = json.loads(config_path.read_text())
+    payload.setdefault("metadata", {})["scores"] = rows
+    config_path.write_text(json.dumps(payload, indent=2) + "\n")
+    (args.model / "README.md").write_text(render_card(args.model, payload, rows, args.hardware))
+    print(f"wrote {args.model / 'README.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
