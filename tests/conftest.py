@@ -54,10 +54,10 @@ def spm_model(tmp_path_factory) -> Path:
     return train_sentencepiece([text], out / "spm", vocab_size=400)
 
 
-def make_checkpoint(directory: Path, spm_model: Path, source: str, target: str, seed: int) -> Path:
+def make_checkpoint(directory: Path, spm_model: Path, source: str, target: str, seed: int, **overrides) -> Path:
     """A random (untrained) checkpoint with a real tokenizer."""
     tok = Tokenizer(spm_model)
-    model = random_model(seed=seed, src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size)
+    model = random_model(seed=seed, src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, **overrides)
     info = CheckpointInfo(model.config, source, target, "spm.model", "spm.model", {"note": "random test model"})
     return save_checkpoint(directory, model, info, {"spm.model": spm_model})
 
