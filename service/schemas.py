@@ -67,6 +67,11 @@ class AttentionRequest(BaseModel):
 
 
 class AttentionResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "model": "de-en", "source_tokens": ["▁Ein", "▁Hund", "</s>"], "target_tokens": ["▁A", "▁dog", "</s>"],
+        "translation": "A dog", "score": -1.2, "layers": [2], "heads": None, "num_layers": 3, "num_heads": 4,
+        "cross": [[[[0.9, 0.08, 0.02], [0.1, 0.85, 0.05], [0.05, 0.1, 0.85]]]], "alignment": [0, 1, 2],
+    }]})
     model: str
     source_tokens: list[str] = Field(description="source pieces, end-of-sentence included")
     target_tokens: list[str] = Field(description="target pieces, end-of-sentence included; row t produced target_tokens[t]")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -384,3 +385,14 @@ def test_python_dash_m_service_serves_http(models_dir):
 def test_service_refuses_a_missing_models_dir(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "service", "--models-dir", str(tmp_path / "none")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "not found" in proc.stderr
+
+
+def test_every_endpoint_documents_an_example(client):
+    spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    for path, methods in spec["paths"].items():
+        for method, op in methods.items():
+            documented = json.dumps(op)
+            for ref in re.findall(r'"#/components/schemas/([^"]+)"', documented):
+                documented += json.dumps(schemas.get(ref, {}))
+            assert "example" in documented, f"{method.upper()} {path} has no example"

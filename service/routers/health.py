@@ -12,12 +12,23 @@ from ..state import ServiceState, get_state
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/health", response_model=Health)
+def example(body) -> dict:
+    return {"content": {"application/json": {"example": body}}}
+
+
+@router.get("/health", response_model=Health, responses={200: example({"status": "ok", "models": ["de-en", "en-de"]})})
 async def health(state: ServiceState = Depends(get_state)) -> Health:
     return Health(status="ok", models=sorted(state.models))
 
 
-@router.get("/health/ready", response_model=Health, responses={503: {"description": "models not loaded yet (or failed to load)"}})
+@router.get(
+    "/health/ready", response_model=Health,
+    responses={
+        200: example({"status": "ready", "models": ["de-en", "en-de"]}),
+        503: {"description": "models not loaded yet (or failed to load)",
+              **example({"error": {"type": "not_ready", "message": "models are still loading", "param": None}})},
+    },
+)
 async def ready(state: ServiceState = Depends(get_state)):
     if state.ready:
         return Health(status="ready", models=sorted(state.models))
@@ -25,7 +36,10 @@ async def ready(state: ServiceState = Depends(get_state)):
     return JSONResponse(error_body("not_ready", message), 503, headers={"Retry-After": "1"})
 
 
-@router.get("/metrics", response_class=Response)
+@router.get(
+    "/metrics", response_class=Response,
+    responses={200: {"content": {"text/plain": {"example": "nmt_requests_total{endpoint=\"/v1/translate\",status=\"200\"} 42.0"}}}},
+)
 async def metrics(state: ServiceState = Depends(get_state)) -> Response:
     state.metrics.update_device_memory()
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

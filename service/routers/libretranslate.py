@@ -57,7 +57,12 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)) 
     return LibreTranslateResponse(translatedText=best, alternatives=alternatives if body.alternatives else None)
 
 
-@router.get("/languages", response_model=list[Language])
+@router.get(
+    "/languages", response_model=list[Language],
+    responses={200: {"content": {"application/json": {"example": [
+        {"code": "de", "name": "German", "targets": ["en"]}, {"code": "en", "name": "English", "targets": ["de"]},
+    ]}}}},
+)
 async def languages(state: ServiceState = Depends(get_state)) -> list[Language]:
     targets: dict[str, list[str]] = {}
     for m in state.models.values():

@@ -115,7 +115,12 @@ async def attention(body: AttentionRequest, state: ServiceState = Depends(get_st
     )
 
 
-@router.get("/models", response_model=ModelList)
+@router.get(
+    "/models", response_model=ModelList,
+    responses={200: {"content": {"application/json": {"example": {"models": [
+        {"id": "de-en", "source": "de", "target": "en", "parameters": 7583744, "device": "cpu", "dtype": "float32", "path": "checkpoints/de-en"},
+    ]}}}}},
+)
 async def models(state: ServiceState = Depends(get_state)) -> ModelList:
     return ModelList(models=[
         ModelInfo(id=m.id, source=m.source, target=m.target, parameters=m.translator.num_parameters(),
