@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from .batcher import Batcher
 from .errors import install_handlers
 from .models import load_models
-from .routers import health, libretranslate, translate
+from .routers import health, libretranslate, translate, ui
 from .settings import Settings
 from .state import ServiceState
 
@@ -64,6 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(translate.router)
     app.include_router(libretranslate.router)
     app.include_router(health.router)
+    app.include_router(ui.router)
+    ui.mount_viewer(app)
 
     @app.middleware("http")
     async def record_metrics(request: Request, call_next):

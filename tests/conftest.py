@@ -1,6 +1,12 @@
 """Shared fixtures: tiny random models and checkpoints built inside the tests (nothing downloaded)."""
 from __future__ import annotations
 
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -12,6 +18,7 @@ from model.tokenizer import Tokenizer, train_sentencepiece
 from model.transformer import Transformer
 
 FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).resolve().parent.parent
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -74,3 +81,35 @@ def models_dir(tmp_path_factory, spm_model) -> Path:
     make_checkpoint(root / "de-en", spm_model, "de", "en", seed=3)
     make_checkpoint(root / "en-de", spm_model, "en", "de", seed=4)
     return root
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_server(models_dir: Path, *extra_args: str, timeout: float = 60.0):
+    """`python -m service` as a real process on a free loopback port; yields its base URL once ready."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu", *extra_args],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise AssertionError(f"server did not become ready: {proc.stdout.read() if proc.poll() is not None else ''}")
+                time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,8 @@ from fastapi.testclient import TestClient
 import service.app as service_app
 from service.app import create_app
 from service.settings import Settings
+
+from conftest import running_server
 
 ROOT = Path(__file__).resolve().parent.parent
 GERMAN = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch im Park.", "Hallo"]
@@ -346,30 +347,8 @@ def test_openapi_docs_have_examples(client):
 # ---------------------------------------------------------------------------------------- the real server
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_python_dash_m_service_serves_http(models_dir):
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(base + "/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            raise AssertionError("server did not become ready")
+    with running_server(models_dir) as base:
         request = urllib.request.Request(
             base + "/v1/translate", data=json.dumps({"text": ["Hallo", "Ein Hund"], **FAST}).encode(),
             headers={"content-type": "application/json"},
@@ -377,9 +356,6 @@ def test_python_dash_m_service_serves_http(models_dir):
         with urllib.request.urlopen(request, timeout=30) as r:
             body = json.loads(r.read())
         assert body["model"] == "de-en" and len(body["translations"]) == 2
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def test_service_refuses_a_missing_models_dir(tmp_path):

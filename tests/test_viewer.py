@@ -1,0 +1,132 @@
+"""The attention viewer in a real headless Chromium against the real server on loopback.
+
+Skips when Playwright or a Chromium binary is missing; `.ci/run` installs both so CI runs it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, running_server
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+if not CHROMIUM:
+    pytest.skip("no Chromium binary installed", allow_module_level=True)
+
+ARTIFACTS = ROOT / "test-artifacts"
+SOURCE = "Zwei Hunde spielen im Schnee."
+
+
+@pytest.fixture(scope="module")
+def server(models_dir):
+    with running_server(models_dir) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
+        )
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1200, "height": 900})
+    page = context.new_page()
+    page.goto(server + "/")  # redirects to /ui/
+    page.wait_for_function("document.querySelectorAll('#pair option').length >= 2")
+    yield page
+    context.close()
+
+
+def attention_from_api(server: str, text: str) -> dict:
+    request = urllib.request.Request(
+        server + "/v1/attention", data=json.dumps({"text": text, "source": "de", "target": "en"}).encode(),
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def heatmap_weights(page) -> list[str]:
+    return page.eval_on_selector_all("#heatmap rect.cell", "cells => cells.map(c => c.dataset.weight)")
+
+
+def test_translation_and_heatmap_appear(page, server):
+    page.fill("#source", SOURCE)
+    page.click("#run")
+    page.wait_for_selector("#result:not([hidden])")
+    expected = attention_from_api(server, SOURCE)
+    assert page.text_content("#translation") == expected["translation"]
+    rows = page.eval_on_selector_all("#heatmap text.row-label", "t => t.map(x => x.textContent)")
+    cols = page.eval_on_selector_all("#heatmap text.col-label", "t => t.map(x => x.textContent)")
+    assert rows == expected["target_tokens"] and cols == expected["source_tokens"]
+    assert len(heatmap_weights(page)) == len(rows) * len(cols)
+    assert page.locator("#alignment line.link").count() == len(rows)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "attention-viewer.png"), full_page=True)
+
+
+def test_switching_layer_head_and_average_changes_the_heatmap(page):
+    page.fill("#source", SOURCE)
+    page.click("#run")
+    page.wait_for_selector("#result:not([hidden])")
+    page.select_option("#layer", "0")
+    page.select_option("#head", "0")
+    first = heatmap_weights(page)
+    page.select_option("#layer", "1")
+    second_layer = heatmap_weights(page)
+    assert second_layer != first
+    page.select_option("#head", "2")
+    assert heatmap_weights(page) != second_layer
+    page.check("#average")
+    assert page.is_disabled("#head") and heatmap_weights(page) != second_layer
+    page.select_option("#view", "encoder_self")
+    n_source = page.locator("#heatmap text.col-label").count()
+    assert len(heatmap_weights(page)) == n_source * n_source
+
+
+def test_hover_shows_tokens_and_weight(page):
+    page.fill("#source", SOURCE)
+    page.click("#run")
+    page.wait_for_selector("#result:not([hidden])")
+    page.hover("#heatmap rect.cell >> nth=0")
+    tip = page.text_content("#tooltip")
+    assert "→" in tip and any(ch.isdigit() for ch in tip)
+
+
+def test_forced_decoding_and_svg_download(page):
+    page.fill("#source", SOURCE)
+    page.fill("#target", "Two dogs play in the snow.")
+    page.click("#run")
+    page.wait_for_selector("#result:not([hidden])")
+    assert page.text_content("#translation") == "Two dogs play in the snow."
+    with page.expect_download() as info:
+        page.click("#download")
+    path = Path(info.value.path())
+    svg = path.read_text()
+    assert svg.startswith("<svg") and svg.count('class="cell"') == len(heatmap_weights(page))
+    assert info.value.suggested_filename.endswith(".svg")
+
+
+def test_api_errors_are_shown_in_plain_words(page):
+    # a pair the server does not serve (as from a stale page): the API's message reaches the user
+    page.evaluate("""() => { const o = document.createElement('option'); o.value = 'fr-en'; o.textContent = 'fr → en';
+                             document.getElementById('pair').appendChild(o); }""")
+    page.select_option("#pair", "fr-en")
+    page.fill("#source", "Un chien court.")
+    page.click("#run")
+    page.wait_for_selector("#error:not([hidden])")
+    message = page.text_content("#error")
+    assert "no model for fr->en" in message and "de-en" in message
