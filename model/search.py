@@ -7,6 +7,7 @@ whole batch along. `beam_size=1` takes the greedy fast path.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +36,15 @@ class SearchOptions:
             raise ValueError("max_length must be >= 1")
         if self.min_length < 0 or self.no_repeat_ngram_size < 0:
             raise ValueError("min_length and no_repeat_ngram_size must be >= 0")
+
+
+class DeadlineExceeded(TimeoutError):
+    """The search passed its deadline (time.monotonic() value) and was abandoned."""
+
+
+def check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise DeadlineExceeded("search abandoned at its deadline")
 
 
 @dataclass
@@ -118,14 +128,18 @@ class Constraints:
 
 
 @torch.no_grad()
-def generate(model: Transformer, src: torch.Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
-    """src (B, S) right-padded token ids -> per sentence, the n-best hypotheses sorted by score."""
+def generate(model: Transformer, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
+    """src (B, S) right-padded token ids -> per sentence, the n-best hypotheses sorted by score.
+
+    Every search ends by max_length; `deadline` (a time.monotonic() value) also bounds it in time:
+    past it, DeadlineExceeded is raised instead of finishing work nobody waits for.
+    """
     if options.beam_size == 1:
-        return [[h] for h in greedy_search(model, src, options)]
-    return beam_search(model, src, options)
+        return [[h] for h in greedy_search(model, src, options, deadline)]
+    return beam_search(model, src, options, deadline)
 
 
-def greedy_search(model: Transformer, src: torch.Tensor, options: SearchOptions) -> list[Hypothesis]:
+def greedy_search(model: Transformer, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[Hypothesis]:
     cfg = model.config
     B = src.size(0)
     device = src.device
@@ -139,6 +153,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, options: SearchOptions)
     results: list[Hypothesis | None] = [None] * B
     step = 0
     while rows.numel() > 0:
+        check_deadline(deadline)
         lp = state.log_probs(prefix)  # (N, V)
         lp = constraints.apply(lp, step, max_lens[rows] <= step + 1, prefix[:, 1:])
         token_lp, token = lp.max(dim=-1)  # (N,)
@@ -159,7 +174,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, options: SearchOptions)
     return results  # type: ignore[return-value]
 
 
-def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
+def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
     cfg = model.config
     B, K = src.size(0), options.beam_size
     device = src.device
@@ -177,6 +192,7 @@ def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions) -
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     step = 0
     while sentences.numel() > 0:
+        check_deadline(deadline)
         Nb = sentences.numel()
         lp = state.log_probs(prefix)  # (Nb*K, V)
         V = lp.size(-1)

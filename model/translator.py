@@ -164,8 +164,12 @@ class Translator:
         use_cache: bool = True,
         max_batch_tokens: int = 6000,
         max_batch_size: int = 256,
+        deadline: float | None = None,
     ) -> list[TranslationResult]:
-        """Translate texts (any lengths, any order); results come back in input order."""
+        """Translate texts (any lengths, any order); results come back in input order.
+
+        deadline: a time.monotonic() value; past it the search raises search.DeadlineExceeded.
+        """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of texts; wrap a single string in a list")
         options = SearchOptions(
@@ -187,7 +191,7 @@ class Translator:
         for batch in self._length_batches(lengths, max_batch_tokens, max_batch_size):
             indices = [todo[b] for b in batch]
             src = self._pad([sources[i] for i in indices])
-            nbest = generate(self.model, src, options)
+            nbest = generate(self.model, src, options, deadline)
             attention = (
                 self._attention(src, [h[0].tokens for h in nbest], attention_include) if return_attention else [None] * len(indices)
             )

@@ -35,10 +35,35 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse_settings(argv)
     try:
         discover(settings.models_dir)  # fail at once on a wrong path rather than serve 503 forever
-    except FileNotFoundError as exc:
+        settings.keys()
+    except (FileNotFoundError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    server: uvicorn.Server | None = None
+
+    def stop_server() -> None:
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(settings, on_load_failure=stop_server)
+    state = app.state.service
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            # SIGTERM/SIGINT: readiness turns 503 at once; uvicorn stops accepting connections and
+            # lets in-flight requests finish (up to graceful_shutdown_s) before the lifespan ends
+            state.ready = False
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level="info",
+        timeout_graceful_shutdown=settings.graceful_shutdown_s or None,
+    )
+    server = Server(config)
+    server.run()
+    if state.load_error:
+        print(f"error: model loading failed: {state.load_error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from contextlib import asynccontextmanager
+from typing import Callable
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from .batcher import Batcher
 from .errors import install_handlers
+from .middleware import BodySizeLimit, MetricsMiddleware
 from .models import load_models
 from .routers import health, libretranslate, translate, ui
 from .settings import Settings
@@ -18,7 +20,7 @@ from .state import ServiceState
 log = logging.getLogger("service")
 
 
-async def load_and_start(state: ServiceState) -> None:
+async def load_and_start(state: ServiceState, on_load_failure: Callable[[], None] | None = None) -> None:
     """Load every model off the event loop, then start the batcher and turn ready."""
     s = state.settings
     try:
@@ -30,6 +32,8 @@ async def load_and_start(state: ServiceState) -> None:
     except Exception as exc:
         state.load_error = f"{type(exc).__name__}: {exc}"
         log.error("model loading failed: %s", state.load_error)
+        if on_load_failure:  # a server without its models should stop, not answer 503 forever
+            on_load_failure()
         return
     state.models = models
     for m in models.values():
@@ -40,13 +44,14 @@ async def load_and_start(state: ServiceState) -> None:
     log.info("ready: %s", ", ".join(sorted(models)))
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, on_load_failure: Callable[[], None] | None = None) -> FastAPI:
     state = ServiceState(settings or Settings())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        loading = asyncio.create_task(load_and_start(state))  # liveness answers while models load
+        loading = asyncio.create_task(load_and_start(state, on_load_failure))  # liveness answers while models load
         yield
+        state.ready = False
         loading.cancel()
         if state.batcher:
             await state.batcher.stop()
@@ -67,22 +72,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ui.router)
     ui.mount_viewer(app)
 
-    @app.middleware("http")
-    async def record_metrics(request: Request, call_next):
-        route = request.scope.get("route")
-        m = state.metrics
-        m.in_flight.inc()
-        started = time.perf_counter()
-        status = 500
-        try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            m.in_flight.dec()
-            route = request.scope.get("route")
-            endpoint = getattr(route, "path", "unmatched")
-            m.requests.labels(endpoint=endpoint, status=str(status)).inc()
-            m.latency.labels(endpoint=endpoint).observe(time.perf_counter() - started)
-
+    # the last added is the outermost: CORS, then metrics (sees every status), then the body limit
+    app.add_middleware(BodySizeLimit, max_bytes=state.settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    if state.settings.origins():
+        app.add_middleware(
+            CORSMiddleware, allow_origins=state.settings.origins(), allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "x-request-timeout"],
+        )
     return app

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from model.search import DeadlineExceeded
 from model.translator import TranslationResult
 
 from .errors import overloaded
@@ -44,6 +45,7 @@ class Job:
     token_counts: list[int]
     options: DecodeOptions
     future: asyncio.Future
+    deadline: float  # time.monotonic() after which nobody waits for the result
     enqueued_at: float = field(default_factory=time.perf_counter)
 
     @property
@@ -84,11 +86,13 @@ class Batcher:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
 
-    async def translate(self, model_id: str, texts: list[str], token_counts: list[int], options: DecodeOptions) -> list[TranslationResult]:
-        """Queue texts; resolve with their results in order. Raises the 503 error when the queue is full."""
+    async def translate(self, model_id: str, texts: list[str], token_counts: list[int], options: DecodeOptions, timeout: float) -> list[TranslationResult]:
+        """Queue texts; resolve with their results in order. Raises the 503 error when the queue is full.
+        Cancelling the caller cancels the job: if it has not started yet, it leaves its batch."""
         if self.queued_sentences + len(texts) > self.settings.max_queue_sentences:
             raise overloaded(self.settings.retry_after_s)
-        job = Job(model_id, texts, token_counts, options, asyncio.get_running_loop().create_future())
+        future = asyncio.get_running_loop().create_future()
+        job = Job(model_id, texts, token_counts, options, future, time.monotonic() + timeout)
         self.queued_sentences += len(texts)
         self.metrics.queue_depth.set(self.queued_sentences)
         self.queue.put_nowait(job)
@@ -108,10 +112,18 @@ class Batcher:
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
                     break
-                try:
-                    job = await asyncio.wait_for(self.queue.get(), remaining)
-                except asyncio.TimeoutError:
-                    break
+                # not asyncio.wait_for(queue.get()): on Python < 3.12 a get that completes as the timeout
+                # fires can lose its item. Cancel the getter, then take what it may still have returned.
+                getter = asyncio.ensure_future(self.queue.get())
+                done, _ = await asyncio.wait({getter}, timeout=remaining)
+                if not done:
+                    getter.cancel()
+                    try:
+                        job = await getter
+                    except asyncio.CancelledError:
+                        break
+                else:
+                    job = getter.result()
             else:
                 job = self.queue.get_nowait()
             jobs.append(job)
@@ -141,14 +153,21 @@ class Batcher:
                             job.future.set_exception(exc)
 
     async def _run_group(self, model_id: str, options: DecodeOptions, jobs: list[Job]) -> None:
+        deadline = max(j.deadline for j in jobs)  # the batch runs as long as someone still waits
         try:
-            results = await self._translate_batch(model_id, options, [t for j in jobs for t in j.texts], [n for j in jobs for n in j.token_counts])
+            results = await self._translate_batch(
+                model_id, options, [t for j in jobs for t in j.texts], [n for j in jobs for n in j.token_counts], deadline
+            )
+        except DeadlineExceeded:
+            raise
         except Exception:
             if len(jobs) == 1:
                 raise
             for job in jobs:  # isolate the failing input: each request alone
+                if job.future.done():
+                    continue
                 try:
-                    job_results = await self._translate_batch(model_id, options, job.texts, job.token_counts)
+                    job_results = await self._translate_batch(model_id, options, job.texts, job.token_counts, job.deadline)
                 except Exception as exc:
                     if not job.future.done():
                         job.future.set_exception(exc)
@@ -162,14 +181,16 @@ class Batcher:
                 job.future.set_result(results[start : start + len(job.texts)])
             start += len(job.texts)
 
-    async def _translate_batch(self, model_id: str, options: DecodeOptions, texts: list[str], token_counts: list[int]) -> list[TranslationResult]:
+    async def _translate_batch(
+        self, model_id: str, options: DecodeOptions, texts: list[str], token_counts: list[int], deadline: float
+    ) -> list[TranslationResult]:
         model = self.models[model_id]
         s = self.settings
         results = await self.run_on_device(
             model.translator.translate, texts,
             beam_size=options.beam_size, num_hypotheses=options.num_hypotheses, max_length=options.max_length,
             length_penalty=options.length_penalty, return_scores=options.return_scores,
-            max_batch_tokens=s.max_batch_tokens, max_batch_size=s.max_batch_sentences,
+            max_batch_tokens=s.max_batch_tokens, max_batch_size=s.max_batch_sentences, deadline=deadline,
         )
         self.batches_run += 1
         m = self.metrics

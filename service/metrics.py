@@ -22,6 +22,7 @@ class Metrics:
         self.source_tokens = Counter("nmt_source_tokens", "source tokens translated", ["model"], registry=r)
         self.generated_tokens = Counter("nmt_generated_tokens", "target tokens generated (best hypotheses)", ["model"], registry=r)
         self.model_load_seconds = Gauge("nmt_model_load_seconds", "time taken to load each model", ["model"], registry=r)
+        self.dropped = Counter("nmt_dropped_requests", "requests given up before their result (timeout or client disconnect)", ["reason"], registry=r)
         self.device_memory = Gauge("nmt_device_memory_bytes", "GPU memory allocated by torch", ["device"], registry=r)
 
     def update_device_memory(self) -> None:

@@ -17,7 +17,7 @@ class TranslateRequest(BaseModel):
     beam_size: int = Field(4, ge=1, description="1 = greedy")
     num_hypotheses: int = Field(1, ge=1, description="n-best size, at most beam_size")
     max_length: int | None = Field(None, ge=1, description="cap on generated tokens; default 1.5 x source + 10")
-    length_penalty: float = Field(1.0, ge=0.0, le=5.0)
+    length_penalty: float = Field(1.0, ge=0.0, le=5.0, allow_inf_nan=False)
     return_scores: bool = False
 
 

@@ -30,3 +30,22 @@ class Settings(BaseSettings):
     max_output_length: int = Field(512, ge=1, description="upper bound for max_length in a request")
     request_timeout_s: float = Field(30.0, gt=0, description="a request still waiting after this gets 504")
     retry_after_s: int = Field(1, ge=0, description="Retry-After header sent with 503")
+    max_body_bytes: int = Field(1_000_000, ge=1, description="request bodies larger than this get 413")
+    graceful_shutdown_s: float = Field(30.0, ge=0, description="on SIGTERM, how long in-flight requests may take to finish")
+
+    # access control
+    api_keys: str = Field("", description="comma-separated API keys; empty = no authentication")
+    api_keys_file: str = Field("", description="file with one API key per line (keeps keys out of the process list)")
+    metrics_token: str = Field("", description="if set, /metrics needs 'Authorization: Bearer <token>'")
+    rate_limit_per_minute: int = Field(0, ge=0, description="requests per minute per API key (or client address without keys); 0 = off")
+    cors_origins: str = Field("", description="comma-separated origins allowed by CORS; empty = none (closed)")
+
+    def keys(self) -> list[str]:
+        keys = [k.strip() for k in self.api_keys.split(",") if k.strip()]
+        if self.api_keys_file:
+            with open(self.api_keys_file, encoding="utf-8") as f:
+                keys += [line.strip() for line in f if line.strip() and not line.startswith("#")]
+        return keys
+
+    def origins(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 
@@ -10,6 +11,9 @@ from .errors import bad_request, not_ready, too_large
 from .metrics import Metrics
 from .models import LoadedModel
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .security import KeyChecker, RateLimiter
 
 
 @dataclass
@@ -20,6 +24,14 @@ class ServiceState:
     batcher: Batcher | None = None
     ready: bool = False
     load_error: str | None = None
+    keys: "KeyChecker" = None  # type: ignore[assignment]
+    rate_limiter: "RateLimiter" = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        from .security import KeyChecker, RateLimiter
+
+        self.keys = KeyChecker(self.settings.keys())
+        self.rate_limiter = RateLimiter(self.settings.rate_limit_per_minute)
 
     def require_ready(self) -> Batcher:
         if not self.ready or self.batcher is None:

@@ -5,6 +5,7 @@ import contextlib
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -90,12 +91,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(models_dir: Path, *extra_args: str, timeout: float = 60.0):
+def running_server(models_dir: Path, *extra_args: str, port: int | None = None, timeout: float = 60.0):
     """`python -m service` as a real process on a free loopback port; yields its base URL once ready."""
-    port = free_port()
+    port = port or free_port()
+    log = tempfile.TemporaryFile(mode="w+")  # not a pipe: nobody reads it, and a full pipe blocks the server
     proc = subprocess.Popen(
         [sys.executable, "-m", "service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu", *extra_args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -107,9 +109,11 @@ def running_server(models_dir: Path, *extra_args: str, timeout: float = 60.0):
                         break
             except OSError:
                 if proc.poll() is not None or time.time() > deadline:
-                    raise AssertionError(f"server did not become ready: {proc.stdout.read() if proc.poll() is not None else ''}")
+                    log.seek(0)
+                    raise AssertionError(f"server did not become ready: {log.read()[-2000:]}")
                 time.sleep(0.2)
         yield base
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+        log.close()

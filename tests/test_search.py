@@ -124,3 +124,18 @@ def test_options_are_validated():
         SearchOptions(beam_size=2, num_hypotheses=3)
     with pytest.raises(ValueError):
         SearchOptions(max_length=0)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_a_degenerate_model_is_bounded_by_the_deadline(beam_size):
+    import time
+
+    from model.search import DeadlineExceeded
+
+    model = random_model(seed=18, final_logits_bias=True, max_positions=1024)
+    model.logits_bias[3] = -1e4  # never says eos on its own
+    src = random_sources(4, 8, 64, seed=19)
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded):
+        generate(model, src, SearchOptions(beam_size=beam_size, max_length=1000), deadline=started + 0.2)
+    assert time.monotonic() - started < 2.0

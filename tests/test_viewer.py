@@ -130,3 +130,20 @@ def test_api_errors_are_shown_in_plain_words(page):
     page.wait_for_selector("#error:not([hidden])")
     message = page.text_content("#error")
     assert "no model for fr->en" in message and "de-en" in message
+
+
+def test_viewer_works_behind_an_api_key(browser, models_dir):
+    with running_server(models_dir, "--api-keys", "sesame") as base:
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(base + "/ui/")
+        page.wait_for_selector("#error:not([hidden])")
+        assert "API key" in page.text_content("#error")
+        page.fill("#apikey", "sesame")
+        page.dispatch_event("#apikey", "change")
+        page.wait_for_function("document.querySelectorAll('#pair option').length >= 2")
+        page.fill("#source", SOURCE)
+        page.click("#run")
+        page.wait_for_selector("#result:not([hidden])")
+        assert page.is_hidden("#error")
+        context.close()

@@ -7,6 +7,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import error_body
 from ..schemas import Health
+from ..security import require_metrics_token
 from ..state import ServiceState, get_state
 
 router = APIRouter(tags=["operations"])
@@ -37,7 +38,7 @@ async def ready(state: ServiceState = Depends(get_state)):
 
 
 @router.get(
-    "/metrics", response_class=Response,
+    "/metrics", response_class=Response, dependencies=[Depends(require_metrics_token)],
     responses={200: {"content": {"text/plain": {"example": "nmt_requests_total{endpoint=\"/v1/translate\",status=\"200\"} 42.0"}}}},
 )
 async def metrics(state: ServiceState = Depends(get_state)) -> Response:

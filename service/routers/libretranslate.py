@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends, Request
 from ..errors import APIError, bad_request
 from ..models import LANGUAGE_NAMES
 from ..schemas import Language, LibreTranslateRequest, LibreTranslateResponse
+from ..security import authorize
 from ..state import ServiceState, get_state
 from .translate import decode_options, translate_texts
 
@@ -42,6 +43,7 @@ async def read_body(request: Request) -> LibreTranslateRequest:
 )
 async def translate(request: Request, state: ServiceState = Depends(get_state)) -> LibreTranslateResponse:
     body = await read_body(request)
+    authorize(state, request, body.api_key)
     if body.source == "auto":
         raise bad_request("source 'auto' (language detection) is not supported; name the source language", "source")
     if body.format == "html":
@@ -49,7 +51,7 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)) 
     texts = [body.q] if isinstance(body.q, str) else body.q
     n = body.alternatives + 1
     options = decode_options(state, max(4, n), n, None)
-    _, _, results = await translate_texts(state, body.source, body.target, texts, options, "q")
+    _, _, results = await translate_texts(state, request, body.source, body.target, texts, options, "q")
     best = [r.hypotheses[0].text for r in results]
     alternatives = [[h.text for h in r.hypotheses[1:]] for r in results]
     if isinstance(body.q, str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 
 import torch
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from ..batcher import DecodeOptions
 from ..errors import APIError, bad_request, timed_out
@@ -12,9 +12,11 @@ from ..schemas import (
     AttentionRequest, AttentionResponse, Hypothesis, ModelInfo, ModelList, TranslateRequest, TranslateResponse,
     Translation, Usage,
 )
+from ..security import require_api_key
 from ..state import ServiceState, get_state
 
-router = APIRouter(prefix="/v1", tags=["translation"])
+router = APIRouter(prefix="/v1", tags=["translation"], dependencies=[Depends(require_api_key)])
+DEADLINE_HEADER = "x-request-timeout"
 
 
 def decode_options(state: ServiceState, beam_size: int, num_hypotheses: int, max_length: int | None,
@@ -29,28 +31,58 @@ def decode_options(state: ServiceState, beam_size: int, num_hypotheses: int, max
     return DecodeOptions(beam_size, num_hypotheses, max_length, length_penalty, return_scores)
 
 
-async def with_deadline(state: ServiceState, awaitable):
-    timeout = state.settings.request_timeout_s
+def request_timeout(state: ServiceState, request: Request) -> float:
+    """The request's deadline in seconds: the setting, or less when the X-Request-Timeout header asks."""
+    limit = state.settings.request_timeout_s
+    header = request.headers.get(DEADLINE_HEADER)
+    if header is None:
+        return limit
     try:
-        return await asyncio.wait_for(awaitable, timeout)
-    except asyncio.TimeoutError:
-        raise timed_out(timeout) from None
+        asked = float(header)
+    except ValueError:
+        asked = float("nan")
+    if not 0 < asked < float("inf"):
+        raise APIError(422, "validation_error", "X-Request-Timeout must be a positive number of seconds", DEADLINE_HEADER)
+    return min(asked, limit)
 
 
-async def translate_texts(state: ServiceState, source: str, target: str, texts: list[str], options: DecodeOptions, param: str):
+async def until_disconnected(request: Request) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(0.05)
+
+
+async def with_deadline(state: ServiceState, request: Request, timeout: float, awaitable):
+    """Await the work, but give up at the deadline (504) or when the client goes away; either way the
+    work is cancelled, so queued sentences of a gone request are dropped from their batch."""
+    work = asyncio.ensure_future(awaitable)
+    watcher = asyncio.ensure_future(until_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({work, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if work in done:
+        return work.result()
+    work.cancel()
+    reason = "disconnect" if watcher in done else "timeout"
+    state.metrics.dropped.labels(reason=reason).inc()
+    raise timed_out(timeout) if reason == "timeout" else APIError(499, "client_closed_request", "the client went away")
+
+
+async def translate_texts(state: ServiceState, request: Request, source: str, target: str, texts: list[str], options: DecodeOptions, param: str):
     """Shared by /v1/translate and the LibreTranslate route: validate, queue, await with a deadline."""
     batcher = state.require_ready()
     model = state.model_for(source, target)
     counts = state.check_texts(model, texts, param)
-    results = await with_deadline(state, batcher.translate(model.id, texts, counts, options))
+    timeout = request_timeout(state, request)
+    results = await with_deadline(state, request, timeout, batcher.translate(model.id, texts, counts, options, timeout))
     return model, counts, results
 
 
 @router.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True)
-async def translate(body: TranslateRequest, state: ServiceState = Depends(get_state)) -> TranslateResponse:
+async def translate(body: TranslateRequest, request: Request, state: ServiceState = Depends(get_state)) -> TranslateResponse:
     texts = [body.text] if isinstance(body.text, str) else body.text
     options = decode_options(state, body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
-    model, counts, results = await translate_texts(state, body.source, body.target, texts, options, "text")
+    model, counts, results = await translate_texts(state, request, body.source, body.target, texts, options, "text")
     translations = []
     for r in results:
         best = r.hypotheses[0]
@@ -80,7 +112,7 @@ def _indices(requested: list[int] | None, count: int, name: str) -> list[int]:
 
 
 @router.post("/attention", response_model=AttentionResponse, response_model_exclude_none=True)
-async def attention(body: AttentionRequest, state: ServiceState = Depends(get_state)) -> AttentionResponse:
+async def attention(body: AttentionRequest, request: Request, state: ServiceState = Depends(get_state)) -> AttentionResponse:
     batcher = state.require_ready()
     model = state.model_for(body.source, body.target)
     state.check_texts(model, [body.text])
@@ -102,7 +134,8 @@ async def attention(body: AttentionRequest, state: ServiceState = Depends(get_st
                                         return_attention=True, attention_include=include)
         return result.text, result.hypotheses[0].score, result.attention
 
-    text, score, maps = await with_deadline(state, batcher.run_on_device(work))
+    timeout = request_timeout(state, request)
+    text, score, maps = await with_deadline(state, request, timeout, batcher.run_on_device(work))
     cross_selected = maps.cross[layers][:, heads].mean(dim=(0, 1))  # (T, S)
     return AttentionResponse(
         model=model.id, source_tokens=maps.source_tokens, target_tokens=maps.target_tokens, translation=text,

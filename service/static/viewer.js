@@ -19,16 +19,18 @@ function clearError() {
 async function api(path, body) {
   let response;
   try {
-    response = await fetch(path, body === undefined ? {} : {
-      method: "POST", headers: {"content-type": "application/json"}, body: JSON.stringify(body),
-    });
+    const headers = {"content-type": "application/json"};
+    const key = $("apikey").value.trim();
+    if (key) headers.authorization = `Bearer ${key}`;
+    response = await fetch(path, body === undefined ? {headers} : {method: "POST", headers, body: JSON.stringify(body)});
   } catch (e) {
     throw new Error("The server cannot be reached. Is it running?");
   }
   let payload = null;
   try { payload = await response.json(); } catch (e) { /* not JSON */ }
   if (!response.ok) {
-    const message = payload && payload.error ? payload.error.message : `HTTP ${response.status}`;
+    let message = payload && payload.error ? payload.error.message : `HTTP ${response.status}`;
+    if (response.status === 401) message = "this server needs an API key: enter it in the API key field";
     throw new Error(message);
   }
   return payload;
@@ -45,6 +47,7 @@ async function loadModels() {
       option.textContent = `${m.source} → ${m.target}`;
       select.appendChild(option);
     }
+    clearError();
     if (!reply.models.length) showError("The server has no models loaded yet. Reload the page in a moment.");
   } catch (e) {
     showError(`Could not list the models: ${e.message}`);
@@ -195,6 +198,7 @@ function tooltip(event) {
 }
 
 $("query").addEventListener("submit", run);
+$("apikey").addEventListener("change", loadModels);
 for (const id of ["view", "layer", "head", "average"]) $(id).addEventListener("change", redraw);
 $("download").addEventListener("click", download);
 $("heatmap").addEventListener("mousemove", tooltip);

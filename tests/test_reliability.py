@@ -1,0 +1,459 @@
+"""Reliability and security: access control, limits, bad input, fuzzing, deadlines, dropped work,
+overload, soak, graceful shutdown and start-up faults. Loopback only, every loop bounded."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+
+from conftest import ROOT, free_port, running_server
+
+FAST = {"beam_size": 1, "max_length": 6}
+
+
+def make_client(models_dir: Path, **settings) -> TestClient:
+    values = dict(models_dir=str(models_dir), device="cpu", max_wait_ms=2.0)
+    values.update(settings)
+    return TestClient(create_app(Settings(**values)), raise_server_exceptions=False)
+
+
+def ready(client: TestClient) -> TestClient:
+    deadline = time.time() + 30
+    while client.get("/health/ready").status_code != 200:
+        assert time.time() < deadline, "not ready"
+        time.sleep(0.02)
+    return client
+
+
+def assert_error(response, status: int, type_: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"type", "message", "param"}
+    if type_:
+        assert error["type"] == type_
+    return error
+
+
+def post_json(url: str, body: dict, headers: dict | None = None, timeout: float = 60):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, json.loads(e.read() or b"{}")
+
+
+# ---------------------------------------------------------------------------------------- access control
+
+
+@pytest.fixture(scope="module")
+def secured(models_dir):
+    with make_client(models_dir, api_keys="key-one,key-two", metrics_token="scrape-me", rate_limit_per_minute=0) as c:
+        yield ready(c)
+
+
+def test_api_keys_are_required_where_it_matters(secured, caplog):
+    caplog.set_level(logging.DEBUG)
+    error = assert_error(secured.post("/v1/translate", json={"text": "Hallo", **FAST}), 401, "unauthorized")
+    assert "Bearer" in error["message"]
+    assert secured.post("/v1/translate", json={"text": "Hallo", **FAST}).headers["www-authenticate"] == "Bearer"
+    assert_error(secured.post("/v1/translate", json={"text": "Hallo", **FAST}, headers={"Authorization": "Bearer nope"}), 401)
+    assert secured.post("/v1/translate", json={"text": "Hallo", **FAST}, headers={"Authorization": "Bearer key-two"}).status_code == 200
+    assert_error(secured.post("/v1/attention", json={"text": "Hallo"}), 401)
+    assert_error(secured.get("/v1/models"), 401)
+    # LibreTranslate clients send the key in the body
+    assert_error(secured.post("/translate", json={"q": "Hallo", "source": "de", "target": "en"}), 401)
+    assert secured.post("/translate", json={"q": "Hallo", "source": "de", "target": "en", "api_key": "key-one"}).status_code == 200
+    # open: health, readiness, languages, the viewer page
+    for path in ("/health", "/health/ready", "/languages", "/ui/"):
+        assert secured.get(path).status_code == 200, path
+    # metrics behind their own token
+    assert_error(secured.get("/metrics"), 401)
+    assert secured.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).status_code == 200
+    assert "key-one" not in caplog.text and "key-two" not in caplog.text
+
+
+def test_rate_limit_per_key(models_dir):
+    with make_client(models_dir, api_keys="a,b", rate_limit_per_minute=3) as c:
+        ready(c)
+        as_a = {"Authorization": "Bearer a"}
+        for _ in range(3):
+            assert c.post("/v1/translate", json={"text": "Hallo", **FAST}, headers=as_a).status_code == 200
+        limited = c.post("/v1/translate", json={"text": "Hallo", **FAST}, headers=as_a)
+        assert_error(limited, 429, "rate_limited")
+        assert int(limited.headers["retry-after"]) >= 1
+        assert c.post("/v1/translate", json={"text": "Hallo", **FAST}, headers={"Authorization": "Bearer b"}).status_code == 200
+
+
+def test_cors_is_closed_by_default_and_opens_per_setting(models_dir, secured):
+    preflight = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST"}
+    assert "access-control-allow-origin" not in secured.options("/v1/translate", headers=preflight).headers
+    with make_client(models_dir, cors_origins="https://app.example") as c:
+        allowed = c.options("/v1/translate", headers=preflight)
+        assert allowed.headers["access-control-allow-origin"] == "https://app.example"
+        other = c.options("/v1/translate", headers={**preflight, "Origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
+
+
+# ---------------------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture(scope="module")
+def client(models_dir):
+    with make_client(models_dir, max_body_bytes=20_000, max_chars_per_text=500, max_tokens_per_text=60) as c:
+        yield ready(c)
+
+
+def test_huge_bodies_are_413(client):
+    huge = json.dumps({"text": "Hallo " * 10_000}).encode()
+    assert_error(client.post("/v1/translate", content=huge, headers={"content-type": "application/json"}), 413)
+
+    def chunks():  # no Content-Length: the limit is enforced while reading
+        for _ in range(100):
+            yield b" " * 1000
+
+    assert_error(client.post("/v1/translate", content=chunks(), headers={"content-type": "application/json"}), 413)
+
+
+BAD_BODIES = {
+    "deeply nested JSON": ("[" * 5000 + "]" * 5000).encode(),
+    "invalid UTF-8": b'{"text": "\xff\xfe\xfa"}',
+    "not JSON": b"text=Hallo",
+    "JSON null": b"null",
+    "a list instead of an object": b'["Hallo"]',
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_BODIES))
+def test_malformed_bodies_get_a_4xx_in_the_error_shape(client, name):
+    r = client.post("/v1/translate", content=BAD_BODIES[name], headers={"content-type": "application/json"})
+    assert 400 <= r.status_code < 500
+    assert_error(r, r.status_code)
+
+
+def test_wrong_content_type(client):
+    r = client.post("/v1/translate", content=b'{"text": "Hallo"}', headers={"content-type": "text/plain"})
+    assert 400 <= r.status_code < 500
+    assert_error(r, r.status_code)
+
+
+ODD_TEXTS = {
+    "control characters": "Ein\x00 Hund\x07 rennt\x1b.",
+    "only whitespace": " \t\n ",
+    "only emoji": "🐶🐱🦊",
+    "right-to-left": "كلب يجري في الحديقة",
+    "mixed direction": "Ein Hund שלום rennt.",
+    "zero-width characters": "Ein\u200b Hund\u200d rennt\ufeff.",
+}
+
+
+@pytest.mark.parametrize("name", list(ODD_TEXTS))
+def test_odd_texts_translate(client, name):
+    r = client.post("/v1/translate", json={"text": ODD_TEXTS[name], **FAST})
+    assert r.status_code == 200, r.text
+    if not ODD_TEXTS[name].strip():
+        assert r.json()["translations"][0]["text"] == ""
+
+
+def test_very_long_single_token_hits_a_limit(client):
+    assert_error(client.post("/v1/translate", json={"text": "x" * 499}), 413)  # 499 chars, far over 60 tokens
+    assert_error(client.post("/v1/translate", json={"text": "y" * 501}), 413)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("beam_size", 0), ("beam_size", -1), ("beam_size", 10**9), ("max_length", 0), ("max_length", 10**9),
+     ("num_hypotheses", 0), ("length_penalty", -1.0), ("length_penalty", 1e9)],
+)
+def test_out_of_range_options_are_422(client, field, value):
+    assert_error(client.post("/v1/translate", json={"text": "Hallo", field: value}), 422)
+
+
+@pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])
+def test_nan_and_infinite_penalties_are_422(client, literal):
+    body = b'{"text": "Hallo", "length_penalty": ' + literal + b"}"
+    assert_error(client.post("/v1/translate", content=body, headers={"content-type": "application/json"}), 422)
+
+
+def test_unknown_fields_rejected_by_v1_and_ignored_by_libretranslate(client):
+    assert_error(client.post("/v1/translate", json={"text": "Hallo", "temperature": 0.7}), 422)
+    r = client.post("/translate", json={"q": "Hallo", "source": "de", "target": "en", "temperature": 0.7})
+    assert r.status_code == 200
+
+
+def test_bad_deadline_header_is_422(client):
+    assert_error(client.post("/v1/translate", json={"text": "Hallo"}, headers={"X-Request-Timeout": "soon"}), 422)
+    assert_error(client.post("/v1/translate", json={"text": "Hallo"}, headers={"X-Request-Timeout": "-1"}), 422)
+
+
+def test_fuzz_the_api_from_its_openapi_schema(client):
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.core import NOT_SET
+
+    schema = schemathesis.openapi.from_dict(client.get("/openapi.json").json())
+    schema = schema.exclude(path_regex="^/metrics$")  # not JSON
+    failures = []
+
+    for operation in schema.get_all_operations():
+        op = operation.ok()
+
+        @settings(max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        def check(case):
+            body = {} if case.body is NOT_SET else {"json": case.body}
+            query = case.query if case.query is not NOT_SET else None
+            response = client.request(case.method, case.formatted_path, params=query, headers=dict(case.headers or {}), **body)
+            if response.status_code >= 500:
+                failures.append((case.method, case.formatted_path, case.body, response.status_code, response.text))
+            elif response.status_code >= 400:
+                error = response.json().get("error", {})
+                if set(error) != {"type", "message", "param"}:
+                    failures.append((case.method, case.formatted_path, case.body, response.status_code, response.text))
+
+        given(case=op.as_strategy())(check)()
+    assert not failures, failures[:3]
+
+
+# ---------------------------------------------------------------------------------------- deadlines and dropped work
+
+
+def test_deadline_header_gives_504_and_the_dropped_job_never_runs(models_dir, monkeypatch):
+    release, started = threading.Event(), threading.Event()
+    seen: list[list[str]] = []
+    with make_client(models_dir) as c:
+        ready(c)
+        translator = c.app.state.service.models["de-en"].translator
+        original = translator.translate
+
+        def blocking(texts, **kwargs):
+            seen.append(list(texts))
+            started.set()
+            release.wait(10)
+            return original(texts, **kwargs)
+
+        monkeypatch.setattr(translator, "translate", blocking)
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(c.post, "/v1/translate", json={"text": "Erster", **FAST})
+            assert started.wait(10)
+            second = c.post("/v1/translate", json={"text": "Zweiter", **FAST}, headers={"X-Request-Timeout": "0.2"})
+            assert_error(second, 504, "timeout")
+            release.set()
+            assert first.result().status_code == 200
+        time.sleep(0.2)
+        assert seen == [["Erster"]]  # the timed-out request's sentence was dropped, not translated for nobody
+        metrics = c.get("/metrics").text
+        assert 'nmt_dropped_requests_total{reason="timeout"} 1.0' in metrics
+
+
+def test_disconnected_client_work_is_dropped(models_dir, monkeypatch):
+    import uvicorn
+
+    release, started = threading.Event(), threading.Event()
+    seen: list[list[str]] = []
+    app = create_app(Settings(models_dir=str(models_dir), device="cpu", max_wait_ms=2.0))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 30
+        while True:
+            try:
+                if urllib.request.urlopen(base + "/health/ready", timeout=1).status == 200:
+                    break
+            except OSError:
+                assert time.time() < deadline
+                time.sleep(0.05)
+        translator = app.state.service.models["de-en"].translator
+        original = translator.translate
+
+        def blocking(texts, **kwargs):
+            seen.append(list(texts))
+            started.set()
+            release.wait(10)
+            return original(texts, **kwargs)
+
+        monkeypatch.setattr(translator, "translate", blocking)
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(post_json, base + "/v1/translate", {"text": "Erster", **FAST})
+            assert started.wait(10)
+            body = json.dumps({"text": "Verschwunden", **FAST}).encode()
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                time.sleep(0.3)  # queued behind the first request ... then the client goes away
+            time.sleep(0.5)
+            release.set()
+            assert first.result()[0] == 200
+        time.sleep(0.3)
+        assert seen == [["Erster"]]
+        with urllib.request.urlopen(base + "/metrics") as r:
+            assert 'nmt_dropped_requests_total{reason="disconnect"} 1.0' in r.read().decode()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_failing_model_fails_only_its_batch_and_oom_is_503(models_dir, monkeypatch):
+    with make_client(models_dir) as c:
+        ready(c)
+        translator = c.app.state.service.models["de-en"].translator
+        original = translator.translate
+
+        def out_of_memory(*args, **kwargs):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        monkeypatch.setattr(translator, "translate", out_of_memory)
+        error = assert_error(c.post("/v1/translate", json={"text": "Hallo", **FAST}), 503, "out_of_memory")
+        assert "GiB" not in error["message"] and "/" not in error["message"]
+        monkeypatch.setattr(translator, "translate", original)
+        assert c.post("/v1/translate", json={"text": "Hallo", **FAST}).status_code == 200
+
+
+# ---------------------------------------------------------------------------------------- load, soak, shutdown
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def server_pid(port: int) -> int:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "-m service" in line and f"--port {port}" in line:
+            return int(line.split()[0])
+    raise AssertionError("server process not found")
+
+
+def test_overload_refuses_fast_accepted_requests_complete_and_health_stays_responsive(models_dir):
+    slow = {"text": ["Ein Hund rennt über die Wiese."] * 4, "beam_size": 4, "max_length": 40}
+    with running_server(models_dir, "--max-queue-sentences", "16", "--max-batch-sentences", "8", "--retry-after-s", "2") as base:
+        health_latencies: list[float] = []
+        stop = threading.Event()
+
+        def probe_health():
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                    assert r.status == 200
+                health_latencies.append(time.perf_counter() - t0)
+                time.sleep(0.05)
+
+        prober = threading.Thread(target=probe_health)
+        prober.start()
+        started = time.perf_counter()
+        with ThreadPoolExecutor(24) as pool:
+            results = list(pool.map(lambda _: (time.perf_counter(), post_json(base + "/v1/translate", slow)), range(48)))
+        stop.set()
+        prober.join()
+        statuses = [r[1][0] for r in results]
+        assert set(statuses) <= {200, 503}
+        assert statuses.count(503) > 0 and statuses.count(200) > 0
+        for sent, (status, headers, body) in results:
+            if status == 503:
+                assert headers.get("retry-after") == "2" and body["error"]["type"] == "overloaded"
+            else:
+                assert len(body["translations"]) == 4  # every accepted request got its full answer
+        assert max(health_latencies) < 1.0, f"health took up to {max(health_latencies):.2f}s under load"
+        print(f"\noverload: {statuses.count(200)} served, {statuses.count(503)} refused in {time.perf_counter() - started:.1f}s; "
+              f"/health max {max(health_latencies) * 1000:.0f} ms over {len(health_latencies)} probes")
+
+
+def test_soak_resident_memory_levels_off(models_dir):
+    port = free_port()
+    with running_server(models_dir, port=port) as base:
+        pid = server_pid(port)
+        texts = ["Ein Hund rennt.", "Zwei Kinder spielen im Schnee.", "Eine Frau liest ein Buch.", "Hallo"]
+
+        def one(i):
+            status, _, _ = post_json(base + "/v1/translate", {"text": [texts[i % 4], texts[(i + 1) % 4]], "beam_size": 2, "max_length": 8})
+            return status
+
+        samples = []
+        with ThreadPoolExecutor(8) as pool:
+            for round_ in range(6):
+                statuses = list(pool.map(one, range(round_ * 400, (round_ + 1) * 400)))
+                assert statuses == [200] * 400
+                samples.append(rss_kb(pid))
+        growth_after_warmup = samples[-1] - samples[1]
+        print(f"\nsoak: 2400 requests, RSS MiB after each 400: {[round(s / 1024, 1) for s in samples]}")
+        assert growth_after_warmup < 15 * 1024, f"RSS grew {growth_after_warmup / 1024:.1f} MiB after warm-up"
+
+
+def test_graceful_shutdown_finishes_in_flight_requests(models_dir):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(base + "/health/ready", timeout=1).status == 200:
+                    break
+            except OSError:
+                assert time.time() < deadline
+                time.sleep(0.1)
+        slow = {"text": ["Ein Hund rennt über die Wiese."] * 32, "beam_size": 4, "max_length": 60}
+        with ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(post_json, base + "/v1/translate", slow)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            status, _, body = in_flight.result(timeout=60)
+        assert status == 200 and len(body["translations"]) == 32
+        # uvicorn ends by re-raising the SIGTERM it handled, after the graceful part is done
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+        with pytest.raises(OSError):
+            urllib.request.urlopen(base + "/health", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("damage", ["truncated weights", "mismatched tokenizer", "garbage config"])
+def test_broken_checkpoint_fails_start_up_naming_the_file(tmp_path, models_dir, damage):
+    bad = tmp_path / "models"
+    shutil.copytree(models_dir, bad)
+    target = bad / "en-de"
+    if damage == "truncated weights":
+        data = (target / "model.safetensors").read_bytes()
+        (target / "model.safetensors").write_bytes(data[: len(data) // 2])
+        expected = "model.safetensors"
+    elif damage == "mismatched tokenizer":
+        config = json.loads((target / "config.json").read_text())
+        config["model"]["src_vocab_size"] = config["model"]["tgt_vocab_size"] = 999
+        (target / "config.json").write_text(json.dumps(config))
+        expected = "spm.model"
+    else:
+        (target / "config.json").write_text("{oops")
+        expected = "config.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "service", "--port", str(free_port()), "--models-dir", str(bad), "--device", "cpu"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "model loading failed" in proc.stderr and expected in proc.stderr and "en-de" in proc.stderr
