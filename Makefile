@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 MODEL ?= checkpoints/de-en
 DATA ?= ../shared/data/multi30k
 
-.PHONY: setup serve test translate evaluate clean
+.PHONY: setup serve test translate evaluate bench clean
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,12 @@ translate: setup
 
 evaluate: setup
 	$(PY) -m model.evaluate --model $(MODEL) --src $(DATA)/test_2016_flickr.$(SRC).gz --ref $(DATA)/test_2016_flickr.$(TGT).gz
+
+# Benchmarks (not part of the tests): engines side by side, KV cache, the server under load.
+bench: setup
+	$(PY) -m pip install -q ctranslate2 transformers
+	$(PY) -m bench.engines --output bench/results-engines.md
+	$(PY) -m bench.server_load --output bench/results-server.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,86 @@
+"""Shared helpers for the benchmarks: inputs, timing, markdown tables, a Marian twin of a checkpoint."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("NMT_DATA", ROOT.parent / "shared" / "data" / "multi30k"))
+
+
+def test_sources(lang: str = "de", n: int | None = None) -> list[str]:
+    from model.data import read_lines
+
+    lines = read_lines(DATA / f"test_2016_flickr.{lang}.gz")
+    return lines[:n] if n else lines
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def timed(fn, repeat: int = 1):
+    """Best of `repeat` wall-clock runs: (seconds, result of the last run)."""
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    def fmt(v):
+        return f"{v:,.1f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def marian_twin(checkpoint: Path, out: Path, seed: int = 0) -> Path:
+    """A MarianMT directory with the architecture and tokenizer of `checkpoint` (post-norm, since Marian
+    has no pre-norm) and random weights: the same amount of work per token for every engine.
+
+    Random weights rarely say eos, so every engine decodes to the length cap: the benchmarks compare
+    speed on identical work, not translation quality."""
+    from transformers import MarianConfig, MarianMTModel
+
+    from model.marian import sentencepiece_vocab
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    m = config["model"]
+    spm_file = checkpoint / config["src_tokenizer"]
+    # OPUS-MT's id layout, which CTranslate2's converter relies on: </s>=0, <unk>=1, ..., <pad> last
+    pieces = [p for p in sentencepiece_vocab(spm_file) if p not in ("<pad>", "<unk>", "<s>", "</s>")]
+    vocab = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(pieces)}}
+    vocab["<pad>"] = len(vocab)
+    m = {**m, "pad_id": vocab["<pad>"], "eos_id": 0}
+    hf = MarianConfig(
+        vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=m["d_model"], encoder_layers=m["n_encoder_layers"],
+        decoder_layers=m["n_decoder_layers"], encoder_attention_heads=m["n_heads"], decoder_attention_heads=m["n_heads"],
+        encoder_ffn_dim=m["d_ff"], decoder_ffn_dim=m["d_ff"], max_position_embeddings=512, activation_function="relu",
+        pad_token_id=m["pad_id"], eos_token_id=m["eos_id"], decoder_start_token_id=m["pad_id"], forced_eos_token_id=m["eos_id"],
+        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True, bad_words_ids=[[m["pad_id"]]],
+    )
+    torch.manual_seed(seed)
+    model = MarianMTModel(hf).eval()
+    model.save_pretrained(out)
+    for name in ("source.spm", "target.spm"):
+        (out / name).write_bytes(spm_file.read_bytes())
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (out / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": False}))
+    return out

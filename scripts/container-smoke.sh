@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Build the Dockerfile with buildah (no Docker engine needed) and smoke-test the image for real:
+# start the server inside it, then check /health/ready, one /v1/translate and /metrics on loopback.
+#
+#   sudo scripts/container-smoke.sh            (root: buildah --isolation chroot)
+#
+# With no registry for base images, it makes a local one (Debian bookworm + python3) with debootstrap
+# from this machine's own apt mirror, and feeds the CPU torch wheel from the local pip wheel
+# directory (or PyPI's torch, if none) through docker/wheels/. Takes several minutes the first time
+# (debootstrap + pip); later runs reuse the base image and build cache. Not part of `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+IMAGE=${IMAGE:-localhost/nmt-serve:smoke}
+BASE=${BASE:-localhost/bookworm-python:latest}
+WORK=${WORK:-$PWD/.container}
+PORT=${PORT:-18080}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+t0=$(date +%s)
+say() { printf '[%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*"; }
+
+missing=""
+for tool in buildah debootstrap curl; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+if [ -n "$missing" ]; then
+  say "installing$missing"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
+mkdir -p "$WORK"
+
+if ! buildah inspect --type image "$BASE" >/dev/null 2>&1; then
+  mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1)
+  mirror=${mirror:-$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list)}
+  say "making base image $BASE with debootstrap (bookworm, python3)"
+  rm -rf "$WORK/rootfs"
+  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$WORK/rootfs" "$mirror" >"$WORK/debootstrap.log"
+  rm -rf "$WORK/rootfs/var/cache/apt/archives/"*.deb "$WORK/rootfs/var/lib/apt/lists/"*
+  ctr=$(buildah from scratch)
+  buildah copy --quiet "$ctr" "$WORK/rootfs" / >/dev/null
+  buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$ctr"
+  buildah commit --quiet "$ctr" "$BASE" >/dev/null
+  buildah rm "$ctr" >/dev/null
+fi
+
+wheel=$(ls /opt/wheels/torch-"$TORCH_VERSION"*cp311*x86_64.whl 2>/dev/null | head -n1 || true)
+rm -f docker/wheels/*.whl
+if [ -n "$wheel" ]; then cp "$wheel" docker/wheels/; say "torch from local wheel $(basename "$wheel")"; fi
+
+say "building $IMAGE"
+buildah bud --isolation chroot --layers --quiet \
+  --build-arg BASE_IMAGE="$BASE" --build-arg TORCH_VERSION="$TORCH_VERSION" --build-arg TORCH_INDEX_URL= \
+  -t "$IMAGE" . >"$WORK/build.log"
+rm -f docker/wheels/*.whl
+say "image built: $(buildah images --format '{{.Size}}' "$IMAGE" | head -n1)"
+
+ctr=$(buildah from "$IMAGE")
+cleanup() { [ -n "${server:-}" ] && kill "$server" 2>/dev/null; wait 2>/dev/null; buildah rm "$ctr" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+say "starting the server inside the image on 127.0.0.1:$PORT (user app)"
+buildah run --isolation chroot --user app --env NMT_PORT="$PORT" --env NMT_HOST=127.0.0.1 "$ctr" -- python3 -m service >"$WORK/server.log" 2>&1 &
+server=$!
+for _ in $(seq 1 180); do
+  curl -sf "http://127.0.0.1:$PORT/health/ready" >/dev/null && break
+  kill -0 "$server" 2>/dev/null || { cat "$WORK/server.log"; echo "server exited"; exit 1; }
+  sleep 1
+done
+say "GET /health/ready -> $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health/ready") $(curl -s "http://127.0.0.1:$PORT/health/ready")"
+reply=$(curl -sf "http://127.0.0.1:$PORT/v1/translate" -H 'content-type: application/json' \
+  -d '{"text": ["Ein Hund rennt über die Wiese.", "Zwei Kinder spielen im Schnee."], "source": "de", "target": "en"}')
+say "POST /v1/translate -> $reply"
+echo "$reply" | grep -q '"translations"'
+metrics=$(curl -sf "http://127.0.0.1:$PORT/metrics")
+say "GET /metrics -> $(echo "$metrics" | grep -c '^nmt_') nmt_ samples, e.g. $(echo "$metrics" | grep '^nmt_requests_total' | head -n1)"
+echo "$metrics" | grep -q 'nmt_requests_total{endpoint="/v1/translate",status="200"} 1.0'
+whoami_in=$(buildah run --isolation chroot --user app "$ctr" -- id -un)
+say "inside the image the server runs as: $whoami_in"
+say "container smoke test passed"
