@@ -10,7 +10,9 @@
 #   TORCH_VERSION    torch release to install (default 2.13.0)
 #   TORCH_INDEX_URL  where torch comes from: the CPU-only index by default (a much smaller image);
 #                    a CUDA index (e.g. .../whl/cu124) for GPU hosts; empty to use PyPI/local wheels only
-#   Local wheels put in docker/wheels/ are preferred (offline builds).
+#   Local wheels put in docker/wheels/ are preferred (offline builds). A CA bundle put at
+#   docker/certs/extra-ca.crt is trusted by pip during the build (networks with a TLS proxy); it does
+#   not reach the runtime image.
 
 ARG BASE_IMAGE=python:3.11-slim
 
@@ -21,16 +23,19 @@ ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-# torch first and alone: the largest layer, rebuilt only when its version or source changes
+COPY docker/certs/ /certs/
 COPY docker/wheels/ /wheels/
-RUN pip install --find-links /wheels ${TORCH_INDEX_URL:+--extra-index-url ${TORCH_INDEX_URL}} "torch==${TORCH_VERSION}"
+# torch first and alone: the largest layer, rebuilt only when its version or source changes
+RUN if [ -s /certs/extra-ca.crt ]; then export PIP_CERT=/certs/extra-ca.crt; fi \
+    && pip install --find-links /wheels ${TORCH_INDEX_URL:+--extra-index-url ${TORCH_INDEX_URL}} "torch==${TORCH_VERSION}"
 # then the other dependencies, from pyproject.toml alone (code changes do not invalidate this layer)
 COPY pyproject.toml README.md /src/
 RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('/src/pyproject.toml','rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+    && if [ -s /certs/extra-ca.crt ]; then export PIP_CERT=/certs/extra-ca.crt; fi \
     && pip install --find-links /wheels -r /tmp/requirements.txt
 COPY model/ /src/model/
 COPY service/ /src/service/
-RUN pip install --no-deps /src
+RUN pip install --no-deps --no-build-isolation /src || pip install --no-deps /src
 
 # ---------------------------------------------------------------------------- runtime stage
 FROM ${BASE_IMAGE}

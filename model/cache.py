@@ -56,11 +56,18 @@ class KVCache:
         """Called once per decoder call, after every layer appended its new positions."""
         self.length += steps
 
-    def reorder(self, indices: torch.Tensor) -> None:
-        """Row i of the cache becomes old row indices[i] (beam parents, or the rows still running)."""
+    def reorder(self, indices: torch.Tensor, *, cross: bool = True) -> None:
+        """Row i of the cache becomes old row indices[i] (beam parents, or the rows still running).
+
+        cross=False leaves the cross-attention keys/values and source mask as they are: right when every
+        row i and indices[i] hold the same source (beams of one sentence), and it saves copying them.
+        """
         indices = indices.to(self.src_mask.device)
-        self.cross_kv = [(k.index_select(0, indices), v.index_select(0, indices)) for k, v in self.cross_kv]
-        self.src_mask = self.src_mask.index_select(0, indices)
+        if cross:
+            self.cross_kv = [(k.index_select(0, indices), v.index_select(0, indices)) for k, v in self.cross_kv]
+            self.src_mask = self.src_mask.index_select(0, indices)
+        else:
+            assert indices.numel() == self.batch_size, "a reorder that changes the batch size must include cross"
         for buffers in (self.self_k, self.self_v):
             for i, old in enumerate(buffers):
                 new = old.new_empty(indices.numel(), self.n_heads, self.capacity, self.head_dim)

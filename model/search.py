@@ -75,10 +75,11 @@ class DecoderState:
             logits = self.model.decode(prefix, self.encoder_out).logits
         return torch.log_softmax(logits[:, -1].float(), dim=-1)
 
-    def reorder(self, indices: torch.Tensor) -> None:
+    def reorder(self, indices: torch.Tensor, *, same_sources: bool = False) -> None:
+        """Rows follow `indices`; same_sources: each row keeps its source (beam parents of one sentence)."""
         if self.cache is not None:
-            self.cache.reorder(indices)
-        else:
+            self.cache.reorder(indices, cross=not same_sources)
+        elif not same_sources:
             self.encoder_out = EncoderOutput(
                 self.encoder_out.states.index_select(0, indices),
                 self.encoder_out.src_mask.index_select(0, indices),
@@ -223,14 +224,21 @@ def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions, d
         ) | (max_lens[sentences] <= step)
         keep = (~done).nonzero().flatten()  # running sentences that go on
         if keep.numel() < Nb:
+            # finished sentences leave: drop their rows everywhere, source included
+            rows = (keep[:, None] * K + torch.arange(K, device=device)).view(-1)
+            if keep.numel() > 0:
+                state.reorder(rows)
             parent = parent.view(Nb, K)[keep].view(-1)
+            # parents renumbered into the rows that remain
+            parent = (torch.arange(keep.numel(), device=device)[:, None] * K + parent.view(-1, K) % K).view(-1)
+            prefix = prefix[rows]
             next_scores, next_token = next_scores[keep], next_token[keep]
             sentences = sentences[keep]
         if sentences.numel() == 0:
             break
         prefix = torch.cat([prefix[parent], next_token.view(-1, 1)], dim=1)
         beam_scores = next_scores
-        state.reorder(parent)
+        state.reorder(parent, same_sources=True)  # beams stay within their sentence: no source copy
 
     results = []
     for hyps in finished:

@@ -44,11 +44,16 @@ wheel=$(ls /opt/wheels/torch-"$TORCH_VERSION"*cp311*x86_64.whl 2>/dev/null | hea
 rm -f docker/wheels/*.whl
 if [ -n "$wheel" ]; then cp "$wheel" docker/wheels/; say "torch from local wheel $(basename "$wheel")"; fi
 
+# behind a TLS-intercepting proxy pip inside the build needs this machine's CA bundle
+ca_bundle=${EXTRA_CA:-/etc/ssl/certs/ca-certificates.crt}
+rm -f docker/certs/extra-ca.crt
+[ -s "$ca_bundle" ] && cp "$ca_bundle" docker/certs/extra-ca.crt
+
 say "building $IMAGE"
 buildah bud --isolation chroot --layers --quiet \
   --build-arg BASE_IMAGE="$BASE" --build-arg TORCH_VERSION="$TORCH_VERSION" --build-arg TORCH_INDEX_URL= \
   -t "$IMAGE" . >"$WORK/build.log"
-rm -f docker/wheels/*.whl
+rm -f docker/wheels/*.whl docker/certs/extra-ca.crt
 say "image built: $(buildah images --format '{{.Size}}' "$IMAGE" | head -n1)"
 
 ctr=$(buildah from "$IMAGE")
