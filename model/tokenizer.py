@@ -49,7 +49,7 @@ class Tokenizer:
             raise TokenizerMismatch(
                 f"{side} tokenizer {self.model_file.name} has {self.vocab_size} pieces, model expects {vocab_size}"
             )
-        for name in ("pad_id", "unk_id", "eos_id"):
+        for name in ("pad_id", "unk_id", "bos_id", "eos_id"):
             ours, theirs = getattr(self, name), getattr(config, name)
             if ours != theirs:
                 raise TokenizerMismatch(f"{side} tokenizer {name}={ours} but model config {name}={theirs}")

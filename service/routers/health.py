@@ -33,7 +33,8 @@ async def health(state: ServiceState = Depends(get_state)) -> Health:
 async def ready(state: ServiceState = Depends(get_state)):
     if state.ready:
         return Health(status="ready", models=sorted(state.models))
-    message = f"model loading failed: {state.load_error}" if state.load_error else "models are still loading"
+    # the cause (with file names) is in the server log, not in a public response
+    message = "model loading failed; see the server log" if state.load_error else "models are still loading"
     return JSONResponse(error_body("not_ready", message), 503, headers={"Retry-After": "1"})
 
 
