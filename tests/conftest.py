@@ -90,6 +90,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_ready(base: str, timeout: float = 60.0, alive=lambda: True) -> None:
+    """Poll base/health/ready until it answers 200; fail after `timeout` or once alive() is false."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if not alive() or time.time() > deadline:
+            raise AssertionError(f"{base} did not become ready")
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def running_server(models_dir: Path, *extra_args: str, port: int | None = None, timeout: float = 60.0):
     """`python -m service` as a real process on a free loopback port; yields its base URL once ready."""
@@ -101,17 +116,11 @@ def running_server(models_dir: Path, *extra_args: str, port: int | None = None, 
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    log.seek(0)
-                    raise AssertionError(f"server did not become ready: {log.read()[-2000:]}")
-                time.sleep(0.2)
+        try:
+            wait_until_ready(base, timeout, alive=lambda: proc.poll() is None)
+        except AssertionError:
+            log.seek(0)
+            raise AssertionError(f"server did not become ready: {log.read()[-2000:]}") from None
         yield base
     finally:
         proc.terminate()

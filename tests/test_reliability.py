@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.settings import Settings
 
-from conftest import ROOT, free_port, running_server
+from conftest import ROOT, free_port, running_server, wait_until_ready
 
 FAST = {"beam_size": 1, "max_length": 6}
 
@@ -235,30 +235,36 @@ def test_fuzz_the_api_from_its_openapi_schema(client):
 # ---------------------------------------------------------------------------------------- deadlines and dropped work
 
 
-def test_deadline_header_gives_504_and_the_dropped_job_never_runs(models_dir, monkeypatch):
-    release, started = threading.Event(), threading.Event()
-    seen: list[list[str]] = []
-    with make_client(models_dir) as c:
-        ready(c)
-        translator = c.app.state.service.models["de-en"].translator
+class BlockedWorker:
+    """Makes a translator's translate() wait for `release` and records the texts it was given."""
+
+    def __init__(self, monkeypatch, translator):
+        self.started, self.release = threading.Event(), threading.Event()
+        self.seen: list[list[str]] = []
         original = translator.translate
 
         def blocking(texts, **kwargs):
-            seen.append(list(texts))
-            started.set()
-            release.wait(10)
+            self.seen.append(list(texts))
+            self.started.set()
+            self.release.wait(10)
             return original(texts, **kwargs)
 
         monkeypatch.setattr(translator, "translate", blocking)
+
+
+def test_deadline_header_gives_504_and_the_dropped_job_never_runs(models_dir, monkeypatch):
+    with make_client(models_dir) as c:
+        ready(c)
+        worker = BlockedWorker(monkeypatch, c.app.state.service.models["de-en"].translator)
         with ThreadPoolExecutor(2) as pool:
             first = pool.submit(c.post, "/v1/translate", json={"text": "Erster", **FAST})
-            assert started.wait(10)
+            assert worker.started.wait(10)
             second = c.post("/v1/translate", json={"text": "Zweiter", **FAST}, headers={"X-Request-Timeout": "0.2"})
             assert_error(second, 504, "timeout")
-            release.set()
+            worker.release.set()
             assert first.result().status_code == 200
         time.sleep(0.2)
-        assert seen == [["Erster"]]  # the timed-out request's sentence was dropped, not translated for nobody
+        assert worker.seen == [["Erster"]]  # the timed-out request's sentence was dropped, not translated for nobody
         metrics = c.get("/metrics").text
         assert 'nmt_dropped_requests_total{reason="timeout"} 1.0' in metrics
 
@@ -266,8 +272,6 @@ def test_deadline_header_gives_504_and_the_dropped_job_never_runs(models_dir, mo
 def test_disconnected_client_work_is_dropped(models_dir, monkeypatch):
     import uvicorn
 
-    release, started = threading.Event(), threading.Event()
-    seen: list[list[str]] = []
     app = create_app(Settings(models_dir=str(models_dir), device="cpu", max_wait_ms=2.0))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
@@ -275,37 +279,21 @@ def test_disconnected_client_work_is_dropped(models_dir, monkeypatch):
     thread.start()
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 30
-        while True:
-            try:
-                if urllib.request.urlopen(base + "/health/ready", timeout=1).status == 200:
-                    break
-            except OSError:
-                assert time.time() < deadline
-                time.sleep(0.05)
-        translator = app.state.service.models["de-en"].translator
-        original = translator.translate
-
-        def blocking(texts, **kwargs):
-            seen.append(list(texts))
-            started.set()
-            release.wait(10)
-            return original(texts, **kwargs)
-
-        monkeypatch.setattr(translator, "translate", blocking)
+        wait_until_ready(base, 30)
+        worker = BlockedWorker(monkeypatch, app.state.service.models["de-en"].translator)
         with ThreadPoolExecutor(1) as pool:
             first = pool.submit(post_json, base + "/v1/translate", {"text": "Erster", **FAST})
-            assert started.wait(10)
+            assert worker.started.wait(10)
             body = json.dumps({"text": "Verschwunden", **FAST}).encode()
             with socket.create_connection(("127.0.0.1", port)) as s:
                 s.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                           + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
                 time.sleep(0.3)  # queued behind the first request ... then the client goes away
             time.sleep(0.5)
-            release.set()
+            worker.release.set()
             assert first.result()[0] == 200
         time.sleep(0.3)
-        assert seen == [["Erster"]]
+        assert worker.seen == [["Erster"]]
         with urllib.request.urlopen(base + "/metrics") as r:
             assert 'nmt_dropped_requests_total{reason="disconnect"} 1.0' in r.read().decode()
     finally:
@@ -410,14 +398,7 @@ def test_graceful_shutdown_finishes_in_flight_requests(models_dir):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(base + "/health/ready", timeout=1).status == 200:
-                    break
-            except OSError:
-                assert time.time() < deadline
-                time.sleep(0.1)
+        wait_until_ready(base, 60, alive=lambda: proc.poll() is None)
         slow = {"text": ["Ein Hund rennt über die Wiese."] * 32, "beam_size": 4, "max_length": 60}
         with ThreadPoolExecutor(1) as pool:
             in_flight = pool.submit(post_json, base + "/v1/translate", slow)
