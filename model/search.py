@@ -223,22 +223,17 @@ def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions, d
             [len(finished[s]) >= K for s in sentences.tolist()], dtype=torch.bool, device=device
         ) | (max_lens[sentences] <= step)
         keep = (~done).nonzero().flatten()  # running sentences that go on
-        if keep.numel() < Nb:
-            # finished sentences leave: drop their rows everywhere, source included
-            rows = (keep[:, None] * K + torch.arange(K, device=device)).view(-1)
-            if keep.numel() > 0:
-                state.reorder(rows)
+        sentences_left = keep.numel() < Nb
+        if sentences_left:
             parent = parent.view(Nb, K)[keep].view(-1)
-            # parents renumbered into the rows that remain
-            parent = (torch.arange(keep.numel(), device=device)[:, None] * K + parent.view(-1, K) % K).view(-1)
-            prefix = prefix[rows]
             next_scores, next_token = next_scores[keep], next_token[keep]
             sentences = sentences[keep]
         if sentences.numel() == 0:
             break
         prefix = torch.cat([prefix[parent], next_token.view(-1, 1)], dim=1)
         beam_scores = next_scores
-        state.reorder(parent, same_sources=True)  # beams stay within their sentence: no source copy
+        # beams stay within their sentence, so the source side is copied only when sentences leave
+        state.reorder(parent, same_sources=not sentences_left)
 
     results = []
     for hyps in finished:
