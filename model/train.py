@@ -179,6 +179,7 @@ class Trainer:
         self.batch_in_epoch = 0  # batches of the current epoch already trained on
         self.best: list[dict] = []  # [{"bleu", "step", "dir"}], best first
         self.train_seconds = 0.0  # accumulated over resumptions
+        self.train_threads = torch.get_num_threads()  # threads of the training run (an export may use others)
         self.load_data()
         self.resume()
 
@@ -228,6 +229,8 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         self.best = state["best"]
         self.train_seconds = state.get("train_seconds", 0.0)
+        if self.cfg.export_only and "train_threads" in state:
+            self.train_threads = state["train_threads"]
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
         say(f"resumed from step {self.step} (epoch {self.epoch + 1}, batch {self.batch_in_epoch})")
@@ -238,7 +241,7 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-            "best": self.best, "train_seconds": self.train_seconds,
+            "best": self.best, "train_seconds": self.train_seconds, "train_threads": self.train_threads,
             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
         }
         tmp = self.run_dir / "state.pt.tmp"
@@ -403,7 +406,8 @@ class Trainer:
         metadata = {
             "training": {
                 "steps": self.step, "epochs": self.epoch, "train_seconds": round(self.train_seconds),
-                "threads": torch.get_num_threads(), "averaged": [b["step"] for b in chosen] if final is averaged else [chosen[0]["step"]],
+                "threads": self.train_threads,
+                "averaged": sorted(b["step"] for b in chosen) if final is averaged else [chosen[0]["step"]],
                 "valid_bleu_greedy": round(max(bleu_avg, bleu_best), 2),
                 "config": dataclasses.asdict(cfg),
             }
