@@ -98,7 +98,6 @@ def engine_tables(threads: int, n_b1: int, n_b32: int, max_new: int) -> str:
             t_hf, out_hf = timed(lambda: run_hf(hf, ids, batch, beam, max_new, cfg.pad_id, cfg.eos_id))
             t_f32, out_f32 = timed(lambda: run_ct2(ct2["float32"], pieces, batch, beam, max_new, vocab))
             t_i8, out_i8 = timed(lambda: run_ct2(ct2["int8"], pieces, batch, beam, max_new, vocab))
-            tokens = sum(len(o) + 1 for o in out_ours)
             for engine, t, out in (("ours", t_ours, out_ours), ("Hugging Face generate", t_hf, out_hf),
                                    ("CTranslate2 float32", t_f32, out_f32), ("CTranslate2 int8", t_i8, out_i8)):
                 n_tok = sum(len(o) + 1 for o in out)

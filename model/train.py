@@ -17,13 +17,12 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import random
 import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import sacrebleu
@@ -33,7 +32,7 @@ from tqdm import tqdm
 
 from .checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint
 from .config import ModelConfig
-from .data import ParallelData, collate, read_parallel, token_batches, tokenize_parallel
+from .data import collate, read_parallel, token_batches, tokenize_parallel
 from .search import SearchOptions, generate
 from .tokenizer import Tokenizer, train_sentencepiece
 from .transformer import Transformer

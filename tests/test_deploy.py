@@ -1,5 +1,4 @@
 """The deployment files agree with the service: probes, ports and settings names are real."""
-from pathlib import Path
 
 import pytest
 

@@ -1,6 +1,5 @@
 """The shipped checkpoints load and translate test sentences sensibly (chrF against the references)."""
 import json
-from pathlib import Path
 
 import pytest
 import sacrebleu
