@@ -1,9 +1,14 @@
 """Key/value cache for incremental decoding.
 
-Per decoder layer it holds the self-attention keys/values of every generated position (preallocated,
-grown by doubling, so a step writes in place instead of concatenating) and the cross-attention
-keys/values of the source, computed once. Batch is dim 0 of every tensor: `reorder(indices)` follows
-beam search's choice of parents and also drops finished rows (pass the indices of the rows to keep).
+Self-attention keys/values of every decoder layer live in one preallocated buffer
+(B, n_layers, 2, H, capacity, D): a step writes its new position in place, and a beam reorder is a
+single index_select for all layers into a second buffer of the same size that is kept for the
+purpose (no allocation per step; the two buffers swap roles). Cross-attention keys/values of the
+source are computed once, as one (B, n_layers, 2, H, S, D) tensor.
+
+Batch is dim 0 of every tensor. `reorder(indices)` follows beam search's choice of parents and also
+drops finished rows (pass the indices of the rows to keep); dropping rows only narrows views of the
+buffers, it never reallocates them.
 """
 from __future__ import annotations
 
@@ -11,49 +16,51 @@ import torch
 
 
 class KVCache:
-    def __init__(
-        self,
-        cross_kv: list[tuple[torch.Tensor, torch.Tensor]],
-        src_mask: torch.Tensor,
-        initial_capacity: int = 32,
-    ):
-        assert cross_kv, "a cache needs at least one decoder layer"
-        k0 = cross_kv[0][0]
-        self.batch_size, self.n_heads, _, self.head_dim = k0.shape  # (B, H, S, D)
-        self.cross_kv = cross_kv  # per layer ((B, H, S, D), (B, H, S, D))
-        self.src_mask = src_mask  # (B, 1, 1, S) bool
-        self.capacity = max(1, initial_capacity)
-        shape = (self.batch_size, self.n_heads, self.capacity, self.head_dim)
-        self.self_k = [k0.new_empty(shape) for _ in cross_kv]  # per layer (B, H, capacity, D)
-        self.self_v = [k0.new_empty(shape) for _ in cross_kv]
+    def __init__(self, cross_kv: torch.Tensor, src_mask: torch.Tensor | None, capacity: int = 32):
+        """cross_kv (B, n_layers, 2, H, S, D); src_mask (B, 1, 1, S) bool, or None when nothing is padded
+        (attention then skips masking); capacity: decoder positions to preallocate (grows by doubling)."""
+        assert cross_kv.dim() == 6 and cross_kv.size(2) == 2, "cross_kv must be (B, n_layers, 2, H, S, D)"
+        self.batch_size, self.n_layers, _, self.n_heads, _, self.head_dim = cross_kv.shape
+        self.cross_kv = cross_kv
+        self.src_mask = src_mask
+        self.capacity = max(1, capacity)
+        self._self_kv = self._new_buffer(self.batch_size, self.capacity)  # (B, L, 2, H, capacity, D)
+        self._spare = self._new_buffer(self.batch_size, self.capacity)  # target of the next reorder
         self.length = 0  # positions already stored (the same for every layer)
 
+    def _new_buffer(self, batch: int, capacity: int) -> torch.Tensor:
+        return self.cross_kv.new_empty(batch, self.n_layers, 2, self.n_heads, capacity, self.head_dim)
+
     @property
-    def n_layers(self) -> int:
-        return len(self.cross_kv)
+    def self_kv(self) -> torch.Tensor:
+        """(B, n_layers, 2, H, capacity, D): the running rows of the self-attention buffer."""
+        return self._self_kv[: self.batch_size]
+
+    def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys and values of one layer, each (B, H, S, D)."""
+        kv = self.cross_kv[:, layer]
+        return kv[:, 0], kv[:, 1]
 
     def _grow(self, needed: int) -> None:
-        new_capacity = self.capacity
-        while new_capacity < needed:
-            new_capacity *= 2
-        for buffers in (self.self_k, self.self_v):
-            for i, old in enumerate(buffers):
-                new = old.new_empty(old.size(0), self.n_heads, new_capacity, self.head_dim)
-                new[:, :, : self.length] = old[:, :, : self.length]
-                buffers[i] = new
-        self.capacity = new_capacity
+        capacity = self.capacity
+        while capacity < needed:
+            capacity *= 2
+        grown = self._new_buffer(self._self_kv.size(0), capacity)
+        grown[..., : self.length, :] = self._self_kv[..., : self.length, :]
+        self._self_kv = grown
+        self._spare = self._new_buffer(self._spare.size(0), capacity)
+        self.capacity = capacity
 
-    def append_self_kv(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the new positions' k, v (B, H, T, D) of one layer; return all keys/values so far."""
-        end = self.length + k.size(2)
-        if end > self.capacity:
-            self._grow(end)
-        self.self_k[layer][:, :, self.length : end] = k
-        self.self_v[layer][:, :, self.length : end] = v
-        return self.self_k[layer][:, :, :end], self.self_v[layer][:, :, :end]
+    def append(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store one new position's keys/values kv (B, 2, H, D) of one layer; return all keys and values
+        so far, each (B, H, length + 1, D). Call advance() once every layer has appended."""
+        if self.length == self.capacity:
+            self._grow(self.length + 1)
+        buffer = self.self_kv[:, layer]  # (B, 2, H, capacity, D)
+        buffer[:, :, :, self.length] = kv
+        return buffer[:, 0, :, : self.length + 1], buffer[:, 1, :, : self.length + 1]
 
-    def advance(self, steps: int) -> None:
-        """Called once per decoder call, after every layer appended its new positions."""
+    def advance(self, steps: int = 1) -> None:
         self.length += steps
 
     def reorder(self, indices: torch.Tensor, *, cross: bool = True) -> None:
@@ -62,15 +69,19 @@ class KVCache:
         cross=False leaves the cross-attention keys/values and source mask as they are: right when every
         row i and indices[i] hold the same source (beams of one sentence), and it saves copying them.
         """
-        indices = indices.to(self.src_mask.device)
+        indices = indices.to(self.cross_kv.device)
+        n = indices.numel()
         if cross:
-            self.cross_kv = [(k.index_select(0, indices), v.index_select(0, indices)) for k, v in self.cross_kv]
-            self.src_mask = self.src_mask.index_select(0, indices)
+            self.cross_kv = self.cross_kv.index_select(0, indices)
+            if self.src_mask is not None:
+                self.src_mask = self.src_mask.index_select(0, indices)
         else:
-            assert indices.numel() == self.batch_size, "a reorder that changes the batch size must include cross"
-        for buffers in (self.self_k, self.self_v):
-            for i, old in enumerate(buffers):
-                new = old.new_empty(indices.numel(), self.n_heads, self.capacity, self.head_dim)
-                new[:, :, : self.length] = old[:, :, : self.length].index_select(0, indices)
-                buffers[i] = new
-        self.batch_size = indices.numel()
+            assert n == self.batch_size, "a reorder that changes the batch size must include cross"
+        if n > self._spare.size(0):  # more rows than ever before (the first beam expansion)
+            self._spare = self._new_buffer(n, self.capacity)
+        if self.length > 0:
+            torch.index_select(
+                self.self_kv[..., : self.length, :], 0, indices, out=self._spare[:n, ..., : self.length, :]
+            )
+        self._self_kv, self._spare = self._spare, self._self_kv
+        self.batch_size = n

@@ -62,18 +62,19 @@ def normalize(score: float, length: int, length_penalty: float) -> float:
 class DecoderState:
     """Next-token log-probabilities for a set of running prefixes, with or without a KV cache."""
 
-    def __init__(self, model: Transformer, encoder_out: EncoderOutput, use_cache: bool):
+    def __init__(self, model: Transformer, encoder_out: EncoderOutput, use_cache: bool, max_steps: int):
+        """max_steps: the most tokens any row may generate (the cache is preallocated for them)."""
         self.model = model
         self.encoder_out = encoder_out
-        self.cache = model.new_cache(encoder_out) if use_cache else None
+        self.cache = model.new_cache(encoder_out, capacity=max_steps) if use_cache else None
 
     def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
         """prefix (N, t) of decoder inputs -> log-probs (N, V) of the token after it (float32)."""
         if self.cache is not None:
-            logits = self.model.decode(prefix[:, -1:], None, self.cache).logits
+            logits = self.model.decode_step(prefix[:, -1], self.cache)
         else:
-            logits = self.model.decode(prefix, self.encoder_out).logits
-        return torch.log_softmax(logits[:, -1].float(), dim=-1)
+            logits = self.model.decode(prefix, self.encoder_out).logits[:, -1]
+        return torch.log_softmax(logits.float(), dim=-1)
 
     def reorder(self, indices: torch.Tensor, *, same_sources: bool = False) -> None:
         """Rows follow `indices`; same_sources: each row keeps its source (beam parents of one sentence)."""
@@ -99,18 +100,26 @@ def max_lengths_for(src: torch.Tensor, pad_id: int, options: SearchOptions, cap:
 class Constraints:
     """Masks applied to next-token log-probs: never pad/bos, min_length, max_length, no-repeat n-grams."""
 
-    def __init__(self, model: Transformer, options: SearchOptions):
+    def __init__(self, model: Transformer, options: SearchOptions, max_lens: torch.Tensor):
+        """max_lens (B,): the most tokens each sentence may generate."""
         cfg = model.config
         self.eos = cfg.eos_id
-        self.banned = sorted({i for i in (cfg.pad_id, cfg.bos_id, cfg.decoder_start_id) if 0 <= i and i != cfg.eos_id})
+        banned = sorted({i for i in (cfg.pad_id, cfg.bos_id, cfg.decoder_start_id) if 0 <= i and i != cfg.eos_id})
+        self.banned = torch.tensor(banned, dtype=torch.long, device=max_lens.device) if banned else None
         self.min_length = options.min_length
         self.ngram = options.no_repeat_ngram_size
+        self.max_lens = max_lens
+        self.shortest_cap = int(max_lens.min())  # before this step no row can be at its cap
 
-    def apply(self, lp: torch.Tensor, step: int, at_max: torch.Tensor, generated: torch.Tensor) -> torch.Tensor:
-        """lp (N, V); step = tokens generated so far; at_max (N,) bool rows that must end now;
-        generated (N, step) tokens so far."""
-        if self.banned:
-            lp[:, self.banned] = -math.inf
+    def at_max(self, rows: torch.Tensor, step: int) -> torch.Tensor | None:
+        """(N,) bool: which of the running rows (sentence indices) must end with this step; None: none."""
+        return self.max_lens[rows] <= step + 1 if step + 1 >= self.shortest_cap else None
+
+    def apply(self, lp: torch.Tensor, step: int, at_max: torch.Tensor | None, generated: torch.Tensor) -> torch.Tensor:
+        """lp (N, V); step = tokens generated so far; at_max (N,) bool rows that must end now (None: no
+        row); generated (N, step) tokens so far."""
+        if self.banned is not None:
+            lp.index_fill_(1, self.banned, -math.inf)
         if step < self.min_length:
             lp[:, self.eos] = -math.inf
         if self.ngram and step + 1 >= self.ngram:
@@ -121,7 +130,7 @@ class Constraints:
                 banned = [toks[i + n - 1] for i in range(step - n + 1) if tuple(toks[i : i + n - 1]) == tail]
                 if banned:
                     lp[r, banned] = -math.inf
-        if at_max.any():
+        if at_max is not None and at_max.any():
             eos_lp = lp[at_max, self.eos].clone()
             lp[at_max] = -math.inf
             lp[at_max, self.eos] = eos_lp
@@ -145,8 +154,8 @@ def greedy_search(model: Transformer, src: torch.Tensor, options: SearchOptions,
     B = src.size(0)
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
-    constraints = Constraints(model, options)
-    state = DecoderState(model, model.encode(src), options.use_cache)
+    constraints = Constraints(model, options, max_lens)
+    state = DecoderState(model, model.encode(src), options.use_cache, int(max_lens.max()))
 
     rows = torch.arange(B, device=device)  # sentence index of each running row
     prefix = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (N, 1 + step)
@@ -156,7 +165,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, options: SearchOptions,
     while rows.numel() > 0:
         check_deadline(deadline)
         lp = state.log_probs(prefix)  # (N, V)
-        lp = constraints.apply(lp, step, max_lens[rows] <= step + 1, prefix[:, 1:])
+        lp = constraints.apply(lp, step, constraints.at_max(rows, step), prefix[:, 1:])
         token_lp, token = lp.max(dim=-1)  # (N,)
         scores = scores + token_lp
         prefix = torch.cat([prefix, token[:, None]], dim=1)
@@ -180,9 +189,8 @@ def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions, d
     B, K = src.size(0), options.beam_size
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
-    constraints = Constraints(model, options)
-    encoder_out = model.encode(src)
-    state = DecoderState(model, encoder_out, options.use_cache)
+    constraints = Constraints(model, options, max_lens)
+    state = DecoderState(model, model.encode(src), options.use_cache, int(max_lens.max()))
     state.reorder(torch.arange(B, device=device).repeat_interleave(K))  # every sentence K times
 
     sentences = torch.arange(B, device=device)  # sentence index of each running sentence
@@ -197,9 +205,9 @@ def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions, d
         Nb = sentences.numel()
         lp = state.log_probs(prefix)  # (Nb*K, V)
         V = lp.size(-1)
-        at_max = (max_lens[sentences] <= step + 1).repeat_interleave(K)
-        lp = constraints.apply(lp, step, at_max, prefix[:, 1:])
-        candidates = (beam_scores[:, :, None] + lp.view(Nb, K, V)).view(Nb, K * V)
+        at_max = constraints.at_max(sentences, step)
+        lp = constraints.apply(lp, step, None if at_max is None else at_max.repeat_interleave(K), prefix[:, 1:])
+        candidates = lp.view(Nb, K, V).add_(beam_scores[:, :, None]).view(Nb, K * V)
         top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (Nb, 2K), best first
         top_beam, top_token = top_index // V, top_index % V
         step += 1

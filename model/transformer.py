@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from .cache import KVCache
 from .config import ModelConfig
+from .incremental import IncrementalDecoder, weights_key
 
 
 # ----------------------------------------------------------------------------------------------
@@ -167,11 +168,11 @@ class DecoderLayer(nn.Module):
         self.cross_block = Sublayer(config)
         self.ffn_block = Sublayer(config)
 
-    def forward(self, x, self_kv_fn, tgt_mask, cross_k, cross_v, src_mask, need_weights=False):
-        """self_kv_fn(h) -> (k, v) for self-attention: plain projection, or append-to-cache."""
+    def forward(self, x, tgt_mask, cross_k, cross_v, src_mask, need_weights=False):
+        """The whole target prefix at once (teacher forcing); incremental decoding is in incremental.py."""
 
         def self_attention(h):
-            k, v = self_kv_fn(h)
+            k, v = self.self_attn.project_kv(h)
             return self.self_attn.attend(h, k, v, tgt_mask, need_weights)
 
         def cross_attention(h):
@@ -230,6 +231,9 @@ class Transformer(nn.Module):
             self.register_buffer("logits_bias", torch.zeros(config.tgt_vocab_size))
         else:
             self.logits_bias = None
+        # precision of the Linear layers in incremental decoding: "none" or "int8" (CPU); see incremental.py
+        self.quantization = "none"
+        self._incremental: IncrementalDecoder | None = None  # fused weights, remade when the model changes
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -249,10 +253,10 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def embed(self, table: nn.Embedding, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+    def embed(self, table: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
         T = tokens.size(1)
-        assert start + T <= self.config.max_positions, f"sequence longer than max_positions={self.config.max_positions}"
-        x = table(tokens) * self.embed_scale + self.positions[start : start + T].to(table.weight.dtype)
+        assert T <= self.config.max_positions, f"sequence longer than max_positions={self.config.max_positions}"
+        x = table(tokens) * self.embed_scale + self.positions[:T].to(table.weight.dtype)
         return self.embed_dropout(x)
 
     def encode(self, src: torch.Tensor, need_weights: bool = False) -> EncoderOutput:
@@ -276,44 +280,48 @@ class Transformer(nn.Module):
         """Decoder inputs (B, T) -> next-token logits (B, T, V).
 
         Without a cache, tgt_in is the whole prefix and a causal mask applies. With a cache, tgt_in
-        holds only the newest token(s); their keys/values are appended to the cache and they attend to
-        every cached position, so no mask is needed for a single new token. The cache already holds
-        the cross-attention keys/values and source mask, so encoder_out may then be None.
+        holds the next T tokens, which are fed one at a time through decode_step (the cache already
+        holds the cross-attention keys/values and source mask, so encoder_out may then be None).
         """
-        start = cache.length if cache is not None else 0
+        if cache is not None:
+            if need_weights:
+                raise ValueError("attention weights come from the full-prefix path: call decode() without a cache")
+            return DecoderOutput(torch.stack([self.decode_step(tgt_in[:, t], cache) for t in range(tgt_in.size(1))], 1))
         T = tgt_in.size(1)
-        x = self.embed(self.tgt_embed, tgt_in, start)
-        if cache is None or T > 1:
-            tgt_mask = causal_mask(start + T, tgt_in.device)[:, :, start:, :]  # (1, 1, T, start+T)
-        else:
-            tgt_mask = None
+        x = self.embed(self.tgt_embed, tgt_in)
+        tgt_mask = causal_mask(T, tgt_in.device)  # (1, 1, T, T)
         self_attns = [] if need_weights else None
         cross_attns = [] if need_weights else None
-        src_mask = cache.src_mask if cache is not None else encoder_out.src_mask
-        for i, layer in enumerate(self.decoder_layers):
-            if cache is not None:
-                cross_k, cross_v = cache.cross_kv[i]
-
-                def self_kv(h, i=i, layer=layer):
-                    return cache.append_self_kv(i, *layer.self_attn.project_kv(h))
-            else:
-                cross_k, cross_v = layer.cross_attn.project_kv(encoder_out.states)
-                self_kv = layer.self_attn.project_kv
-            x, self_probs, cross_probs = layer(x, self_kv, tgt_mask, cross_k, cross_v, src_mask, need_weights)
+        for layer in self.decoder_layers:
+            cross_k, cross_v = layer.cross_attn.project_kv(encoder_out.states)
+            x, self_probs, cross_probs = layer(x, tgt_mask, cross_k, cross_v, encoder_out.src_mask, need_weights)
             if need_weights:
                 self_attns.append(self_probs)
                 cross_attns.append(cross_probs)
-        if cache is not None:
-            cache.advance(T)
         logits = self.output_proj(self.decoder_norm(x))
         if self.logits_bias is not None:
             logits = logits + self.logits_bias
         return DecoderOutput(logits, self_attns, cross_attns)
 
-    def new_cache(self, encoder_out: EncoderOutput, initial_capacity: int = 32) -> KVCache:
-        """A cache for incremental decoding of these sources: cross-attention keys/values computed once."""
-        cross_kv = [layer.cross_attn.project_kv(encoder_out.states) for layer in self.decoder_layers]
-        return KVCache(cross_kv, encoder_out.src_mask, initial_capacity)
+    def incremental_decoder(self) -> IncrementalDecoder:
+        """The fused-weight decoder for search, remade when a parameter, buffer or the quantization changed."""
+        current = self._incremental
+        if current is None or current.quantization != self.quantization or current.key != weights_key(self):
+            # plain tensors even when called under inference_mode, so they may be used outside it too
+            with torch.inference_mode(False), torch.no_grad():
+                self._incremental = IncrementalDecoder(self, self.quantization)
+        return self._incremental
+
+    def new_cache(self, encoder_out: EncoderOutput, capacity: int = 32) -> KVCache:
+        """A cache for incremental decoding of these sources: cross-attention keys/values computed once;
+        capacity: target positions to preallocate (it grows past them if needed)."""
+        return self.incremental_decoder().new_cache(encoder_out.states, encoder_out.src_mask, capacity)
+
+    @torch.no_grad()
+    def decode_step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """tokens (N,): the newest token of each row -> next-token logits (N, V); appends to the cache."""
+        assert not self.training, "incremental decoding is for inference: call model.eval() first"
+        return self.incremental_decoder().step(tokens, cache)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: (B, S), (B, T) -> logits (B, T, V)."""

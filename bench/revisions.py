@@ -1,0 +1,113 @@
+"""Before/after: the decoding speed of a git revision and of the working tree, side by side in one run.
+
+    python -m bench.revisions BASE [--threads N] [--sentences-b1 N] [--sentences-b32 N] [--rounds N]
+
+Each tree decodes the same German sentences (Multi30k test_2016_flickr) with the shipped de-en model in
+a fresh Python process of its own, for greedy and beam 4 at batch 1 and batch 32. The two trees take
+turns for `--rounds` rounds and the best time of each is kept, so drift in machine load hits both
+alike. Prints sentences/s, the speed ratio, and whether the outputs are token-for-token identical.
+The child process uses only the facade and search API that every revision since the engine core has
+(`Translator.load`, `encode_source`, `_pad`, `generate`, `SearchOptions`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from io import BytesIO
+from pathlib import Path
+
+from bench.common import ROOT, machine, table
+
+SETTINGS = [(1, 1), (1, 4), (32, 1), (32, 4)]  # (batch size, beam size)
+
+CHILD = r"""
+import json, sys, time
+import torch
+from model.search import SearchOptions, generate
+from model.translator import Translator
+from model.data import read_lines
+
+threads, data, checkpoint, n_b1, n_b32 = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+torch.set_num_threads(threads)
+translator = Translator.load(checkpoint, device="cpu", dtype="float32")
+lines = read_lines(data)
+results = {}
+for batch, beam in %s:
+    ids = [translator.encode_source(t) for t in lines[: n_b1 if batch == 1 else n_b32]]
+    chunks = [ids[i : i + batch] for i in range(0, len(ids), batch)]
+    generate(translator.model, translator._pad(chunks[0]), SearchOptions(beam_size=beam))  # warm-up
+    start = time.perf_counter()
+    outputs = []
+    for chunk in chunks:
+        outputs += [h[0].tokens for h in generate(translator.model, translator._pad(chunk), SearchOptions(beam_size=beam))]
+    results[f"{batch},{beam}"] = {"seconds": time.perf_counter() - start, "outputs": outputs}
+print(json.dumps(results))
+""" % (SETTINGS,)
+
+
+def export_revision(rev: str, into: Path) -> Path:
+    """The tracked files of `rev` (model/ is all the child needs), unpacked into a directory."""
+    archive = subprocess.run(["git", "archive", rev, "model"], cwd=ROOT, check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def run_tree(tree: Path, args) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    data = ROOT.parent / "shared" / "data" / "multi30k" / "test_2016_flickr.de.gz"
+    data = Path(os.environ.get("NMT_DATA", data.parent)) / data.name
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(args.threads), str(data), str(ROOT / "checkpoints" / "de-en"),
+         str(args.sentences_b1), str(args.sentences_b32)],
+        env=env, cwd=tree, check=True, capture_output=True, text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("base", help="git revision to compare the working tree with (e.g. HEAD~1, a tag, a hash)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sentences-b1", type=int, default=40)
+    parser.add_argument("--sentences-b32", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--output")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="bench-rev-") as tmp:
+        trees = {args.base: export_revision(args.base, Path(tmp)), "working tree": ROOT}
+        best: dict[str, dict] = {}
+        for round_ in range(args.rounds):
+            for name, tree in trees.items():
+                print(f"  round {round_ + 1}/{args.rounds}: {name}", file=sys.stderr)
+                for key, r in run_tree(tree, args).items():
+                    kept = best.setdefault(name, {})
+                    if key not in kept or r["seconds"] < kept[key]["seconds"]:
+                        kept[key] = r
+    rows = []
+    for batch, beam in SETTINGS:
+        key = f"{batch},{beam}"
+        before, after = best[args.base][key], best["working tree"][key]
+        n = len(before["outputs"])
+        same = sum(a == b for a, b in zip(before["outputs"], after["outputs"]))
+        rows.append([
+            f"{'greedy' if beam == 1 else f'beam {beam}'}, batch {batch}, {n} sentences",
+            n / before["seconds"], n / after["seconds"], before["seconds"] / after["seconds"],
+            "identical" if same == n else f"{same}/{n} identical",
+        ])
+    report = (f"Machine: {machine()}; {args.threads} thread(s); best of {args.rounds} alternating rounds.\n\n"
+              + table(["setting", f"{args.base} sentences/s", "working tree sentences/s", "speed-up", "outputs"], rows) + "\n")
+    print(report)
+    if args.output:
+        Path(args.output).write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
