@@ -27,9 +27,17 @@ class KVCache:
         self._self_kv = self._new_buffer(self.batch_size, self.capacity)  # (B, L, 2, H, capacity, D)
         self._spare = self._new_buffer(self.batch_size, self.capacity)  # target of the next reorder
         self.length = 0  # positions already stored (the same for every layer)
+        self._make_views()
 
     def _new_buffer(self, batch: int, capacity: int) -> torch.Tensor:
         return self.cross_kv.new_empty(batch, self.n_layers, 2, self.n_heads, capacity, self.head_dim)
+
+    def _make_views(self) -> None:
+        """Per-layer views of the running rows, made once per reorder rather than once per step and layer."""
+        rows = self._self_kv[: self.batch_size]
+        # select, not unbind: autograd forbids in-place writes to unbind's views outside no_grad
+        self._layer_kv = [rows.select(1, layer) for layer in range(self.n_layers)]  # per layer (B, 2, H, capacity, D)
+        self._cross = [kv.unbind(1) for kv in self.cross_kv.unbind(1)]  # per layer ((B, H, S, D), (B, H, S, D))
 
     @property
     def self_kv(self) -> torch.Tensor:
@@ -38,8 +46,7 @@ class KVCache:
 
     def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of one layer, each (B, H, S, D)."""
-        kv = self.cross_kv[:, layer]
-        return kv[:, 0], kv[:, 1]
+        return self._cross[layer]
 
     def _grow(self, needed: int) -> None:
         capacity = self.capacity
@@ -50,15 +57,16 @@ class KVCache:
         self._self_kv = grown
         self._spare = self._new_buffer(self._spare.size(0), capacity)
         self.capacity = capacity
+        self._make_views()
 
     def append(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store one new position's keys/values kv (B, 2, H, D) of one layer; return all keys and values
-        so far, each (B, H, length + 1, D). Call advance() once every layer has appended."""
+        """Store one new position's keys/values kv (B, 2, H, 1, D) of one layer; return all keys and
+        values so far, each (B, H, length + 1, D). Call advance() once every layer has appended."""
         if self.length == self.capacity:
             self._grow(self.length + 1)
-        buffer = self.self_kv[:, layer]  # (B, 2, H, capacity, D)
-        buffer[:, :, :, self.length] = kv
-        return buffer[:, 0, :, : self.length + 1], buffer[:, 1, :, : self.length + 1]
+        seen = self._layer_kv[layer].narrow(3, 0, self.length + 1)  # (B, 2, H, length + 1, D)
+        seen.narrow(3, self.length, 1).copy_(kv)
+        return seen.unbind(1)
 
     def advance(self, steps: int = 1) -> None:
         self.length += steps
@@ -85,3 +93,4 @@ class KVCache:
             )
         self._self_kv, self._spare = self._spare, self._self_kv
         self.batch_size = n
+        self._make_views()

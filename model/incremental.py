@@ -159,17 +159,17 @@ class IncrementalDecoder:
         for i, w in enumerate(self.layers):
             # self-attention over every cached position and the new one
             h = w.self_norm(x) if pre else x
-            qkv = w.self_qkv(h).view(N, 3, H, D)
+            qkv = w.self_qkv(h).view(N, 3, H, 1, D)
             k, v = cache.append(i, qkv[:, 1:])  # (N, H, t+1, D) each
-            a = F.scaled_dot_product_attention(qkv[:, 0, :, None], k, v)  # (N, H, 1, D)
-            x = x + w.self_out(a.reshape(N, C))
+            a = F.scaled_dot_product_attention(qkv[:, 0], k, v)  # (N, H, 1, D)
+            x = x + w.self_out(a.view(N, C))
             if not pre:
                 x = w.self_norm(x)
             # cross-attention over the source
             h = w.cross_norm(x) if pre else x
             ck, cv = cache.cross(i)  # (N, H, S, D) each
             a = F.scaled_dot_product_attention(w.cross_q(h).view(N, H, 1, D), ck, cv, attn_mask=cache.src_mask)
-            x = x + w.cross_out(a.reshape(N, C))
+            x = x + w.cross_out(a.view(N, C))
             if not pre:
                 x = w.cross_norm(x)
             # feed-forward
