@@ -62,18 +62,23 @@ def normalize(score: float, length: int, length_penalty: float) -> float:
 class DecoderState:
     """Next-token log-probabilities for a set of running prefixes, with or without a KV cache."""
 
-    def __init__(self, model: Transformer, encoder_out: EncoderOutput, use_cache: bool, max_steps: int):
-        """max_steps: the most tokens any row may generate (the cache is preallocated for them)."""
+    def __init__(self, model: Transformer, src: torch.Tensor, use_cache: bool, max_steps: int):
+        """src (B, S) right-padded ids; max_steps: the most tokens any row may generate (the cache is
+        preallocated for them). With the cache, the inference engine encodes and decodes; without it,
+        the nn.Module path recomputes the whole prefix each step (the reference)."""
         self.model = model
-        self.encoder_out = encoder_out
-        self.cache = model.new_cache(encoder_out, capacity=max_steps) if use_cache else None
-        # fetched once: checking that the fused weights are current is too slow to do every step
-        self.decoder = model.incremental_decoder() if use_cache else None
+        if use_cache:
+            self.engine = model.engine()  # fetched once: checking that it is current costs too much per step
+            self.cache = self.engine.new_cache(*self.engine.encode(src), capacity=max_steps)
+            self.encoder_out = None
+        else:
+            self.engine, self.cache = None, None
+            self.encoder_out = model.encode(src)
 
     def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
         """prefix (N, t) of decoder inputs -> log-probs (N, V) of the token after it (float32)."""
         if self.cache is not None:
-            logits = self.decoder.step(prefix[:, -1], self.cache)
+            logits = self.engine.step(prefix[:, -1], self.cache)
         else:
             logits = self.model.decode(prefix, self.encoder_out).logits[:, -1]
         return torch.log_softmax(logits.float(), dim=-1)
@@ -159,7 +164,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, options: SearchOptions,
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
     constraints = Constraints(model, options, max_lens)
-    state = DecoderState(model, model.encode(src), options.use_cache, int(max_lens.max()))
+    state = DecoderState(model, src, options.use_cache, int(max_lens.max()))
 
     rows = torch.arange(B, device=device)  # sentence index of each running row
     prefix = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (N, 1 + step)
@@ -195,7 +200,7 @@ def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions, d
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
     constraints = Constraints(model, options, max_lens)
-    state = DecoderState(model, model.encode(src), options.use_cache, int(max_lens.max()))
+    state = DecoderState(model, src, options.use_cache, int(max_lens.max()))
     state.reorder(torch.arange(B, device=device).repeat_interleave(K))  # every sentence K times
 
     sentences = torch.arange(B, device=device)  # sentence index of each running sentence

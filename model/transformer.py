@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from .cache import KVCache
 from .config import ModelConfig
-from .incremental import IncrementalDecoder, weights_key
+from .engine import Engine, weights_key
 
 
 # ----------------------------------------------------------------------------------------------
@@ -231,9 +231,9 @@ class Transformer(nn.Module):
             self.register_buffer("logits_bias", torch.zeros(config.tgt_vocab_size))
         else:
             self.logits_bias = None
-        # precision of the Linear layers in incremental decoding: "none" or "int8" (CPU); see incremental.py
+        # precision of the inference engine's Linear layers: "none" or "int8" (CPU only); see engine.py
         self.quantization = "none"
-        self._incremental: IncrementalDecoder | None = None  # fused weights, remade when the model changes
+        self._engine: Engine | None = None  # fused weights for search, remade when the model changes
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -303,25 +303,26 @@ class Transformer(nn.Module):
             logits = logits + self.logits_bias
         return DecoderOutput(logits, self_attns, cross_attns)
 
-    def incremental_decoder(self) -> IncrementalDecoder:
-        """The fused-weight decoder for search, remade when a parameter, buffer or the quantization changed."""
-        current = self._incremental
+    def engine(self) -> Engine:
+        """The fused-weight engine that search runs on, remade when a parameter, buffer or the
+        quantization changed (checking costs a pass over the parameters: fetch it once per search)."""
+        current = self._engine
         if current is None or current.quantization != self.quantization or current.key != weights_key(self):
             # plain tensors even when called under inference_mode, so they may be used outside it too
             with torch.inference_mode(False), torch.no_grad():
-                self._incremental = IncrementalDecoder(self, self.quantization)
-        return self._incremental
+                self._engine = Engine(self, self.quantization)
+        return self._engine
 
     def new_cache(self, encoder_out: EncoderOutput, capacity: int = 32) -> KVCache:
         """A cache for incremental decoding of these sources: cross-attention keys/values computed once;
         capacity: target positions to preallocate (it grows past them if needed)."""
-        return self.incremental_decoder().new_cache(encoder_out.states, encoder_out.src_mask, capacity)
+        return self.engine().new_cache(encoder_out.states, encoder_out.src_mask, capacity)
 
     @torch.no_grad()
     def decode_step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """tokens (N,): the newest token of each row -> next-token logits (N, V); appends to the cache."""
         assert not self.training, "incremental decoding is for inference: call model.eval() first"
-        return self.incremental_decoder().step(tokens, cache)
+        return self.engine().step(tokens, cache)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: (B, S), (B, T) -> logits (B, T, V)."""

@@ -22,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-repeat-ngram-size", type=int, default=0)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
     parser.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"], help="default: float32 on CPU, float16 on CUDA")
+    parser.add_argument("--quantization", default="none", choices=["none", "int8"],
+                        help="int8: quantized Linear layers, faster on CPU at a small BLEU cost (see the model card)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--progress", choices=["auto", "always", "never"], default="auto", help="progress bar on stderr (auto: when stdin is not a terminal)")
     return parser
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    translator = Translator.load(args.model, device=args.device, dtype=args.dtype)
+    translator = Translator.load(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization)
     lines = [line.rstrip("\n") for line in sys.stdin]
     show = args.progress == "always" or (args.progress == "auto" and not sys.stdin.isatty())
     # chunks of several batches: the translator sorts each chunk by length, the bar moves per chunk

@@ -28,7 +28,7 @@ async def load_and_start(state: ServiceState, on_load_failure: Callable[[], None
             import torch
 
             torch.set_num_threads(s.threads)
-        models = await asyncio.get_running_loop().run_in_executor(None, load_models, s.models_dir, s.device, s.dtype)
+        models = await asyncio.get_running_loop().run_in_executor(None, load_models, s.models_dir, s.device, s.dtype, s.quantization)
     except Exception as exc:
         state.load_error = f"{type(exc).__name__}: {exc}"
         log.error("model loading failed: %s", state.load_error)

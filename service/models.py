@@ -46,11 +46,11 @@ def discover(models_dir: str | Path) -> list[Path]:
     return found
 
 
-def load_models(models_dir: str | Path, device: str, dtype: str | None) -> dict[str, LoadedModel]:
+def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none") -> dict[str, LoadedModel]:
     models: dict[str, LoadedModel] = {}
     for path in discover(models_dir):
         t0 = time.perf_counter()
-        translator = Translator.load(path, device=device, dtype=dtype)
+        translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization)
         model_id = f"{translator.source_lang}-{translator.target_lang}"
         if model_id in models:
             raise ValueError(f"two checkpoints for {model_id}: {models[model_id].path} and {path}")

@@ -94,6 +94,7 @@ class ModelInfo(BaseModel):
     parameters: int
     device: str
     dtype: str
+    quantization: str = Field(description="none, or int8 (quantized Linear layers in search)")
     path: str
 
 

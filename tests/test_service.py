@@ -292,7 +292,16 @@ def test_libretranslate_languages(client):
 def test_models_endpoint(client):
     models = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
     assert set(models) == {"de-en", "en-de"}
-    assert models["de-en"]["parameters"] > 0 and models["de-en"]["device"] == "cpu" and models["de-en"]["dtype"] == "float32"
+    assert models["de-en"]["parameters"] > 0 and models["de-en"]["device"] == "cpu" and models["de-en"]["dtype"] == "float32" and models["de-en"]["quantization"] == "none"
+
+
+def test_int8_quantization_is_a_setting(models_dir):
+    with make_client(models_dir, quantization="int8") as c:
+        wait_ready(c)
+        models = {m["id"]: m for m in c.get("/v1/models").json()["models"]}
+        assert {m["quantization"] for m in models.values()} == {"int8"}
+        r = c.post("/v1/translate", json={"text": ["Ein Hund."], "source": "de", "target": "en", **FAST})
+        assert r.status_code == 200, r.text
 
 
 def test_metrics_change_as_requests_are_served(client):

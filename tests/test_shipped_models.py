@@ -48,3 +48,17 @@ def test_shipped_checkpoint_has_a_model_card_with_measured_scores(pair):
         assert f"{s['bleu']:.2f}" in card
     assert "BLEU signature" in card and "nrefs:1|case:mixed|eff:no|tok:13a" in card
     assert sum(f.stat().st_size for f in directory.iterdir()) < 30 * 1024 * 1024
+
+
+@pytest.mark.parametrize("pair, floor", [("de-en", 50.0), ("en-de", 45.0)])
+def test_shipped_checkpoint_in_int8_keeps_its_quality(pair, floor):
+    directory = ROOT / "checkpoints" / pair
+    source, target = pair.split("-")
+    sources, references = sample(source), sample(target)
+    full = Translator.load(directory, device="cpu")
+    int8 = Translator.load(directory, device="cpu", quantization="int8")
+    hypotheses = [r.text for r in int8.translate(sources, beam_size=4)]
+    chrf = sacrebleu.corpus_chrf(hypotheses, [references]).score
+    assert chrf >= floor, f"{pair} int8: chrF {chrf:.1f}\n" + "\n".join(hypotheses[:5])
+    same = sum(a == b.text for a, b in zip(hypotheses, full.translate(sources, beam_size=4)))
+    assert same >= len(sources) // 2, f"only {same}/{len(sources)} int8 outputs equal the float32 ones"

@@ -133,3 +133,62 @@ def test_attention_probabilities_are_normalized_and_causal():
         assert (probs.triu(diagonal=1) == 0).all()
     for probs in dec.cross_attention:  # padded source positions get no attention
         assert (probs.masked_select(~padding_mask(src, 0).expand_as(probs)) == 0).all()
+
+
+@pytest.mark.parametrize("overrides", SHAPES)
+@pytest.mark.parametrize("padded", [True, False])
+def test_engine_encoder_matches_the_module_encoder(overrides, padded):
+    model = random_model(seed=3, **overrides)
+    cfg = model.config
+    src = random_sources(4, 9, cfg.src_vocab_size, seed=4)
+    if not padded:  # every row full length: the engine then attends without a mask
+        src = torch.randint(4, cfg.src_vocab_size, (4, 9))
+    with torch.inference_mode():
+        reference = model.encode(src)
+        states, src_mask = model.engine().encode(src)
+    assert torch.equal(src_mask, reference.src_mask)
+    assert (states - reference.states).abs().max().item() <= 1e-5
+
+
+def test_engine_is_remade_when_weights_change_in_place():
+    model = random_model(seed=11)
+    src = random_sources(3, 7, model.config.src_vocab_size, seed=12)
+    opts = dict(beam_size=2, max_length=10)
+    engine = model.engine()
+    assert model.engine() is engine  # kept while nothing changes
+    before = generate(model, src, SearchOptions(**opts))
+    with torch.no_grad():  # as an optimizer step or load_state_dict changes weights
+        model.decoder_layers[0].self_attn.k_proj.weight.mul_(-4.0)
+        model.encoder_layers[0].ffn.fc1.bias.add_(1.0)
+    assert model.engine() is not engine
+    after = generate(model, src, SearchOptions(**opts))
+    reference = generate(model, src, SearchOptions(**opts, use_cache=False))
+    assert [h[0].tokens for h in after] == [h[0].tokens for h in reference]
+    assert [h[0].tokens for h in after] != [h[0].tokens for h in before]
+
+
+@pytest.mark.parametrize("overrides", SHAPES[:3])
+def test_int8_engine_stays_close_to_float(overrides):
+    model = random_model(seed=13, **overrides)
+    cfg = model.config
+    src = random_sources(4, 9, cfg.src_vocab_size, seed=14)
+    tokens = torch.randint(4, cfg.tgt_vocab_size, (4,))
+    with torch.inference_mode():
+        float_engine = model.engine()
+        model.quantization = "int8"
+        int8_engine = model.engine()
+        assert int8_engine is not float_engine and int8_engine.quantization == "int8"
+        logits = []
+        for engine in (float_engine, int8_engine):
+            cache = engine.new_cache(*engine.encode(src), capacity=4)
+            logits.append(engine.step(tokens, cache))
+    f, q = logits
+    assert not torch.equal(f, q)  # really quantized
+    assert (f - q).abs().max().item() <= 0.1 * f.abs().max().item()
+
+
+def test_quantization_is_validated():
+    model = random_model(seed=15)
+    model.quantization = "int4"
+    with pytest.raises(ValueError, match="quantization must be one of"):
+        model.engine()

@@ -200,3 +200,14 @@ def test_kv_cache_matches_recomputation_on_cuda():
         cache = model.new_cache(model.encode(src))
         inc = torch.cat([model.decode(tgt[:, t : t + 1], None, cache).logits for t in range(20)], 1)
     assert (full - inc).abs().max().item() <= 1e-4
+
+
+def test_int8_translator_translates_and_rejects_what_it_cannot_do(tiny_checkpoint):
+    translator = Translator.load(tiny_checkpoint, device="cpu", quantization="int8")
+    assert translator.quantization == "int8"
+    results = translator.translate(SENTENCES, beam_size=2, max_length=8, return_scores=True)
+    assert len(results) == len(SENTENCES) and all(r.hypotheses[0].score is not None for r in results)
+    with pytest.raises(ValueError, match="float32"):
+        Translator.load(tiny_checkpoint, device="cpu", dtype="bfloat16", quantization="int8")
+    with pytest.raises(ValueError, match="quantization must be one of"):
+        Translator.load(tiny_checkpoint, device="cpu", quantization="int4")

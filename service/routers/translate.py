@@ -151,12 +151,14 @@ async def attention(body: AttentionRequest, request: Request, state: ServiceStat
 @router.get(
     "/models", response_model=ModelList,
     responses={200: {"content": {"application/json": {"example": {"models": [
-        {"id": "de-en", "source": "de", "target": "en", "parameters": 7583744, "device": "cpu", "dtype": "float32", "path": "checkpoints/de-en"},
+        {"id": "de-en", "source": "de", "target": "en", "parameters": 7583744, "device": "cpu", "dtype": "float32", "quantization": "none",
+         "path": "checkpoints/de-en"},
     ]}}}}},
 )
 async def models(state: ServiceState = Depends(get_state)) -> ModelList:
     return ModelList(models=[
         ModelInfo(id=m.id, source=m.source, target=m.target, parameters=m.translator.num_parameters(),
-                  device=str(m.translator.device), dtype=str(m.translator.dtype).removeprefix("torch."), path=m.path)
+                  device=str(m.translator.device), dtype=str(m.translator.dtype).removeprefix("torch."),
+                  quantization=m.translator.quantization, path=m.path)
         for m in state.models.values()
     ])

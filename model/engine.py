@@ -1,0 +1,237 @@
+"""The inference engine that search runs on: the encoder, and the decoder one new token at a time.
+
+It computes what `Transformer.encode` and `Transformer.decode` compute (the tests hold it to that),
+with the per-call work cut down. At batch 1 a decoder step is a few hundred small tensor operations,
+so their number matters as much as their size:
+- q/k/v come from one matmul on a fused (3C, C) weight, and the cross-attention keys/values of every
+  decoder layer from one matmul over the source (done once per search);
+- embedding tables are pre-scaled by sqrt(d_model), and the logits bias is the output matmul's bias;
+- layers call tensor functions directly rather than through nn.Module calls and closures;
+- a step writes its new keys/values to the cache in one copy per layer, and attention needs no mask
+  for one new token (nor for a source in which no row is padded).
+The nn.Module path (`Transformer.encode/decode`) stays the reference: it trains, it returns attention
+probabilities, and `SearchOptions(use_cache=False)` decodes with it.
+
+The fused weights are copies, made on first use and remade whenever a parameter or buffer of the
+model changes (they are keyed on each tensor's storage and version counter), so a model that is
+trained between searches never decodes with stale weights.
+
+Linear layers may run in int8 (`quantization="int8"`, CPU only): weights quantized per output
+channel, activations quantized dynamically per call (fbgemm). It is an option with a measured BLEU
+cost (see the model cards and BENCHMARKS.md), never the default.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .cache import KVCache
+
+if TYPE_CHECKING:  # the Transformer imports this module
+    from .transformer import Transformer
+
+QUANTIZATIONS = ("none", "int8")
+
+
+class FloatLinear:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class Int8Linear:
+    """y = x W^T + b with W in int8 (one scale per output channel) and x quantized on the fly."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        if "fbgemm" not in torch.backends.quantized.supported_engines:
+            raise ValueError("int8 quantization needs PyTorch's fbgemm engine (x86 CPUs); it is not available here")
+        weight = weight.detach().float().cpu()
+        scale = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-8).double()
+        zero = torch.zeros(weight.size(0), dtype=torch.long)
+        with warnings.catch_warnings():
+            # quantized tensors are deprecated in favor of torchao; the fbgemm kernels are what we use
+            warnings.simplefilter("ignore")
+            qweight = torch.quantize_per_channel(weight, scale, zero, 0, torch.qint8)
+        b = bias.detach().float().cpu() if bias is not None else None
+        self.packed = torch.ops.quantized.linear_prepack(qweight, b)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # reduce_range: 7-bit activations, which fbgemm needs on CPUs without VNNI to avoid overflow
+        return torch.ops.quantized.linear_dynamic(x, self.packed, True)
+
+
+Linear = FloatLinear | Int8Linear
+
+
+@dataclass
+class Norm:
+    weight: torch.Tensor
+    bias: torch.Tensor
+    eps: float
+
+    @classmethod
+    def of(cls, module: nn.Module) -> "Norm | None":
+        return cls(module.weight, module.bias, module.eps) if isinstance(module, nn.LayerNorm) else None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
+
+
+@dataclass
+class FeedForwardWeights:
+    fc1: Linear
+    fc2: Linear
+    norm: Norm
+
+
+@dataclass
+class EncoderLayerWeights:
+    qkv: Linear  # (3C, C): q, k, v stacked
+    out: Linear
+    attn_norm: Norm
+    ffn: FeedForwardWeights
+
+
+@dataclass
+class DecoderLayerWeights:
+    self_qkv: Linear  # (3C, C): q, k, v stacked
+    self_out: Linear
+    self_norm: Norm
+    cross_q: Linear
+    cross_out: Linear
+    cross_norm: Norm
+    ffn: FeedForwardWeights
+
+
+def weights_key(model: nn.Module) -> tuple:
+    """Changes whenever any parameter or buffer is replaced or modified in place."""
+    return tuple((t.data_ptr(), t._version) for t in (*model.parameters(), *model.buffers()))
+
+
+class Engine:
+    def __init__(self, model: "Transformer", quantization: str = "none"):
+        if quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+        if quantization == "int8" and model.output_proj.weight.device.type != "cpu":
+            raise ValueError("int8 quantization runs on CPU only")
+        cfg = model.config
+        self.config = cfg
+        self.quantization = quantization
+        self.key = weights_key(model)
+        self.n_heads, self.head_dim, self.d_model = cfg.n_heads, cfg.head_dim, cfg.d_model
+        self.pre_norm = cfg.norm_placement == "pre"
+        self.activation = model.decoder_layers[0].ffn.activation
+        linear = Int8Linear if quantization == "int8" else FloatLinear
+
+        def of(*modules: nn.Linear) -> Linear:
+            """One Linear computing several that read the same input, outputs side by side."""
+            if len(modules) == 1:  # no copy
+                return linear(modules[0].weight, modules[0].bias)
+            return linear(torch.cat([m.weight for m in modules]), torch.cat([m.bias for m in modules]))
+
+        def ffn(layer) -> FeedForwardWeights:
+            return FeedForwardWeights(of(layer.ffn.fc1), of(layer.ffn.fc2), Norm.of(layer.ffn_block.norm))
+
+        def scaled(table: nn.Embedding) -> torch.Tensor:
+            return table.weight * model.embed_scale if model.embed_scale != 1.0 else table.weight
+
+        self.src_embedding = scaled(model.src_embed)  # (V_src, C)
+        self.tgt_embedding = self.src_embedding if model.tgt_embed is model.src_embed else scaled(model.tgt_embed)
+        self.positions = model.positions.to(self.tgt_embedding.dtype)  # (P, C)
+        self.encoder_layers = [
+            EncoderLayerWeights(
+                qkv=of(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+                out=of(layer.self_attn.out_proj),
+                attn_norm=Norm.of(layer.attn_block.norm),
+                ffn=ffn(layer),
+            )
+            for layer in model.encoder_layers
+        ]
+        self.encoder_norm = Norm.of(model.encoder_norm)
+        self.decoder_layers = [
+            DecoderLayerWeights(
+                self_qkv=of(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+                self_out=of(layer.self_attn.out_proj),
+                self_norm=Norm.of(layer.self_block.norm),
+                cross_q=of(layer.cross_attn.q_proj),
+                cross_out=of(layer.cross_attn.out_proj),
+                cross_norm=Norm.of(layer.cross_block.norm),
+                ffn=ffn(layer),
+            )
+            for layer in model.decoder_layers
+        ]
+        # keys and values of every decoder layer's cross-attention from one matmul: (n_layers * 2C, C)
+        self.cross_kv = of(*[m for layer in model.decoder_layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)])
+        self.decoder_norm = Norm.of(model.decoder_norm)
+        self.output = linear(model.output_proj.weight, model.logits_bias)
+
+    # ------------------------------------------------------------------ shared pieces
+    def _residual(self, x: torch.Tensor, out: torch.Tensor, norm: Norm) -> torch.Tensor:
+        """The residual sum after a sublayer; post-norm normalizes it here, pre-norm did so before."""
+        return x + out if self.pre_norm else norm(x + out)
+
+    def _feed_forward(self, x: torch.Tensor, w: FeedForwardWeights) -> torch.Tensor:
+        h = w.norm(x) if self.pre_norm else x
+        return self._residual(x, w.fc2(self.activation(w.fc1(h))), w.norm)
+
+    # ------------------------------------------------------------------ encoder
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src (B, S) right-padded ids -> encoder states (B, S, C) and the source mask (B, 1, 1, S)."""
+        B, S = src.shape
+        C, H, D = self.d_model, self.n_heads, self.head_dim
+        assert S <= self.positions.size(0), f"sequence longer than max_positions={self.positions.size(0)}"
+        src_mask = (src != self.config.pad_id)[:, None, None, :]  # True = may attend, as padding_mask()
+        attn_mask = None if bool(src_mask.all()) else src_mask
+        x = F.embedding(src, self.src_embedding) + self.positions[:S]  # (B, S, C)
+        for w in self.encoder_layers:
+            h = w.attn_norm(x) if self.pre_norm else x
+            q, k, v = w.qkv(h).view(B, S, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, S, D) each
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, H, S, D)
+            x = self._residual(x, w.out(a.transpose(1, 2).reshape(B, S, C)), w.attn_norm)
+            x = self._feed_forward(x, w.ffn)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, src_mask
+
+    # ------------------------------------------------------------------ decoder
+    def new_cache(self, states: torch.Tensor, src_mask: torch.Tensor, capacity: int = 32) -> KVCache:
+        """Encoder states (B, S, C) and their mask -> a cache holding every layer's cross keys/values."""
+        B, S, _ = states.shape
+        kv = self.cross_kv(states)  # (B, S, n_layers * 2 * C)
+        kv = kv.view(B, S, len(self.decoder_layers), 2, self.n_heads, self.head_dim).permute(0, 2, 3, 4, 1, 5)
+        # a source without padding needs no mask, and attention without one is faster
+        mask = None if bool(src_mask.all()) else src_mask
+        return KVCache(kv.contiguous(), mask, capacity)  # (B, n_layers, 2, H, S, D)
+
+    def step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """tokens (N,): the newest token of each row -> logits (N, V) of the token after it."""
+        N, C, H, D = tokens.size(0), self.d_model, self.n_heads, self.head_dim
+        t = cache.length
+        assert N == cache.batch_size, f"{N} tokens for a cache of {cache.batch_size} rows"
+        assert t < self.positions.size(0), f"target longer than max_positions={self.positions.size(0)}"
+        pre = self.pre_norm
+        x = F.embedding(tokens, self.tgt_embedding) + self.positions[t]  # (N, C)
+        for i, w in enumerate(self.decoder_layers):
+            # self-attention over every cached position and the new one
+            h = w.self_norm(x) if pre else x
+            qkv = w.self_qkv(h).view(N, 3, H, 1, D)
+            k, v = cache.append(i, qkv[:, 1:])  # (N, H, t+1, D) each
+            a = F.scaled_dot_product_attention(qkv[:, 0], k, v)  # (N, H, 1, D)
+            x = self._residual(x, w.self_out(a.view(N, C)), w.self_norm)
+            # cross-attention over the source
+            h = w.cross_norm(x) if pre else x
+            ck, cv = cache.cross(i)  # (N, H, S, D) each
+            a = F.scaled_dot_product_attention(w.cross_q(h).view(N, H, 1, D), ck, cv, attn_mask=cache.src_mask)
+            x = self._residual(x, w.cross_out(a.view(N, C)), w.cross_norm)
+            x = self._feed_forward(x, w.ffn)
+        cache.advance()
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return self.output(x)  # (N, V)
