@@ -3,8 +3,8 @@
     python -m model.model_card --model checkpoints/de-en --data ../shared/data/multi30k
 
 Scores sacreBLEU (cased, 13a, detokenized) and chrF on the validation and test sets with greedy and
-beam search, counts runaway outputs (longer than 3x the source), and records them in config.json
-(metadata.scores) and README.md.
+beam search, in float32 and with int8 Linear layers (`--quantization int8`), counts runaway outputs
+(longer than 3x the source), and records them in config.json (metadata.scores) and README.md.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ SPLITS = {"val": "val", "test_2016_flickr": "test_2016_flickr"}
 def measure(translator: Translator, data: Path, beam_sizes: list[int]) -> list[dict]:
     rows = []
     src, tgt = translator.source_lang, translator.target_lang
+    weights = "int8" if translator.quantization == "int8" else "float32"
     for split in SPLITS.values():
         sources = read_lines(data / f"{split}.{src}.gz")
         references = read_lines(data / f"{split}.{tgt}.gz")
@@ -33,8 +34,9 @@ def measure(translator: Translator, data: Path, beam_sizes: list[int]) -> list[d
             report = evaluate(translator, sources, references, beam_size=beam)
             del report["hypotheses"]
             report["split"] = split
+            report["quantization"] = translator.quantization
             rows.append(report)
-            print(f"{split} beam {beam}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
+            print(f"{split} beam {beam} {weights}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
     return rows
 
 
@@ -46,7 +48,8 @@ def render_card(directory: Path, payload: dict, rows: list[dict], hardware: str)
     src, tgt = payload["source_lang"], payload["target_lang"]
     params = Translator.load(directory, device="cpu").num_parameters()
     table = "\n".join(
-        f"| {r['split']} | {'greedy' if r['beam_size'] == 1 else 'beam ' + str(r['beam_size'])} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['runaway_outputs']} |"
+        f"| {r['split']} | {'greedy' if r['beam_size'] == 1 else 'beam ' + str(r['beam_size'])} "
+        f"| {'int8' if r.get('quantization') == 'int8' else 'float32'} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['runaway_outputs']} |"
         for r in rows
     )
     hours = training.get("train_seconds", 0) / 3600
@@ -58,9 +61,10 @@ Trained from scratch with this project's pipeline (`python -m model.train`).
 ## Scores
 
 sacreBLEU, cased, detokenized output, one reference. Measured with `python -m model.model_card`.
+"Linear layers" int8 is the `--quantization int8` option (CPU): faster, at the cost shown here.
 
-| split | search | BLEU | chrF | outputs > 3x source |
-| --- | --- | --- | --- | --- |
+| split | search | Linear layers | BLEU | chrF | outputs > 3x source |
+| --- | --- | --- | --- | --- | --- |
 {table}
 
 BLEU signature: `{rows[0]['bleu_signature']}`
@@ -105,13 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, type=Path)
     parser.add_argument("--data", required=True, type=Path, help="directory with {val,test_2016_flickr}.{lang}.gz")
     parser.add_argument("--beam-sizes", default="1,4")
+    parser.add_argument("--quantizations", default="none,int8", help="comma-separated: none, int8")
     parser.add_argument("--hardware", default=f"{platform.machine()} CPU")
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    translator = Translator.load(args.model, device="cpu")
-    rows = measure(translator, args.data, [int(b) for b in args.beam_sizes.split(",")])
+    beam_sizes = [int(b) for b in args.beam_sizes.split(",")]
+    rows = []
+    for quantization in args.quantizations.split(","):
+        translator = Translator.load(args.model, device="cpu", quantization=quantization)
+        rows += measure(translator, args.data, beam_sizes)
     config_path = args.model / CONFIG_FILE
     payload = json.loads(config_path.read_text())
     payload.setdefault("metadata", {})["scores"] = rows
