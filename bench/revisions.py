@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         same = sum(a == b for a, b in zip(before["outputs"], after["outputs"]))
         rows.append([
             f"{'greedy' if beam == 1 else f'beam {beam}'}, batch {batch}, {n} sentences",
-            n / before["seconds"], n / after["seconds"], before["seconds"] / after["seconds"],
+            n / before["seconds"], n / after["seconds"], f"{before['seconds'] / after['seconds']:.2f}",
             "identical" if same == n else f"{same}/{n} identical",
         ])
     report = (f"Machine: {machine()}; {args.threads} thread(s); best of {args.rounds} alternating rounds.\n\n"

@@ -203,53 +203,55 @@ def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions, d
     state = DecoderState(model, src, options.use_cache, int(max_lens.max()))
     state.reorder(torch.arange(B, device=device).repeat_interleave(K))  # every sentence K times
 
-    sentences = torch.arange(B, device=device)  # sentence index of each running sentence
+    sentences = list(range(B))  # sentence index of each running sentence
+    max_len_of = max_lens.tolist()
     prefix = torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (Nb*K, 1+step)
     # only beam 0 is live at the start, so the first step does not pick K copies of one token
     beam_scores = torch.full((B, K), -math.inf, device=device)
     beam_scores[:, 0] = 0.0
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     step = 0
-    while sentences.numel() > 0:
+    while sentences:
         check_deadline(deadline)
-        Nb = sentences.numel()
+        Nb = len(sentences)
         lp = state.log_probs(prefix)  # (Nb*K, V)
         V = lp.size(-1)
         at_max = constraints.at_max(sentences, step)
         lp = constraints.apply(lp, step, None if at_max is None else at_max.repeat_interleave(K), prefix[:, 1:])
         candidates = lp.view(Nb, K, V).add_(beam_scores[:, :, None]).view(Nb, K * V)
         top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (Nb, 2K), best first
-        top_beam, top_token = top_index // V, top_index % V
         step += 1
 
-        is_eos = top_token == cfg.eos_id
-        # eos among the best K candidates ends a hypothesis
-        for b, c in (is_eos[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist():
-            parent = b * K + top_beam[b, c].item()
-            s = top_scores[b, c].item()
-            finished[sentences[b].item()].append(
-                Hypothesis(prefix[parent, 1:].tolist(), s, normalize(s, step, options.length_penalty), True)
-            )
-        # the best K candidates that continue become the next beams (there are always K: at most K eos)
-        order = torch.argsort(is_eos.to(torch.int8) * 2 * K + torch.arange(2 * K, device=device), dim=-1, stable=True)
-        chosen = order[:, :K]  # (Nb, K)
-        next_scores = top_scores.gather(1, chosen)
-        next_token = top_token.gather(1, chosen)
-        parent = (torch.arange(Nb, device=device)[:, None] * K + top_beam.gather(1, chosen)).view(-1)
-
-        done = torch.tensor(
-            [len(finished[s]) >= K for s in sentences.tolist()], dtype=torch.bool, device=device
-        ) | (max_lens[sentences] <= step)
-        keep = (~done).nonzero().flatten()  # running sentences that go on
-        sentences_left = keep.numel() < Nb
+        # The choice among these 2K candidates per sentence is bookkeeping on a few numbers: done in
+        # Python it costs less than the two dozen small tensor operations it would take per step.
+        parents: list[int] = []  # row of each next beam's parent
+        next_tokens: list[int] = []
+        next_scores: list[float] = []
+        for b, (row_scores, row_index) in enumerate(zip(top_scores.tolist(), top_index.tolist())):
+            sentence = sentences[b]
+            chosen = 0
+            for c, (score, index) in enumerate(zip(row_scores, row_index)):
+                beam, token = divmod(index, V)
+                if token == cfg.eos_id:
+                    if c < K and score > -math.inf:  # eos among the best K candidates ends a hypothesis
+                        tokens = prefix[b * K + beam, 1:].tolist()
+                        finished[sentence].append(Hypothesis(tokens, score, normalize(score, step, options.length_penalty), True))
+                elif chosen < K:  # the best K that continue become the next beams (at most K are eos)
+                    parents.append(b * K + beam)
+                    next_tokens.append(token)
+                    next_scores.append(score)
+                    chosen += 1
+            if len(finished[sentence]) >= K or max_len_of[sentence] <= step:
+                sentences[b] = -1  # done: its beams leave the batch
+                del parents[-K:], next_tokens[-K:], next_scores[-K:]
+        sentences_left = len(parents) < Nb * K
         if sentences_left:
-            parent = parent.view(Nb, K)[keep].view(-1)
-            next_scores, next_token = next_scores[keep], next_token[keep]
-            sentences = sentences[keep]
-        if sentences.numel() == 0:
+            sentences = [s for s in sentences if s >= 0]
+        if not sentences:
             break
-        prefix = torch.cat([prefix[parent], next_token.view(-1, 1)], dim=1)
-        beam_scores = next_scores
+        parent = torch.tensor(parents, device=device)
+        prefix = torch.cat([prefix[parent], torch.tensor(next_tokens, device=device)[:, None]], dim=1)
+        beam_scores = torch.tensor(next_scores, dtype=beam_scores.dtype, device=device).view(-1, K)
         # beams stay within their sentence, so the source side is copied only when sentences leave
         state.reorder(parent, same_sources=not sentences_left)
 
