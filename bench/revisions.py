@@ -1,6 +1,9 @@
-"""Before/after: the decoding speed of a git revision and of the working tree, side by side in one run.
+"""Before/after: the decoding speed of two git revisions (or one and the working tree), side by side.
 
-    python -m bench.revisions BASE [--threads N] [--sentences-b1 N] [--sentences-b32 N] [--rounds N]
+    python -m bench.revisions BASE [NEW] [--threads N] [--sentences-b1 N] [--sentences-b32 N] [--rounds N]
+
+NEW defaults to the working tree. `--chain REV1 REV2 ...` measures each consecutive pair in turn (one
+row per change), which is how BENCHMARKS.md gets one before/after ratio per optimization.
 
 Each tree decodes the same German sentences (Multi30k test_2016_flickr) with the shipped de-en model in
 a fresh Python process of its own, for greedy and beam 4 at batch 1 and batch 32. The two trees take
@@ -70,18 +73,11 @@ def run_tree(tree: Path, args) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("base", help="git revision to compare the working tree with (e.g. HEAD~1, a tag, a hash)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--sentences-b1", type=int, default=40)
-    parser.add_argument("--sentences-b32", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--output")
-    args = parser.parse_args(argv)
-
+def compare_pair(base: str, new: str | None, args) -> str:
+    names = (base, new or "working tree")
     with tempfile.TemporaryDirectory(prefix="bench-rev-") as tmp:
-        trees = {args.base: export_revision(args.base, Path(tmp)), "working tree": ROOT}
+        trees = {base: export_revision(base, Path(tmp) / "base")}
+        trees[names[1]] = export_revision(new, Path(tmp) / "new") if new else ROOT
         best: dict[str, dict] = {}
         for round_ in range(args.rounds):
             for name, tree in trees.items():
@@ -93,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for batch, beam in SETTINGS:
         key = f"{batch},{beam}"
-        before, after = best[args.base][key], best["working tree"][key]
+        before, after = best[names[0]][key], best[names[1]][key]
         n = len(before["outputs"])
         same = sum(a == b for a, b in zip(before["outputs"], after["outputs"]))
         rows.append([
@@ -101,8 +97,27 @@ def main(argv: list[str] | None = None) -> int:
             n / before["seconds"], n / after["seconds"], f"{before['seconds'] / after['seconds']:.2f}",
             "identical" if same == n else f"{same}/{n} identical",
         ])
-    report = (f"Machine: {machine()}; {args.threads} thread(s); best of {args.rounds} alternating rounds.\n\n"
-              + table(["setting", f"{args.base} sentences/s", "working tree sentences/s", "speed-up", "outputs"], rows) + "\n")
+    return f"{names[0]} -> {names[1]}\n\n" + table(
+        ["setting", f"{names[0]} sentences/s", f"{names[1]} sentences/s", "speed-up", "outputs"], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("base", nargs="?", help="git revision to compare with (e.g. HEAD~1, a tag, a hash)")
+    parser.add_argument("new", nargs="?", help="git revision to measure (default: the working tree)")
+    parser.add_argument("--chain", nargs="+", metavar="REV", help="measure each consecutive pair of these revisions")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sentences-b1", type=int, default=40)
+    parser.add_argument("--sentences-b32", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--output")
+    args = parser.parse_args(argv)
+
+    pairs = list(zip(args.chain, args.chain[1:])) if args.chain else [(args.base, args.new)]
+    if not pairs or pairs[0][0] is None:
+        parser.error("give BASE [NEW] or --chain REV1 REV2 ...")
+    header = f"Machine: {machine()}; {args.threads} thread(s); best of {args.rounds} alternating rounds.\n"
+    report = header + "\n".join("\n" + compare_pair(base, new, args) for base, new in pairs) + "\n"
     print(report)
     if args.output:
         Path(args.output).write_text(report)
