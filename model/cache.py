@@ -1,72 +1,112 @@
 """Key/value cache for incremental decoding.
 
 Self-attention keys/values of every decoder layer live in one preallocated buffer
-(B, n_layers, 2, H, capacity, D): a step writes its new position in place, and a beam reorder is a
-single index_select for all layers into a second buffer of the same size that is kept for the
-purpose (no allocation per step; the two buffers swap roles). Cross-attention keys/values of the
-source are computed once, as one (B, n_layers, 2, H, S, D) tensor.
+(n_layers, 2, B, H, capacity, D), and a step writes its new position in place. Cross-attention
+keys/values of the source are computed once, as one (n_layers, 2, B, H, S, D) tensor. Within one
+layer's keys the batch and head dims are adjacent, so attention can treat them as one batch dim.
 
-Batch is dim 0 of every tensor. `reorder(indices)` follows beam search's choice of parents and also
-drops finished rows (pass the indices of the rows to keep); dropping rows only narrows views of the
-buffers, it never reallocates them.
+`reorder(indices)` makes row i the old row indices[i]: beam search's choice of parents, or the rows
+still running when finished ones leave. Dropping rows only narrows views of the buffers. A reorder
+is carried out in one of two ways:
+- physically (the default): one index_select for all layers into a spare buffer of the same size,
+  kept for the purpose; the two buffers then swap roles. Its cost grows with rows x positions.
+- by ancestry, in a cache made with `group_size=K` (beam search, K beams per sentence, rows of one
+  sentence adjacent): keys/values never move. Row r writes position t into its own row, and
+  `ancestors[r, t]` records which row of its group (0..K-1) holds position t of r's history. A beam
+  reorder then re-indexes that small (B, capacity) table instead of copying the keys/values, and
+  attention reads each row's history through it (see Engine._grouped_attention). When sentences
+  leave, their groups leave whole (a physical copy of the groups that stay), and since the table
+  holds positions within the group, it stays valid.
 """
 from __future__ import annotations
 
 import torch
 
+BATCH = 2  # the batch dim of the buffers
+
 
 class KVCache:
-    def __init__(self, cross_kv: torch.Tensor, src_mask: torch.Tensor | None, capacity: int = 32):
-        """cross_kv (B, n_layers, 2, H, S, D); src_mask (B, 1, 1, S) bool, or None when nothing is padded
-        (attention then skips masking); capacity: decoder positions to preallocate (grows by doubling)."""
-        assert cross_kv.dim() == 6 and cross_kv.size(2) == 2, "cross_kv must be (B, n_layers, 2, H, S, D)"
-        self.batch_size, self.n_layers, _, self.n_heads, _, self.head_dim = cross_kv.shape
+    def __init__(self, cross_kv: torch.Tensor, src_mask: torch.Tensor | None, capacity: int = 32, group_size: int = 1):
+        """cross_kv (n_layers, 2, B, H, S, D); src_mask (B, 1, 1, S) bool, or None when nothing is padded
+        (attention then skips masking); capacity: decoder positions to preallocate (grows by doubling);
+        group_size: K > 1 turns on reordering by ancestry for beams of K rows per sentence."""
+        assert cross_kv.dim() == 6 and cross_kv.size(1) == 2, "cross_kv must be (n_layers, 2, B, H, S, D)"
+        self.n_layers, _, self.batch_size, self.n_heads, _, self.head_dim = cross_kv.shape
         self.cross_kv = cross_kv
         self.src_mask = src_mask
+        self.group_size = group_size
         self.capacity = max(1, capacity)
-        self._self_kv = self._new_buffer(self.batch_size, self.capacity)  # (B, L, 2, H, capacity, D)
-        self._spare = self._new_buffer(self.batch_size, self.capacity)  # target of the next reorder
+        self._self_kv = self._new_buffer(self.batch_size, self.capacity)  # (L, 2, B, H, capacity, D)
+        self._spare = self._new_buffer(self.batch_size, self.capacity)  # target of the next physical reorder
         self.length = 0  # positions already stored (the same for every layer)
+        # grouped mode: (B, capacity) row within the group that holds each position of each row's history
+        self.ancestors = torch.empty(self.batch_size, self.capacity, dtype=torch.long, device=cross_kv.device)
         self._make_views()
 
+    @property
+    def grouped(self) -> bool:
+        return self.group_size > 1
+
     def _new_buffer(self, batch: int, capacity: int) -> torch.Tensor:
-        return self.cross_kv.new_empty(batch, self.n_layers, 2, self.n_heads, capacity, self.head_dim)
+        return self.cross_kv.new_empty(self.n_layers, 2, batch, self.n_heads, capacity, self.head_dim)
 
     def _make_views(self) -> None:
         """Per-layer views of the running rows, made once per reorder rather than once per step and layer."""
-        rows = self._self_kv[: self.batch_size]
+        rows = self._self_kv.narrow(BATCH, 0, self.batch_size)
         # select, not unbind: autograd forbids in-place writes to unbind's views outside no_grad
-        self._layer_kv = [rows.select(1, layer) for layer in range(self.n_layers)]  # per layer (B, 2, H, capacity, D)
-        self._cross = [kv.unbind(1) for kv in self.cross_kv.unbind(1)]  # per layer ((B, H, S, D), (B, H, S, D))
+        self._layer_kv = [rows.select(0, layer) for layer in range(self.n_layers)]  # per layer (2, B, H, capacity, D)
+        self._cross = [kv.unbind(0) for kv in self.cross_kv.unbind(0)]  # per layer ((B, H, S, D), (B, H, S, D))
+        self._gather_index = None
 
     @property
     def self_kv(self) -> torch.Tensor:
-        """(B, n_layers, 2, H, capacity, D): the running rows of the self-attention buffer."""
-        return self._self_kv[: self.batch_size]
+        """(n_layers, 2, B, H, capacity, D): the running rows of the self-attention buffer."""
+        return self._self_kv.narrow(BATCH, 0, self.batch_size)
 
     def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of one layer, each (B, H, S, D)."""
         return self._cross[layer]
 
+    def gather_index(self) -> torch.Tensor:
+        """Grouped mode, for the step being decoded (positions 0..length): (G, 1, H, K, length + 1) with
+        entry [g, 0, h, k, p] = the row of group g holding position p of row k's history; shared by
+        every layer of the step."""
+        if self._gather_index is None:
+            K, T = self.group_size, self.length + 1
+            G = self.batch_size // K
+            index = self.ancestors[: self.batch_size, :T].view(G, 1, 1, K, T)
+            self._gather_index = index.expand(G, 1, self.n_heads, K, T)
+        return self._gather_index
+
     def _grow(self, needed: int) -> None:
         capacity = self.capacity
         while capacity < needed:
             capacity *= 2
-        grown = self._new_buffer(self._self_kv.size(0), capacity)
+        grown = self._new_buffer(self._self_kv.size(BATCH), capacity)
         grown[..., : self.length, :] = self._self_kv[..., : self.length, :]
         self._self_kv = grown
-        self._spare = self._new_buffer(self._spare.size(0), capacity)
+        self._spare = self._new_buffer(self._spare.size(BATCH), capacity)
+        ancestors = self.ancestors.new_empty(self.ancestors.size(0), capacity)
+        ancestors[:, : self.length] = self.ancestors[:, : self.length]
+        self.ancestors = ancestors
         self.capacity = capacity
         self._make_views()
 
     def append(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store one new position's keys/values kv (B, 2, H, 1, D) of one layer; return all keys and
-        values so far, each (B, H, length + 1, D). Call advance() once every layer has appended."""
+        """Store one new position's keys/values kv (B, 2, H, 1, D) of one layer, each row in its own
+        row; return all keys and values so far, each (B, H, length + 1, D) (in grouped mode a row's
+        history is spread over its group: read it through gather_index()). Call advance() once every
+        layer has appended."""
         if self.length == self.capacity:
             self._grow(self.length + 1)
-        seen = self._layer_kv[layer].narrow(3, 0, self.length + 1)  # (B, 2, H, length + 1, D)
-        seen.narrow(3, self.length, 1).copy_(kv)
-        return seen.unbind(1)
+        if layer == 0 and self.grouped:
+            # the new position of every row is in the row itself: slot r mod K of its group
+            K = self.group_size
+            self.ancestors[: self.batch_size, self.length] = torch.arange(self.batch_size, device=self.ancestors.device) % K
+            self._gather_index = None
+        seen = self._layer_kv[layer].narrow(3, 0, self.length + 1)  # (2, B, H, length + 1, D)
+        seen.narrow(3, self.length, 1).copy_(kv.transpose(0, 1))
+        return seen.unbind(0)
 
     def advance(self, steps: int = 1) -> None:
         self.length += steps
@@ -76,20 +116,37 @@ class KVCache:
 
         cross=False leaves the cross-attention keys/values and source mask as they are: right when every
         row i and indices[i] hold the same source (beams of one sentence), and it saves copying them.
+        In grouped mode, indices must keep rows within their groups (beam parents) and, when sentences
+        leave (cross=True), list the K rows of each group that stays together.
         """
         indices = indices.to(self.cross_kv.device)
         n = indices.numel()
-        if cross:
-            self.cross_kv = self.cross_kv.index_select(0, indices)
-            if self.src_mask is not None:
-                self.src_mask = self.src_mask.index_select(0, indices)
-        else:
+        if not cross:
             assert n == self.batch_size, "a reorder that changes the batch size must include cross"
-        if n > self._spare.size(0):  # more rows than ever before (the first beam expansion)
+        if self.grouped and self.length > 0:
+            # the keys/values stay where they are; only the table of where each history lies follows
+            self.ancestors[:n, : self.length] = self.ancestors[:, : self.length].index_select(0, indices)
+            if not cross:
+                self._gather_index = None
+                return
+            # sentences left: whole groups move, in the order of the groups that stay
+            K = self.group_size
+            groups = indices.view(-1, K)[:, 0] // K
+            rows = (groups[:, None] * K + torch.arange(K, device=indices.device)).view(-1)
+        else:
+            rows = indices
+        if cross:
+            self.cross_kv = self.cross_kv.index_select(BATCH, rows)
+            if self.src_mask is not None:
+                self.src_mask = self.src_mask.index_select(0, rows)
+        if n > self._spare.size(BATCH):  # more rows than ever before (the first beam expansion)
             self._spare = self._new_buffer(n, self.capacity)
+        if self.ancestors.size(0) < n:
+            self.ancestors = self.ancestors.new_empty(n, self.capacity)
         if self.length > 0:
             torch.index_select(
-                self.self_kv[..., : self.length, :], 0, indices, out=self._spare[:n, ..., : self.length, :]
+                self.self_kv[..., : self.length, :], BATCH, rows,
+                out=self._spare.narrow(BATCH, 0, n)[..., : self.length, :],
             )
         self._self_kv, self._spare = self._spare, self._self_kv
         self.batch_size = n

@@ -201,14 +201,37 @@ class Engine:
         return x, src_mask
 
     # ------------------------------------------------------------------ decoder
-    def new_cache(self, states: torch.Tensor, src_mask: torch.Tensor, capacity: int = 32) -> KVCache:
-        """Encoder states (B, S, C) and their mask -> a cache holding every layer's cross keys/values."""
+    def new_cache(self, states: torch.Tensor, src_mask: torch.Tensor, capacity: int = 32, group_size: int = 1) -> KVCache:
+        """Encoder states (B, S, C) and their mask -> a cache holding every layer's cross keys/values;
+        group_size K > 1: beams of K rows per sentence, reordered by ancestry (see cache.py)."""
         B, S, _ = states.shape
         kv = self.cross_kv(states)  # (B, S, n_layers * 2 * C)
-        kv = kv.view(B, S, len(self.decoder_layers), 2, self.n_heads, self.head_dim).permute(0, 2, 3, 4, 1, 5)
+        kv = kv.view(B, S, len(self.decoder_layers), 2, self.n_heads, self.head_dim).permute(2, 3, 0, 4, 1, 5)
         # a source without padding needs no mask, and attention without one is faster
         mask = None if bool(src_mask.all()) else src_mask
-        return KVCache(kv.contiguous(), mask, capacity)  # (B, n_layers, 2, H, S, D)
+        return KVCache(kv.contiguous(), mask, capacity, group_size)  # (n_layers, 2, B, H, S, D)
+
+    def _grouped_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Self-attention of one new token per row when the cache reorders by ancestry.
+
+        q (N, H, 1, D); k, v (N, H, T, D) as stored: row r holds the positions that r itself wrote.
+        Every query is scored against every row of its group (K x K small matmuls instead of K), the
+        score of the row that holds each position of its own history is gathered, and after the softmax
+        the weights are scattered back so that one more matmul reads each value from its row.
+        Returns (N, C)."""
+        N, H, T, D = k.shape
+        K = cache.group_size
+        G = N // K
+        index = cache.gather_index()  # (G, 1, H, K, T)
+        # queries of each group, the same for each of its K rows of keys: (G * K * H, K, D)
+        queries = q.view(G, 1, K, H, D).transpose(2, 3).expand(G, K, H, K, D).reshape(G * K * H, K, D)
+        # the cache lays out rows and heads adjacently, so these reshapes are views, not copies
+        keys, values = k.reshape(N * H, T, D), v.reshape(N * H, T, D)
+        scores = torch.bmm(queries, keys.transpose(1, 2)).mul_(D ** -0.5).view(G, K, H, K, T)
+        weights = torch.softmax(scores.gather(1, index), dim=-1)  # (G, 1, H, K, T)
+        spread = torch.zeros_like(scores).scatter_(1, index, weights)  # (G, K rows, H, K queries, T)
+        out = torch.bmm(spread.view(G * K * H, K, T), values).view(G, K, H, K, D).sum(1)  # (G, H, K, D)
+        return out.transpose(1, 2).reshape(N, H * D)
 
     def step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """tokens (N,): the newest token of each row -> logits (N, V) of the token after it."""
@@ -223,8 +246,11 @@ class Engine:
             h = w.self_norm(x) if pre else x
             qkv = w.self_qkv(h).view(N, 3, H, 1, D)
             k, v = cache.append(i, qkv[:, 1:])  # (N, H, t+1, D) each
-            a = F.scaled_dot_product_attention(qkv[:, 0], k, v)  # (N, H, 1, D)
-            x = self._residual(x, w.self_out(a.view(N, C)), w.self_norm)
+            if cache.grouped:
+                a = self._grouped_attention(qkv[:, 0], k, v, cache)
+            else:
+                a = F.scaled_dot_product_attention(qkv[:, 0], k, v).view(N, C)
+            x = self._residual(x, w.self_out(a), w.self_norm)
             # cross-attention over the source
             h = w.cross_norm(x) if pre else x
             ck, cv = cache.cross(i)  # (N, H, S, D) each

@@ -38,6 +38,12 @@ class SearchOptions:
             raise ValueError("min_length and no_repeat_ngram_size must be >= 0")
 
 
+# Beam search with at least this many rows (sentences x beams) keeps keys/values in place and follows
+# beam ancestry in attention (see cache.py): at 128 rows that saves the per-step copy of the whole
+# cache; with a few rows the extra attention work costs more than the copy it saves.
+GROUPED_BEAM_MIN_ROWS = 16
+
+
 class DeadlineExceeded(TimeoutError):
     """The search passed its deadline (time.monotonic() value) and was abandoned."""
 
@@ -62,14 +68,17 @@ def normalize(score: float, length: int, length_penalty: float) -> float:
 class DecoderState:
     """Next-token log-probabilities for a set of running prefixes, with or without a KV cache."""
 
-    def __init__(self, model: Transformer, src: torch.Tensor, use_cache: bool, max_steps: int):
+    def __init__(self, model: Transformer, src: torch.Tensor, use_cache: bool, max_steps: int, beam_size: int = 1):
         """src (B, S) right-padded ids; max_steps: the most tokens any row may generate (the cache is
         preallocated for them). With the cache, the inference engine encodes and decodes; without it,
         the nn.Module path recomputes the whole prefix each step (the reference)."""
         self.model = model
         if use_cache:
             self.engine = model.engine()  # fetched once: checking that it is current costs too much per step
-            self.cache = self.engine.new_cache(*self.engine.encode(src), capacity=max_steps)
+            grouped = beam_size > 1 and src.size(0) * beam_size >= GROUPED_BEAM_MIN_ROWS
+            self.cache = self.engine.new_cache(
+                *self.engine.encode(src), capacity=max_steps, group_size=beam_size if grouped else 1
+            )
             self.encoder_out = None
         else:
             self.engine, self.cache = None, None
@@ -200,7 +209,7 @@ def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions, d
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
     constraints = Constraints(model, options, max_lens)
-    state = DecoderState(model, src, options.use_cache, int(max_lens.max()))
+    state = DecoderState(model, src, options.use_cache, int(max_lens.max()), beam_size=K)
     state.reorder(torch.arange(B, device=device).repeat_interleave(K))  # every sentence K times
 
     sentences = list(range(B))  # sentence index of each running sentence

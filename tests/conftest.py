@@ -126,3 +126,12 @@ def running_server(models_dir: Path, *extra_args: str, port: int | None = None, 
         proc.terminate()
         proc.wait(timeout=20)
         log.close()
+
+
+@pytest.fixture(params=["physical", "grouped"])
+def beam_cache_mode(request, monkeypatch):
+    """Runs a beam-search test with both ways the KV cache follows beams (see model/cache.py)."""
+    import model.search
+
+    monkeypatch.setattr(model.search, "GROUPED_BEAM_MIN_ROWS", 1 if request.param == "grouped" else 10**9)
+    return request.param

@@ -107,7 +107,7 @@ def test_logits_match_hugging_face(converted):
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_search_matches_hugging_face_generate(converted, beam_size):
+def test_search_matches_hugging_face_generate(converted, beam_size, beam_cache_mode):
     _, hf_model, _, ours = converted
     cfg = ours.config
     for seed in (0, 1):

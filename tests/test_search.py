@@ -30,7 +30,7 @@ def test_beam_size_one_is_exactly_greedy(seed):
 
 @pytest.mark.parametrize("seed", [3, 4])
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
-def test_beam_hypotheses_sorted_distinct_and_scored_by_teacher_forcing(seed, length_penalty):
+def test_beam_hypotheses_sorted_distinct_and_scored_by_teacher_forcing(seed, length_penalty, beam_cache_mode):
     model = random_model(seed=seed)
     src = random_sources(4, 9, 64, seed=seed)
     opts = SearchOptions(beam_size=5, num_hypotheses=5, max_length=12, length_penalty=length_penalty)
@@ -76,7 +76,7 @@ def test_default_max_length_grows_with_the_source():
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_no_repeat_ngram(beam_size):
+def test_no_repeat_ngram(beam_size, beam_cache_mode):
     model = random_model(seed=10)
     src = random_sources(3, 6, 64, seed=11)
     for hyps in generate(model, src, SearchOptions(beam_size=beam_size, max_length=30, no_repeat_ngram_size=2)):
@@ -95,7 +95,7 @@ def test_pad_and_start_tokens_are_never_generated():
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_finished_sentences_leave_the_batch(beam_size, monkeypatch):
+def test_finished_sentences_leave_the_batch(beam_size, monkeypatch, beam_cache_mode):
     model = random_model(seed=14, final_logits_bias=True)
     model.logits_bias[3] = -1e4  # eos only where it is forced: each sentence runs to its own max length
     src = random_sources(5, 12, 64, seed=15)

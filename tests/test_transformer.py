@@ -37,7 +37,7 @@ def test_kv_cache_matches_full_recomputation(overrides):
 
 @pytest.mark.parametrize("overrides", SHAPES[:3])
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_cached_search_gives_same_outputs(overrides, beam_size):
+def test_cached_search_gives_same_outputs(overrides, beam_size, beam_cache_mode):
     model = random_model(seed=4, **overrides)
     src = random_sources(5, 8, model.config.src_vocab_size, seed=5)
     opts = dict(beam_size=beam_size, num_hypotheses=beam_size, max_length=12)
@@ -192,3 +192,33 @@ def test_quantization_is_validated():
     model.quantization = "int4"
     with pytest.raises(ValueError, match="quantization must be one of"):
         model.engine()
+
+
+def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
+    """A cache that reorders by ancestry (keys/values stay put) gives the logits of full recomputation,
+    as the physically reordered cache does, through beam-like reorders and a sentence leaving."""
+    model = random_model(seed=16)
+    cfg = model.config
+    G, K, steps = 3, 3, 7
+    src = random_sources(G, 6, cfg.src_vocab_size, seed=17).repeat_interleave(K, 0)  # K rows per sentence
+    g = torch.Generator().manual_seed(18)
+    with torch.inference_mode():
+        engine = model.engine()
+        grouped = engine.new_cache(*engine.encode(src), capacity=steps, group_size=K)
+        physical = engine.new_cache(*engine.encode(src), capacity=steps)
+        assert grouped.grouped and not physical.grouped
+        prefix = torch.full((G * K, 1), cfg.decoder_start_id)
+        for t in range(steps):
+            reference = model.decode(prefix, model.encode(src)).logits[:, -1]
+            for cache in (grouped, physical):
+                assert (engine.step(prefix[:, -1], cache) - reference).abs().max().item() <= 1e-5
+            rows = prefix.size(0)
+            parents = (torch.arange(rows) // K) * K + torch.randint(0, K, (rows,), generator=g)  # within the group
+            leaving = t == 3
+            if leaving:  # the middle sentence is done: its K rows go
+                parents = torch.cat([parents[:K], parents[2 * K :]])
+            for cache in (grouped, physical):
+                cache.reorder(parents, cross=leaving)
+            tokens = torch.randint(4, cfg.tgt_vocab_size, (parents.numel(), 1), generator=g)
+            prefix, src = torch.cat([prefix[parents], tokens], dim=1), src[parents]
+        assert grouped.batch_size == physical.batch_size == 2 * K
