@@ -7,12 +7,15 @@
    the outputs are compared token by token.
 2. ours vs CTranslate2 float32 and int8 on those weights (converted by CTranslate2's own converter),
    and our int8 option (`quantization="int8"`) beside CTranslate2's int8.
+Every engine runs in a fresh process of its own (see run_engine), one after the other.
 3. KV cache vs recomputation (`use_cache=False`) on the shipped model, short and long outputs.
 Prints markdown tables; --output also writes them to a file.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -71,54 +74,91 @@ def compare(reference: list[list[int]], other: list[list[int]]) -> str:
     return "identical" if same == len(reference) else f"{same}/{len(reference)} identical"
 
 
-def engine_tables(threads: int, n_b1: int, n_b32: int, max_new: int) -> str:
-    import ctranslate2
-    from transformers import MarianMTModel
+ENGINES = ["ours", "Hugging Face generate", "CTranslate2 float32", "CTranslate2 float32, 1 thread", "ours int8",
+           "CTranslate2 int8", "CTranslate2 int8, 1 thread"]
+# CTranslate2 is also measured with one thread: on a 2-core VM its two-thread decoding of small batches
+# was 5x slower than one thread (measured), so the ratios below compare with its better setting.
+SETTINGS = [(1, 1), (1, 4), (32, 1), (32, 4)]  # (batch size, beam size)
 
+
+def run_engine(engine: str, work: Path, threads: int) -> dict:
+    """In a fresh process (see main's --child): one engine decodes every setting; times and outputs.
+
+    Each engine gets a process of its own because CTranslate2 and torch each bring an OpenMP thread
+    pool: once CTranslate2 has run in a process, its idle threads slow torch there about 3x on 2
+    cores (measured), which would distort every comparison made in that process."""
+    spec = json.loads((work / "inputs.json").read_text())
+    torch.set_num_threads(threads)
+    ids, pieces, vocab, max_new = spec["ids"], spec["pieces"], spec["vocab"], spec["max_new"]
+    if engine.startswith("ours"):
+        translator = Translator.load(work / "ours", device="cpu", dtype="float32",
+                                     quantization="int8" if engine.endswith("int8") else "none")
+        run = lambda n, batch, beam: run_ours(translator, ids[:n], batch, beam, max_new)  # noqa: E731
+    elif engine == "Hugging Face generate":
+        from transformers import MarianMTModel
+
+        model = MarianMTModel.from_pretrained(work / "marian").eval()
+        run = lambda n, batch, beam: run_hf(model, ids[:n], batch, beam, max_new, spec["pad"], spec["eos"])  # noqa: E731
+    else:
+        import ctranslate2
+
+        quant = engine.split()[1].rstrip(",")
+        ct2 = ctranslate2.Translator(str(work / f"ct2-{quant}"), device="cpu", compute_type=quant,
+                                     intra_threads=1 if engine.endswith("1 thread") else threads, inter_threads=1)
+        run = lambda n, batch, beam: run_ct2(ct2, pieces[:n], batch, beam, max_new, vocab)  # noqa: E731
+    results = {}
+    for batch, beam in SETTINGS:
+        n = spec["sentences"][str(batch)]
+        run(batch, batch, beam)  # one untimed batch first: first calls pay for allocations and lazy set-up
+        seconds, outputs = timed(lambda: run(n, batch, beam))
+        results[f"{batch},{beam}"] = {"seconds": seconds, "outputs": outputs}
+    return results
+
+
+def engine_tables(threads: int, n_b1: int, n_b32: int, max_new: int) -> str:
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     twin = marian_twin(ROOT / "checkpoints" / "de-en", work / "marian")
     ours_dir = import_marian(twin, work / "ours", "de", "en")
+    for quant in ("float32", "int8"):  # CTranslate2's own converter, as its command (no CTranslate2 in this process)
+        subprocess.run([str(Path(sys.executable).parent / "ct2-transformers-converter"), "--model", str(twin),
+                        "--output_dir", str(work / f"ct2-{quant}")] + (["--quantization", "int8"] if quant == "int8" else []),
+                       check=True, capture_output=True)
     ours = Translator.load(ours_dir, device="cpu", dtype="float32")
-    ours_int8 = Translator.load(ours_dir, device="cpu", dtype="float32", quantization="int8")
-    hf = MarianMTModel.from_pretrained(twin).eval()
-    ct2_dirs = {}
-    for quant in ("float32", "int8"):
-        converter = ctranslate2.converters.TransformersConverter(str(twin))
-        ct2_dirs[quant] = converter.convert(str(work / f"ct2-{quant}"), quantization=None if quant == "float32" else "int8")
-    ct2 = {q: ctranslate2.Translator(d, device="cpu", compute_type=q, intra_threads=threads, inter_threads=1) for q, d in ct2_dirs.items()}
     cfg = ours.config
-    vocab = ours.src_tokenizer.vocab  # the twin's JSON vocabulary (piece -> id)
-    sources_all = test_sources("de")
+    sources = test_sources("de")[: max(n_b1, n_b32)]
+    ids = [ours.encode_source(t) for t in sources]
+    spec = {
+        "ids": ids, "pieces": [ours.src_tokenizer.pieces(s) for s in ids],  # eos included, as the Marian tokenizer does
+        "vocab": ours.src_tokenizer.vocab, "max_new": max_new, "pad": cfg.pad_id, "eos": cfg.eos_id,
+        "sentences": {"1": n_b1, "32": n_b32},
+    }
+    (work / "inputs.json").write_text(json.dumps(spec))
+    measured = {}
+    for engine in ENGINES:
+        print(f"  {engine} ...", file=sys.stderr)
+        out = subprocess.run([sys.executable, "-m", "bench.engines", "--child", engine, "--work", str(work), "--threads", str(threads)],
+                             cwd=ROOT, check=True, capture_output=True, text=True).stdout
+        measured[engine] = json.loads(out.strip().splitlines()[-1])
     rows, ratio_rows = [], []
-    for batch, n in ((1, n_b1), (32, n_b32)):
-        texts = sources_all[:n]
-        ids = [ours.encode_source(t) for t in texts]
-        pieces = [ours.src_tokenizer.pieces(s) for s in ids]  # eos included, as the Marian tokenizer does
-        for beam in (1, 4):
-            label = f"{'greedy' if beam == 1 else 'beam 4'}, batch {batch}, {n} sentences"
-            # one untimed batch per engine first: first calls pay for allocations and lazy set-up
-            run_ours(ours, ids[:batch], batch, beam, max_new)
-            run_ours(ours_int8, ids[:batch], batch, beam, max_new)
-            run_hf(hf, ids[:batch], batch, beam, max_new, cfg.pad_id, cfg.eos_id)
-            for quant in ("float32", "int8"):
-                run_ct2(ct2[quant], pieces[:batch], batch, beam, max_new, vocab)
-            t_ours, out_ours = timed(lambda: run_ours(ours, ids, batch, beam, max_new))
-            t_hf, out_hf = timed(lambda: run_hf(hf, ids, batch, beam, max_new, cfg.pad_id, cfg.eos_id))
-            t_f32, out_f32 = timed(lambda: run_ct2(ct2["float32"], pieces, batch, beam, max_new, vocab))
-            t_i8, out_i8 = timed(lambda: run_ct2(ct2["int8"], pieces, batch, beam, max_new, vocab))
-            t_oi8, out_oi8 = timed(lambda: run_ours(ours_int8, ids, batch, beam, max_new))
-            for engine, t, out in (("ours", t_ours, out_ours), ("Hugging Face generate", t_hf, out_hf),
-                                   ("CTranslate2 float32", t_f32, out_f32), ("ours int8", t_oi8, out_oi8),
-                                   ("CTranslate2 int8", t_i8, out_i8)):
-                n_tok = sum(len(o) + 1 for o in out)
-                rows.append([label, engine, n / t, n_tok / t, compare(out_ours, out) if engine != "ours" else "reference"])
-            ratio_rows.append([label] + [f"{r:.2f}" for r in (t_hf / t_ours, t_f32 / t_ours, t_hf / t_oi8, t_i8 / t_oi8)])
-            print(f"  {label}: ours {n / t_ours:.1f} sent/s, HF {n / t_hf:.1f}, CT2 f32 {n / t_f32:.1f}, "
-                  f"ours int8 {n / t_oi8:.1f}, CT2 int8 {n / t_i8:.1f}", file=sys.stderr)
+    for batch, beam in SETTINGS:
+        key, n = f"{batch},{beam}", n_b1 if batch == 1 else n_b32
+        label = f"{'greedy' if beam == 1 else 'beam 4'}, batch {batch}, {n} sentences"
+        reference = measured["ours"][key]["outputs"]
+        for engine in ENGINES:
+            r = measured[engine][key]
+            n_tok = sum(len(o) + 1 for o in r["outputs"])
+            rows.append([label, engine, n / r["seconds"], n_tok / r["seconds"],
+                         compare(reference, r["outputs"]) if engine != "ours" else "reference"])
+        t = {engine: measured[engine][key]["seconds"] for engine in ENGINES}
+        ct2_f32 = min(t["CTranslate2 float32"], t["CTranslate2 float32, 1 thread"])
+        ct2_int8 = min(t["CTranslate2 int8"], t["CTranslate2 int8, 1 thread"])
+        ratio_rows.append([label] + [f"{r:.2f}" for r in (
+            t["Hugging Face generate"] / t["ours"], ct2_f32 / t["ours"], t["Hugging Face generate"] / t["ours int8"], ct2_int8 / t["ours int8"])])
     out = "### Ours vs Hugging Face and CTranslate2, same weights\n\n"
     out += table(["setting", "engine", "sentences/s", "target tokens/s", "outputs vs ours"], rows)
     out += "\n\nSpeed ratios (> 1: ours is faster):\n\n"
-    out += table(["setting", "ours / HF generate", "ours / CT2 float32", "ours int8 / HF generate", "ours int8 / CT2 int8"], ratio_rows)
+    out += table(["setting", "ours / HF generate", "ours / CT2 float32 (its better thread count)", "ours int8 / HF generate",
+                  "ours int8 / CT2 int8 (its better thread count)"], ratio_rows)
     return out
 
 
@@ -155,7 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-sentences", type=int, default=128)
     parser.add_argument("--skip-engines", action="store_true")
     parser.add_argument("--output")
+    parser.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)  # internal: one engine, in its own process
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(run_engine(args.child, args.work, args.threads)))
+        return 0
     torch.set_num_threads(args.threads)
     parts = [f"Machine: {machine()}; {args.threads} thread(s) for every engine.\n"]
     if not args.skip_engines:
