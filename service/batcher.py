@@ -54,15 +54,17 @@ class Job:
 
 
 class Batcher:
-    def __init__(self, models: dict[str, LoadedModel], settings: Settings, metrics: Metrics):
+    def __init__(self, models: dict[str, LoadedModel], settings: Settings, metrics: Metrics, executor: ThreadPoolExecutor | None = None):
+        """executor: the one-thread executor that all torch work runs on (the models were loaded on it);
+        the batcher owns it from here on and shuts it down in stop()."""
         self.models = models
         self.settings = settings
         self.metrics = metrics
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.queued_sentences = 0
         self.batches_run = 0  # model batches (translate calls) so far; tests read it
-        # one worker thread per device: torch work is serialized per device and off the event loop
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch-worker")
+        # one worker thread: torch work is serialized and off the event loop
+        self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch-worker")
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:

@@ -129,22 +129,25 @@ async def attention(body: AttentionRequest, request: Request, state: ServiceStat
     def work():
         if body.target_text is not None:
             forced = translator.force_decode(body.text, body.target_text, attention_include=include)
-            return body.target_text, forced.score, forced.attention
-        [result] = translator.translate([body.text], beam_size=body.beam_size, return_scores=True,
-                                        return_attention=True, attention_include=include)
-        return result.text, result.hypotheses[0].score, result.attention
+            text, score, maps = body.target_text, forced.score, forced.attention
+        else:
+            [result] = translator.translate([body.text], beam_size=body.beam_size, return_scores=True,
+                                            return_attention=True, attention_include=include)
+            text, score, maps = result.text, result.hypotheses[0].score, result.attention
+        # the selection is torch work too: it stays on the device's thread, the event loop gets lists
+        return text, score, maps.source_tokens, maps.target_tokens, dict(
+            cross=_select(maps.cross, layers, heads, body.average_heads) if "cross" in body.include else None,
+            decoder_self=_select(maps.decoder_self, layers, heads, body.average_heads) if "decoder_self" in body.include else None,
+            encoder_self=_select(maps.encoder_self, encoder_layers, heads, body.average_heads) if "encoder_self" in body.include else None,
+            alignment=maps.cross[layers][:, heads].mean(dim=(0, 1)).argmax(dim=-1).tolist(),  # (T,) over (T, S)
+        )
 
     timeout = request_timeout(state, request)
-    text, score, maps = await with_deadline(state, request, timeout, batcher.run_on_device(work))
-    cross_selected = maps.cross[layers][:, heads].mean(dim=(0, 1))  # (T, S)
+    text, score, source_tokens, target_tokens, selected = await with_deadline(state, request, timeout, batcher.run_on_device(work))
     return AttentionResponse(
-        model=model.id, source_tokens=maps.source_tokens, target_tokens=maps.target_tokens, translation=text,
+        model=model.id, source_tokens=source_tokens, target_tokens=target_tokens, translation=text,
         score=score, layers=layers, heads=None if body.average_heads else heads,
-        num_layers=cfg.n_decoder_layers, num_heads=cfg.n_heads,
-        cross=_select(maps.cross, layers, heads, body.average_heads) if "cross" in body.include else None,
-        decoder_self=_select(maps.decoder_self, layers, heads, body.average_heads) if "decoder_self" in body.include else None,
-        encoder_self=_select(maps.encoder_self, encoder_layers, heads, body.average_heads) if "encoder_self" in body.include else None,
-        alignment=cross_selected.argmax(dim=-1).tolist(),
+        num_layers=cfg.n_decoder_layers, num_heads=cfg.n_heads, **selected,
     )
 
 
