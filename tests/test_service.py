@@ -381,3 +381,21 @@ def test_every_endpoint_documents_an_example(client):
             for ref in re.findall(r'"#/components/schemas/([^"]+)"', documented):
                 documented += json.dumps(schemas.get(ref, {}))
             assert "example" in documented, f"{method.upper()} {path} has no example"
+
+
+def test_models_load_on_the_thread_that_translates(models_dir, monkeypatch):
+    """All torch work on one thread: a second thread's OpenMP team made decoding 3x slower (BENCHMARKS.md)."""
+    loaded_on = []
+    original = service_app.load_models
+
+    def spy(*args, **kwargs):
+        loaded_on.append(threading.current_thread())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(service_app, "load_models", spy)
+    with make_client(models_dir) as c:
+        wait_ready(c)
+        state = c.app.state.service
+        translating_on = state.batcher.executor.submit(threading.current_thread).result()
+        assert loaded_on == [translating_on] and translating_on is not threading.main_thread()
+        assert c.post("/v1/translate", json={"text": "Ein Hund.", "source": "de", "target": "en", **FAST}).status_code == 200
