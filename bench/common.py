@@ -51,6 +51,14 @@ def table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def emit(report: str, output: str | None) -> int:
+    """Print a benchmark's report, and write it to `output` too when one is given; the exit status."""
+    print(report)
+    if output:
+        Path(output).write_text(report)
+    return 0
+
+
 def marian_twin(checkpoint: Path, out: Path, seed: int = 0) -> Path:
     """A MarianMT directory with the architecture and tokenizer of `checkpoint` (post-norm, since Marian
     has no pre-norm) and random weights: the same amount of work per token for every engine.

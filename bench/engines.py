@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, machine, table, test_sources, timed, marian_twin
+from bench.common import emit, ROOT, machine, table, test_sources, timed, marian_twin
 from model.marian import import_marian
 from model.search import SearchOptions, generate
 from model.translator import Translator
@@ -207,10 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         parts.append(engine_tables(args.threads, args.sentences_b1, args.sentences_b32, args.max_new_tokens))
     parts.append(cache_table(args.cache_sentences))
     report = "\n\n".join(parts) + "\n"
-    print(report)
-    if args.output:
-        Path(args.output).write_text(report)
-    return 0
+    return emit(report, args.output)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import tempfile
 from io import BytesIO
 from pathlib import Path
 
-from bench.common import ROOT, machine, table
+from bench.common import emit, ROOT, machine, table
 
 SETTINGS = [(1, 1), (1, 4), (32, 1), (32, 4)]  # (batch size, beam size)
 
@@ -118,10 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give BASE [NEW] or --chain REV1 REV2 ...")
     header = f"Machine: {machine()}; {args.threads} thread(s); best of {args.rounds} alternating rounds.\n"
     report = header + "\n".join("\n" + compare_pair(base, new, args) for base, new in pairs) + "\n"
-    print(report)
-    if args.output:
-        Path(args.output).write_text(report)
-    return 0
+    return emit(report, args.output)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,8 @@ import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-from bench.common import ROOT, machine, table, test_sources
+from bench.common import emit, ROOT, machine, table, test_sources
 
 
 def start_server(port: int, batching: bool, threads: int) -> subprocess.Popen:
@@ -83,10 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     report = (f"### The server under load (loopback, one sentence per request, beam {args.beam_size})\n\n"
               f"Machine: {machine()}; server with {args.threads} torch thread(s).\n\n"
               + table(["batching", "concurrency", "requests", "requests/s", "p50 ms", "p95 ms", "p99 ms"], rows) + "\n")
-    print(report)
-    if args.output:
-        Path(args.output).write_text(report)
-    return 0
+    return emit(report, args.output)
 
 
 if __name__ == "__main__":
