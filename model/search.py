@@ -127,7 +127,7 @@ class Constraints:
         self.max_lens = max_lens
         self.shortest_cap = int(max_lens.min())  # before this step no row can be at its cap
 
-    def at_max(self, rows: torch.Tensor, step: int) -> torch.Tensor | None:
+    def at_max(self, rows: torch.Tensor | list[int], step: int) -> torch.Tensor | None:
         """(N,) bool: which of the running rows (sentence indices) must end with this step; None: none."""
         return self.max_lens[rows] <= step + 1 if step + 1 >= self.shortest_cap else None
 

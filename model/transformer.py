@@ -169,7 +169,7 @@ class DecoderLayer(nn.Module):
         self.ffn_block = Sublayer(config)
 
     def forward(self, x, tgt_mask, cross_k, cross_v, src_mask, need_weights=False):
-        """The whole target prefix at once (teacher forcing); incremental decoding is in incremental.py."""
+        """The whole target prefix at once (teacher forcing); one-token decoding is in engine.py."""
 
         def self_attention(h):
             k, v = self.self_attn.project_kv(h)
@@ -305,7 +305,9 @@ class Transformer(nn.Module):
 
     def engine(self) -> Engine:
         """The fused-weight engine that search runs on, remade when a parameter, buffer or the
-        quantization changed (checking costs a pass over the parameters: fetch it once per search)."""
+        quantization changed (checking costs a pass over the parameters: fetch it once per search).
+        Changes are seen through tensors' version counters, which writes via `.data` bypass: after
+        such a write, set `model._engine = None`."""
         current = self._engine
         if current is None or current.quantization != self.quantization or current.key != weights_key(self):
             # plain tensors even when called under inference_mode, so they may be used outside it too

@@ -38,6 +38,9 @@ async def load_and_start(state: ServiceState, on_load_failure: Callable[[], None
 
     try:
         models = await asyncio.get_running_loop().run_in_executor(worker, load)
+    except asyncio.CancelledError:  # shut down while loading
+        worker.shutdown(wait=False)
+        raise
     except Exception as exc:
         worker.shutdown(wait=False)
         state.load_error = f"{type(exc).__name__}: {exc}"
