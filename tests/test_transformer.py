@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+import model.engine as engine_module
 from model.search import SearchOptions, generate
 from model.transformer import causal_mask, padding_mask, sinusoidal_table
 
@@ -168,7 +169,8 @@ def test_engine_is_remade_when_weights_change_in_place():
 
 
 @pytest.mark.parametrize("overrides", SHAPES[:3])
-def test_int8_engine_stays_close_to_float(overrides):
+def test_int8_engine_stays_close_to_float(overrides, monkeypatch):
+    monkeypatch.setattr(engine_module, "INT8_MIN_MACS", 0)  # every call in int8, however small
     model = random_model(seed=13, **overrides)
     cfg = model.config
     src = random_sources(4, 9, cfg.src_vocab_size, seed=14)
@@ -222,3 +224,15 @@ def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
             tokens = torch.randint(4, cfg.tgt_vocab_size, (parents.numel(), 1), generator=g)
             prefix, src = torch.cat([prefix[parents], tokens], dim=1), src[parents]
         assert grouped.batch_size == physical.batch_size == 2 * K
+
+
+def test_int8_linear_runs_small_calls_in_float():
+    weight, bias = torch.randn(64, 32), torch.randn(64)
+    linear = engine_module.Int8Linear(weight, bias)
+    small, large = torch.randn(linear.min_rows - 1, 32), torch.randn(linear.min_rows, 32)
+    with torch.inference_mode():
+        assert torch.equal(linear(small), torch.nn.functional.linear(small, weight, bias))  # float32 path
+        quantized = linear(large)
+    reference = torch.nn.functional.linear(large, weight, bias)
+    assert not torch.equal(quantized, reference)
+    assert (quantized - reference).abs().max().item() <= 0.1 * reference.abs().max().item()
