@@ -19,7 +19,7 @@ trained between searches never decodes with stale weights.
 Linear layers may run in int8 (`quantization="int8"`, CPU only): weights quantized per output
 channel, activations quantized dynamically per call (fbgemm). It is an option with a measured BLEU
 cost (see the model cards and BENCHMARKS.md), never the default. Because an activation scale covers
-the whole batch, a sentence's int8 translation can depend on the other sentences in its batch (37 of
+the whole batch, a sentence's int8 translation can depend on the other sentences in its batch (35 of
 200 test sentences differed between alone and batched, beam 4); in float32 it never does.
 """
 from __future__ import annotations
