@@ -9,6 +9,7 @@ import sys
 
 from tqdm import tqdm
 
+from .checkpoint import CheckpointError
 from .translator import Translator
 
 
@@ -30,12 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    translator = Translator.load(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization)
+    try:
+        translator = Translator.load(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization)
+    except (CheckpointError, ValueError) as exc:  # a bad checkpoint or option: one line, not a traceback
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     lines = [line.rstrip("\n") for line in sys.stdin]
     show = args.progress == "always" or (args.progress == "auto" and not sys.stdin.isatty())
     # chunks of several batches: the translator sorts each chunk by length, the bar moves per chunk

@@ -211,3 +211,16 @@ def test_int8_translator_translates_and_rejects_what_it_cannot_do(tiny_checkpoin
         Translator.load(tiny_checkpoint, device="cpu", dtype="bfloat16", quantization="int8")
     with pytest.raises(ValueError, match="quantization must be one of"):
         Translator.load(tiny_checkpoint, device="cpu", quantization="int4")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "/nonexistent"], "checkpoint directory not found"),
+    (["--quantization", "int8", "--dtype", "bfloat16"], "int8 quantization runs on CPU in float32"),
+])
+def test_command_line_translator_reports_load_errors_in_one_line(tiny_checkpoint, args, message):
+    if args[0] != "--model":
+        args = ["--model", str(tiny_checkpoint), "--device", "cpu", *args]
+    proc = subprocess.run([sys.executable, "-m", "model.translate", *args], input="Hallo\n", capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
