@@ -57,6 +57,8 @@ class KVCache:
         self._layer_kv = [rows.select(0, layer) for layer in range(self.n_layers)]  # per layer (2, B, H, capacity, D)
         self._cross = [kv.unbind(0) for kv in self.cross_kv.unbind(0)]  # per layer ((B, H, S, D), (B, H, S, D))
         self._gather_index = None
+        if self.grouped:  # grouped mode: each row's slot in its group, where its new positions go
+            self._own_slots = torch.arange(self.batch_size, device=self.ancestors.device) % self.group_size
 
     @property
     def self_kv(self) -> torch.Tensor:
@@ -101,8 +103,7 @@ class KVCache:
             self._grow(self.length + 1)
         if layer == 0 and self.grouped:
             # the new position of every row is in the row itself: slot r mod K of its group
-            K = self.group_size
-            self.ancestors[: self.batch_size, self.length] = torch.arange(self.batch_size, device=self.ancestors.device) % K
+            self.ancestors[: self.batch_size, self.length] = self._own_slots
             self._gather_index = None
         seen = self._layer_kv[layer].narrow(3, 0, self.length + 1)  # (2, B, H, length + 1, D)
         seen.narrow(3, self.length, 1).copy_(kv.transpose(0, 1))

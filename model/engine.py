@@ -33,6 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .cache import KVCache
+from .masks import padding_mask
 
 if TYPE_CHECKING:  # the Transformer imports this module
     from .transformer import Transformer
@@ -201,7 +202,7 @@ class Engine:
         B, S = src.shape
         C, H, D = self.d_model, self.n_heads, self.head_dim
         assert S <= self.positions.size(0), f"sequence longer than max_positions={self.positions.size(0)}"
-        src_mask = (src != self.config.pad_id)[:, None, None, :]  # True = may attend, as padding_mask()
+        src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
         attn_mask = None if bool(src_mask.all()) else src_mask
         x = F.embedding(src, self.src_embedding) + self.positions[:S]  # (B, S, C)
         for w in self.encoder_layers:

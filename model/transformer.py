@@ -1,7 +1,7 @@
 """Encoder-decoder Transformer ("Attention Is All You Need"), written bottom-up.
 
 Mask convention, everywhere: a bool tensor where True means "may attend". Masks are built only by
-`padding_mask` and `causal_mask` below and broadcast against attention scores of shape (B, H, Tq, Tk).
+`padding_mask` and `causal_mask` (masks.py) and broadcast against attention scores of shape (B, H, Tq, Tk).
 """
 from __future__ import annotations
 
@@ -15,20 +15,7 @@ import torch.nn.functional as F
 from .cache import KVCache
 from .config import ModelConfig
 from .engine import Engine, weights_key
-
-
-# ----------------------------------------------------------------------------------------------
-# masks
-
-
-def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """(B, S) token ids -> (B, 1, 1, S) bool, True on real tokens (keys that may be attended)."""
-    return (tokens != pad_id)[:, None, None, :]
-
-
-def causal_mask(length: int, device: torch.device) -> torch.Tensor:
-    """(1, 1, T, T) bool, True on and below the diagonal: position t sees positions <= t."""
-    return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+from .masks import causal_mask, padding_mask
 
 
 # ----------------------------------------------------------------------------------------------
