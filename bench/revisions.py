@@ -10,7 +10,7 @@ a fresh Python process of its own, for greedy and beam 4 at batch 1 and batch 32
 turns for `--rounds` rounds and the best time of each is kept, so drift in machine load hits both
 alike. Prints sentences/s, the speed ratio, and whether the outputs are token-for-token identical.
 The child process uses only the facade and search API that every revision since the engine core has
-(`Translator.load`, `encode_source`, `_pad`, `generate`, `SearchOptions`).
+(`Translator.load`, `encode_source`, `_pad`, `SearchOptions`, and `generate` or `Translator.generate`).
 """
 from __future__ import annotations
 
@@ -31,8 +31,13 @@ SETTINGS = [(1, 1), (1, 4), (32, 1), (32, 4)]  # (batch size, beam size)
 CHILD = r"""
 import json, sys, time
 import torch
-from model.search import SearchOptions, generate
 from model.translator import Translator
+try:  # revisions whose Translator runs search itself
+    from model.inference.search import SearchOptions
+    search = lambda translator, src, options: translator.generate(src, options)
+except ImportError:  # earlier revisions: the Transformer held its engine
+    from model.search import SearchOptions, generate
+    search = lambda translator, src, options: generate(translator.model, src, options)
 from model.data import read_lines
 
 threads, data, checkpoint, n_b1, n_b32 = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
@@ -43,11 +48,11 @@ results = {}
 for batch, beam in %s:
     ids = [translator.encode_source(t) for t in lines[: n_b1 if batch == 1 else n_b32]]
     chunks = [ids[i : i + batch] for i in range(0, len(ids), batch)]
-    generate(translator.model, translator._pad(chunks[0]), SearchOptions(beam_size=beam))  # warm-up
+    search(translator, translator._pad(chunks[0]), SearchOptions(beam_size=beam))  # warm-up
     start = time.perf_counter()
     outputs = []
     for chunk in chunks:
-        outputs += [h[0].tokens for h in generate(translator.model, translator._pad(chunk), SearchOptions(beam_size=beam))]
+        outputs += [h[0].tokens for h in search(translator, translator._pad(chunk), SearchOptions(beam_size=beam))]
     results[f"{batch},{beam}"] = {"seconds": time.perf_counter() - start, "outputs": outputs}
 print(json.dumps(results))
 """ % (SETTINGS,)

@@ -33,7 +33,8 @@ from tqdm import tqdm
 from .checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint
 from .config import ModelConfig
 from .data import collate, read_parallel, token_batches, tokenize_parallel
-from .search import SearchOptions, generate
+from .inference.engine import Engine
+from .inference.search import SearchOptions, generate
 from .tokenizer import Tokenizer, train_sentencepiece
 from .transformer import Transformer
 
@@ -131,6 +132,7 @@ def say(message: str) -> None:
 def translate_ids(model: Transformer, sources: list[list[int]], options: SearchOptions, max_tokens: int = 4000) -> list[list[int]]:
     """Search over pre-tokenized sources (eos included), batched by length; results in input order."""
     model.eval()
+    engine = Engine(model)  # fused copies of the weights as they are now
     out: list[list[int]] = [[] for _ in sources]
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     start = 0
@@ -144,7 +146,7 @@ def translate_ids(model: Transformer, sources: list[list[int]], options: SearchO
         src = torch.full((len(idx), width), model.config.pad_id, dtype=torch.long)
         for r, i in enumerate(idx):
             src[r, : len(sources[i])] = torch.tensor(sources[i])
-        for i, hyps in zip(idx, generate(model, src.to(next(model.parameters()).device), options)):
+        for i, hyps in zip(idx, generate(engine, src.to(engine.device), options)):
             out[i] = hyps[0].tokens
         start = end
     return out

@@ -12,9 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .cache import KVCache
 from .config import ModelConfig
-from .engine import Engine, weights_key
 from .masks import causal_mask, padding_mask
 
 
@@ -218,9 +216,6 @@ class Transformer(nn.Module):
             self.register_buffer("logits_bias", torch.zeros(config.tgt_vocab_size))
         else:
             self.logits_bias = None
-        # precision of the inference engine's Linear layers: "none" or "int8" (CPU only); see engine.py
-        self.quantization = "none"
-        self._engine: Engine | None = None  # fused weights for search, remade when the model changes
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -257,23 +252,9 @@ class Transformer(nn.Module):
                 attentions.append(probs)
         return EncoderOutput(self.encoder_norm(x), src_mask, attentions)
 
-    def decode(
-        self,
-        tgt_in: torch.Tensor,
-        encoder_out: EncoderOutput | None,
-        cache: KVCache | None = None,
-        need_weights: bool = False,
-    ) -> DecoderOutput:
-        """Decoder inputs (B, T) -> next-token logits (B, T, V).
-
-        Without a cache, tgt_in is the whole prefix and a causal mask applies. With a cache, tgt_in
-        holds the next T tokens, which are fed one at a time through decode_step (the cache already
-        holds the cross-attention keys/values and source mask, so encoder_out may then be None).
-        """
-        if cache is not None:
-            if need_weights:
-                raise ValueError("attention weights come from the full-prefix path: call decode() without a cache")
-            return DecoderOutput(torch.stack([self.decode_step(tgt_in[:, t], cache) for t in range(tgt_in.size(1))], 1))
+    def decode(self, tgt_in: torch.Tensor, encoder_out: EncoderOutput, need_weights: bool = False) -> DecoderOutput:
+        """Decoder inputs (B, T), the whole prefix -> next-token logits (B, T, V), under a causal mask.
+        Decoding one token at a time with a KV cache is the inference engine's (model/inference/)."""
         T = tgt_in.size(1)
         x = self.embed(self.tgt_embed, tgt_in)
         tgt_mask = causal_mask(T, tgt_in.device)  # (1, 1, T, T)
@@ -289,29 +270,6 @@ class Transformer(nn.Module):
         if self.logits_bias is not None:
             logits = logits + self.logits_bias
         return DecoderOutput(logits, self_attns, cross_attns)
-
-    def engine(self) -> Engine:
-        """The fused-weight engine that search runs on, remade when a parameter, buffer or the
-        quantization changed (checking costs a pass over the parameters: fetch it once per search).
-        Changes are seen through tensors' version counters, which writes via `.data` bypass: after
-        such a write, set `model._engine = None`."""
-        current = self._engine
-        if current is None or current.quantization != self.quantization or current.key != weights_key(self):
-            # plain tensors even when called under inference_mode, so they may be used outside it too
-            with torch.inference_mode(False), torch.no_grad():
-                self._engine = Engine(self, self.quantization)
-        return self._engine
-
-    def new_cache(self, encoder_out: EncoderOutput, capacity: int = 32) -> KVCache:
-        """A cache for incremental decoding of these sources: cross-attention keys/values computed once;
-        capacity: target positions to preallocate (it grows past them if needed)."""
-        return self.engine().new_cache(encoder_out.states, encoder_out.src_mask, capacity)
-
-    @torch.no_grad()
-    def decode_step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """tokens (N,): the newest token of each row -> next-token logits (N, V); appends to the cache."""
-        assert not self.training, "incremental decoding is for inference: call model.eval() first"
-        return self.engine().step(tokens, cache)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: (B, S), (B, T) -> logits (B, T, V)."""

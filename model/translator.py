@@ -15,12 +15,19 @@ from typing import Iterable, Sequence
 import torch
 
 from .checkpoint import CheckpointInfo, load_checkpoint
-from .engine import QUANTIZATIONS
-from .search import Hypothesis, SearchOptions, generate
+from .inference.attention import attention_backends
+from .inference.device_search import DeviceSearch, supports
+from .inference.engine import QUANTIZATIONS, Engine
+from .inference.search import Hypothesis, SearchOptions, generate
+from .inference.static_decoder import StaticDecoder
 from .tokenizer import Tokenizer
 from .transformer import Transformer
 
 ATTENTION_KINDS = ("cross", "decoder_self", "encoder_self")
+# auto: the static decoder (CUDA graphs, bookkeeping on the device) on CUDA, the eager search on CPU;
+# eager: always the eager reference search; static: the static decoder everywhere (on CPU it runs
+# op by op, for tests: it is slower there than the eager search)
+STEP_MODES = ("auto", "eager", "static")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -91,19 +98,30 @@ class Translator:
     def __init__(
         self, model: Transformer, info: CheckpointInfo, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
         device: str | torch.device = "auto", dtype: str | torch.dtype | None = None, quantization: str = "none",
+        step_mode: str = "auto", static_rows: int = 1024, static_length: int = 256, warmup: bool = True,
     ):
         """quantization "int8": Linear layers of search run in int8 (CPU, float32 only; faster, with a
-        small BLEU cost measured in the model cards); attention maps and forced decoding stay float."""
+        small BLEU cost measured in the model cards); attention maps and forced decoding stay float.
+        step_mode: see STEP_MODES. static_rows, static_length: the static decoder's capacity (rows =
+        sentences x beams of one step, positions of source and target); searches past it run eagerly.
+        warmup: run (capture) the static decoder's greedy and beam-4 steps of every bucket at load, so
+        that the first request is as fast as the next ones."""
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
         if quantization == "int8" and (self.device.type != "cpu" or self.dtype != torch.float32):
             raise ValueError("int8 quantization runs on CPU in float32 (use device='cpu', dtype='float32')")
+        if step_mode not in STEP_MODES:
+            raise ValueError(f"step_mode must be one of {STEP_MODES}, got {step_mode!r}")
         self.quantization = quantization
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
-        self.model.quantization = quantization
-        self.model.engine()  # built now, so that a problem shows at load time rather than at the first request
+        self.step_mode = step_mode
+        self.static_rows, self.static_length = static_rows, min(static_length, model.config.max_positions)
+        self._engine = Engine(self.model, quantization)  # built now, so that a problem shows at load time
+        self._device_search: DeviceSearch | None = None
+        if warmup and self.uses_static_decoder:
+            self.device_search().warmup(beam_sizes=(1, 4))
         self.info = info
         self.config = model.config
         self.src_tokenizer = src_tokenizer
@@ -112,10 +130,46 @@ class Translator:
     @classmethod
     def load(
         cls, checkpoint_dir: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
-        quantization: str = "none",
+        quantization: str = "none", **options,
     ) -> "Translator":
+        """options: step_mode, static_rows, static_length, warmup (see __init__)."""
         model, info, src_tok, tgt_tok = load_checkpoint(checkpoint_dir)
-        return cls(model, info, src_tok, tgt_tok, device=device, dtype=dtype, quantization=quantization)
+        return cls(model, info, src_tok, tgt_tok, device=device, dtype=dtype, quantization=quantization, **options)
+
+    # ------------------------------------------------------------------ inference objects
+    @property
+    def engine(self) -> Engine:
+        """The fused-weight engine; remade (and the static decoder with it) if the model's weights changed."""
+        if not self._engine.is_current():
+            self._engine = Engine(self.model, self.quantization)
+            self._device_search = None
+        return self._engine
+
+    @property
+    def uses_static_decoder(self) -> bool:
+        if self.step_mode == "static":
+            return self.quantization == "none"
+        return self.step_mode == "auto" and self.device.type == "cuda"
+
+    def device_search(self) -> DeviceSearch:
+        engine = self.engine
+        if self._device_search is None:
+            decoder = StaticDecoder(engine, max_rows=self.static_rows, max_length=self.static_length)
+            self._device_search = DeviceSearch(decoder)
+        return self._device_search
+
+    def static_memory(self) -> dict | None:
+        """The static decoder's memory (buffers, captured graphs and their pool), None if not built."""
+        return self._device_search.decoder.memory() if self._device_search is not None else None
+
+    def generate(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
+        """src (B, S) right-padded ids on this device -> per sentence, the n-best hypotheses: the static
+        decoder where it applies, else the eager search."""
+        if self.uses_static_decoder:
+            searcher = self.device_search()
+            if supports(searcher.decoder, src, options):
+                return searcher.search(src, options, deadline)
+        return generate(self.engine, src, options, deadline)
 
     @property
     def source_lang(self) -> str:
@@ -204,7 +258,7 @@ class Translator:
         for batch in self._length_batches(lengths, max_batch_tokens, max_batch_size):
             indices = [todo[b] for b in batch]
             src = self._pad([sources[i] for i in indices])
-            nbest = generate(self.model, src, options, deadline)
+            nbest = self.generate(src, options, deadline)
             attention = (
                 self._attention(src, [h[0].tokens for h in nbest], attention_include) if return_attention else [None] * len(indices)
             )
@@ -233,8 +287,9 @@ class Translator:
         with_eos = [t + [cfg.eos_id] for t in targets]
         tgt_in = self._pad([t[:-1] for t in with_eos], prefix=cfg.decoder_start_id)
         tgt_out = self._pad(with_eos)
-        encoder_out = self.model.encode(src, need_weights="encoder_self" in include)
-        decoded = self.model.decode(tgt_in, encoder_out, need_weights=True)
+        with attention_backends(self.device):
+            encoder_out = self.model.encode(src, need_weights="encoder_self" in include)
+            decoded = self.model.decode(tgt_in, encoder_out, need_weights=True)
         log_probs = torch.log_softmax(decoded.logits.float(), dim=-1).gather(-1, tgt_out[..., None])[..., 0]  # (B, T)
         outputs = []
         for b, target in enumerate(with_eos):

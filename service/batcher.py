@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from model.search import DeadlineExceeded
+from model.inference.search import DeadlineExceeded
 from model.translator import TranslationResult
 
 from .errors import overloaded

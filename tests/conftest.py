@@ -131,7 +131,7 @@ def running_server(models_dir: Path, *extra_args: str, port: int | None = None, 
 @pytest.fixture(params=["physical", "grouped"])
 def beam_cache_mode(request, monkeypatch):
     """Runs a beam-search test with both ways the KV cache follows beams (see model/cache.py)."""
-    import model.search
+    import model.inference.search
 
-    monkeypatch.setattr(model.search, "GROUPED_BEAM_MIN_ROWS", 1 if request.param == "grouped" else 10**9)
+    monkeypatch.setattr(model.inference.search, "GROUPED_BEAM_MIN_ROWS", 1 if request.param == "grouped" else 10**9)
     return request.param

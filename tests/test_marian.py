@@ -14,7 +14,8 @@ from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # noqa: E
 
 from model.checkpoint import load_checkpoint  # noqa: E402
 from model.marian import export_marian, import_marian  # noqa: E402
-from model.search import SearchOptions, generate  # noqa: E402
+from model.inference.engine import Engine
+from model.inference.search import SearchOptions, generate  # noqa: E402
 from model.translator import Translator  # noqa: E402
 
 from conftest import make_checkpoint, random_sources  # noqa: E402
@@ -117,7 +118,7 @@ def test_search_matches_hugging_face_generate(converted, beam_size, beam_cache_m
                 input_ids=src, attention_mask=(src != cfg.pad_id).long(), num_beams=beam_size, do_sample=False,
                 max_new_tokens=12, early_stopping=True, length_penalty=1.0, bad_words_ids=[[cfg.pad_id]],
             )
-        mine = generate(ours, src, SearchOptions(beam_size=beam_size, max_length=12, length_penalty=1.0))
+        mine = generate(Engine(ours), src, SearchOptions(beam_size=beam_size, max_length=12, length_penalty=1.0))
         for row, hyps in zip(theirs, mine):
             assert hyps[0].tokens == hf_tokens(row, cfg.eos_id, cfg.pad_id)
 

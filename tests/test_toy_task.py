@@ -3,7 +3,8 @@ import torch
 import torch.nn.functional as F
 
 from model.data import pad_batch
-from model.search import SearchOptions, generate
+from model.inference.engine import Engine
+from model.inference.search import SearchOptions, generate
 from model.train import inverse_sqrt_lr
 from model.transformer import Transformer
 
@@ -44,6 +45,6 @@ def test_tiny_model_learns_to_reverse_digit_strings():
     test = reverse_pairs(200, torch.Generator().manual_seed(123))
     src = pad_batch([s for s, _ in test], cfg.pad_id)
     for beam_size in (1, 4):
-        results = generate(model, src, SearchOptions(beam_size=beam_size))
+        results = generate(Engine(model), src, SearchOptions(beam_size=beam_size))
         exact = sum(r[0].tokens == t[:-1] for r, (_, t) in zip(results, test)) / len(test)
         assert exact >= 0.95, f"beam {beam_size}: exact match {exact:.2f}"

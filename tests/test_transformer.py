@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-import model.engine as engine_module
-from model.search import SearchOptions, generate
+import model.inference.engine as engine_module
+from model.inference.engine import Engine
+from model.inference.search import SearchOptions, generate
 from model.transformer import causal_mask, padding_mask, sinusoidal_table
 
 from conftest import random_model, random_sources
@@ -19,8 +20,9 @@ SHAPES = [
 
 def teacher_forced_and_cached(model, src, tgt_in):
     full = model(src, tgt_in)
-    cache = model.new_cache(model.encode(src))
-    steps = [model.decode(tgt_in[:, t : t + 1], None, cache).logits for t in range(tgt_in.size(1))]
+    engine = Engine(model)
+    cache = engine.new_cache(*engine.encode(src))
+    steps = [engine.step(tgt_in[:, t], cache)[:, None] for t in range(tgt_in.size(1))]
     return full, torch.cat(steps, dim=1)
 
 
@@ -42,8 +44,8 @@ def test_cached_search_gives_same_outputs(overrides, beam_size, beam_cache_mode)
     model = random_model(seed=4, **overrides)
     src = random_sources(5, 8, model.config.src_vocab_size, seed=5)
     opts = dict(beam_size=beam_size, num_hypotheses=beam_size, max_length=12)
-    cached = generate(model, src, SearchOptions(**opts, use_cache=True))
-    recomputed = generate(model, src, SearchOptions(**opts, use_cache=False))
+    cached = generate(Engine(model), src, SearchOptions(**opts, use_cache=True))
+    recomputed = generate(Engine(model), src, SearchOptions(**opts, use_cache=False))
     for a, b in zip(cached, recomputed):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
@@ -54,12 +56,13 @@ def test_cache_reorder_follows_indices():
     src = random_sources(3, 6, model.config.src_vocab_size, seed=7)
     tgt_in = torch.randint(4, 64, (3, 5))
     with torch.no_grad():
-        cache = model.new_cache(model.encode(src))
+        engine = Engine(model)
+        cache = engine.new_cache(*engine.encode(src))
         for t in range(3):
-            model.decode(tgt_in[:, t : t + 1], None, cache)
+            engine.step(tgt_in[:, t], cache)
         order = torch.tensor([2, 0, 0])  # a beam-like reorder that also duplicates a row
         cache.reorder(order)
-        after = torch.cat([model.decode(tgt_in[order, t : t + 1], None, cache).logits for t in range(3, 5)], 1)
+        after = torch.stack([engine.step(tgt_in[order, t], cache) for t in range(3, 5)], 1)
         reference = model(src[order], tgt_in[order])[:, 3:5]
     assert (after - reference).abs().max().item() <= 1e-5
     assert cache.batch_size == 3 and cache.length == 5
@@ -95,10 +98,10 @@ def test_sentence_alone_and_in_a_batch_give_identical_tokens(beam_size):
     model = random_model(seed=12)
     src = random_sources(6, 12, 64, seed=13)
     opts = SearchOptions(beam_size=beam_size, max_length=15)
-    batched = generate(model, src, opts)
+    batched = generate(Engine(model), src, opts)
     for i in range(src.size(0)):
         length = int((src[i] != 0).sum())
-        alone = generate(model, src[i : i + 1, :length], opts)
+        alone = generate(Engine(model), src[i : i + 1, :length], opts)
         assert alone[0][0].tokens == batched[i][0].tokens
 
 
@@ -146,24 +149,24 @@ def test_engine_encoder_matches_the_module_encoder(overrides, padded):
         src = torch.randint(4, cfg.src_vocab_size, (4, 9))
     with torch.inference_mode():
         reference = model.encode(src)
-        states, src_mask = model.engine().encode(src)
+        states, src_mask = Engine(model).encode(src)
     assert torch.equal(src_mask, reference.src_mask)
     assert (states - reference.states).abs().max().item() <= 1e-5
 
 
-def test_engine_is_remade_when_weights_change_in_place():
+def test_engine_knows_when_the_weights_changed_in_place():
     model = random_model(seed=11)
     src = random_sources(3, 7, model.config.src_vocab_size, seed=12)
     opts = dict(beam_size=2, max_length=10)
-    engine = model.engine()
-    assert model.engine() is engine  # kept while nothing changes
-    before = generate(model, src, SearchOptions(**opts))
+    engine = Engine(model)
+    assert engine.is_current()  # while nothing changes
+    before = generate(engine, src, SearchOptions(**opts))
     with torch.no_grad():  # as an optimizer step or load_state_dict changes weights
         model.decoder_layers[0].self_attn.k_proj.weight.mul_(-4.0)
         model.encoder_layers[0].ffn.fc1.bias.add_(1.0)
-    assert model.engine() is not engine
-    after = generate(model, src, SearchOptions(**opts))
-    reference = generate(model, src, SearchOptions(**opts, use_cache=False))
+    assert not engine.is_current()
+    after = generate(Engine(model), src, SearchOptions(**opts))
+    reference = generate(engine, src, SearchOptions(**opts, use_cache=False))  # the module path reads the model
     assert [h[0].tokens for h in after] == [h[0].tokens for h in reference]
     assert [h[0].tokens for h in after] != [h[0].tokens for h in before]
 
@@ -176,10 +179,9 @@ def test_int8_engine_stays_close_to_float(overrides, monkeypatch):
     src = random_sources(4, 9, cfg.src_vocab_size, seed=14)
     tokens = torch.randint(4, cfg.tgt_vocab_size, (4,))
     with torch.inference_mode():
-        float_engine = model.engine()
-        model.quantization = "int8"
-        int8_engine = model.engine()
-        assert int8_engine is not float_engine and int8_engine.quantization == "int8"
+        float_engine = Engine(model)
+        int8_engine = Engine(model, "int8")
+        assert int8_engine.quantization == "int8"
         logits = []
         for engine in (float_engine, int8_engine):
             cache = engine.new_cache(*engine.encode(src), capacity=4)
@@ -191,9 +193,8 @@ def test_int8_engine_stays_close_to_float(overrides, monkeypatch):
 
 def test_quantization_is_validated():
     model = random_model(seed=15)
-    model.quantization = "int4"
     with pytest.raises(ValueError, match="quantization must be one of"):
-        model.engine()
+        Engine(model, "int4")
 
 
 def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
@@ -205,7 +206,7 @@ def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
     src = random_sources(G, 6, cfg.src_vocab_size, seed=17).repeat_interleave(K, 0)  # K rows per sentence
     g = torch.Generator().manual_seed(18)
     with torch.inference_mode():
-        engine = model.engine()
+        engine = Engine(model)
         grouped = engine.new_cache(*engine.encode(src), capacity=steps, group_size=K)
         physical = engine.new_cache(*engine.encode(src), capacity=steps)
         assert grouped.grouped and not physical.grouped

@@ -191,14 +191,16 @@ def test_runs_unchanged_on_cuda(tiny_checkpoint):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_kv_cache_matches_recomputation_on_cuda():
     from conftest import random_model, random_sources
+    from model.inference.engine import Engine
 
     model = random_model(seed=1).cuda()
     src = random_sources(4, 9, 64, seed=2).cuda()
     tgt = torch.randint(4, 64, (4, 20), device="cuda")
     with torch.no_grad():
         full = model(src, tgt)
-        cache = model.new_cache(model.encode(src))
-        inc = torch.cat([model.decode(tgt[:, t : t + 1], None, cache).logits for t in range(20)], 1)
+        engine = Engine(model)
+        cache = engine.new_cache(*engine.encode(src))
+        inc = torch.stack([engine.step(tgt[:, t], cache) for t in range(20)], 1)
     assert (full - inc).abs().max().item() <= 1e-4
 
 

@@ -1,8 +1,12 @@
-"""Batched greedy and beam search over an encoder-decoder Transformer.
+"""Batched greedy and beam search, the eager reference: one decoder step at a time, bookkeeping on the host.
 
 Both work on a batch of right-padded sources of different lengths. Sentences that are done leave the
 batch (their rows are dropped from the decoder state), so the last long sentence does not drag the
 whole batch along. `beam_size=1` takes the greedy fast path.
+
+This path runs any model on any device with every option. On CUDA the static decoder
+(static_decoder.py, device_search.py) runs the same searches as captured programs with the bookkeeping
+on the device; the tests hold the two to the same results.
 """
 from __future__ import annotations
 
@@ -12,7 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .transformer import EncoderOutput, Transformer
+from ..config import ModelConfig
+from ..transformer import EncoderOutput
+from .attention import attention_backends
+from .engine import Engine
 
 
 @dataclass
@@ -68,13 +75,13 @@ def normalize(score: float, length: int, length_penalty: float) -> float:
 class DecoderState:
     """Next-token log-probabilities for a set of running prefixes, with or without a KV cache."""
 
-    def __init__(self, model: Transformer, src: torch.Tensor, use_cache: bool, max_steps: int, beam_size: int = 1):
+    def __init__(self, engine: Engine, src: torch.Tensor, use_cache: bool, max_steps: int, beam_size: int = 1):
         """src (B, S) right-padded ids; max_steps: the most tokens any row may generate (the cache is
         preallocated for them). With the cache, the inference engine encodes and decodes; without it,
         the nn.Module path recomputes the whole prefix each step (the reference)."""
-        self.model = model
+        self.model = engine.model
         if use_cache:
-            self.engine = model.engine()  # fetched once: checking that it is current costs too much per step
+            self.engine = engine
             grouped = beam_size > 1 and src.size(0) * beam_size >= GROUPED_BEAM_MIN_ROWS
             self.cache = self.engine.new_cache(
                 *self.engine.encode(src), capacity=max_steps, group_size=beam_size if grouped else 1
@@ -82,7 +89,7 @@ class DecoderState:
             self.encoder_out = None
         else:
             self.engine, self.cache = None, None
-            self.encoder_out = model.encode(src)
+            self.encoder_out = self.model.encode(src)
 
     def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
         """prefix (N, t) of decoder inputs -> log-probs (N, V) of the token after it (float32)."""
@@ -113,14 +120,18 @@ def max_lengths_for(src: torch.Tensor, pad_id: int, options: SearchOptions, cap:
     return lengths.clamp(1, cap).cpu()
 
 
+def banned_tokens(config: ModelConfig) -> list[int]:
+    """Ids a search never generates: padding, bos and the decoder start (unless one of them is eos)."""
+    return sorted({i for i in (config.pad_id, config.bos_id, config.decoder_start_id) if 0 <= i and i != config.eos_id})
+
+
 class Constraints:
     """Masks applied to next-token log-probs: never pad/bos, min_length, max_length, no-repeat n-grams."""
 
-    def __init__(self, model: Transformer, options: SearchOptions, max_lens: torch.Tensor):
+    def __init__(self, config: ModelConfig, options: SearchOptions, max_lens: torch.Tensor):
         """max_lens (B,): the most tokens each sentence may generate."""
-        cfg = model.config
-        self.eos = cfg.eos_id
-        banned = sorted({i for i in (cfg.pad_id, cfg.bos_id, cfg.decoder_start_id) if 0 <= i and i != cfg.eos_id})
+        self.eos = config.eos_id
+        banned = banned_tokens(config)
         self.banned = torch.tensor(banned, dtype=torch.long, device=max_lens.device) if banned else None
         self.min_length = options.min_length
         self.ngram = options.no_repeat_ngram_size
@@ -155,25 +166,26 @@ class Constraints:
 
 # the searches run in inference mode: cheaper per op than no_grad (no version counters or view tracking)
 @torch.inference_mode()
-def generate(model: Transformer, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
+def generate(engine: Engine, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
     """src (B, S) right-padded token ids -> per sentence, the n-best hypotheses sorted by score.
 
     Every search ends by max_length; `deadline` (a time.monotonic() value) also bounds it in time:
     past it, DeadlineExceeded is raised instead of finishing work nobody waits for.
     """
-    if options.beam_size == 1:
-        return [[h] for h in greedy_search(model, src, options, deadline)]
-    return beam_search(model, src, options, deadline)
+    with attention_backends(src.device):
+        if options.beam_size == 1:
+            return [[h] for h in greedy_search(engine, src, options, deadline)]
+        return beam_search(engine, src, options, deadline)
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[Hypothesis]:
-    cfg = model.config
+def greedy_search(engine: Engine, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[Hypothesis]:
+    cfg = engine.config
     B = src.size(0)
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
-    constraints = Constraints(model, options, max_lens)
-    state = DecoderState(model, src, options.use_cache, int(max_lens.max()))
+    constraints = Constraints(cfg, options, max_lens)
+    state = DecoderState(engine, src, options.use_cache, int(max_lens.max()))
 
     rows = torch.arange(B, device=device)  # sentence index of each running row
     prefix = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (N, 1 + step)
@@ -203,13 +215,13 @@ def greedy_search(model: Transformer, src: torch.Tensor, options: SearchOptions,
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
-    cfg = model.config
+def beam_search(engine: Engine, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
+    cfg = engine.config
     B, K = src.size(0), options.beam_size
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
-    constraints = Constraints(model, options, max_lens)
-    state = DecoderState(model, src, options.use_cache, int(max_lens.max()), beam_size=K)
+    constraints = Constraints(cfg, options, max_lens)
+    state = DecoderState(engine, src, options.use_cache, int(max_lens.max()), beam_size=K)
     state.reorder(torch.arange(B, device=device).repeat_interleave(K))  # every sentence K times
 
     sentences = list(range(B))  # sentence index of each running sentence

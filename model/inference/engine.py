@@ -12,9 +12,11 @@ so their number matters as much as their size:
 The nn.Module path (`Transformer.encode/decode`) stays the reference: it trains, it returns attention
 probabilities, and `SearchOptions(use_cache=False)` decodes with it.
 
-The fused weights are copies, made on first use and remade whenever a parameter or buffer of the
-model changes (they are keyed on each tensor's storage and version counter), so a model that is
-trained between searches never decodes with stale weights.
+The engine is built from a model (`Engine(model)`, by the Translator or whoever searches); the model
+knows nothing of it. The fused weights are copies: `engine.is_current()` says whether the model's
+parameters and buffers are still the ones it was made from (keyed on each tensor's storage and
+version counter), so an owner that trains between searches remakes it rather than decoding with
+stale weights.
 
 Linear layers may run in int8 (`quantization="int8"`, CPU only): weights quantized per output
 channel, activations quantized dynamically per call (fbgemm). It is an option with a measured BLEU
@@ -26,17 +28,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..masks import padding_mask
+from ..transformer import Transformer
 from .cache import KVCache
-from .masks import padding_mask
-
-if TYPE_CHECKING:  # the Transformer imports this module
-    from .transformer import Transformer
 
 QUANTIZATIONS = ("none", "int8")
 
@@ -131,15 +129,20 @@ def weights_key(model: nn.Module) -> tuple:
 
 
 class Engine:
-    def __init__(self, model: "Transformer", quantization: str = "none"):
+    # plain tensors even when built under inference_mode, so that they may be used outside it too
+    @torch.inference_mode(False)
+    @torch.no_grad()
+    def __init__(self, model: Transformer, quantization: str = "none"):
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
         if quantization == "int8" and model.output_proj.weight.device.type != "cpu":
             raise ValueError("int8 quantization runs on CPU only")
         cfg = model.config
+        self.model = model  # the reference path (search without cache) and the staleness check
         self.config = cfg
         self.quantization = quantization
         self.key = weights_key(model)
+        self.device = model.output_proj.weight.device
         self.n_heads, self.head_dim, self.d_model = cfg.n_heads, cfg.head_dim, cfg.d_model
         self.pre_norm = cfg.norm_placement == "pre"
         self.activation = model.decoder_layers[0].ffn.activation
@@ -186,6 +189,11 @@ class Engine:
         self.cross_kv = of(*[m for layer in model.decoder_layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)])
         self.decoder_norm = Norm.of(model.decoder_norm)
         self.output = linear(model.output_proj.weight, model.logits_bias)
+
+    def is_current(self) -> bool:
+        """False once any parameter or buffer of the model was replaced or changed in place (writes
+        through `.data` bypass the version counters: remake the engine after those)."""
+        return self.key == weights_key(self.model)
 
     # ------------------------------------------------------------------ shared pieces
     def _residual(self, x: torch.Tensor, out: torch.Tensor, norm: Norm) -> torch.Tensor:

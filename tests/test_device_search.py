@@ -1,0 +1,183 @@
+"""The static decoder and the search with its bookkeeping on the device: the same results as the eager
+reference search, through bucket changes, finished rows leaving and every search option; the step
+itself against full recomputation, with rows at different positions. On CPU the programs run op by
+op; the CUDA tests at the end also capture them as CUDA graphs."""
+import pytest
+import torch
+
+from model.inference.device_search import DeviceSearch, supports
+from model.inference.engine import Engine
+from model.inference.search import SearchOptions, generate
+from model.inference.static_decoder import StaticDecoder, bucket_of, buckets
+from model.translator import Translator
+
+from conftest import random_model, random_sources
+
+SHAPES = [
+    dict(),
+    dict(norm_placement="pre", activation="gelu"),
+    dict(norm_placement="post", activation="swish", positional_layout="halves", final_logits_bias=True),
+]
+
+
+def device_search(model, max_rows=64, max_length=64, check_every=4, device="cpu"):
+    decoder = StaticDecoder(Engine(model), max_rows=max_rows, max_length=max_length)
+    return DeviceSearch(decoder, check_every=check_every)
+
+
+def assert_same_results(mine, reference, abs_tol=1e-4):
+    assert len(mine) == len(reference)
+    for a, b in zip(mine, reference):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=abs_tol)
+        assert [h.normalized_score for h in a] == pytest.approx([h.normalized_score for h in b], abs=abs_tol)
+
+
+def test_buckets():
+    assert buckets(20) == [1, 2, 4, 8, 16, 20]
+    assert buckets(256, first=32) == [32, 64, 128, 256]
+    assert bucket_of(5, buckets(20)) == 8 and bucket_of(17, buckets(20)) == 20
+    with pytest.raises(ValueError):
+        bucket_of(21, buckets(20))
+
+
+@pytest.mark.parametrize("overrides", SHAPES)
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("check_every", [1, 4])
+def test_device_search_gives_the_reference_results(overrides, beam_size, check_every):
+    model = random_model(seed=21, **overrides)
+    src = random_sources(11, 9, model.config.src_vocab_size, seed=22)  # 11 sentences: a bucket of 16
+    opts = SearchOptions(beam_size=beam_size, num_hypotheses=beam_size, max_length=20)
+    reference = generate(Engine(model), src, opts)
+    assert_same_results(device_search(model, check_every=check_every).search(src, opts), reference)
+
+
+@pytest.mark.parametrize("beam_size", [1, 2, 4])
+@pytest.mark.parametrize("options", [
+    dict(length_penalty=0.0),
+    dict(length_penalty=1.0, min_length=6),
+    dict(max_length=3),
+    dict(),  # max_length from the source length
+    dict(num_hypotheses=2, length_penalty=0.6),
+])
+def test_device_search_options(beam_size, options):
+    if options.get("num_hypotheses", 1) > beam_size:
+        pytest.skip("n-best larger than the beam")
+    model = random_model(seed=23)
+    src = random_sources(7, 8, model.config.src_vocab_size, seed=24)
+    opts = SearchOptions(beam_size=beam_size, **options)
+    assert_same_results(device_search(model).search(src, opts), generate(Engine(model), src, opts))
+
+
+def test_rows_leave_and_the_bucket_shrinks():
+    """Sentences that finish early leave the running rows; the rest keep their results."""
+    model = random_model(seed=25, final_logits_bias=True)
+    cfg = model.config
+    model.logits_bias.zero_()
+    model.logits_bias[cfg.eos_id] = 3.0  # eos likely enough that sentences end at many different steps
+    src = random_sources(37, 10, cfg.src_vocab_size, seed=26)
+    for beam_size in (1, 2):
+        opts = SearchOptions(beam_size=beam_size, max_length=40, num_hypotheses=beam_size)
+        searcher = device_search(model, max_rows=128, check_every=1)
+        reference = generate(Engine(model), src, opts)
+        lengths = {len(h[0].tokens) for h in reference}
+        assert len(lengths) > 3  # really finishing at different steps
+        assert_same_results(searcher.search(src, opts), reference)
+        # the decoder is reused: a second, different search over the same buffers
+        assert_same_results(searcher.search(src[:5], opts), generate(Engine(model), src[:5], opts))
+
+
+def test_step_rows_at_different_positions_match_recomputation():
+    """One step over rows that joined at different times (each at its own position, with its own
+    source length) gives each row the logits of decoding its own prefix alone."""
+    model = random_model(seed=27)
+    cfg = model.config
+    decoder = StaticDecoder(Engine(model), max_rows=8, max_length=32)
+    src = random_sources(3, 7, cfg.src_vocab_size, seed=28)
+    prefixes = torch.randint(4, cfg.tgt_vocab_size, (3, 12))
+    prefixes[:, 0] = cfg.decoder_start_id
+    with torch.inference_mode():
+        decoder.load_sources(src)
+        starts = [0, 3, 5]  # row r joins at step starts[r]
+        for t in range(10):
+            running = [r for r in range(3) if t >= starts[r]]
+            for r in range(3):
+                decoder.pos[r] = t - starts[r] if t >= starts[r] else 0
+                decoder.tokens[r] = prefixes[r, t - starts[r]] if t >= starts[r] else cfg.decoder_start_id
+            logits = decoder.step(3, 32)
+            for r in running:
+                n = t - starts[r] + 1
+                full = model(src[r : r + 1], prefixes[r : r + 1, :n])[0, -1]
+                assert (logits[r] - full).abs().max().item() <= 1e-4
+
+
+def test_supports_leaves_what_it_cannot_do_to_the_eager_search():
+    model = random_model(seed=29)
+    decoder = StaticDecoder(Engine(model), max_rows=8, max_length=32)
+    src = random_sources(2, 6, 64, seed=30)
+    assert supports(decoder, src, SearchOptions(beam_size=4, max_length=20))
+    assert not supports(decoder, src, SearchOptions(beam_size=4, max_length=40))  # past max_length
+    assert not supports(decoder, src, SearchOptions(beam_size=8, max_length=20))  # 16 rows > 8
+    assert not supports(decoder, src, SearchOptions(beam_size=2, no_repeat_ngram_size=2))
+    assert not supports(decoder, src, SearchOptions(beam_size=2, use_cache=False))
+    with pytest.raises(ValueError, match="max_positions"):
+        StaticDecoder(Engine(model), max_length=10_000)
+
+
+def test_translator_step_modes_agree(tiny_checkpoint):
+    sentences = ["Ein Hund läuft.", "Zwei Kinder spielen im Schnee mit einem Ball.", "", "Hallo"]
+    eager = Translator.load(tiny_checkpoint, device="cpu", step_mode="eager")
+    static = Translator.load(tiny_checkpoint, device="cpu", step_mode="static", static_rows=32, static_length=64)
+    assert not eager.uses_static_decoder and static.uses_static_decoder
+    for options in (dict(beam_size=1), dict(beam_size=4, num_hypotheses=2), dict(beam_size=2, no_repeat_ngram_size=2)):
+        a = eager.translate(sentences, return_scores=True, max_length=12, **options)
+        b = static.translate(sentences, return_scores=True, max_length=12, **options)
+        assert [[h.tokens for h in r.hypotheses] for r in a] == [[h.tokens for h in r.hypotheses] for r in b]
+    assert static.static_memory()["buffers_bytes"] > 0 and eager.static_memory() is None
+    with pytest.raises(ValueError, match="step_mode"):
+        Translator.load(tiny_checkpoint, device="cpu", step_mode="fast")
+
+
+def test_static_decoder_is_remade_when_the_weights_change(tiny_checkpoint):
+    translator = Translator.load(tiny_checkpoint, device="cpu", step_mode="static", static_rows=16, static_length=64)
+    translator.translate(["Hallo Welt"], beam_size=2, max_length=8)
+    first = translator.device_search()
+    with torch.no_grad():
+        translator.model.decoder_layers[0].ffn.fc1.weight.mul_(-2.0)
+    assert translator.device_search() is not first
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_captured_graphs_give_the_eager_static_results_on_cuda(dtype, beam_size):
+    model = random_model(seed=31).to("cuda", dtype)
+    src = random_sources(13, 9, 64, seed=32).cuda()
+    opts = SearchOptions(beam_size=beam_size, num_hypotheses=beam_size, max_length=20)
+    engine = Engine(model)
+    captured = DeviceSearch(StaticDecoder(engine, max_rows=64, max_length=64), check_every=1)
+    assert captured.decoder.capture
+    eager = DeviceSearch(StaticDecoder(engine, max_rows=64, max_length=64, capture=False), check_every=1)
+    first = captured.search(src, opts)  # captures as it goes
+    again = captured.search(src, opts)  # replays
+    reference = eager.search(src, opts)
+    assert_same_results(first, reference, abs_tol=0)
+    assert_same_results(again, reference, abs_tol=0)
+    memory = captured.decoder.memory()
+    assert memory["graphs"] > 0 and memory["buffers_bytes"] > 0
+    if dtype == torch.float32:
+        assert_same_results(first, generate(engine, src, opts), abs_tol=1e-3)
+
+
+@cuda
+def test_warmup_captures_every_bucket_on_cuda():
+    model = random_model(seed=33).to("cuda", torch.float16)
+    searcher = DeviceSearch(StaticDecoder(Engine(model), max_rows=64, max_length=64))
+    programs = searcher.warmup(beam_sizes=(1, 4))
+    assert programs == len(searcher.decoder.graphs) == (7 + 5) * 2
+    src = random_sources(3, 9, 64, seed=34).cuda()
+    searcher.search(src, SearchOptions(beam_size=4, max_length=20))
+    assert len(searcher.decoder.graphs) == programs  # nothing new to capture
