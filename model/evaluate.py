@@ -55,10 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--quantization", default="none", choices=["none", "int8"])
+    parser.add_argument("--step-mode", default="auto", choices=["auto", "eager", "static"],
+                        help="auto: the static decoder (CUDA graphs) on CUDA, the eager search on CPU; eager: always the eager search")
     parser.add_argument("--output", help="also write the translations here")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    translator = Translator.load(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization)
+    translator = Translator.load(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization,
+                                 step_mode=args.step_mode)
     sources, references = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(references):
         raise SystemExit(f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)}")

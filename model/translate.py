@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"], help="default: float32 on CPU, float16 on CUDA")
     parser.add_argument("--quantization", default="none", choices=["none", "int8"],
                         help="int8: quantized Linear layers, faster on CPU at a small BLEU cost (see the model card)")
+    parser.add_argument("--step-mode", default="auto", choices=["auto", "eager", "static"],
+                        help="auto: the static decoder (CUDA graphs) on CUDA, the eager search on CPU; eager: always the eager search")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--progress", choices=["auto", "always", "never"], default="auto", help="progress bar on stderr (auto: when stdin is not a terminal)")
     return parser
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     try:
-        translator = Translator.load(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization)
+        translator = Translator.load(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization,
+                                     step_mode=args.step_mode)
     except (CheckpointError, ValueError) as exc:  # a bad checkpoint or option: one line, not a traceback
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     lines = [line.rstrip("\n") for line in sys.stdin]

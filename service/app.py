@@ -34,7 +34,7 @@ async def load_and_start(state: ServiceState, on_load_failure: Callable[[], None
             import torch
 
             torch.set_num_threads(s.threads)
-        return load_models(s.models_dir, s.device, s.dtype, s.quantization)
+        return load_models(s.models_dir, s.device, s.dtype, s.quantization, s.step_mode)
 
     try:
         models = await asyncio.get_running_loop().run_in_executor(worker, load)

@@ -46,11 +46,13 @@ def discover(models_dir: str | Path) -> list[Path]:
     return found
 
 
-def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none") -> dict[str, LoadedModel]:
+def load_models(
+    models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none", step_mode: str = "auto",
+) -> dict[str, LoadedModel]:
     models: dict[str, LoadedModel] = {}
     for path in discover(models_dir):
         t0 = time.perf_counter()
-        translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization)
+        translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode)
         model_id = f"{translator.source_lang}-{translator.target_lang}"
         if model_id in models:
             raise ValueError(f"two checkpoints for {model_id}: {models[model_id].path} and {path}")

@@ -95,6 +95,9 @@ class ModelInfo(BaseModel):
     device: str
     dtype: str
     quantization: str = Field(description="none, or int8 (quantized Linear layers in search)")
+    step_mode: str = Field(description="auto, eager or static (see the step_mode setting)")
+    static_decoder: dict | None = Field(None, description="the static decoder's memory, when it is in use: buffers_bytes, "
+                                                          "graphs (captured CUDA graphs) and graph_pool_bytes")
     path: str
 
 

@@ -15,6 +15,9 @@ class Settings(BaseSettings):
     dtype: str | None = Field(None, pattern="^(float32|float16|bfloat16)$", description="default: float32 on CPU, float16 on CUDA")
     quantization: str = Field("none", pattern="^(none|int8)$",
                               description="int8: quantized Linear layers (CPU, float32), faster at a small BLEU cost")
+    step_mode: str = Field("auto", pattern="^(auto|eager|static)$",
+                           description="auto: the static decoder (CUDA graphs, search on the device) on CUDA, the eager search on CPU; "
+                                       "eager: always the eager search")
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
 
     # cross-request batching

@@ -155,13 +155,14 @@ async def attention(body: AttentionRequest, request: Request, state: ServiceStat
     "/models", response_model=ModelList,
     responses={200: {"content": {"application/json": {"example": {"models": [
         {"id": "de-en", "source": "de", "target": "en", "parameters": 7583744, "device": "cpu", "dtype": "float32", "quantization": "none",
-         "path": "checkpoints/de-en"},
+         "step_mode": "auto", "static_decoder": None, "path": "checkpoints/de-en"},
     ]}}}}},
 )
 async def models(state: ServiceState = Depends(get_state)) -> ModelList:
     return ModelList(models=[
         ModelInfo(id=m.id, source=m.source, target=m.target, parameters=m.translator.num_parameters(),
                   device=str(m.translator.device), dtype=str(m.translator.dtype).removeprefix("torch."),
-                  quantization=m.translator.quantization, path=m.path)
+                  quantization=m.translator.quantization, step_mode=m.translator.step_mode,
+                  static_decoder=m.translator.static_memory(), path=m.path)
         for m in state.models.values()
     ])
