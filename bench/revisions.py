@@ -32,10 +32,11 @@ CHILD = r"""
 import json, sys, time
 import torch
 from model.translator import Translator
-try:  # revisions whose Translator runs search itself
+# by feature, not by import: the venv's editable install can resolve modules of the working tree
+if hasattr(Translator, "generate"):  # revisions whose Translator runs search itself
     from model.inference.search import SearchOptions
     search = lambda translator, src, options: translator.generate(src, options)
-except ImportError:  # earlier revisions: the Transformer held its engine
+else:  # earlier revisions: the Transformer held its engine
     from model.search import SearchOptions, generate
     search = lambda translator, src, options: generate(translator.model, src, options)
 from model.data import read_lines
