@@ -19,12 +19,14 @@ from typing import Any, Callable
 from model.inference.search import DeadlineExceeded
 from model.translator import TranslationResult
 
+from .admission import Admission
 from .errors import overloaded
 from .metrics import Metrics
 from .models import LoadedModel
 from .settings import Settings
 
 log = logging.getLogger("service.batcher")
+CALIBRATION_TEXT = "Ein Mann mit einer roten Jacke fährt mit dem Fahrrad durch die Straßen der Stadt."
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,28 @@ class Batcher:
         # one worker thread: torch work is serialized and off the event loop
         self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch-worker")
         self._task: asyncio.Task | None = None
+        self.admission = Admission(rate=1.0, margin=settings.admission_margin)
 
     async def start(self) -> None:
+        if self.settings.admission:
+            await self.calibrate()
         self._task = asyncio.create_task(self._loop(), name="batcher")
+
+    async def calibrate(self) -> None:
+        """Measure the engine's rate on one batch before the first request, so admission starts from a
+        measured figure rather than a guess (the moving average then follows real batches)."""
+        model = next(iter(self.models.values()))
+        s = self.settings
+        texts = [CALIBRATION_TEXT] * min(16, s.max_batch_sentences)
+        beam = min(4, s.max_beam_size)
+        counts = [model.translator.count_tokens(t) for t in texts]
+        started = time.perf_counter()
+        results = await self.run_on_device(model.translator.translate, texts, beam_size=beam)
+        seconds = time.perf_counter() - started
+        output = sum(len(r.hypotheses[0].tokens) + 1 for r in results)
+        self.admission.rate = beam * (sum(counts) + output + 2 * len(texts)) / seconds
+        self.metrics.engine_rate.set(self.admission.rate)
+        log.info("admission: engine rate %.0f decode units/s (calibration batch of %d)", self.admission.rate, len(texts))
 
     async def stop(self) -> None:
         if self._task:
@@ -93,12 +114,26 @@ class Batcher:
         Cancelling the caller cancels the job: if it has not started yet, it leaves its batch."""
         if self.queued_sentences + len(texts) > self.settings.max_queue_sentences:
             raise overloaded(self.settings.retry_after_s)
+        cost = 0.0
+        if self.settings.admission:
+            cost = self.admission.cost(token_counts, options.beam_size)
+            retry_after = self.admission.admit(cost, timeout)
+            if retry_after is not None:
+                self.metrics.refused_units.inc(cost)
+                raise overloaded(int(retry_after), "the server is busy: the work queued ahead would not finish before "
+                                                   "this request's deadline, retry later")
+            self.metrics.admitted_units.inc(cost)
+            self.metrics.pending_units.set(self.admission.pending)
         future = asyncio.get_running_loop().create_future()
         job = Job(model_id, texts, token_counts, options, future, time.monotonic() + timeout)
         self.queued_sentences += len(texts)
         self.metrics.queue_depth.set(self.queued_sentences)
         self.queue.put_nowait(job)
-        return await job.future
+        try:
+            return await job.future
+        finally:  # done, failed, timed out or disconnected: its work no longer counts as ahead of others
+            self.admission.release(cost)
+            self.metrics.pending_units.set(self.admission.pending)
 
     # ------------------------------------------------------------------ the loop
     async def _next_jobs(self) -> list[Job]:
@@ -188,14 +223,18 @@ class Batcher:
     ) -> list[TranslationResult]:
         model = self.models[model_id]
         s = self.settings
+        started = time.perf_counter()
         results = await self.run_on_device(
             model.translator.translate, texts,
             beam_size=options.beam_size, num_hypotheses=options.num_hypotheses, max_length=options.max_length,
             length_penalty=options.length_penalty, return_scores=options.return_scores,
             max_batch_tokens=s.max_batch_tokens, max_batch_size=s.max_batch_sentences, deadline=deadline,
         )
+        output_tokens = sum(len(r.hypotheses[0].tokens) + 1 for r in results)
+        self.admission.observe(len(texts), sum(token_counts), output_tokens, options.beam_size, time.perf_counter() - started)
         self.batches_run += 1
         m = self.metrics
+        m.engine_rate.set(self.admission.rate)
         m.batches.labels(model=model_id).inc()
         m.batch_sentences.observe(len(texts))
         m.batch_tokens.observe(sum(token_counts))

@@ -30,8 +30,8 @@ def too_large(message: str, param: str | None = None) -> APIError:
     return APIError(413, "request_too_large", message, param)
 
 
-def overloaded(retry_after_s: int) -> APIError:
-    return APIError(503, "overloaded", "the server is busy: the queue is full, retry later", None, {"Retry-After": str(retry_after_s)})
+def overloaded(retry_after_s: int, message: str = "the server is busy: the queue is full, retry later") -> APIError:
+    return APIError(503, "overloaded", message, None, {"Retry-After": str(retry_after_s)})
 
 
 def not_ready() -> APIError:

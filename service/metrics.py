@@ -23,6 +23,10 @@ class Metrics:
         self.generated_tokens = Counter("nmt_generated_tokens", "target tokens generated (best hypotheses)", ["model"], registry=r)
         self.model_load_seconds = Gauge("nmt_model_load_seconds", "time taken to load each model", ["model"], registry=r)
         self.dropped = Counter("nmt_dropped_requests", "requests given up before their result (timeout or client disconnect)", ["reason"], registry=r)
+        self.admitted_units = Counter("nmt_admitted_work_units", "work admitted, in decode units (beam x (source + expected output tokens))", registry=r)
+        self.refused_units = Counter("nmt_refused_work_units", "work refused with 503 because it could not finish before its deadline", registry=r)
+        self.engine_rate = Gauge("nmt_engine_rate_units_per_second", "measured decode units per second (what admission predicts with)", registry=r)
+        self.pending_units = Gauge("nmt_pending_work_units", "admitted decode units not finished yet", registry=r)
         self.device_memory = Gauge("nmt_device_memory_bytes", "GPU memory allocated by torch", ["device"], registry=r)
 
     def update_device_memory(self) -> None:

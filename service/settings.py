@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     max_wait_ms: float = Field(5.0, ge=0, description="how long the batcher waits for more requests before running a batch")
     max_queue_sentences: int = Field(2048, ge=1, description="sentences waiting at most; beyond it requests get 503")
     batching: bool = Field(True, description="false: every request runs as its own model batch (for comparison)")
+    admission: bool = Field(True, description="refuse (503) requests whose predicted wait, from the work queued ahead and the "
+                                              "measured engine rate, would pass their deadline; false: bound the queue by sentences only")
+    admission_margin: float = Field(0.8, gt=0, le=1, description="share of a request's deadline the predicted wait may take")
 
     # limits per request
     max_texts_per_request: int = Field(64, ge=1)

@@ -359,8 +359,8 @@ def test_overload_refuses_fast_accepted_requests_complete_and_health_stays_respo
         assert set(statuses) <= {200, 503}
         assert statuses.count(503) > 0 and statuses.count(200) > 0
         for sent, (status, headers, body) in results:
-            if status == 503:
-                assert headers.get("retry-after") == "2" and body["error"]["type"] == "overloaded"
+            if status == 503:  # queue full (the setting's Retry-After) or predicted past the deadline (admission's)
+                assert int(headers.get("retry-after")) >= 1 and body["error"]["type"] == "overloaded"
             else:
                 assert len(body["translations"]) == 4  # every accepted request got its full answer
         assert max(health_latencies) < 1.0, f"health took up to {max(health_latencies):.2f}s under load"
