@@ -128,7 +128,7 @@ def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, 
     slots.history[dec.rows[:B], pos] = next_token
     dec.reorder(parent, L)
     dec.tokens[:B] = next_token
-    pos.add_(was_alive.repeat_interleave(K))
+    pos.add_(was_alive[:, None].expand(G, K).reshape(B))  # (no repeat_interleave: nothing here may wait on the device)
 
 
 def supports(decoder: StaticDecoder, src: torch.Tensor, options: SearchOptions) -> bool:
