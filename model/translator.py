@@ -152,6 +152,7 @@ class Translator:
         return self.step_mode == "auto" and self.device.type == "cuda"
 
     def device_search(self) -> DeviceSearch:
+        """The static decoder's search, made on first use and again when the engine was remade."""
         engine = self.engine
         if self._device_search is None:
             decoder = StaticDecoder(engine, max_rows=self.static_rows, max_length=self.static_length)
@@ -166,9 +167,10 @@ class Translator:
         """src (B, S) right-padded ids on this device -> per sentence, the n-best hypotheses: the static
         decoder where it applies, else the eager search."""
         if self.uses_static_decoder:
-            searcher = self.device_search()
+            searcher = self.device_search()  # checks the engine is current (a walk over every parameter)
             if supports(searcher.decoder, src, options):
                 return searcher.search(src, options, deadline)
+            return generate(searcher.decoder.engine, src, options, deadline)
         return generate(self.engine, src, options, deadline)
 
     @property

@@ -31,9 +31,15 @@ class Admission:
         self.admitted_units = 0.0
         self.refused_units = 0.0
 
+    @staticmethod
+    def units(texts: int, source_tokens: float, output_tokens: float, beam_size: int) -> float:
+        """Decode units: source and output tokens (plus bos/eos per text), times the beam."""
+        return float(beam_size * (source_tokens + output_tokens + 2 * texts))
+
     def cost(self, token_counts: list[int], beam_size: int) -> float:
-        """Decode units of one request: each text's source and expected output tokens, times the beam."""
-        return float(sum(beam_size * (n + self.output_ratio * n + 2) for n in token_counts))
+        """Decode units of one request, its output expected at the learned output/source ratio."""
+        source = sum(token_counts)
+        return self.units(len(token_counts), source, self.output_ratio * source, beam_size)
 
     def predicted_wait(self, cost: float) -> float:
         return (self.pending + cost) / self.rate
@@ -58,6 +64,6 @@ class Admission:
         """A model batch ran: learn the engine's rate and the output/source length ratio."""
         if seconds <= 0 or source_tokens <= 0:
             return
-        units = beam_size * (source_tokens + output_tokens + 2 * texts)
+        units = self.units(texts, source_tokens, output_tokens, beam_size)
         self.rate += SMOOTHING * (units / seconds - self.rate)
         self.output_ratio += SMOOTHING * (output_tokens / source_tokens - self.output_ratio)

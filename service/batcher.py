@@ -87,7 +87,7 @@ class Batcher:
         results = await self.run_on_device(model.translator.translate, texts, beam_size=beam)
         seconds = time.perf_counter() - started
         output = sum(len(r.hypotheses[0].tokens) + 1 for r in results)
-        self.admission.rate = beam * (sum(counts) + output + 2 * len(texts)) / seconds
+        self.admission.rate = self.admission.units(len(texts), sum(counts), output, beam) / seconds
         self.metrics.engine_rate.set(self.admission.rate)
         log.info("admission: engine rate %.0f decode units/s (calibration batch of %d)", self.admission.rate, len(texts))
 

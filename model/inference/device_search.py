@@ -203,7 +203,7 @@ class DeviceSearch:
         device = dec.device
         max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1)
         max_steps = int(max_lens.max())
-        assert supports(dec, src, options) and max_steps < dec.max_length
+        assert max_steps < dec.max_length, "call supports() first: this search does not fit the decoder"
 
         G = B  # sentences in the running rows (finished ones included until they are copied out)
         Gb = bucket_of(G, slots.group_buckets)
