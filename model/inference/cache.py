@@ -17,6 +17,14 @@ is carried out in one of two ways:
   attention reads each row's history through it (see Engine._grouped_attention). When sentences
   leave, their groups leave whole (a physical copy of the groups that stay), and since the table
   holds positions within the group, it stays valid.
+
+Continuous batching adds rows to a running cache at a step boundary (`join`): their history starts
+at the current length, so `start[r]` records where row r's own positions begin; the positions before
+it are masked out of its self-attention (`self_mask()`), and its position embedding counts from its
+own start (`positions()`). A cache whose rows all began together has `start = None` and pays for
+none of it. When rows leave, the reorder that copies the rows anyway drops the positions that no
+remaining row reads (those before the earliest start), so the length stays bounded under a steady
+stream of joins.
 """
 from __future__ import annotations
 
@@ -39,6 +47,9 @@ class KVCache:
         self._self_kv = self._new_buffer(self.batch_size, self.capacity)  # (L, 2, B, H, capacity, D)
         self._spare = self._new_buffer(self.batch_size, self.capacity)  # target of the next physical reorder
         self.length = 0  # positions already stored (the same for every layer)
+        # (B,) first position of each row's own history when rows joined later (see join); None: all 0
+        self.start: torch.Tensor | None = None
+        self.oldest = 0  # length - min(start): the longest history any row has, for position limits
         # grouped mode: (B, capacity) row within the group that holds each position of each row's history
         self.ancestors = torch.empty(self.batch_size, self.capacity, dtype=torch.long, device=cross_kv.device)
         self._make_views()
@@ -57,6 +68,7 @@ class KVCache:
         self._layer_kv = [rows.select(0, layer) for layer in range(self.n_layers)]  # per layer (2, B, H, capacity, D)
         self._cross = [kv.unbind(0) for kv in self.cross_kv.unbind(0)]  # per layer ((B, H, S, D), (B, H, S, D))
         self._gather_index = None
+        self._self_mask = None
         if self.grouped:  # grouped mode: each row's slot in its group, where its new positions go
             self._own_slots = torch.arange(self.batch_size, device=self.ancestors.device) % self.group_size
 
@@ -68,6 +80,20 @@ class KVCache:
     def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of one layer, each (B, H, S, D)."""
         return self._cross[layer]
+
+    def positions(self) -> int | torch.Tensor:
+        """The position of the token being decoded: one int for all rows, or (B,) when rows joined later."""
+        return self.length if self.start is None else self.length - self.start
+
+    def self_mask(self) -> torch.Tensor | None:
+        """(B, 1, 1, length + 1) bool, true at the positions of each row's own history (those before its
+        start belong to rows that ran before it joined); None when every row began at 0."""
+        if self.start is None:
+            return None
+        if self._self_mask is None or self._self_mask.size(-1) != self.length + 1:
+            span = torch.arange(self.length + 1, device=self.start.device)
+            self._self_mask = (span >= self.start[:, None])[:, None, None, :]
+        return self._self_mask
 
     def gather_index(self) -> torch.Tensor:
         """Grouped mode, for the step being decoded (positions 0..length): (G, 1, H, K, length + 1) with
@@ -111,6 +137,55 @@ class KVCache:
 
     def advance(self, steps: int = 1) -> None:
         self.length += steps
+        self.oldest += steps
+
+    def join(self, cross_kv: torch.Tensor, src_mask: torch.Tensor | None) -> None:
+        """Add rows that start decoding now: cross_kv (n_layers, 2, n, H, S', D) and their source mask
+        (n, 1, 1, S') or None. In grouped mode n is a multiple of the group size (whole sentences)."""
+        n = cross_kv.size(BATCH)
+        B, S = self.batch_size, max(self.cross_kv.size(4), cross_kv.size(4))
+        assert not self.grouped or n % self.group_size == 0, "grouped rows join in whole groups"
+
+        def widened(kv: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+            rows, width = kv.size(BATCH), kv.size(4)
+            if mask is None:
+                mask = torch.ones(rows, 1, 1, width, dtype=torch.bool, device=kv.device)
+            if width < S:  # pad the source side: zeros (finite) under a false mask
+                kv = torch.nn.functional.pad(kv, (0, 0, 0, S - width))
+                mask = torch.nn.functional.pad(mask, (0, S - width), value=False)
+            return kv, mask
+
+        old_kv, old_mask = widened(self.cross_kv, self.src_mask)
+        new_kv, new_mask = widened(cross_kv, src_mask)
+        self.cross_kv = torch.cat([old_kv, new_kv], dim=BATCH)
+        mask = torch.cat([old_mask, new_mask])
+        self.src_mask = None if bool(mask.all()) else mask
+        start = self.start if self.start is not None else torch.zeros(B, dtype=torch.long, device=cross_kv.device)
+        self.start = torch.cat([start, start.new_full((n,), self.length)])
+        if self._self_kv.size(BATCH) < B + n:  # more rows than the buffers hold: grow them (doubling)
+            rows = max(B + n, 2 * self._self_kv.size(BATCH))
+            grown = self._new_buffer(rows, self.capacity)
+            grown.narrow(BATCH, 0, B)[..., : self.length, :] = self.self_kv[..., : self.length, :]
+            self._self_kv, self._spare = grown, self._new_buffer(rows, self.capacity)
+        if self.ancestors.size(0) < B + n:
+            ancestors = self.ancestors.new_zeros(max(B + n, 2 * self.ancestors.size(0)), self.capacity)
+            ancestors[:B] = self.ancestors[:B]
+            self.ancestors = ancestors
+        # the new rows never read their positions before start, but 0 x NaN would still be NaN
+        self._self_kv.narrow(BATCH, B, n)[..., : self.length, :].zero_()
+        self.ancestors[B : B + n, : self.length] = 0
+        self.batch_size = B + n
+        self._make_views()
+
+    def group(self, group_size: int) -> None:
+        """Switch a physically reordered cache to reordering by ancestry, K = group_size rows per
+        sentence (when a running batch has grown past the point where that pays): each row holds its
+        own history, so every entry of the table is the row's own slot."""
+        assert not self.grouped and self.batch_size % group_size == 0
+        self.group_size = group_size
+        own = torch.arange(self.batch_size, device=self.ancestors.device) % group_size
+        self.ancestors[: self.batch_size, : self.length] = own[:, None]
+        self._make_views()
 
     def reorder(self, indices: torch.Tensor, *, cross: bool = True) -> None:
         """Row i of the cache becomes old row indices[i] (beam parents, or the rows still running).
@@ -126,6 +201,7 @@ class KVCache:
             assert n == self.batch_size, "a reorder that changes the batch size must include cross"
         if self.grouped and self.length > 0:
             # the keys/values stay where they are; only the table of where each history lies follows
+            # (when rows leave, the positions no remaining row reads are dropped: see shift below)
             self.ancestors[:n, : self.length] = self.ancestors[:, : self.length].index_select(0, indices)
             if not cross:
                 self._gather_index = None
@@ -136,6 +212,14 @@ class KVCache:
             rows = (groups[:, None] * K + torch.arange(K, device=indices.device)).view(-1)
         else:
             rows = indices
+        # positions before the earliest start of the rows that stay are read by none of them: drop them
+        shift = 0
+        if cross and self.start is not None:
+            start = self.start.index_select(0, rows)
+            shift = int(start.min())
+            start -= shift
+            self.start = start if bool(start.any()) else None
+            self.oldest = self.length - shift
         if cross:
             self.cross_kv = self.cross_kv.index_select(BATCH, rows)
             if self.src_mask is not None:
@@ -144,11 +228,15 @@ class KVCache:
             self._spare = self._new_buffer(n, self.capacity)
         if self.ancestors.size(0) < n:
             self.ancestors = self.ancestors.new_empty(n, self.capacity)
-        if self.length > 0:
+        kept = self.length - shift
+        if kept > 0:
             torch.index_select(
-                self.self_kv[..., : self.length, :], BATCH, rows,
-                out=self._spare.narrow(BATCH, 0, n)[..., : self.length, :],
+                self.self_kv[..., shift : self.length, :], BATCH, rows,
+                out=self._spare.narrow(BATCH, 0, n)[..., :kept, :],
             )
+        if shift and self.grouped:
+            self.ancestors[:n, :kept] = self.ancestors[:n, shift : self.length].clone()
         self._self_kv, self._spare = self._spare, self._self_kv
+        self.length = kept
         self.batch_size = n
         self._make_views()

@@ -26,6 +26,7 @@ the whole batch, a sentence's int8 translation can depend on the other sentences
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 import torch
@@ -227,12 +228,16 @@ class Engine:
     def new_cache(self, states: torch.Tensor, src_mask: torch.Tensor, capacity: int = 32, group_size: int = 1) -> KVCache:
         """Encoder states (B, S, C) and their mask -> a cache holding every layer's cross keys/values;
         group_size K > 1: beams of K rows per sentence, reordered by ancestry (see cache.py)."""
+        # a source without padding needs no mask, and attention without one is faster
+        mask = None if bool(src_mask.all()) else src_mask
+        return KVCache(self.source_kv(states), mask, capacity, group_size)
+
+    def source_kv(self, states: torch.Tensor) -> torch.Tensor:
+        """Encoder states (B, S, C) -> every decoder layer's cross-attention keys/values, (n_layers, 2, B, H, S, D)."""
         B, S, _ = states.shape
         kv = self.cross_kv(states)  # (B, S, n_layers * 2 * C)
         kv = kv.view(B, S, len(self.decoder_layers), 2, self.n_heads, self.head_dim).permute(2, 3, 0, 4, 1, 5)
-        # a source without padding needs no mask, and attention without one is faster
-        mask = None if bool(src_mask.all()) else src_mask
-        return KVCache(kv.contiguous(), mask, capacity, group_size)  # (n_layers, 2, B, H, S, D)
+        return kv.contiguous()
 
     def _grouped_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Self-attention of one new token per row when the cache reorders by ancestry.
@@ -251,7 +256,11 @@ class Engine:
         # the cache lays out rows and heads adjacently, so these reshapes are views, not copies
         keys, values = k.reshape(N * H, T, D), v.reshape(N * H, T, D)
         scores = torch.bmm(queries, keys.transpose(1, 2)).mul_(D ** -0.5).view(G, K, H, K, T)
-        weights = torch.softmax(scores.gather(1, index), dim=-1)  # (G, 1, H, K, T)
+        own = scores.gather(1, index)  # (G, 1, H, K, T)
+        mask = cache.self_mask()  # (N, 1, 1, T): rows that joined later do not see what came before them
+        if mask is not None:
+            own = own.masked_fill(~mask.view(G, 1, 1, K, T), -math.inf)
+        weights = torch.softmax(own, dim=-1)
         spread = torch.zeros_like(scores).scatter_(1, index, weights)  # (G, K rows, H, K queries, T)
         out = torch.bmm(spread.view(G * K * H, K, T), values).view(G, K, H, K, D).sum(1)  # (G, H, K, D)
         return out.transpose(1, 2).reshape(N, H * D)
@@ -259,11 +268,11 @@ class Engine:
     def step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """tokens (N,): the newest token of each row -> logits (N, V) of the token after it."""
         N, C, H, D = tokens.size(0), self.d_model, self.n_heads, self.head_dim
-        t = cache.length
         assert N == cache.batch_size, f"{N} tokens for a cache of {cache.batch_size} rows"
-        assert t < self.positions.size(0), f"target longer than max_positions={self.positions.size(0)}"
+        assert cache.oldest < self.positions.size(0), f"target longer than max_positions={self.positions.size(0)}"
         pre = self.pre_norm
-        x = F.embedding(tokens, self.tgt_embedding) + self.positions[t]  # (N, C)
+        x = F.embedding(tokens, self.tgt_embedding) + self.positions[cache.positions()]  # (N, C)
+        self_mask = cache.self_mask()  # None unless rows joined a running batch
         for i, w in enumerate(self.decoder_layers):
             # self-attention over every cached position and the new one
             h = w.self_norm(x) if pre else x
@@ -272,7 +281,7 @@ class Engine:
             if cache.grouped:
                 a = self._grouped_attention(qkv[:, 0], k, v, cache)
             else:
-                a = F.scaled_dot_product_attention(qkv[:, 0], k, v).view(N, C)
+                a = F.scaled_dot_product_attention(qkv[:, 0], k, v, attn_mask=self_mask).view(N, C)
             x = self._residual(x, w.self_out(a), w.self_norm)
             # cross-attention over the source
             h = w.cross_norm(x) if pre else x

@@ -1,0 +1,197 @@
+"""Continuous (iteration-level) batching: a running search that sentences join and leave step by step.
+
+The batched searches of search.py take a fixed batch and run it to the end. A server fed one sentence
+per request would then either wait to gather a batch or leave the engine idle while the last long
+sentence of a batch finishes, and a short request arriving meanwhile would wait behind it. Here
+(as in Orca and vLLM) the batch is a running set of rows:
+
+    search = ContinuousSearch(engine, beam_size=4)
+    search.add([Sentence(key, src_ids, max_length=...)])   # encodes them, their cache rows join
+    finished = search.step()                               # one token for every row; [(key, n-best)]
+
+`add` runs the encoder of the new sentences only and appends their rows to the KV cache at the
+current step (see KVCache.join: their history starts there). `step` decodes one token for every
+row; a sentence that is done leaves at once, with its rows. The search of each sentence is the one
+of search.py (the same constraints, the same choice among the 2K best candidates, the same
+finished-hypothesis rule), run at the sentence's own step count, so its result is the one it gets
+when translated alone (the tests hold it to that).
+
+All sentences of one search share the beam size and min_length (they shape the rows and the eos
+rule); max_length, length_penalty and the n-best size are per sentence. Options that need the
+eager reference (n-gram blocking, no cache) are not supported here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Hashable
+
+import torch
+
+from .attention import attention_backends
+from .cache import KVCache
+from .engine import Engine
+from .search import GROUPED_BEAM_MIN_ROWS, Hypothesis, banned_tokens, normalize
+
+INITIAL_CAPACITY = 64  # decoder positions preallocated; the cache doubles it when needed
+
+
+@dataclass
+class Sentence:
+    """One sentence to translate: its caller's key, its source ids (eos included) and its options."""
+
+    key: Hashable
+    src: list[int]
+    max_length: int  # tokens it may generate, eos included (see search.max_lengths_for)
+    length_penalty: float = 1.0
+    num_hypotheses: int = 1
+
+
+@dataclass
+class _Running:
+    sentence: Sentence
+    beams: list[list[int]]  # generated tokens of each live beam (K of them once it has started)
+    step: int = 0  # tokens generated so far
+    finished: list[Hypothesis] = field(default_factory=list)
+    cancelled: bool = False
+
+
+class ContinuousSearch:
+    def __init__(self, engine: Engine, *, beam_size: int = 1, min_length: int = 0):
+        cfg = engine.config
+        self.engine, self.config = engine, cfg
+        self.K = beam_size
+        self.min_length = min_length
+        self.cache: KVCache | None = None
+        self.running: list[_Running] = []  # in row order: sentence b holds rows b*K .. b*K+K-1
+        self.beam_scores = torch.zeros(0, self.K)  # (Nb, K) on the device, set in add()
+        self.last_tokens = torch.zeros(0, dtype=torch.long)  # (Nb*K,) newest token of each row
+        banned = banned_tokens(cfg)
+        self.banned = torch.tensor(banned, dtype=torch.long, device=engine.device) if banned else None
+        self.steps = 0  # decoder steps run so far (for metrics)
+
+    def __len__(self) -> int:
+        return len(self.running)
+
+    @property
+    def rows(self) -> int:
+        return len(self.running) * self.K
+
+    def keys(self) -> list[Hashable]:
+        return [r.sentence.key for r in self.running]
+
+    # ------------------------------------------------------------------ joining
+    @torch.inference_mode()
+    def add(self, sentences: list[Sentence]) -> None:
+        """Encode the new sentences and add their rows to the running batch (a step boundary)."""
+        if not sentences:
+            return
+        cfg, device, K = self.config, self.engine.device, self.K
+        width = max(len(s.src) for s in sentences)
+        src = torch.full((len(sentences), width), cfg.pad_id, dtype=torch.long)
+        for i, s in enumerate(sentences):
+            src[i, : len(s.src)] = torch.tensor(s.src, dtype=torch.long)
+        with attention_backends(device):
+            states, src_mask = self.engine.encode(src.to(device))  # (n, S, C), (n, 1, 1, S)
+        kv = self.engine.source_kv(states)  # (n_layers, 2, n, H, S, D)
+        if K > 1:  # every sentence K times, beams of one sentence adjacent
+            kv, src_mask = kv.repeat_interleave(K, dim=2), src_mask.repeat_interleave(K, dim=0)
+        if self.cache is None:
+            grouped = K > 1 and kv.size(2) >= GROUPED_BEAM_MIN_ROWS
+            mask = None if bool(src_mask.all()) else src_mask
+            self.cache = KVCache(kv, mask, INITIAL_CAPACITY, group_size=K if grouped else 1)
+        else:
+            self.cache.join(kv, src_mask)
+            if K > 1 and not self.cache.grouped and self.cache.batch_size >= GROUPED_BEAM_MIN_ROWS:
+                self.cache.group(K)
+        # only beam 0 is live at the start, so the first step does not pick K copies of one token
+        scores = torch.full((len(sentences), K), -math.inf, device=device)
+        scores[:, 0] = 0.0
+        self.beam_scores = torch.cat([self.beam_scores.to(device), scores])
+        start = torch.full((len(sentences) * K,), cfg.decoder_start_id, dtype=torch.long, device=device)
+        self.last_tokens = torch.cat([self.last_tokens.to(device), start])
+        self.running += [_Running(s, [[] for _ in range(K)]) for s in sentences]
+
+    def cancel(self, keys: set[Hashable]) -> None:
+        """The sentences with these keys leave at the next step, without a result."""
+        for r in self.running:
+            if r.sentence.key in keys:
+                r.cancelled = True
+
+    # ------------------------------------------------------------------ one step
+    @torch.inference_mode()
+    def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+        """Decode one token for every row; return the sentences that finished, with their n-best
+        hypotheses (best first). Cancelled sentences leave without appearing here."""
+        if not self.running:
+            return []
+        cfg, K, eos = self.config, self.K, self.config.eos_id
+        device = self.engine.device
+        cache = self.cache
+        with attention_backends(device):
+            logits = self.engine.step(self.last_tokens, cache)  # (Nb*K, V)
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        Nb, V = len(self.running), lp.size(-1)
+        self.steps += 1
+        if self.banned is not None:
+            lp.index_fill_(1, self.banned, -math.inf)
+        steps = [r.step for r in self.running]
+        if self.min_length and min(steps) < self.min_length:  # eos not allowed yet
+            early = torch.tensor([s < self.min_length for s in steps], device=device).repeat_interleave(K)
+            lp[early, eos] = -math.inf
+        at_max = [r.step + 1 >= r.sentence.max_length for r in self.running]
+        if any(at_max):  # these must end now: eos is their only choice
+            rows = torch.tensor(at_max, device=device).repeat_interleave(K)
+            eos_lp = lp[rows, eos].clone()
+            lp[rows] = -math.inf
+            lp[rows, eos] = eos_lp
+        candidates = lp.view(Nb, K, V).add_(self.beam_scores[:, :, None]).view(Nb, K * V)
+        top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (Nb, 2K), best first
+
+        # the choice among the 2K candidates, per sentence, as in search.beam_search
+        parents: list[int] = []
+        next_tokens: list[int] = []
+        next_scores: list[float] = []
+        stay: list[_Running] = []
+        done: list[tuple[Hashable, list[Hypothesis]]] = []
+        for b, (running, row_scores, row_index) in enumerate(zip(self.running, top_scores.tolist(), top_index.tolist())):
+            if running.cancelled:
+                continue
+            running.step += 1
+            s = running.sentence
+            chosen = 0
+            beams: list[list[int]] = []
+            for c, (score, index) in enumerate(zip(row_scores, row_index)):
+                beam, token = divmod(index, V)
+                if token == eos:
+                    if c < K and score > -math.inf:  # eos among the best K candidates ends a hypothesis
+                        tokens = running.beams[beam]
+                        running.finished.append(Hypothesis(list(tokens), score, normalize(score, running.step, s.length_penalty), True))
+                elif chosen < K:  # the best K that continue become the next beams
+                    parents.append(b * K + beam)
+                    beams.append(running.beams[beam] + [token])
+                    next_tokens.append(token)
+                    next_scores.append(score)
+                    chosen += 1
+            if len(running.finished) >= K or s.max_length <= running.step:
+                if chosen:  # its beams leave the batch
+                    del parents[-chosen:], next_tokens[-chosen:], next_scores[-chosen:]
+                hyps = sorted(running.finished, key=lambda h: h.normalized_score, reverse=True)
+                done.append((s.key, hyps[: s.num_hypotheses]))
+            else:
+                running.beams = beams
+                stay.append(running)
+        left = len(stay) < Nb
+        self.running = stay
+        if not stay:
+            self.cache = None  # the next sentences start a fresh cache, with no joined rows to mask
+            self.beam_scores = torch.zeros(0, K, device=device)
+            self.last_tokens = torch.zeros(0, dtype=torch.long, device=device)
+            return done
+        parent = torch.tensor(parents, device=device)
+        self.last_tokens = torch.tensor(next_tokens, device=device)
+        self.beam_scores = torch.tensor(next_scores, device=device).view(-1, K)
+        # beams stay within their sentence: the source side is copied only when sentences leave
+        if left or K > 1:
+            cache.reorder(parent, cross=left)
+        return done

@@ -1,0 +1,128 @@
+"""Continuous batching: sentences that join a running search at different steps get exactly what
+they get when translated alone (the eager reference search), whatever else runs beside them."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import model.inference.continuous as continuous
+from model.inference.continuous import ContinuousSearch, Sentence
+from model.inference.engine import Engine
+from model.inference.search import SearchOptions, generate, max_lengths_for
+
+from conftest import random_model, random_sources
+
+SHAPES = [dict(), dict(norm_placement="post"), dict(n_heads=2, d_model=48, d_ff=96, n_decoder_layers=3)]
+
+
+def alone(engine: Engine, src: list[int], options: SearchOptions):
+    return generate(engine, torch.tensor([src]), options)[0]
+
+
+def sources(n: int, seed: int, vocab: int = 64) -> list[list[int]]:
+    src = random_sources(n, 12, vocab, seed=seed)
+    return [row[row != 0].tolist() for row in src]
+
+
+def run_staggered(search: ContinuousSearch, batches: list[list[Sentence]], steps_between: list[int]) -> dict:
+    """Add each batch after the given number of steps; step until every sentence is done."""
+    results = {}
+    for batch, steps in zip(batches, steps_between):
+        for _ in range(steps):
+            results.update(dict(search.step()))
+        search.add(batch)
+    while len(search):
+        results.update(dict(search.step()))
+    return results
+
+
+def assert_same(got, want) -> None:
+    assert [h.tokens for h in got] == [h.tokens for h in want]
+    for g, w in zip(got, want):
+        assert g.score == pytest.approx(w.score, abs=1e-4)
+        assert g.normalized_score == pytest.approx(w.normalized_score, abs=1e-4)
+
+
+@pytest.mark.parametrize("shape", range(len(SHAPES)))
+@pytest.mark.parametrize("beam", [1, 2, 4])
+def test_staggered_joins_match_each_sentence_alone(shape, beam):
+    model = random_model(seed=shape, **SHAPES[shape])
+    engine = Engine(model)
+    rng = random.Random(shape * 10 + beam)
+    srcs = sources(11, seed=shape + beam)
+    options = []
+    for i in range(len(srcs)):
+        options.append(SearchOptions(beam_size=beam, num_hypotheses=rng.randint(1, beam),
+                                     max_length=rng.choice([None, 3, 9]), length_penalty=rng.choice([1.0, 0.6])))
+    sentences = []
+    for i, (src, o) in enumerate(zip(srcs, options)):
+        cap = int(max_lengths_for(torch.tensor([src]), 0, o, model.config.max_positions - 1)[0])
+        sentences.append(Sentence(i, src, cap, o.length_penalty, o.num_hypotheses))
+    search = ContinuousSearch(engine, beam_size=beam)
+    results = run_staggered(search, [sentences[:3], sentences[3:4], sentences[4:8], sentences[8:]], [0, 2, 1, 5])
+    assert sorted(results) == list(range(len(srcs)))
+    for i, src in enumerate(srcs):
+        assert_same(results[i], alone(engine, src, options[i]))
+
+
+def test_rows_switch_to_grouped_beams_mid_run(monkeypatch):
+    """A beam batch that starts small (physical reorders) and grows past the threshold switches to
+    reordering by ancestry without changing any result."""
+    monkeypatch.setattr(continuous, "GROUPED_BEAM_MIN_ROWS", 8)
+    engine = Engine(random_model(seed=5))
+    srcs = sources(6, seed=9)
+    options = SearchOptions(beam_size=4, max_length=10)
+    search = ContinuousSearch(engine, beam_size=4)
+    batches = [[Sentence(i, srcs[i], 10)] for i in range(len(srcs))]
+    search.add(batches[0])
+    assert not search.cache.grouped
+    results = dict(search.step())
+    search.add(batches[1])
+    assert search.cache.grouped
+    results.update(run_staggered(search, batches[2:], [1, 0, 3, 2]))
+    for i, src in enumerate(srcs):
+        assert_same(results[i], alone(engine, src, options))
+
+
+def test_cancelled_sentences_leave_and_the_rest_are_unchanged():
+    engine = Engine(random_model(seed=2))
+    srcs = sources(5, seed=4)
+    options = SearchOptions(beam_size=2, max_length=12)
+    search = ContinuousSearch(engine, beam_size=2)
+    search.add([Sentence(i, s, 12) for i, s in enumerate(srcs)])
+    search.step()
+    search.cancel({1, 3})
+    results = {}
+    while len(search):
+        results.update(dict(search.step()))
+    assert sorted(results) == [0, 2, 4]
+    for i in results:
+        assert_same(results[i], alone(engine, srcs[i], options))
+
+
+def test_min_length_is_kept_per_sentence():
+    engine = Engine(random_model(seed=6))
+    srcs = sources(4, seed=1)
+    options = SearchOptions(beam_size=2, min_length=4, max_length=8)
+    search = ContinuousSearch(engine, beam_size=2, min_length=4)
+    results = run_staggered(search, [[Sentence(0, srcs[0], 8)], [Sentence(i, srcs[i], 8) for i in (1, 2, 3)]], [0, 3])
+    for i, src in enumerate(srcs):
+        assert_same(results[i], alone(engine, src, options))
+        assert all(len(h.tokens) + 1 >= 4 for h in results[i])
+
+
+def test_a_steady_stream_of_joins_keeps_the_cache_short():
+    """Positions that no remaining row reads are dropped as rows leave: under a stream of joins the
+    cache length stays near the longest sentence instead of growing with every step."""
+    engine = Engine(random_model(seed=7))
+    search = ContinuousSearch(engine, beam_size=1)
+    longest = 0
+    finished = 0
+    for step in range(200):
+        search.add([Sentence(step, sources(1, seed=step)[0], 6 + step % 5)])
+        finished += len(search.step())
+        longest = max(longest, search.cache.length if search.cache else 0)
+    assert finished >= 190
+    assert longest <= 2 * 11
