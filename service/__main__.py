@@ -8,7 +8,8 @@ import argparse
 import logging
 import sys
 
-from .models import discover
+from engine.models import discover
+
 from .settings import Settings
 
 
@@ -28,10 +29,6 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import uvicorn
-
-    from .app import create_app
-
     settings = parse_settings(argv)
     try:
         discover(settings.models_dir)  # fail at once on a wrong path rather than serve 503 forever
@@ -39,6 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if settings.workers > 1:
+        return serve_workers(settings)
+    return serve(settings)
+
+
+def serve(settings: Settings) -> int:
+    """One API process; it starts and supervises the engine process itself (see app.py)."""
+    import uvicorn
+
+    from .app import create_app
+
     server: uvicorn.Server | None = None
 
     def stop_server() -> None:
@@ -52,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         def handle_exit(self, sig, frame):
             # SIGTERM/SIGINT: readiness turns 503 at once; uvicorn stops accepting connections and
             # lets in-flight requests finish (up to graceful_shutdown_s) before the lifespan ends
-            state.ready = False
+            state.draining = True
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(
@@ -63,6 +71,43 @@ def main(argv: list[str] | None = None) -> int:
     server.run()
     if state.load_error:
         print(f"error: model loading failed: {state.load_error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def serve_workers(settings: Settings) -> int:
+    """Several API processes (uvicorn workers) in front of one engine process run from here: the
+    workers read their settings from NMT_* variables and connect to this engine's sockets."""
+    import os
+    import signal
+
+    import uvicorn
+
+    from engine.process import LOAD_FAILED
+    from engine.supervisor import EngineSupervisor
+
+    failed = {"code": None}
+
+    def on_exit(code: int) -> None:
+        if code == LOAD_FAILED:  # no models: stop the whole server
+            failed["code"] = code
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    supervisor = EngineSupervisor(settings.engine_config(), on_exit=on_exit)
+    supervisor.start()
+    try:
+        values = settings.model_dump()
+        values["engine_socket_dir"] = supervisor.socket_dir
+        for name, value in values.items():
+            os.environ[f"NMT_{name.upper()}"] = "" if value is None else str(value)
+        if settings.dtype is None:
+            del os.environ["NMT_DTYPE"]
+        uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port, workers=settings.workers,
+                    log_level="info", timeout_graceful_shutdown=settings.graceful_shutdown_s or None)
+    finally:
+        supervisor.stop(settings.graceful_shutdown_s)
+    if failed["code"] is not None:
+        print("error: model loading failed; see the engine's log above", file=sys.stderr)
         return 1
     return 0
 

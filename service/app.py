@@ -1,19 +1,24 @@
-"""App factory: settings -> FastAPI app whose lifespan loads the models and runs the batcher."""
+"""App factory: settings -> FastAPI app whose lifespan connects to the engine process (starting and
+supervising it, unless a parent process runs it for several API workers)."""
 from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Callable
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from .batcher import Batcher
+from engine.process import addresses
+from engine.protocol import EngineStatus
+from engine.supervisor import EngineSupervisor
+
+from .engine import Engine
+from .engine_client import EngineClient
 from .errors import install_handlers
 from .middleware import BodySizeLimit, MetricsMiddleware
-from .models import load_models
+from .models import ServedModel
 from .routers import health, libretranslate, translate, ui
 from .settings import Settings
 from .state import ServiceState
@@ -21,40 +26,35 @@ from .state import ServiceState
 log = logging.getLogger("service")
 
 
-async def load_and_start(state: ServiceState, on_load_failure: Callable[[], None] | None = None) -> None:
-    """Load every model off the event loop, then start the batcher and turn ready."""
-    s = state.settings
-    # Every torch call of the process runs on this one thread, loading included. torch's OpenMP keeps a
-    # thread team per calling thread, and an idle team spins: with work on two threads, decoding ran
-    # 3x slower on 2 cores (measured). torch's thread count is a per-thread setting, so it is set here.
-    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch-worker")
+def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | None) -> Callable[[EngineStatus], None]:
+    """What the API process learns from each engine status: models, load failure, statistics."""
+    seen = {"incarnation": None, "failed": False}
 
-    def load():
-        if s.threads:
-            import torch
+    def on_status(status: EngineStatus) -> None:
+        collector = state.metrics.engine
+        collector.stats, collector.model_stats = status.stats, status.model_stats
+        collector.up = status.ready
+        collector.restarts = state.engine.client.losses if state.engine else 0
+        if status.load_error and not seen["failed"]:
+            seen["failed"] = True
+            state.load_error = status.load_error
+            log.error("model loading failed: %s", status.load_error)
+            if on_load_failure:  # a server without its models should stop, not answer 503 forever
+                on_load_failure()
+        if status.ready and status.incarnation != seen["incarnation"]:
+            seen["incarnation"] = status.incarnation
+            state.models = {m["id"]: ServedModel.of(m) for m in status.models}
+            for m in status.models:
+                state.metrics.model_load_seconds.labels(model=m["id"]).set(m.get("load_seconds", 0.0))
+            log.info("ready: %s", ", ".join(sorted(state.models)))
 
-            torch.set_num_threads(s.threads)
-        return load_models(s.models_dir, s.device, s.dtype, s.quantization, s.step_mode)
+    return on_status
 
-    try:
-        models = await asyncio.get_running_loop().run_in_executor(worker, load)
-    except asyncio.CancelledError:  # shut down while loading
-        worker.shutdown(wait=False)
-        raise
-    except Exception as exc:
-        worker.shutdown(wait=False)
-        state.load_error = f"{type(exc).__name__}: {exc}"
-        log.error("model loading failed: %s", state.load_error)
-        if on_load_failure:  # a server without its models should stop, not answer 503 forever
-            on_load_failure()
-        return
-    state.models = models
-    for m in models.values():
-        state.metrics.model_load_seconds.labels(model=m.id).set(m.load_seconds)
-    state.batcher = Batcher(models, s, state.metrics, worker)
-    await state.batcher.start()
-    state.ready = True
-    log.info("ready: %s", ", ".join(sorted(models)))
+
+def start_engine(settings: Settings, on_exit: Callable[[int], None] | None = None) -> EngineSupervisor:
+    supervisor = EngineSupervisor(settings.engine_config(), on_exit=on_exit)
+    supervisor.start()
+    return supervisor
 
 
 def create_app(settings: Settings | None = None, on_load_failure: Callable[[], None] | None = None) -> FastAPI:
@@ -62,18 +62,34 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        loading = asyncio.create_task(load_and_start(state, on_load_failure))  # liveness answers while models load
+        s = state.settings
+        loop = asyncio.get_running_loop()
+        client: EngineClient | None = None
+
+        def engine_exited(code: int) -> None:  # on the supervisor's thread
+            if client is not None:
+                loop.call_soon_threadsafe(lambda: client.engine_lost(f"the engine process exited (code {code})", down=True))
+
+        if s.engine_socket_dir:  # a parent process runs the engine for several API workers
+            calls, status = addresses(s.engine_socket_dir)
+        else:
+            state.supervisor = start_engine(s, engine_exited)
+            calls, status = state.supervisor.addresses
+        client = EngineClient(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,
+                              on_status=follow_status(state, on_load_failure))
+        await client.start()
+        state.engine = Engine(client)
         yield
-        state.ready = False
-        loading.cancel()
-        if state.batcher:
-            await state.batcher.stop()
+        state.draining = True
+        await client.stop()
+        if state.supervisor:
+            await loop.run_in_executor(None, state.supervisor.stop, s.graceful_shutdown_s)
 
     app = FastAPI(
         title="nmt-serve",
         version="0.1.0",
-        description="Translation with from-scratch Transformer models: batched translation, attention maps, "
-        "LibreTranslate-compatible endpoints, health and Prometheus metrics. Every error has the shape "
+        description="Translation with from-scratch Transformer models: continuous batching in an engine process, "
+        "attention maps, LibreTranslate-compatible endpoints, health and Prometheus metrics. Every error has the shape "
         '{"error": {"type", "message", "param"}}.',
         lifespan=lifespan,
     )

@@ -34,8 +34,8 @@ def overloaded(retry_after_s: int, message: str = "the server is busy: the queue
     return APIError(503, "overloaded", message, None, {"Retry-After": str(retry_after_s)})
 
 
-def not_ready() -> APIError:
-    return APIError(503, "not_ready", "models are still loading", None, {"Retry-After": "1"})
+def not_ready(message: str = "models are still loading") -> APIError:
+    return APIError(503, "not_ready", message, None, {"Retry-After": "1"})
 
 
 def timed_out(seconds: float) -> APIError:
@@ -60,11 +60,6 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):
-        import torch
-
-        if isinstance(exc, torch.OutOfMemoryError):
-            log.error("out of memory on %s %s", request.method, request.url.path)
-            return JSONResponse(error_body("out_of_memory", "the model ran out of memory on this batch; retry with fewer or shorter texts"), 503, headers={"Retry-After": "1"})
         # the details go to the log, not to the client: no stack traces or file paths in error bodies
         log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
         return JSONResponse(error_body("internal_error", "the server failed to process this request"), 500)

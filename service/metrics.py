@@ -1,10 +1,76 @@
-"""Prometheus metrics, on a registry of the app's own (several apps in one process stay apart)."""
+"""Prometheus metrics, on a registry of the app's own (several apps in one process stay apart).
+
+The HTTP side (requests, latency, drops) is measured here; the engine's side (steps, occupancy,
+busy share, queue, admission, tokens) comes from the statistics the engine process publishes with
+its status a few times a second, exported as they were last heard (EngineCollector).
+"""
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+# engine statistic -> (metric name, help); counters get Prometheus' _total suffix
+ENGINE_COUNTERS = {
+    "steps": ("nmt_engine_steps", "decoder steps run (one token for every running row)"),
+    "step_seconds": ("nmt_engine_step_seconds", "time spent in decoder steps"),
+    "busy_seconds": ("nmt_engine_busy_seconds", "time spent computing (steps and encoders of joining sentences); "
+                                                 "rate() of it is the engine's busy share"),
+    "rows_computed": ("nmt_engine_rows_computed", "rows computed by steps (sentences x beams, empty slots included)"),
+    "rows_live": ("nmt_engine_rows_live", "rows of running sentences computed by steps; / rows_computed = occupancy, "
+                                          "1 - that = padding share"),
+    "sentences_joined": ("nmt_engine_sentences_joined", "sentences that joined a running batch"),
+    "joins": ("nmt_engine_joins", "step boundaries at which sentences joined"),
+    "admitted_units": ("nmt_admitted_work_units", "work admitted, in decode units (beam x (source + expected output tokens))"),
+    "refused_units": ("nmt_refused_work_units", "work refused with 503 because it could not finish before its deadline"),
+    "refused_calls": ("nmt_engine_refused_calls", "calls refused by admission or a full queue"),
+    "expired_calls": ("nmt_engine_expired_calls", "calls whose deadline passed in the engine"),
+    "failed_calls": ("nmt_engine_failed_calls", "calls that failed in the engine"),
+}
+ENGINE_GAUGES = {
+    "waiting_sentences": ("nmt_queue_depth", "sentences waiting to join a batch"),
+    "running_sentences": ("nmt_engine_running_sentences", "sentences in running batches"),
+    "calls_in_flight": ("nmt_engine_calls_in_flight", "calls admitted and not finished"),
+    "pending_units": ("nmt_pending_work_units", "admitted decode units not finished yet"),
+    "rate_units_per_second": ("nmt_engine_rate_units_per_second", "measured decode units per second (what admission predicts with)"),
+    "busy_share": ("nmt_engine_busy_share", "share of the last seconds the engine spent computing"),
+    "rows_per_step": ("nmt_engine_rows_per_step", "rows of running sentences per step, recent average (batch occupancy)"),
+    "padding_share": ("nmt_engine_padding_share", "share of computed rows that were empty slots, recent average"),
+    "step_ms": ("nmt_engine_step_milliseconds", "time of one decoder step, recent average"),
+    "device_memory_bytes": ("nmt_device_memory_bytes", "GPU memory allocated by torch in the engine"),
+    "uptime_seconds": ("nmt_engine_uptime_seconds", "seconds since this engine process started"),
+}
+MODEL_COUNTERS = {
+    "source_tokens": ("nmt_source_tokens", "source tokens translated"),
+    "generated_tokens": ("nmt_generated_tokens", "target tokens generated (best hypotheses)"),
+    "sentences": ("nmt_sentences", "sentences translated"),
+}
+
+
+class EngineCollector:
+    """Exports the engine's last published statistics."""
+
+    def __init__(self) -> None:
+        self.stats: dict[str, float] = {}
+        self.model_stats: dict[str, dict[str, float]] = {}
+        self.up = False
+        self.restarts = 0
+
+    def collect(self):
+        for key, (name, doc) in ENGINE_COUNTERS.items():
+            if key in self.stats:
+                yield CounterMetricFamily(name, doc, value=self.stats[key])
+        for key, (name, doc) in ENGINE_GAUGES.items():
+            if key in self.stats:
+                yield GaugeMetricFamily(name, doc, value=self.stats[key])
+        for key, (name, doc) in MODEL_COUNTERS.items():
+            family = CounterMetricFamily(name, doc, labels=["model"])
+            for model, values in sorted(self.model_stats.items()):
+                family.add_metric([model], values.get(key, 0.0))
+            yield family
+        yield GaugeMetricFamily("nmt_engine_up", "1 while the engine process answers and is ready", value=float(self.up))
+        yield CounterMetricFamily("nmt_engine_restarts", "times the engine was lost (died or stopped answering)", value=self.restarts)
 
 
 class Metrics:
@@ -14,24 +80,7 @@ class Metrics:
         self.requests = Counter("nmt_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r)
         self.latency = Histogram("nmt_request_latency_seconds", "HTTP request latency", ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
         self.in_flight = Gauge("nmt_requests_in_flight", "HTTP requests being served", registry=r)
-        self.queue_wait = Histogram("nmt_queue_wait_seconds", "time a sentence waits before its batch starts", buckets=LATENCY_BUCKETS, registry=r)
-        self.queue_depth = Gauge("nmt_queue_depth", "sentences waiting for a batch", registry=r)
-        self.batch_sentences = Histogram("nmt_batch_sentences", "sentences per model batch", buckets=SIZE_BUCKETS, registry=r)
-        self.batch_tokens = Histogram("nmt_batch_tokens", "source tokens per model batch", buckets=SIZE_BUCKETS, registry=r)
-        self.batches = Counter("nmt_batches", "model batches run", ["model"], registry=r)
-        self.source_tokens = Counter("nmt_source_tokens", "source tokens translated", ["model"], registry=r)
-        self.generated_tokens = Counter("nmt_generated_tokens", "target tokens generated (best hypotheses)", ["model"], registry=r)
         self.model_load_seconds = Gauge("nmt_model_load_seconds", "time taken to load each model", ["model"], registry=r)
         self.dropped = Counter("nmt_dropped_requests", "requests given up before their result (timeout or client disconnect)", ["reason"], registry=r)
-        self.admitted_units = Counter("nmt_admitted_work_units", "work admitted, in decode units (beam x (source + expected output tokens))", registry=r)
-        self.refused_units = Counter("nmt_refused_work_units", "work refused with 503 because it could not finish before its deadline", registry=r)
-        self.engine_rate = Gauge("nmt_engine_rate_units_per_second", "measured decode units per second (what admission predicts with)", registry=r)
-        self.pending_units = Gauge("nmt_pending_work_units", "admitted decode units not finished yet", registry=r)
-        self.device_memory = Gauge("nmt_device_memory_bytes", "GPU memory allocated by torch", ["device"], registry=r)
-
-    def update_device_memory(self) -> None:
-        import torch
-
-        if torch.cuda.is_available():
-            for i in range(torch.cuda.device_count()):
-                self.device_memory.labels(device=f"cuda:{i}").set(torch.cuda.memory_allocated(i))
+        self.engine = EngineCollector()
+        r.register(self.engine)

@@ -1,61 +1,31 @@
-"""The loaded models: one Translator per language pair, found in the models directory.
-
-The service reaches the model only through model.translator.Translator; torch work runs on one
-worker thread per device (see batcher.py), never on the event loop.
-"""
+"""What the API process knows of the models the engine serves: their ids and languages, what the
+engine reports of them, and their source tokenizer (sentencepiece only, no torch) for the limits."""
 from __future__ import annotations
 
-import logging
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from model.translator import Translator
-
-log = logging.getLogger("service.models")
+from model.tokenizer import Tokenizer
 
 LANGUAGE_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech"}
 
 
 @dataclass
-class LoadedModel:
+class ServedModel:
     id: str  # "de-en"
-    translator: Translator
-    load_seconds: float
-    path: str
+    info: dict  # as the engine reports it: source, target, parameters, device, dtype, path, ...
+    tokenizer: Tokenizer
+
+    @classmethod
+    def of(cls, info: dict) -> "ServedModel":
+        return cls(info["id"], info, Tokenizer(info["src_tokenizer"]))
 
     @property
     def source(self) -> str:
-        return self.translator.source_lang
+        return self.info["source"]
 
     @property
     def target(self) -> str:
-        return self.translator.target_lang
+        return self.info["target"]
 
-
-def discover(models_dir: str | Path) -> list[Path]:
-    """Checkpoint directories directly under models_dir (or models_dir itself if it is one)."""
-    root = Path(models_dir)
-    if (root / "config.json").is_file():
-        return [root]
-    if not root.is_dir():
-        raise FileNotFoundError(f"models directory not found: {root}")
-    found = sorted(p for p in root.iterdir() if (p / "config.json").is_file())
-    if not found:
-        raise FileNotFoundError(f"no checkpoints (subdirectories with config.json) in {root}")
-    return found
-
-
-def load_models(
-    models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none", step_mode: str = "auto",
-) -> dict[str, LoadedModel]:
-    models: dict[str, LoadedModel] = {}
-    for path in discover(models_dir):
-        t0 = time.perf_counter()
-        translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode)
-        model_id = f"{translator.source_lang}-{translator.target_lang}"
-        if model_id in models:
-            raise ValueError(f"two checkpoints for {model_id}: {models[model_id].path} and {path}")
-        models[model_id] = LoadedModel(model_id, translator, time.perf_counter() - t0, str(path))
-        log.info("loaded %s from %s on %s (%.2fs)", model_id, path, translator.device, models[model_id].load_seconds)
-    return models
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text))

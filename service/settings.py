@@ -20,12 +20,18 @@ class Settings(BaseSettings):
                                        "eager: always the eager search")
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
 
-    # cross-request batching
-    max_batch_sentences: int = Field(64, ge=1, description="sentences per model batch")
-    max_batch_tokens: int = Field(4096, ge=1, description="source tokens per model batch")
-    max_wait_ms: float = Field(5.0, ge=0, description="how long the batcher waits for more requests before running a batch")
-    max_queue_sentences: int = Field(2048, ge=1, description="sentences waiting at most; beyond it requests get 503")
-    batching: bool = Field(True, description="false: every request runs as its own model batch (for comparison)")
+    # processes
+    workers: int = Field(1, ge=1, description="API worker processes in front of the one engine process")
+    engine_socket_dir: str = Field("", description="internal: the socket directory of an engine run by a parent process "
+                                                   "(set for the workers when workers > 1)")
+    engine_heartbeat_timeout_s: float = Field(3.0, gt=0, description="no status from the engine for this long: it is "
+                                                                     "lost, waiting requests get 503")
+
+    # continuous batching (in the engine process)
+    max_batch_sentences: int = Field(64, ge=1, description="sentences running at once per model and beam size")
+    max_batch_tokens: int = Field(4096, ge=1, description="source tokens that may join the running batch at one step")
+    max_queue_sentences: int = Field(2048, ge=1, description="sentences waiting or running at most; beyond it requests get 503")
+    batching: bool = Field(True, description="false: a batch runs one request at a time (for comparison)")
     admission: bool = Field(True, description="refuse (503) requests whose predicted wait, from the work queued ahead and the "
                                               "measured engine rate, would pass their deadline; false: bound the queue by sentences only")
     admission_margin: float = Field(0.8, gt=0, le=1, description="share of a request's deadline the predicted wait may take")
@@ -47,6 +53,15 @@ class Settings(BaseSettings):
     metrics_token: str = Field("", description="if set, /metrics needs 'Authorization: Bearer <token>'")
     rate_limit_per_minute: int = Field(0, ge=0, description="requests per minute per API key (or client address without keys); 0 = off")
     cors_origins: str = Field("", description="comma-separated origins allowed by CORS; empty = none (closed)")
+
+    def engine_config(self) -> dict:
+        """What the engine process needs (plain JSON; no keys or other secrets)."""
+        import logging
+
+        names = ("models_dir", "device", "dtype", "quantization", "step_mode", "threads", "max_batch_sentences",
+                 "max_batch_tokens", "max_queue_sentences", "batching", "admission", "admission_margin", "retry_after_s",
+                 "graceful_shutdown_s")
+        return dict({n: getattr(self, n) for n in names}, log_level=logging.getLevelName(logging.getLogger().level).lower())
 
     def keys(self) -> list[str]:
         keys = [k.strip() for k in self.api_keys.split(",") if k.strip()]

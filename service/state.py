@@ -1,4 +1,4 @@
-"""What the routers share: settings, metrics, the loaded models and the batcher."""
+"""What the routers share: settings, metrics, the engine (through its client) and the models it serves."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,13 +6,15 @@ from typing import TYPE_CHECKING
 
 from fastapi import Request
 
-from .batcher import Batcher
 from .errors import bad_request, not_ready, too_large
 from .metrics import Metrics
-from .models import LoadedModel
+from .models import ServedModel
 from .settings import Settings
 
 if TYPE_CHECKING:
+    from engine.supervisor import EngineSupervisor
+
+    from .engine import Engine
     from .security import KeyChecker, RateLimiter
 
 
@@ -20,9 +22,10 @@ if TYPE_CHECKING:
 class ServiceState:
     settings: Settings
     metrics: Metrics = field(default_factory=Metrics)
-    models: dict[str, LoadedModel] = field(default_factory=dict)
-    batcher: Batcher | None = None
-    ready: bool = False
+    models: dict[str, ServedModel] = field(default_factory=dict)
+    engine: "Engine | None" = None
+    supervisor: "EngineSupervisor | None" = None  # when this process started the engine
+    draining: bool = False  # SIGTERM: readiness 503, in-flight requests finish
     load_error: str | None = None
     keys: "KeyChecker" = None  # type: ignore[assignment]
     rate_limiter: "RateLimiter" = None  # type: ignore[assignment]
@@ -33,19 +36,25 @@ class ServiceState:
         self.keys = KeyChecker(self.settings.keys())
         self.rate_limiter = RateLimiter(self.settings.rate_limit_per_minute)
 
-    def require_ready(self) -> Batcher:
-        if not self.ready or self.batcher is None:
-            raise not_ready()
-        return self.batcher
+    @property
+    def ready(self) -> bool:
+        return not self.draining and self.engine is not None and self.engine.ready and bool(self.models)
 
-    def model_for(self, source: str, target: str) -> LoadedModel:
+    def require_ready(self) -> "Engine":
+        if not self.ready:
+            if self.engine is not None and self.engine.client.losses and not self.engine.client.ready:
+                raise not_ready("the engine is restarting")
+            raise not_ready()
+        return self.engine
+
+    def model_for(self, source: str, target: str) -> ServedModel:
         model = self.models.get(f"{source}-{target}")
         if model is None:
             pairs = ", ".join(sorted(self.models)) or "none loaded yet"
             raise bad_request(f"no model for {source}->{target}; supported pairs: {pairs}", "source")
         return model
 
-    def check_texts(self, model: LoadedModel, texts: list[str], param: str = "text") -> list[int]:
+    def check_texts(self, model: ServedModel, texts: list[str], param: str = "text") -> list[int]:
         """Apply the per-request limits; return each text's source token count."""
         s = self.settings
         if not texts:
@@ -56,7 +65,7 @@ class ServiceState:
         for i, text in enumerate(texts):
             if len(text) > s.max_chars_per_text:
                 raise too_large(f"text {i} has {len(text)} characters; the limit is {s.max_chars_per_text}", param)
-            n = model.translator.count_tokens(text)
+            n = model.count_tokens(text)
             if n > s.max_tokens_per_text:
                 raise too_large(f"text {i} has {n} tokens; the limit is {s.max_tokens_per_text}", param)
             counts.append(n)

@@ -7,7 +7,7 @@ import asyncio
 import httpx
 import pytest
 
-from service.admission import Admission
+from engine.admission import Admission
 from service.app import create_app
 from service.settings import Settings
 

@@ -125,4 +125,4 @@ def test_a_steady_stream_of_joins_keeps_the_cache_short():
         finished += len(search.step())
         longest = max(longest, search.cache.length if search.cache else 0)
     assert finished >= 190
-    assert longest <= 2 * 11
+    assert longest <= 11 + 2 * continuous.DROP_POSITIONS_AT

@@ -18,13 +18,14 @@ is carried out in one of two ways:
   leave, their groups leave whole (a physical copy of the groups that stay), and since the table
   holds positions within the group, it stays valid.
 
-Continuous batching adds rows to a running cache at a step boundary (`join`): their history starts
-at the current length, so `start[r]` records where row r's own positions begin; the positions before
-it are masked out of its self-attention (`self_mask()`), and its position embedding counts from its
-own start (`positions()`). A cache whose rows all began together has `start = None` and pays for
-none of it. When rows leave, the reorder that copies the rows anyway drops the positions that no
-remaining row reads (those before the earliest start), so the length stays bounded under a steady
-stream of joins.
+Continuous batching adds rows to a running cache at a step boundary (`join`), appended or in the
+rows of sentences that left (reusing rows saves copying the whole cache each time one leaves):
+their history starts at the current length, so `start[r]` records where row r's own positions
+begin; the positions before it are masked out of its self-attention (`self_mask()`), and its
+position embedding counts from its own start (`positions()`). A cache whose rows all began together
+has `start = None` and pays for none of it. Positions that no running row reads any more (before the
+earliest start) are dropped by `drop_positions`, or by a reorder that copies the rows anyway, so the
+length stays bounded under a steady stream of joins.
 """
 from __future__ import annotations
 
@@ -49,7 +50,6 @@ class KVCache:
         self.length = 0  # positions already stored (the same for every layer)
         # (B,) first position of each row's own history when rows joined later (see join); None: all 0
         self.start: torch.Tensor | None = None
-        self.oldest = 0  # length - min(start): the longest history any row has, for position limits
         # grouped mode: (B, capacity) row within the group that holds each position of each row's history
         self.ancestors = torch.empty(self.batch_size, self.capacity, dtype=torch.long, device=cross_kv.device)
         self._make_views()
@@ -137,44 +137,81 @@ class KVCache:
 
     def advance(self, steps: int = 1) -> None:
         self.length += steps
-        self.oldest += steps
 
-    def join(self, cross_kv: torch.Tensor, src_mask: torch.Tensor | None) -> None:
+    def join(self, cross_kv: torch.Tensor, src_mask: torch.Tensor | None, rows: torch.Tensor | None = None) -> None:
         """Add rows that start decoding now: cross_kv (n_layers, 2, n, H, S', D) and their source mask
-        (n, 1, 1, S') or None. In grouped mode n is a multiple of the group size (whole sentences)."""
+        (n, 1, 1, S') or None; rows (n,): existing rows to reuse (of sentences that left), else they are
+        appended. In grouped mode rows come in whole groups (whole sentences)."""
         n = cross_kv.size(BATCH)
         B, S = self.batch_size, max(self.cross_kv.size(4), cross_kv.size(4))
+        device = cross_kv.device
         assert not self.grouped or n % self.group_size == 0, "grouped rows join in whole groups"
-
-        def widened(kv: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-            rows, width = kv.size(BATCH), kv.size(4)
-            if mask is None:
-                mask = torch.ones(rows, 1, 1, width, dtype=torch.bool, device=kv.device)
-            if width < S:  # pad the source side: zeros (finite) under a false mask
-                kv = torch.nn.functional.pad(kv, (0, 0, 0, S - width))
-                mask = torch.nn.functional.pad(mask, (0, S - width), value=False)
-            return kv, mask
-
-        old_kv, old_mask = widened(self.cross_kv, self.src_mask)
-        new_kv, new_mask = widened(cross_kv, src_mask)
-        self.cross_kv = torch.cat([old_kv, new_kv], dim=BATCH)
-        mask = torch.cat([old_mask, new_mask])
-        self.src_mask = None if bool(mask.all()) else mask
-        start = self.start if self.start is not None else torch.zeros(B, dtype=torch.long, device=cross_kv.device)
-        self.start = torch.cat([start, start.new_full((n,), self.length)])
-        if self._self_kv.size(BATCH) < B + n:  # more rows than the buffers hold: grow them (doubling)
-            rows = max(B + n, 2 * self._self_kv.size(BATCH))
-            grown = self._new_buffer(rows, self.capacity)
-            grown.narrow(BATCH, 0, B)[..., : self.length, :] = self.self_kv[..., : self.length, :]
-            self._self_kv, self._spare = grown, self._new_buffer(rows, self.capacity)
-        if self.ancestors.size(0) < B + n:
-            ancestors = self.ancestors.new_zeros(max(B + n, 2 * self.ancestors.size(0)), self.capacity)
-            ancestors[:B] = self.ancestors[:B]
-            self.ancestors = ancestors
+        if self.cross_kv.size(4) < S:  # a longer source than any so far: widen the source side
+            pad = S - self.cross_kv.size(4)  # zeros (finite) under a false mask
+            self.cross_kv = torch.nn.functional.pad(self.cross_kv, (0, 0, 0, pad))
+            mask = self.src_mask if self.src_mask is not None else torch.ones(B, 1, 1, S - pad, dtype=torch.bool, device=device)
+            self.src_mask = torch.nn.functional.pad(mask, (0, pad), value=False)
+        new_mask = torch.ones(n, 1, 1, S, dtype=torch.bool, device=device)
+        if src_mask is not None:
+            new_mask[..., : src_mask.size(-1)] = src_mask
+        new_mask[..., cross_kv.size(4) :] = False
+        if self.start is None:
+            self.start = torch.zeros(B, dtype=torch.long, device=device)
+        if rows is None:  # appended
+            rows = torch.arange(B, B + n, device=device)
+            self.cross_kv = torch.cat([self.cross_kv, self.cross_kv.new_zeros(*self.cross_kv.shape[:2], n, *self.cross_kv.shape[3:])], dim=BATCH)
+            if self.src_mask is not None:
+                self.src_mask = torch.cat([self.src_mask, new_mask])
+            self.start = torch.cat([self.start, self.start.new_zeros(n)])
+            self._reserve_rows(B + n)
+            self.batch_size = B + n
+        if self.src_mask is None and not bool(new_mask.all()):
+            self.src_mask = torch.ones(self.batch_size, 1, 1, S, dtype=torch.bool, device=device)
+        self.cross_kv.index_copy_(BATCH, rows, torch.nn.functional.pad(cross_kv, (0, 0, 0, S - cross_kv.size(4))))
+        if self.src_mask is not None:
+            self.src_mask.index_copy_(0, rows, new_mask)
+        self.start.index_fill_(0, rows, self.length)
         # the new rows never read their positions before start, but 0 x NaN would still be NaN
-        self._self_kv.narrow(BATCH, B, n)[..., : self.length, :].zero_()
-        self.ancestors[B : B + n, : self.length] = 0
-        self.batch_size = B + n
+        if self.length:
+            self._self_kv.index_fill_(BATCH, rows, 0.0)
+            self.ancestors.index_fill_(0, rows, 0)
+        self._make_views()
+
+    def truncate(self, rows: int) -> None:
+        """Keep the first `rows` rows (the ones after them left): views, no copy."""
+        self.cross_kv = self.cross_kv.narrow(BATCH, 0, rows)
+        if self.src_mask is not None:
+            self.src_mask = self.src_mask[:rows]
+        if self.start is not None:
+            self.start = self.start[:rows]
+        self.batch_size = rows
+        self._make_views()
+
+    def _reserve_rows(self, rows: int) -> None:
+        """Make the self-attention buffers hold at least `rows` rows (doubling)."""
+        if self._self_kv.size(BATCH) < rows:
+            size = max(rows, 2 * self._self_kv.size(BATCH))
+            grown = self._new_buffer(size, self.capacity)
+            grown.narrow(BATCH, 0, self.batch_size)[..., : self.length, :] = self.self_kv[..., : self.length, :]
+            self._self_kv, self._spare = grown, self._new_buffer(size, self.capacity)
+        if self.ancestors.size(0) < rows:
+            ancestors = self.ancestors.new_zeros(max(rows, 2 * self.ancestors.size(0)), self.capacity)
+            ancestors[: self.batch_size] = self.ancestors[: self.batch_size]
+            self.ancestors = ancestors
+
+    def drop_positions(self, shift: int) -> None:
+        """Forget the first `shift` positions of every row (no running row reads them: the caller checked
+        that each running row started at or after `shift`); rows that do not run any more are clamped."""
+        if shift <= 0:
+            return
+        kept = self.length - shift
+        self._spare.narrow(BATCH, 0, self.batch_size)[..., :kept, :] = self.self_kv[..., shift : self.length, :]
+        self._self_kv, self._spare = self._spare, self._self_kv
+        if self.grouped:
+            self.ancestors[: self.batch_size, :kept] = self.ancestors[: self.batch_size, shift : self.length].clone()
+        if self.start is not None:
+            self.start = (self.start - shift).clamp_(min=0)
+        self.length = kept
         self._make_views()
 
     def group(self, group_size: int) -> None:
@@ -219,7 +256,6 @@ class KVCache:
             shift = int(start.min())
             start -= shift
             self.start = start if bool(start.any()) else None
-            self.oldest = self.length - shift
         if cross:
             self.cross_kv = self.cross_kv.index_select(BATCH, rows)
             if self.src_mask is not None:

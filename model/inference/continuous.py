@@ -56,29 +56,41 @@ class _Running:
     cancelled: bool = False
 
 
+# Positions before every running row's start are dropped once this many have piled up (a copy of the
+# cache, so not every step).
+DROP_POSITIONS_AT = 16
+
+
 class ContinuousSearch:
+    """Rows come in groups of K (the beams of one sentence): group g holds rows g*K .. g*K+K-1. A
+    sentence that finishes leaves its group empty rather than copying the cache to close the gap; the
+    next sentence to join takes it. Empty groups still run through the step (their output is
+    ignored) until they are refilled, trimmed off the end, or, once they are more than half of all
+    groups, compacted away."""
+
     def __init__(self, engine: Engine, *, beam_size: int = 1, min_length: int = 0):
         cfg = engine.config
         self.engine, self.config = engine, cfg
         self.K = beam_size
         self.min_length = min_length
         self.cache: KVCache | None = None
-        self.running: list[_Running] = []  # in row order: sentence b holds rows b*K .. b*K+K-1
-        self.beam_scores = torch.zeros(0, self.K)  # (Nb, K) on the device, set in add()
-        self.last_tokens = torch.zeros(0, dtype=torch.long)  # (Nb*K,) newest token of each row
+        self.slots: list[_Running | None] = []  # the sentence in each group, None where one left
+        self.beam_scores = torch.zeros(0, self.K)  # (G, K) on the device, set in add()
+        self.last_tokens = torch.zeros(0, dtype=torch.long)  # (G*K,) newest token of each row
         banned = banned_tokens(cfg)
         self.banned = torch.tensor(banned, dtype=torch.long, device=engine.device) if banned else None
         self.steps = 0  # decoder steps run so far (for metrics)
 
     def __len__(self) -> int:
-        return len(self.running)
+        return sum(r is not None for r in self.slots)
 
     @property
     def rows(self) -> int:
-        return len(self.running) * self.K
+        """Rows a step computes, empty groups included."""
+        return len(self.slots) * self.K
 
     def keys(self) -> list[Hashable]:
-        return [r.sentence.key for r in self.running]
+        return [r.sentence.key for r in self.slots if r is not None]
 
     # ------------------------------------------------------------------ joining
     @torch.inference_mode()
@@ -100,98 +112,147 @@ class ContinuousSearch:
             grouped = K > 1 and kv.size(2) >= GROUPED_BEAM_MIN_ROWS
             mask = None if bool(src_mask.all()) else src_mask
             self.cache = KVCache(kv, mask, INITIAL_CAPACITY, group_size=K if grouped else 1)
+            groups = list(range(len(sentences)))
+            self.slots = [None] * len(sentences)
+            self.beam_scores = torch.zeros(len(sentences), K, device=device)
+            self.last_tokens = torch.zeros(len(sentences) * K, dtype=torch.long, device=device)
         else:
-            self.cache.join(kv, src_mask)
+            free = [g for g, r in enumerate(self.slots) if r is None][: len(sentences)]
+            reused = len(free) * K
+            if free:
+                rows = (torch.tensor(free, device=device)[:, None] * K + torch.arange(K, device=device)).view(-1)
+                self.cache.join(kv[:, :, :reused], src_mask[:reused], rows)
+            if reused < kv.size(2):
+                self.cache.join(kv[:, :, reused:], src_mask[reused:])
+            added = len(sentences) - len(free)
+            groups = free + list(range(len(self.slots), len(self.slots) + added))
+            self.slots += [None] * added
+            self.beam_scores = torch.cat([self.beam_scores, self.beam_scores.new_zeros(added, K)])
+            self.last_tokens = torch.cat([self.last_tokens, self.last_tokens.new_zeros(added * K)])
             if K > 1 and not self.cache.grouped and self.cache.batch_size >= GROUPED_BEAM_MIN_ROWS:
                 self.cache.group(K)
+        index = torch.tensor(groups, device=device)
         # only beam 0 is live at the start, so the first step does not pick K copies of one token
-        scores = torch.full((len(sentences), K), -math.inf, device=device)
-        scores[:, 0] = 0.0
-        self.beam_scores = torch.cat([self.beam_scores.to(device), scores])
-        start = torch.full((len(sentences) * K,), cfg.decoder_start_id, dtype=torch.long, device=device)
-        self.last_tokens = torch.cat([self.last_tokens.to(device), start])
-        self.running += [_Running(s, [[] for _ in range(K)]) for s in sentences]
+        fresh = torch.full((len(sentences), K), -math.inf, device=device)
+        fresh[:, 0] = 0.0
+        self.beam_scores.index_copy_(0, index, fresh)
+        self.last_tokens.view(-1, K).index_fill_(0, index, cfg.decoder_start_id)
+        for g, s in zip(groups, sentences):
+            self.slots[g] = _Running(s, [[] for _ in range(K)])
 
     def cancel(self, keys: set[Hashable]) -> None:
         """The sentences with these keys leave at the next step, without a result."""
-        for r in self.running:
-            if r.sentence.key in keys:
+        for r in self.slots:
+            if r is not None and r.sentence.key in keys:
                 r.cancelled = True
+
+    # ------------------------------------------------------------------ housekeeping between steps
+    def _tidy(self) -> None:
+        """Trim empty groups off the end, compact when most groups are empty, and drop positions that
+        no running row reads any more."""
+        K, cache = self.K, self.cache
+        while self.slots and self.slots[-1] is None:
+            self.slots.pop()
+        if len(self.slots) * K < cache.batch_size:
+            cache.truncate(len(self.slots) * K)
+            self.beam_scores = self.beam_scores[: len(self.slots)]
+            self.last_tokens = self.last_tokens[: len(self.slots) * K]
+        live = [g for g, r in enumerate(self.slots) if r is not None]
+        if 2 * len(live) < len(self.slots):
+            groups = torch.tensor(live, device=self.last_tokens.device)
+            rows = (groups[:, None] * K + torch.arange(K, device=groups.device)).view(-1)
+            cache.reorder(rows, cross=True)
+            self.slots = [self.slots[g] for g in live]
+            self.beam_scores = self.beam_scores.index_select(0, groups)
+            self.last_tokens = self.last_tokens.index_select(0, rows)
+        elif cache.start is not None and cache.length >= 2 * DROP_POSITIONS_AT:
+            starts = cache.start.view(-1, K)[:, 0].tolist()
+            shift = min(starts[g] for g in live)
+            if shift >= DROP_POSITIONS_AT:
+                cache.drop_positions(shift)
 
     # ------------------------------------------------------------------ one step
     @torch.inference_mode()
     def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
         """Decode one token for every row; return the sentences that finished, with their n-best
         hypotheses (best first). Cancelled sentences leave without appearing here."""
-        if not self.running:
+        for r in self.slots:  # cancelled sentences leave before the step
+            if r is not None and r.cancelled:
+                self.slots[self.slots.index(r)] = None
+        if not len(self):
+            self._reset()
             return []
-        cfg, K, eos = self.config, self.K, self.config.eos_id
+        self._tidy()
+        K, eos = self.K, self.config.eos_id
         device = self.engine.device
-        cache = self.cache
         with attention_backends(device):
-            logits = self.engine.step(self.last_tokens, cache)  # (Nb*K, V)
+            logits = self.engine.step(self.last_tokens, self.cache)  # (G*K, V)
         lp = torch.log_softmax(logits.float(), dim=-1)
-        Nb, V = len(self.running), lp.size(-1)
+        G, V = len(self.slots), lp.size(-1)
         self.steps += 1
         if self.banned is not None:
             lp.index_fill_(1, self.banned, -math.inf)
-        steps = [r.step for r in self.running]
+        steps = [r.step if r is not None else self.min_length for r in self.slots]
         if self.min_length and min(steps) < self.min_length:  # eos not allowed yet
             early = torch.tensor([s < self.min_length for s in steps], device=device).repeat_interleave(K)
             lp[early, eos] = -math.inf
-        at_max = [r.step + 1 >= r.sentence.max_length for r in self.running]
+        at_max = [r is not None and r.step + 1 >= r.sentence.max_length for r in self.slots]
         if any(at_max):  # these must end now: eos is their only choice
             rows = torch.tensor(at_max, device=device).repeat_interleave(K)
             eos_lp = lp[rows, eos].clone()
             lp[rows] = -math.inf
             lp[rows, eos] = eos_lp
-        candidates = lp.view(Nb, K, V).add_(self.beam_scores[:, :, None]).view(Nb, K * V)
-        top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (Nb, 2K), best first
+        candidates = lp.view(G, K, V).add_(self.beam_scores[:, :, None]).view(G, K * V)
+        top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (G, 2K), best first
 
-        # the choice among the 2K candidates, per sentence, as in search.beam_search
+        # the choice among the 2K candidates, per sentence, as in search.beam_search; an empty group
+        # keeps its rows as they are
         parents: list[int] = []
         next_tokens: list[int] = []
         next_scores: list[float] = []
-        stay: list[_Running] = []
+        last = self.last_tokens.tolist()
         done: list[tuple[Hashable, list[Hypothesis]]] = []
-        for b, (running, row_scores, row_index) in enumerate(zip(self.running, top_scores.tolist(), top_index.tolist())):
-            if running.cancelled:
-                continue
-            running.step += 1
-            s = running.sentence
-            chosen = 0
-            beams: list[list[int]] = []
-            for c, (score, index) in enumerate(zip(row_scores, row_index)):
-                beam, token = divmod(index, V)
-                if token == eos:
-                    if c < K and score > -math.inf:  # eos among the best K candidates ends a hypothesis
-                        tokens = running.beams[beam]
-                        running.finished.append(Hypothesis(list(tokens), score, normalize(score, running.step, s.length_penalty), True))
-                elif chosen < K:  # the best K that continue become the next beams
-                    parents.append(b * K + beam)
-                    beams.append(running.beams[beam] + [token])
-                    next_tokens.append(token)
-                    next_scores.append(score)
-                    chosen += 1
-            if len(running.finished) >= K or s.max_length <= running.step:
-                if chosen:  # its beams leave the batch
+        for g, (running, row_scores, row_index) in enumerate(zip(self.slots, top_scores.tolist(), top_index.tolist())):
+            if running is not None:
+                running.step += 1
+                s = running.sentence
+                chosen = 0
+                beams: list[list[int]] = []
+                for c, (score, index) in enumerate(zip(row_scores, row_index)):
+                    beam, token = divmod(index, V)
+                    if token == eos:
+                        if c < K and score > -math.inf:  # eos among the best K candidates ends a hypothesis
+                            tokens = running.beams[beam]
+                            running.finished.append(Hypothesis(list(tokens), score, normalize(score, running.step, s.length_penalty), True))
+                    elif chosen < K:  # the best K that continue become the next beams
+                        parents.append(g * K + beam)
+                        beams.append(running.beams[beam] + [token])
+                        next_tokens.append(token)
+                        next_scores.append(score)
+                        chosen += 1
+                if len(running.finished) < K and running.step < s.max_length:
+                    running.beams = beams
+                    continue
+                if chosen:  # its rows stay as they are until another sentence takes them
                     del parents[-chosen:], next_tokens[-chosen:], next_scores[-chosen:]
                 hyps = sorted(running.finished, key=lambda h: h.normalized_score, reverse=True)
                 done.append((s.key, hyps[: s.num_hypotheses]))
-            else:
-                running.beams = beams
-                stay.append(running)
-        left = len(stay) < Nb
-        self.running = stay
-        if not stay:
-            self.cache = None  # the next sentences start a fresh cache, with no joined rows to mask
-            self.beam_scores = torch.zeros(0, K, device=device)
-            self.last_tokens = torch.zeros(0, dtype=torch.long, device=device)
-            return done
-        parent = torch.tensor(parents, device=device)
+                self.slots[g] = None
+            rows = range(g * K, g * K + K)
+            parents += rows
+            next_tokens += [last[r] for r in rows]
+            next_scores += [0.0] * K
         self.last_tokens = torch.tensor(next_tokens, device=device)
         self.beam_scores = torch.tensor(next_scores, device=device).view(-1, K)
-        # beams stay within their sentence: the source side is copied only when sentences leave
-        if left or K > 1:
-            cache.reorder(parent, cross=left)
+        if K > 1:  # beams follow their parents, within their group
+            self.cache.reorder(torch.tensor(parents, device=device), cross=False)
+        if not len(self):
+            self._reset()
         return done
+
+    def _reset(self) -> None:
+        """Nothing runs: the next sentences start a fresh cache, with no joined rows to mask."""
+        self.cache = None
+        self.slots = []
+        self.beam_scores = torch.zeros(0, self.K, device=self.engine.device)
+        self.last_tokens = torch.zeros(0, dtype=torch.long, device=self.engine.device)

@@ -269,9 +269,14 @@ class Engine:
         """tokens (N,): the newest token of each row -> logits (N, V) of the token after it."""
         N, C, H, D = tokens.size(0), self.d_model, self.n_heads, self.head_dim
         assert N == cache.batch_size, f"{N} tokens for a cache of {cache.batch_size} rows"
-        assert cache.oldest < self.positions.size(0), f"target longer than max_positions={self.positions.size(0)}"
+        P = self.positions.size(0)
+        positions = cache.positions()
+        if isinstance(positions, int):
+            assert positions < P, f"target longer than max_positions={P}"
+        else:  # rows that joined later; rows that left and wait for reuse may run past the table
+            positions = positions.clamp(max=P - 1)
         pre = self.pre_norm
-        x = F.embedding(tokens, self.tgt_embedding) + self.positions[cache.positions()]  # (N, C)
+        x = F.embedding(tokens, self.tgt_embedding) + self.positions[positions]  # (N, C)
         self_mask = cache.self_mask()  # None unless rows joined a running batch
         for i, w in enumerate(self.decoder_layers):
             # self-attention over every cached position and the new one

@@ -34,7 +34,14 @@ async def ready(state: ServiceState = Depends(get_state)):
     if state.ready:
         return Health(status="ready", models=sorted(state.models))
     # the cause (with file names) is in the server log, not in a public response
-    message = "model loading failed; see the server log" if state.load_error else "models are still loading"
+    if state.load_error:
+        message = "model loading failed; see the server log"
+    elif state.draining:
+        message = "the server is shutting down"
+    elif state.engine is not None and state.engine.client.losses:
+        message = "the engine is restarting"
+    else:
+        message = "models are still loading"
     return JSONResponse(error_body("not_ready", message), 503, headers={"Retry-After": "1"})
 
 
@@ -43,5 +50,4 @@ async def ready(state: ServiceState = Depends(get_state)):
     responses={200: {"content": {"text/plain": {"example": "nmt_requests_total{endpoint=\"/v1/translate\",status=\"200\"} 42.0"}}}},
 )
 async def metrics(state: ServiceState = Depends(get_state)) -> Response:
-    state.metrics.update_device_memory()
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

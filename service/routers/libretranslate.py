@@ -52,8 +52,8 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)) 
     n = body.alternatives + 1
     options = decode_options(state, max(4, n), n, None)
     _, _, results = await translate_texts(state, request, body.source, body.target, texts, options, "q")
-    best = [r.hypotheses[0].text for r in results]
-    alternatives = [[h.text for h in r.hypotheses[1:]] for r in results]
+    best = [nbest[0].text for nbest in results]
+    alternatives = [[h.text for h in nbest[1:]] for nbest in results]
     if isinstance(body.q, str):
         return LibreTranslateResponse(translatedText=best[0], alternatives=alternatives[0] if body.alternatives else None)
     return LibreTranslateResponse(translatedText=best, alternatives=alternatives if body.alternatives else None)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import asyncio
 
-import torch
 from fastapi import APIRouter, Depends, Request
 
-from ..batcher import DecodeOptions
+from engine.protocol import DecodeOptions
+
 from ..errors import APIError, bad_request, timed_out
 from ..schemas import (
     AttentionRequest, AttentionResponse, Hypothesis, ModelInfo, ModelList, TranslateRequest, TranslateResponse,
@@ -53,7 +53,7 @@ async def until_disconnected(request: Request) -> None:
 
 async def with_deadline(state: ServiceState, request: Request, timeout: float, awaitable):
     """Await the work, but give up at the deadline (504) or when the client goes away; either way the
-    work is cancelled, so queued sentences of a gone request are dropped from their batch."""
+    work is cancelled, and the engine drops the request's sentences (queued or running)."""
     work = asyncio.ensure_future(awaitable)
     watcher = asyncio.ensure_future(until_disconnected(request))
     try:
@@ -69,12 +69,13 @@ async def with_deadline(state: ServiceState, request: Request, timeout: float, a
 
 
 async def translate_texts(state: ServiceState, request: Request, source: str, target: str, texts: list[str], options: DecodeOptions, param: str):
-    """Shared by /v1/translate and the LibreTranslate route: validate, queue, await with a deadline."""
-    batcher = state.require_ready()
+    """Shared by /v1/translate and the LibreTranslate route: validate, send to the engine, await with a
+    deadline. Returns the model, the source token counts and per text its n-best (best first)."""
+    engine = state.require_ready()
     model = state.model_for(source, target)
     counts = state.check_texts(model, texts, param)
     timeout = request_timeout(state, request)
-    results = await with_deadline(state, request, timeout, batcher.translate(model.id, texts, counts, options, timeout))
+    results = await with_deadline(state, request, timeout, engine.translate(model.id, texts, options, timeout))
     return model, counts, results
 
 
@@ -84,22 +85,14 @@ async def translate(body: TranslateRequest, request: Request, state: ServiceStat
     options = decode_options(state, body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
     model, counts, results = await translate_texts(state, request, body.source, body.target, texts, options, "text")
     translations = []
-    for r in results:
-        best = r.hypotheses[0]
+    for nbest in results:
+        best = nbest[0]
         translations.append(Translation(
             text=best.text, score=best.score, normalized_score=best.normalized_score,
-            hypotheses=[Hypothesis(text=h.text, score=h.score) for h in r.hypotheses] if body.num_hypotheses > 1 else None,
+            hypotheses=[Hypothesis(text=h.text, score=h.score) for h in nbest] if body.num_hypotheses > 1 else None,
         ))
-    usage = Usage(source_tokens=sum(counts), generated_tokens=sum(len(r.hypotheses[0].tokens) for r in results))
+    usage = Usage(source_tokens=sum(counts), generated_tokens=sum(nbest[0].tokens for nbest in results))
     return TranslateResponse(model=model.id, translations=translations, usage=usage)
-
-
-def _select(maps: torch.Tensor, layers: list[int], heads: list[int], average: bool) -> list:
-    """(L, H, T, S) -> nested lists [layer][head][T][S] for the chosen layers/heads (head mean if asked)."""
-    chosen = maps[layers][:, heads]
-    if average:
-        chosen = chosen.mean(dim=1, keepdim=True)
-    return chosen.tolist()
 
 
 def _indices(requested: list[int] | None, count: int, name: str) -> list[int]:
@@ -113,41 +106,24 @@ def _indices(requested: list[int] | None, count: int, name: str) -> list[int]:
 
 @router.post("/attention", response_model=AttentionResponse, response_model_exclude_none=True)
 async def attention(body: AttentionRequest, request: Request, state: ServiceState = Depends(get_state)) -> AttentionResponse:
-    batcher = state.require_ready()
+    engine = state.require_ready()
     model = state.model_for(body.source, body.target)
     state.check_texts(model, [body.text])
     if body.target_text is not None:
         state.check_texts(model, [body.target_text], "target_text")
-    translator = model.translator
-    cfg = translator.config
+    info = model.info
     decode_options(state, body.beam_size, 1, None)
-    layers = _indices(body.layers, cfg.n_decoder_layers, "layers")
-    heads = _indices(body.heads, cfg.n_heads, "heads")
-    encoder_layers = _indices(body.layers, cfg.n_encoder_layers, "layers") if "encoder_self" in body.include else []
-    include = tuple(dict.fromkeys(["cross", *body.include]))
-
-    def work():
-        if body.target_text is not None:
-            forced = translator.force_decode(body.text, body.target_text, attention_include=include)
-            text, score, maps = body.target_text, forced.score, forced.attention
-        else:
-            [result] = translator.translate([body.text], beam_size=body.beam_size, return_scores=True,
-                                            return_attention=True, attention_include=include)
-            text, score, maps = result.text, result.hypotheses[0].score, result.attention
-        # the selection is torch work too: it stays on the device's thread, the event loop gets lists
-        return text, score, maps.source_tokens, maps.target_tokens, dict(
-            cross=_select(maps.cross, layers, heads, body.average_heads) if "cross" in body.include else None,
-            decoder_self=_select(maps.decoder_self, layers, heads, body.average_heads) if "decoder_self" in body.include else None,
-            encoder_self=_select(maps.encoder_self, encoder_layers, heads, body.average_heads) if "encoder_self" in body.include else None,
-            alignment=maps.cross[layers][:, heads].mean(dim=(0, 1)).argmax(dim=-1).tolist(),  # (T,) over (T, S)
-        )
-
+    layers = _indices(body.layers, info["n_decoder_layers"], "layers")
+    heads = _indices(body.heads, info["n_heads"], "heads")
+    encoder_layers = _indices(body.layers, info["n_encoder_layers"], "layers") if "encoder_self" in body.include else []
     timeout = request_timeout(state, request)
-    text, score, source_tokens, target_tokens, selected = await with_deadline(state, request, timeout, batcher.run_on_device(work))
+    maps = await with_deadline(state, request, timeout, engine.attention(
+        model.id, timeout, text=body.text, target_text=body.target_text, beam_size=body.beam_size, include=tuple(body.include),
+        layers=layers, heads=heads, encoder_layers=encoder_layers, average_heads=body.average_heads,
+    ))
     return AttentionResponse(
-        model=model.id, source_tokens=source_tokens, target_tokens=target_tokens, translation=text,
-        score=score, layers=layers, heads=None if body.average_heads else heads,
-        num_layers=cfg.n_decoder_layers, num_heads=cfg.n_heads, **selected,
+        model=model.id, layers=layers, heads=None if body.average_heads else heads,
+        num_layers=info["n_decoder_layers"], num_heads=info["n_heads"], **maps,
     )
 
 
@@ -159,10 +135,4 @@ async def attention(body: AttentionRequest, request: Request, state: ServiceStat
     ]}}}}},
 )
 async def models(state: ServiceState = Depends(get_state)) -> ModelList:
-    return ModelList(models=[
-        ModelInfo(id=m.id, source=m.source, target=m.target, parameters=m.translator.num_parameters(),
-                  device=str(m.translator.device), dtype=str(m.translator.dtype).removeprefix("torch."),
-                  quantization=m.translator.quantization, step_mode=m.translator.step_mode,
-                  static_decoder=m.translator.static_memory(), path=m.path)
-        for m in state.models.values()
-    ])
+    return ModelList(models=[ModelInfo(**{k: m.info.get(k) for k in ModelInfo.model_fields}) for m in state.models.values()])

@@ -4,8 +4,8 @@ A queue bounded by a sentence count admits more work than the engine can finish 
 are long or the beams wide: under a flood every admitted request then waits past its deadline, the
 engine computes translations nobody receives, and everyone gets 504. Here each request's cost is
 estimated in decode units, beam x (source tokens + expected output tokens) per text, and the engine's
-rate in units per second is measured on every model batch (a moving average, seeded by a calibration
-batch at start-up). A request is admitted when the work already admitted and not yet done, plus its
+rate in units per second is measured as the engine works (a moving average over windows of its busy
+time, seeded by a calibration batch at start-up). A request is admitted when the work already admitted and not yet done, plus its
 own, would finish at that rate within `margin` of its deadline; otherwise it gets 503 with a
 Retry-After of when the work ahead of it should have drained. A request that finds nothing ahead of
 it is always admitted (its own deadline still bounds it). So admitted work completes, and a flood
@@ -61,9 +61,12 @@ class Admission:
             self.pending = 0.0
 
     def observe(self, texts: int, source_tokens: int, output_tokens: int, beam_size: int, seconds: float) -> None:
-        """A model batch ran: learn the engine's rate and the output/source length ratio."""
+        """A batch ran: learn the engine's rate and the output/source length ratio."""
+        self.learn(self.units(texts, source_tokens, output_tokens, beam_size), seconds, source_tokens, output_tokens)
+
+    def learn(self, units: float, seconds: float, source_tokens: int, output_tokens: int) -> None:
+        """`units` of work finished in `seconds` of engine time, from so many source and output tokens."""
         if seconds <= 0 or source_tokens <= 0:
             return
-        units = self.units(texts, source_tokens, output_tokens, beam_size)
         self.rate += SMOOTHING * (units / seconds - self.rate)
         self.output_ratio += SMOOTHING * (output_tokens / source_tokens - self.output_ratio)

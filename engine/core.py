@@ -1,0 +1,386 @@
+"""The engine: calls in, replies out, one decoder step at a time (continuous batching).
+
+EngineCore knows nothing of sockets or HTTP: `handle(message)` takes a call (translate, attention,
+cancel) and `work()` runs one step of every running batch; both return the replies that are ready.
+The process around it (process.py) moves messages; the tests drive it directly.
+
+- A translate call is admitted or refused at once (admission.py: the work admitted and not finished,
+  at the measured rate, must finish within the call's deadline), then its sentences wait in a FIFO.
+- Sentences run in one ContinuousSearch per (model, beam size): at every step boundary waiting
+  sentences join (up to `max_batch_sentences` running and `max_batch_tokens` source tokens encoded
+  per step), and finished ones leave at once and complete their call.
+- A call past its deadline, or cancelled by its caller, leaves (queued or running) and frees its
+  admitted work.
+- Attention maps are computed between steps.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from model.inference.continuous import ContinuousSearch, Sentence
+from model.inference.search import Hypothesis, SearchOptions, max_lengths_for
+from model.translator import Translator
+
+from .admission import Admission
+from .attention_maps import attention_maps
+from .protocol import (
+    EXPIRED, FAILED, INVALID, OUT_OF_MEMORY, REFUSED, Attention, Cancel, DecodeOptions, EngineStatus, Hypothesis as Translation,
+    Reply, Translate,
+)
+
+log = logging.getLogger("engine")
+CALIBRATION_TEXT = "Ein Mann mit einer roten Jacke fährt mit dem Fahrrad durch die Straßen der Stadt."
+RATE_WINDOW_S = 0.5  # engine time over which the rate for admission is measured
+EXPIRY_CHECK_S = 0.02  # how often calls are checked against their deadlines
+
+
+@dataclass
+class EngineConfig:
+    """The engine's share of the service settings (a plain dataclass: the engine imports no pydantic)."""
+
+    max_batch_sentences: int = 64  # sentences running at once per (model, beam size)
+    max_batch_tokens: int = 4096  # source tokens encoded per step (the cost of joining)
+    max_queue_sentences: int = 2048  # sentences waiting or running at most
+    batching: bool = True  # false: a batch runs one call at a time (for comparison)
+    admission: bool = True
+    admission_margin: float = 0.8
+    retry_after_s: int = 1
+
+
+@dataclass
+class _Call:
+    message: Translate
+    results: list[list[Translation] | None]  # per text, its n-best
+    left: int  # sentences not finished
+    cost: float  # admitted work units
+    source_tokens: list[int]  # per text, eos excluded (0 for empty texts)
+    group: tuple[str, int] | None = None
+
+
+@dataclass
+class _Group:
+    search: ContinuousSearch
+    waiting: deque = field(default_factory=deque)  # (call id, index, Sentence)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+class EngineCore:
+    def __init__(self, models: dict[str, Translator], config: EngineConfig, *, model_meta: dict[str, dict] | None = None):
+        """model_meta: more to report per model id (checkpoint path, load time, tokenizer file)."""
+        self.models = models
+        self.model_meta = model_meta or {}
+        self.config = config
+        self.incarnation = uuid.uuid4().hex
+        self.calls: dict[int, _Call] = {}
+        self.groups: dict[tuple[str, int], _Group] = {}
+        self.admission = Admission(rate=1.0, margin=config.admission_margin)
+        self.started = time.monotonic()
+        self._last_expiry_check = 0.0
+        self._window = [0.0, 0.0, 0, 0]  # engine seconds, units, source tokens, output tokens
+        self.model_stats = {mid: dict(source_tokens=0.0, generated_tokens=0.0, sentences=0.0) for mid in models}
+        self._recent = dict(at=time.monotonic(), busy=0.0, steps=0.0, step_seconds=0.0, rows_live=0.0, rows_computed=0.0)
+        self.stats: dict[str, float] = dict.fromkeys((
+            "busy_seconds", "steps", "step_seconds", "rows_computed", "rows_live", "joins", "sentences_joined", "sentences_done",
+            "admitted_units", "refused_units", "refused_calls", "expired_calls",
+            "failed_calls", "calls",
+        ), 0.0)
+
+    # ------------------------------------------------------------------ status
+    def model_info(self) -> list[dict]:
+        return [
+            dict(id=mid, source=t.source_lang, target=t.target_lang, parameters=t.num_parameters(), device=str(t.device),
+                 dtype=str(t.dtype).removeprefix("torch."), quantization=t.quantization, step_mode=t.step_mode,
+                 static_decoder=t.static_memory(), n_decoder_layers=t.config.n_decoder_layers,
+                 n_encoder_layers=t.config.n_encoder_layers, n_heads=t.config.n_heads, **self.model_meta.get(mid, {}))
+            for mid, t in self.models.items()
+        ]
+
+    def status(self) -> EngineStatus:
+        waiting = sum(len(g.waiting) for g in self.groups.values())
+        running = sum(len(g.search) for g in self.groups.values())
+        stats = dict(self.stats, waiting_sentences=waiting, running_sentences=running, calls_in_flight=len(self.calls),
+                     pending_units=self.admission.pending, rate_units_per_second=self.admission.rate,
+                     uptime_seconds=time.monotonic() - self.started, **self._recent_stats())
+        if torch.cuda.is_available() and any(t.device.type == "cuda" for t in self.models.values()):
+            stats["device_memory_bytes"] = float(torch.cuda.memory_allocated())
+        return EngineStatus(self.incarnation, True, self.model_info(), None, stats, self.model_stats)
+
+    def _recent_stats(self) -> dict[str, float]:
+        """Busy share, occupancy, padding and step time over the time since the last call (>= 1 s)."""
+        now, r, s = time.monotonic(), self._recent, self.stats
+        if now - r["at"] >= 1.0:
+            steps = s["steps"] - r["steps"]
+            computed = s["rows_computed"] - r["rows_computed"]
+            live = s["rows_live"] - r["rows_live"]
+            r["shown"] = dict(
+                busy_share=(s["busy_seconds"] - r["busy"]) / (now - r["at"]),
+                rows_per_step=live / steps if steps else 0.0,
+                padding_share=1 - live / computed if computed else 0.0,
+                step_ms=1000 * (s["step_seconds"] - r["step_seconds"]) / steps if steps else 0.0,
+            )
+            r.update(at=now, busy=s["busy_seconds"], steps=s["steps"], step_seconds=s["step_seconds"], rows_live=s["rows_live"],
+                     rows_computed=s["rows_computed"])
+        return r.get("shown", {})
+
+    @property
+    def busy(self) -> bool:
+        """Work is running or waiting: the caller should not block waiting for messages."""
+        return any(len(g.search) or g.waiting for g in self.groups.values())
+
+    def sentences_in(self) -> int:
+        return sum(len(g.search) + len(g.waiting) for g in self.groups.values())
+
+    # ------------------------------------------------------------------ calls
+    def handle(self, message: Any) -> list[Reply]:
+        if isinstance(message, Translate):
+            return self._translate(message)
+        if isinstance(message, Cancel):
+            return self._drop(message.id, None)
+        if isinstance(message, Attention):
+            return [self._attention(message)]
+        raise TypeError(f"unknown message {type(message).__name__}")
+
+    def _translate(self, call: Translate) -> list[Reply]:
+        self.stats["calls"] += 1
+        translator = self.models.get(call.model)
+        if translator is None:
+            return [Reply(call.id, error=INVALID, message=f"no model {call.model}")]
+        options = call.options
+        timeout = call.deadline - time.monotonic()
+        if timeout <= 0:
+            return [Reply(call.id, error=EXPIRED, message="the deadline passed before the engine got the call")]
+        try:
+            sources = [translator.encode_source(t) if t.strip() else None for t in call.texts]
+        except ValueError as exc:
+            return [Reply(call.id, error=INVALID, message=str(exc))]
+        todo = [i for i, s in enumerate(sources) if s is not None]
+        if self.sentences_in() + len(todo) > self.config.max_queue_sentences:
+            self.stats["refused_calls"] += 1
+            return [Reply(call.id, error=REFUSED, message="the queue is full", retry_after=self.config.retry_after_s)]
+        cost = 0.0
+        if self.config.admission and todo:
+            # source tokens without the eos the model appends: the unit the rate was measured in
+            cost = self.admission.cost([len(sources[i]) - 1 for i in todo], options.beam_size)
+            retry_after = self.admission.admit(cost, timeout)
+            if retry_after is not None:
+                self.stats["refused_units"] += cost
+                self.stats["refused_calls"] += 1
+                return [Reply(call.id, error=REFUSED, retry_after=retry_after, message=(
+                    "the server is busy: the work queued ahead would not finish before this request's deadline, retry later"))]
+            self.stats["admitted_units"] += cost
+        # nothing to translate: an empty translation, not whatever the model says to a bare eos
+        empty = Translation("", 0.0 if options.return_scores else None, 0.0 if options.return_scores else None)
+        results: list[list[Translation] | None] = [None if s is not None else [empty] * options.num_hypotheses for s in sources]
+        state = _Call(call, results, len(todo), cost, [len(s) - 1 if s else 0 for s in sources])
+        if not todo:
+            return [Reply(call.id, value=results)]
+        self.calls[call.id] = state
+        state.group = (call.model, options.beam_size)
+        group = self.groups.get(state.group)
+        if group is None:
+            group = self.groups[state.group] = _Group(ContinuousSearch(translator.engine, beam_size=options.beam_size))
+        search_options = SearchOptions(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses,
+                                       max_length=options.max_length, length_penalty=options.length_penalty)
+        cap = translator.config.max_positions - 1
+        for i in todo:
+            src = sources[i]
+            limit = int(max_lengths_for(torch.tensor([src]), translator.config.pad_id, search_options, cap)[0])
+            group.waiting.append((call.id, i, Sentence((call.id, i), src, limit, options.length_penalty, options.num_hypotheses)))
+        return []
+
+    def _attention(self, call: Attention) -> Reply:
+        translator = self.models.get(call.model)
+        if translator is None:
+            return Reply(call.id, error=INVALID, message=f"no model {call.model}")
+        if call.deadline < time.monotonic():
+            return Reply(call.id, error=EXPIRED, message="the deadline passed before the engine got the call")
+        try:
+            return Reply(call.id, value=attention_maps(translator, call))
+        except ValueError as exc:
+            return Reply(call.id, error=INVALID, message=str(exc))
+        except Exception as exc:  # noqa: BLE001 - one failing call must not stop the engine
+            log.exception("attention failed")
+            return Reply(call.id, error=OUT_OF_MEMORY if is_out_of_memory(exc) else FAILED, message=str(exc))
+
+    def _drop(self, call_id: int, reply: Reply | None) -> list[Reply]:
+        """The call leaves: its waiting sentences go, its running ones are cancelled, its work is freed."""
+        state = self.calls.pop(call_id, None)
+        if state is None:
+            return []
+        self.admission.release(state.cost)
+        group = self.groups.get(state.group)
+        if group is not None and state.left:
+            group.waiting = deque(w for w in group.waiting if w[0] != call_id)
+            group.search.cancel({(call_id, i) for i in range(len(state.results))})
+        return [reply] if reply is not None else []
+
+    def _fail(self, call_id: int, kind: str, message: str) -> list[Reply]:
+        self.stats["failed_calls"] += 1
+        return self._drop(call_id, Reply(call_id, error=kind, message=message))
+
+    # ------------------------------------------------------------------ steps
+    def work(self) -> list[Reply]:
+        """Expire calls past their deadline, let waiting sentences join, and run one step of every batch."""
+        replies = self._expire()
+        for key, group in list(self.groups.items()):
+            replies += self._join(group)
+            if len(group.search):
+                replies += self._step(key, group)
+        return replies
+
+    def _expire(self) -> list[Reply]:
+        now = time.monotonic()
+        if now - self._last_expiry_check < EXPIRY_CHECK_S:
+            return []
+        self._last_expiry_check = now
+        replies = []
+        for call_id in [c for c, s in self.calls.items() if s.message.deadline < now]:
+            self.stats["expired_calls"] += 1
+            replies += self._drop(call_id, Reply(call_id, error=EXPIRED, message="the deadline passed"))
+        return replies
+
+    def _join(self, group: _Group) -> list[Reply]:
+        search, cfg = group.search, self.config
+        if not group.waiting:
+            return []
+        if not cfg.batching and len(search):  # one call at a time
+            return []
+        room = cfg.max_batch_sentences - len(search)
+        joining: list[Sentence] = []
+        tokens = 0
+        first_call = group.waiting[0][0]
+        while group.waiting and len(joining) < room:
+            call_id, _, sentence = group.waiting[0]
+            if joining and tokens + len(sentence.src) > cfg.max_batch_tokens:
+                break
+            if not cfg.batching and call_id != first_call:
+                break
+            group.waiting.popleft()
+            joining.append(sentence)
+            tokens += len(sentence.src)
+        if not joining:
+            return []
+        started = time.perf_counter()
+        try:
+            search.add(joining)
+        except Exception as exc:  # noqa: BLE001
+            return self._join_one_by_one(group, joining, exc)
+        finally:
+            self._count(time.perf_counter() - started, 0, 0, 0)
+        self.stats["joins"] += 1
+        self.stats["sentences_joined"] += len(joining)
+        return []
+
+    def _join_one_by_one(self, group: _Group, joining: list[Sentence], exc: Exception) -> list[Reply]:
+        """A join failed: find the sentence that breaks it, fail its call, let the others join."""
+        if len(joining) == 1 or is_out_of_memory(exc):
+            log.exception("a sentence failed to join", exc_info=exc)
+            kind = OUT_OF_MEMORY if is_out_of_memory(exc) else FAILED
+            replies = []
+            for call_id in dict.fromkeys(s.key[0] for s in joining):
+                replies += self._fail(call_id, kind, str(exc))
+            return replies
+        replies = []
+        for sentence in joining:
+            if sentence.key[0] not in self.calls:  # its call already failed
+                continue
+            try:
+                group.search.add([sentence])
+            except Exception as one:  # noqa: BLE001
+                replies += self._join_one_by_one(group, [sentence], one)
+        return replies
+
+    def _step(self, key: tuple[str, int], group: _Group) -> list[Reply]:
+        search = group.search
+        rows, live = search.rows, len(search) * search.K
+        started = time.perf_counter()
+        try:
+            done = search.step()
+        except Exception as exc:  # noqa: BLE001 - the batch is lost, the engine goes on
+            log.exception("a step failed")
+            kind = OUT_OF_MEMORY if is_out_of_memory(exc) else FAILED
+            replies = []
+            for call_id in dict.fromkeys(k[0] for k in search.keys()):
+                replies += self._fail(call_id, kind, str(exc))
+            self.groups[key] = _Group(ContinuousSearch(search.engine, beam_size=search.K), group.waiting)
+            return replies
+        seconds = time.perf_counter() - started
+        s = self.stats
+        s["steps"] += 1
+        s["step_seconds"] += seconds
+        s["rows_computed"] += rows
+        s["rows_live"] += live
+        replies = []
+        units = source = output = 0
+        for (call_id, index), hyps in done:
+            state = self.calls.get(call_id)
+            if state is None:
+                continue
+            translator = self.models[state.message.model]
+            options = state.message.options
+            state.results[index] = [self._translation(translator, h, options) for h in hyps]
+            state.left -= 1
+            n_src = state.source_tokens[index]
+            n_out = len(hyps[0].tokens) + 1
+            units += Admission.units(1, n_src, n_out, options.beam_size)
+            source, output = source + n_src, output + n_out
+            s["sentences_done"] += 1
+            per_model = self.model_stats[state.message.model]
+            per_model["source_tokens"] += n_src
+            per_model["generated_tokens"] += n_out - 1
+            per_model["sentences"] += 1
+            if state.left == 0:
+                replies += self._drop(call_id, Reply(call_id, value=state.results))
+        self._count(seconds, units, source, output)
+        return replies
+
+    @staticmethod
+    def _translation(translator: Translator, h: Hypothesis, options: DecodeOptions) -> Translation:
+        scores = options.return_scores
+        return Translation(translator.tgt_tokenizer.decode(h.tokens), h.score if scores else None,
+                           h.normalized_score if scores else None, len(h.tokens))
+
+    def _count(self, seconds: float, units: float, source: int, output: int) -> None:
+        """Engine time and finished work, folded into the admission rate every RATE_WINDOW_S."""
+        self.stats["busy_seconds"] += seconds
+        w = self._window
+        w[0] += seconds
+        w[1] += units
+        w[2] += source
+        w[3] += output
+        if w[0] >= RATE_WINDOW_S and w[1] > 0:
+            self.admission.learn(w[1], w[0], w[2], w[3])
+            self._window = [0.0, 0.0, 0, 0]
+
+    # ------------------------------------------------------------------ start-up
+    def calibrate(self) -> None:
+        """Measure the rate on a small batch before the first call, so that admission starts from a
+        measured figure rather than a guess (it then follows the real work)."""
+        if not self.models:
+            return
+        model_id, translator = next(iter(self.models.items()))
+        beam = 4
+        src = translator.encode_source(CALIBRATION_TEXT)
+        n = min(16, self.config.max_batch_sentences)
+        search = ContinuousSearch(translator.engine, beam_size=beam)
+        limit = int(max_lengths_for(torch.tensor([src]), translator.config.pad_id, SearchOptions(beam_size=beam),
+                                    translator.config.max_positions - 1)[0])
+        started = time.perf_counter()
+        search.add([Sentence(i, src, limit) for i in range(n)])
+        done = []
+        while len(search):
+            done += search.step()
+        seconds = time.perf_counter() - started
+        output = sum(len(h[0].tokens) + 1 for _, h in done)
+        self.admission.rate = Admission.units(n, n * (len(src) - 1), output, beam) / seconds
+        log.info("admission: engine rate %.0f decode units/s (calibration batch of %d)", self.admission.rate, n)

@@ -1,0 +1,100 @@
+"""What the API processes and the engine process say to each other over ZeroMQ.
+
+Calls go API -> engine on a DEALER/ROUTER pair, each with an id; the engine answers each call once
+with a Reply carrying that id. The engine also publishes an EngineStatus a few times a second on a
+PUB socket: readiness, the loaded models, its incarnation (a new one after every restart, so a client
+knows that calls sent to the previous one are lost) and the statistics for /metrics. Messages are
+pickled dataclasses: both ends are processes of this service, on sockets in a private directory.
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any
+
+# Reply.error kinds; the API maps them to HTTP statuses
+REFUSED = "refused"  # admission: the work ahead would not finish before the deadline (503 + Retry-After)
+EXPIRED = "expired"  # the deadline passed before the result (504)
+OUT_OF_MEMORY = "out_of_memory"  # the device ran out of memory (503)
+INVALID = "invalid"  # the input cannot be translated as asked (400)
+FAILED = "failed"  # anything else (500)
+SHUTTING_DOWN = "shutting_down"  # the engine stops (503)
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Options of one translate call (sentences with the same beam size and min length share rows)."""
+
+    beam_size: int = 4
+    num_hypotheses: int = 1
+    max_length: int | None = None
+    length_penalty: float = 1.0
+    return_scores: bool = False
+
+
+@dataclass
+class Hypothesis:
+    """One translation of one text (plain data: the API process needs no torch to read it)."""
+
+    text: str
+    score: float | None = None  # sum of token log-probs, eos included (return_scores)
+    normalized_score: float | None = None  # score / length ** length_penalty (return_scores)
+    tokens: int = 0  # generated tokens, eos excluded
+
+
+@dataclass
+class Translate:
+    id: int
+    model: str  # "de-en"
+    texts: list[str]
+    options: DecodeOptions
+    deadline: float  # time.monotonic() (system-wide on Linux): after it nobody waits for the result
+
+
+@dataclass
+class Attention:
+    """Attention maps of a translation (or of a given target_text, by forced decoding)."""
+
+    id: int
+    model: str
+    text: str
+    target_text: str | None
+    beam_size: int
+    include: tuple[str, ...]
+    layers: list[int]
+    heads: list[int]
+    encoder_layers: list[int]
+    average_heads: bool
+    deadline: float
+
+
+@dataclass
+class Cancel:
+    id: int  # the caller gave up (timeout, client disconnected): drop its sentences
+
+
+@dataclass
+class Reply:
+    id: int
+    value: Any = None  # translate: per text its n-best list[Hypothesis], best first; attention: a dict
+    error: str | None = None  # one of the kinds above
+    message: str = ""
+    retry_after: float | None = None
+
+
+@dataclass
+class EngineStatus:
+    incarnation: str
+    ready: bool
+    models: list[dict] = field(default_factory=list)  # id, source, target, parameters, device, dtype, ...
+    load_error: str | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+    model_stats: dict[str, dict[str, float]] = field(default_factory=dict)  # per model id: tokens, sentences
+
+
+def dumps(message: Any) -> bytes:
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def loads(data: bytes) -> Any:
+    return pickle.loads(data)

@@ -1,0 +1,54 @@
+"""The service's facade to the model: translate and attention calls to the engine process, with its
+failures turned into the service's errors (one shape, see errors.py)."""
+from __future__ import annotations
+
+import math
+import time
+
+from engine.protocol import (
+    EXPIRED, INVALID, OUT_OF_MEMORY, REFUSED, SHUTTING_DOWN, Attention, DecodeOptions, Hypothesis, Reply, Translate,
+)
+
+from .engine_client import EngineClient, EngineUnavailable
+from .errors import APIError, bad_request, overloaded, timed_out
+
+
+class Engine:
+    def __init__(self, client: EngineClient):
+        self.client = client
+
+    @property
+    def ready(self) -> bool:
+        return self.client.ready
+
+    async def translate(self, model_id: str, texts: list[str], options: DecodeOptions, timeout: float) -> list[list[Hypothesis]]:
+        """Per text, its n-best translations (best first)."""
+        call = Translate(self.client.new_id(), model_id, texts, options, time.monotonic() + timeout)
+        return self._value(await self._call(call), timeout)
+
+    async def attention(self, model_id: str, timeout: float, **fields) -> dict:
+        call = Attention(self.client.new_id(), model_id, deadline=time.monotonic() + timeout, **fields)
+        return self._value(await self._call(call), timeout)
+
+    async def _call(self, message) -> Reply:
+        try:
+            return await self.client.call(message)
+        except EngineUnavailable as exc:
+            raise APIError(503, "engine_unavailable", f"{exc}; retry shortly", None, {"Retry-After": "1"}) from None
+
+    @staticmethod
+    def _value(reply: Reply, timeout: float):
+        if reply.error is None:
+            return reply.value
+        if reply.error == REFUSED:
+            raise overloaded(max(1, math.ceil(reply.retry_after or 1)), reply.message)
+        if reply.error == EXPIRED:
+            raise timed_out(timeout)
+        if reply.error == INVALID:
+            raise bad_request(reply.message, "text")
+        if reply.error == OUT_OF_MEMORY:
+            raise APIError(503, "out_of_memory", "the model ran out of memory on this batch; retry with fewer or shorter texts",
+                           None, {"Retry-After": "1"})
+        if reply.error == SHUTTING_DOWN:
+            raise APIError(503, "shutting_down", "the server is shutting down; retry on another replica", None, {"Retry-After": "1"})
+        raise APIError(500, "internal_error", "the server failed to process this request")
