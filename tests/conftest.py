@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -135,3 +138,30 @@ def beam_cache_mode(request, monkeypatch):
 
     monkeypatch.setattr(model.inference.search, "GROUPED_BEAM_MIN_ROWS", 1 if request.param == "grouped" else 10**9)
     return request.param
+
+
+def post_json(url: str, body: dict | None, headers: dict | None = None, timeout: float = 60):
+    """(status, lower-cased headers, JSON body) of a POST (a GET when body is None); errors are statuses too."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, json.loads(e.read() or b"{}")
+
+
+def processes(*needles: bytes, parent: int | None = None) -> list[int]:
+    """Pids whose command line holds every needle (and whose parent is `parent`, if given)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if all(n in cmdline for n in needles) and (parent is None or ppid == parent):
+            found.append(int(entry))
+    return found

@@ -51,15 +51,6 @@ def assert_error(response, status: int, type_: str | None = None) -> dict:
     return error
 
 
-def post_json(url: str, body: dict, headers: dict | None = None, timeout: float = 60):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            return r.status, {k.lower(): v for k, v in r.headers.items()}, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, {k.lower(): v for k, v in e.headers.items()}, json.loads(e.read() or b"{}")
-
-
 # ---------------------------------------------------------------------------------------- access control
 
 

@@ -1,0 +1,213 @@
+"""The engine: EngineCore driven directly (calls in, replies out, step by step), and the engine process
+behind the service (supervision: a killed engine gives 503 at once and comes back)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from engine.core import EngineConfig, EngineCore
+from engine.protocol import (
+    EXPIRED, FAILED, OUT_OF_MEMORY, REFUSED, Attention, Cancel, DecodeOptions, Reply, Translate,
+)
+from model.inference.continuous import ContinuousSearch
+from model.translator import Translator
+
+from conftest import free_port, post_json, processes, running_server
+
+GERMAN = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch im Park.", "Hallo",
+          "Ein kleines Kind sitzt auf einer Bank.", "Drei Leute warten auf den Bus."]
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_checkpoint):
+    return Translator.load(tiny_checkpoint, device="cpu")
+
+
+def core_of(translator, **config) -> EngineCore:
+    core = EngineCore({"de-en": translator}, EngineConfig(**config))
+    core.admission.rate = 1e9  # admission is tested on its own: here everything is admitted
+    return core
+
+
+def call(i, texts, beam=2, max_length=8, timeout=30.0, **options) -> Translate:
+    return Translate(i, "de-en", texts, DecodeOptions(beam_size=beam, max_length=max_length, return_scores=True, **options),
+                     time.monotonic() + timeout)
+
+
+def run(core: EngineCore, *messages, steps: int = 10_000) -> dict:
+    """Hand the calls over, then step until nothing runs; replies by call id."""
+    replies: dict = {}
+    for m in messages:
+        replies.update({r.id: r for r in core.handle(m)})
+    for _ in range(steps):
+        if not core.busy:
+            break
+        replies.update({r.id: r for r in core.work()})
+    return replies
+
+
+def texts_of(reply: Reply) -> list[str]:
+    assert reply.error is None, reply.message
+    return [nbest[0].text for nbest in reply.value]
+
+
+def test_calls_get_what_each_text_gets_alone(translator):
+    core = core_of(translator)
+    replies = run(core, call(1, GERMAN[:3]), call(2, GERMAN[3:], beam=3, num_hypotheses=2), call(3, ["", GERMAN[0]], beam=1))
+    for i, (texts, beam, n) in {1: (GERMAN[:3], 2, 1), 2: (GERMAN[3:], 3, 2), 3: (["", GERMAN[0]], 1, 1)}.items():
+        alone = [translator.translate([t], beam_size=beam, num_hypotheses=n, max_length=8, return_scores=True)[0] for t in texts]
+        got = replies[i].value
+        for nbest, want in zip(got, alone):
+            assert [h.text for h in nbest] == [h.text for h in want.hypotheses]
+            for h, w in zip(nbest, want.hypotheses):
+                assert h.score == pytest.approx(w.score, abs=1e-4)
+    assert core.calls == {} and core.admission.pending == 0
+
+
+def test_a_short_call_is_not_stuck_behind_a_long_one(translator):
+    """Continuous batching: a call that arrives while a long batch runs joins at the next step and
+    leaves as soon as it is done."""
+    core = core_of(translator)
+    core.handle(call(1, GERMAN * 4, max_length=60))
+    for _ in range(3):
+        core.work()
+    core.handle(call(2, ["Hallo"], max_length=3))
+    finished = []
+    while core.busy:
+        finished += [r.id for r in core.work()]
+    assert finished == [2, 1]
+
+
+def test_full_queue_and_admission_refuse_at_once(translator):
+    core = core_of(translator, max_queue_sentences=3, retry_after_s=7)
+    [reply] = core.handle(call(1, GERMAN[:4]))
+    assert reply.error == REFUSED and reply.retry_after == 7
+    core = core_of(translator)
+    core.admission.rate = 10.0  # decode units per second: a slow engine
+    assert core.handle(call(1, GERMAN[:2], timeout=30)) == []  # nothing ahead: always admitted
+    [refused] = core.handle(call(2, GERMAN[:2], timeout=1))
+    assert refused.error == REFUSED and refused.retry_after >= 1
+    assert core.stats["refused_units"] > 0
+
+
+def test_cancelled_and_expired_calls_leave_and_never_run(translator):
+    core = core_of(translator)
+    core.handle(call(1, GERMAN[:2], max_length=20))
+    core.handle(call(2, ["Verschwunden"]))
+    core.handle(call(3, ["Zu spät"], timeout=0.01))
+    core.handle(Cancel(2))  # waiting: its sentence never joins
+    time.sleep(0.05)
+    replies = {}
+    while core.busy:
+        replies.update({r.id: r for r in core.work()})
+    assert replies[3].error == EXPIRED and texts_of(replies[1])
+    assert 2 not in replies
+    assert core.stats["sentences_joined"] == 2  # only call 1's
+    # a running call can be cancelled too: its rows leave at the next step
+    core.handle(call(4, GERMAN[:3], max_length=50))
+    core.work()
+    core.handle(Cancel(4))
+    assert core.work() == [] and not core.busy and core.calls == {}
+    assert core.admission.pending == 0
+
+
+def test_a_failing_input_fails_only_its_own_call(translator, monkeypatch):
+    original = ContinuousSearch.add
+
+    def fragile(self, sentences):
+        if any(s.src == translator.encode_source("KAPUTT") for s in sentences):
+            raise RuntimeError("this input breaks the model")
+        return original(self, sentences)
+
+    monkeypatch.setattr(ContinuousSearch, "add", fragile)
+    core = core_of(translator)
+    replies = run(core, call(1, ["Hallo"]), call(2, ["KAPUTT"]), call(3, ["Ein Hund"]), call(4, ["Eine Katze", "Hallo"]))
+    assert replies[2].error == FAILED
+    assert all(replies[i].error is None for i in (1, 3, 4))
+
+
+def test_out_of_memory_in_a_step_fails_its_batch_and_the_engine_goes_on(translator, monkeypatch):
+    core = core_of(translator)
+    core.handle(call(1, ["Hallo"]))
+    core.work()
+    with monkeypatch.context() as m:
+        m.setattr(ContinuousSearch, "step", lambda self: (_ for _ in ()).throw(torch.OutOfMemoryError("CUDA out of memory")))
+        [reply] = core.work()
+    assert reply.error == OUT_OF_MEMORY
+    assert texts_of(run(core, call(2, ["Hallo"]))[2])
+
+
+def test_batching_off_runs_one_call_at_a_time(translator):
+    core = core_of(translator, batching=False)
+    run(core, *[call(i, [t]) for i, t in enumerate(GERMAN)])
+    assert core.stats["joins"] == len(GERMAN)
+    core = core_of(translator)
+    run(core, *[call(i, [t]) for i, t in enumerate(GERMAN)])
+    assert core.stats["joins"] == 1
+
+
+def test_attention_runs_between_steps(translator):
+    core = core_of(translator)
+    core.handle(call(1, GERMAN[:2]))
+    core.work()
+    [reply] = core.handle(Attention(2, "de-en", "Ein Hund", None, 2, ("cross",), [0, 1], [0, 1, 2, 3], [], True, time.monotonic() + 5))
+    assert reply.error is None and len(reply.value["cross"]) == 2 and len(reply.value["cross"][0]) == 1
+    assert texts_of(run(core)[1])
+
+
+# ---------------------------------------------------------------------------------------- the process
+
+
+def test_a_killed_engine_gives_503_at_once_and_comes_back(models_dir):
+    port = free_port()
+    with running_server(models_dir, port=port) as base:
+        [api] = processes(b"-m\0service", f"{port}".encode())
+        [engine] = processes(b"engine.process", parent=api)  # the engine runs in its own process
+        slow = {"text": ["Ein Hund rennt über die Wiese."] * 64, "beam_size": 8, "max_length": 250}  # seconds of work
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(post_json, base + "/v1/translate", slow)
+            while "nmt_engine_running_sentences 64.0" not in urllib.request.urlopen(base + "/metrics").read().decode():
+                assert not waiting.done(), waiting.result()
+                time.sleep(0.05)
+            killed_at = time.perf_counter()
+            os.kill(engine, signal.SIGKILL)
+            status, headers, body = waiting.result(timeout=30)
+            answered_in = time.perf_counter() - killed_at
+            ready_status = post_json(base + "/health/ready", None)[0]
+        assert status == 503 and body["error"]["type"] == "engine_unavailable" and headers.get("retry-after")
+        assert answered_in < 1.0, f"the waiting request was answered {answered_in:.2f}s after the engine died"
+        assert ready_status == 503
+        deadline = time.time() + 60
+        while post_json(base + "/health/ready", None)[0] != 200:
+            assert time.time() < deadline, "the engine did not come back"
+            time.sleep(0.1)
+        assert processes(b"engine.process", parent=api) != [engine]
+        assert post_json(base + "/v1/translate", {"text": "Hallo", "max_length": 5})[0] == 200
+        metrics = urllib.request.urlopen(base + "/metrics").read().decode()
+        assert "nmt_engine_restarts_total 1.0" in metrics
+
+
+def test_several_api_workers_share_one_engine(models_dir):
+    with running_server(models_dir, "--workers", "2") as base:
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda t: post_json(base + "/v1/translate", {"text": t, "max_length": 6}), GERMAN * 3))
+        assert [r[0] for r in results] == [200] * len(results)
+        assert "nmt_engine_up 1.0" in urllib.request.urlopen(base + "/metrics").read().decode()
+
+
+def test_engine_errors_map_to_statuses():
+    from service.engine import Engine
+    from service.errors import APIError
+
+    for kind, status in [(REFUSED, 503), (EXPIRED, 504), (OUT_OF_MEMORY, 503), (FAILED, 500), ("invalid", 400), ("shutting_down", 503)]:
+        with pytest.raises(APIError) as caught:
+            Engine._value(Reply(1, error=kind, message="m", retry_after=2.5), 1.0)
+        assert caught.value.status == status
+        if kind == REFUSED:
+            assert caught.value.headers["Retry-After"] == "3"
