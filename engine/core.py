@@ -383,4 +383,5 @@ class EngineCore:
         seconds = time.perf_counter() - started
         output = sum(len(h[0].tokens) + 1 for _, h in done)
         self.admission.rate = Admission.units(n, n * (len(src) - 1), output, beam) / seconds
+        self.admission.output_ratio = output / (n * (len(src) - 1))
         log.info("admission: engine rate %.0f decode units/s (calibration batch of %d)", self.admission.rate, n)
