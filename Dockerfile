@@ -35,6 +35,7 @@ RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('/src/pyprojec
     && pip install --find-links /wheels -r /tmp/requirements.txt
 COPY model/ /src/model/
 COPY service/ /src/service/
+COPY engine/ /src/engine/
 RUN pip install --no-deps --no-build-isolation /src || pip install --no-deps /src
 
 # ---------------------------------------------------------------------------- runtime stage

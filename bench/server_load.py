@@ -1,36 +1,41 @@
-"""The server under load on loopback: throughput and p50/p95/p99 latency at several concurrency
-levels, with cross-request batching on and off. Bounded: a fixed number of requests per level.
+"""The server under load against the offline engine, side by side in one run (loopback, CPU).
 
-    python -m bench.server_load [--concurrency 1,8,32,64] [--requests-per-client 4]
-    python -m bench.server_load --flood 400 [--flood-beam 5]
+    python -m bench.server_load [--sections throughput,mixed,single,flood] [--workers 1,2]
 
---flood N sends N requests at once, each four of the longest test sentences at beam 5, to a server
-with default settings, with admission by predicted work on and off: status counts, how fast refusals
-come back, what was delivered as 200s against the offline engine's capacity for the same time, and
-the worst /health latency meanwhile.
+The load comes from bench/loadgen.py: client processes with aiohttp, one sentence per request, so
+the server is measured and not the client (its CPU time is reported). Sections:
+- throughput: 256 test sentences at concurrency 64, greedy and beam 4: the server's requests/s
+  against the offline engine (Translator.translate, batches of 64) on the same sentences;
+  with each API worker count asked for.
+- mixed: concurrency 32, 10% long texts (60+ tokens) and 90% short ones (<= 12 tokens), beam 4:
+  the short ones' p50 latency against their latency alone (concurrency 1).
+- single: concurrency 1: p50 against the offline engine's single-sentence latency.
+- flood: N requests at once, each four of the longest test sentences at beam 5, default settings:
+  status counts, how fast refusals come back, what was delivered as 200s against the offline
+  engine's capacity for that time, and the worst /health latency meanwhile.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 
-from bench.common import emit, ROOT, machine, table, test_sources
+from bench.common import ROOT, emit, machine, table, test_sources
+from bench.loadgen import run_load
+
+SOURCE = {"source": "de", "target": "en"}
 
 
-def start_server(port: int, batching: bool, threads: int, *extra: str) -> subprocess.Popen:
+def start_server(port: int, threads: int, *extra: str) -> subprocess.Popen:
     log = tempfile.TemporaryFile()
-    args = list(extra) or ["--max-queue-sentences", "100000"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "service", "--port", str(port), "--models-dir", str(ROOT / "checkpoints"), "--device", "cpu",
-         "--batching", str(batching).lower(), "--threads", str(threads), "--log-level", "warning", *args],
+         "--threads", str(threads), "--log-level", "warning", *extra],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
     )
     deadline = time.time() + 120
@@ -42,131 +47,217 @@ def start_server(port: int, batching: bool, threads: int, *extra: str) -> subpro
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    raise RuntimeError("server did not start")
+    log.seek(0)
+    raise RuntimeError(f"server did not start: {log.read()[-2000:]!r}")
 
 
-def one_request(port: int, text: str, beam: int) -> float:
-    body = json.dumps({"text": text, "source": "de", "target": "en", "beam_size": beam}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/translate", data=body, headers={"content-type": "application/json"})
-    t0 = time.perf_counter()
-    with urllib.request.urlopen(request, timeout=300) as r:
-        r.read()
-    return time.perf_counter() - t0
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(timeout=60)
 
 
-def post(port: int, body: dict, timeout: float = 120) -> tuple[int, float]:
-    """(status, seconds) of one POST /v1/translate; errors are statuses too."""
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/translate", data=json.dumps(body).encode(),
-                                     headers={"content-type": "application/json"})
-    t0 = time.perf_counter()
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            r.read()
-            status = r.status
-    except urllib.error.HTTPError as e:
-        status = e.code
-    return status, time.perf_counter() - t0
-
-
-def flood(args) -> str:
-    """N heavy requests at once, admission on and off; the offline engine's rate on the same work."""
-    import threading
-
-    import torch
-
-    from model.translator import Translator
-
-    translator = Translator.load(ROOT / "checkpoints" / "de-en", device="cpu")
-    texts = sorted(test_sources("de"), key=translator.count_tokens)[-64:]  # the longest sentences of the set
-    bodies = [{"text": [texts[(4 * i + j) % len(texts)] for j in range(4)], "beam_size": args.flood_beam} for i in range(args.flood)]
-    torch.set_num_threads(args.threads)
-    started = time.perf_counter()
-    translator.translate([t for b in bodies[:32] for t in b["text"]], beam_size=args.flood_beam, max_batch_size=64)
-    offline_rate = 128 / (time.perf_counter() - started)  # sentences/s
-    del translator
-    rows = []
-    for admission in (True, False):
-        proc = start_server(args.port, True, args.threads, "--admission", str(admission).lower())
-        try:
-            post(args.port, bodies[0])  # warm-up
-            health: list[float] = []
-            stop = threading.Event()
-
-            def probe():
-                while not stop.is_set():
-                    t0 = time.perf_counter()
-                    with urllib.request.urlopen(f"http://127.0.0.1:{args.port}/health", timeout=30) as r:
-                        r.read()
-                    health.append(time.perf_counter() - t0)
-                    time.sleep(0.05)
-
-            prober = threading.Thread(target=probe)
-            prober.start()
-            started = time.perf_counter()
-            with ThreadPoolExecutor(len(bodies)) as pool:
-                results = list(pool.map(lambda b: post(args.port, b), bodies))
-            elapsed = time.perf_counter() - started
-            stop.set()
-            prober.join()
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
-        statuses = [s for s, _ in results]
-        refused = sorted(t for s, t in results if s in (429, 503))
-        delivered = 4 * statuses.count(200)
-        rows.append(["on" if admission else "off", statuses.count(200), statuses.count(503) + statuses.count(429), statuses.count(504),
-                     len(results) - sum(statuses.count(c) for c in (200, 429, 503, 504)),
-                     f"{statistics.median(refused) * 1000:.0f}" if refused else "-", f"{elapsed:.1f}",
-                     f"{delivered / (offline_rate * elapsed):.2f}", f"{max(health) * 1000:.0f}"])
-        print(f"  flood, admission {'on' if admission else 'off'}: {rows[-1]}", file=sys.stderr)
-    return (f"### A flood: {args.flood} requests at once, 4 long sentences each, beam {args.flood_beam}, default settings\n\n"
-            f"Machine: {machine()}; server with {args.threads} torch thread(s); offline engine on the same sentences "
-            f"(batch 64): {offline_rate:.1f} sentences/s.\n\n"
-            + table(["admission", "200", "503/429", "504", "other", "median refusal ms", "seconds until the last answer",
-                     "delivered / offline capacity for that time", "worst /health ms"], rows) + "\n")
+def p50(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
 
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+class Offline:
+    """The offline engine in this process, measured before any server starts (never beside one)."""
+
+    def __init__(self, threads: int):
+        import torch
+
+        from model.translator import Translator
+
+        torch.set_num_threads(threads)
+        self.translator = Translator.load(ROOT / "checkpoints" / "de-en", device="cpu")
+
+    def rate(self, texts: list[str], beam: int, batch: int = 64) -> float:
+        """Sentences per second, best of two runs after a warm-up."""
+        self.translator.translate(texts[:batch], beam_size=beam, max_batch_size=batch)
+        best = 0.0
+        for _ in range(2):
+            started = time.perf_counter()
+            self.translator.translate(texts, beam_size=beam, max_batch_size=batch)
+            best = max(best, len(texts) / (time.perf_counter() - started))
+        return best
+
+    def latency(self, texts: list[str], beam: int) -> float:
+        """p50 seconds to translate one sentence alone."""
+        self.translator.translate(texts[:4], beam_size=beam)
+        seconds = []
+        for text in texts:
+            started = time.perf_counter()
+            self.translator.translate([text], beam_size=beam)
+            seconds.append(time.perf_counter() - started)
+        return p50(seconds)
+
+    def count(self, text: str) -> int:
+        return self.translator.count_tokens(text)
+
+
+def health_prober(url: str):
+    """Probe /health every 50 ms in a thread; returns (stop, latencies)."""
+    stop, latencies = threading.Event(), []
+
+    def probe():
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                with urllib.request.urlopen(url, timeout=30) as r:
+                    r.read()
+            except OSError:
+                pass
+            latencies.append(time.perf_counter() - t0)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+
+    def finish() -> list[float]:
+        stop.set()
+        thread.join()
+        return latencies
+
+    return finish
+
+
+def throughput(args, offline: Offline) -> str:
+    texts = test_sources("de")[:256]
+    rates = {beam: offline.rate(texts, beam) for beam in (1, 4)}
+    rows = []
+    for workers in [int(w) for w in args.workers.split(",")]:
+        proc = start_server(args.port, args.threads, "--workers", str(workers))
+        try:
+            url = f"http://127.0.0.1:{args.port}/v1/translate"
+            for beam in (1, 4):
+                bodies = [{"text": t, "beam_size": beam, **SOURCE} for t in texts]
+                run_load(url, bodies[:64], concurrency=64, processes=args.clients)  # warm-up
+                result = run_load(url, bodies, concurrency=64, processes=args.clients)
+                served = result.throughput()
+                rows.append([workers, "greedy" if beam == 1 else f"beam {beam}", f"{served:.1f}", f"{rates[beam]:.1f}",
+                             f"{served / rates[beam]:.2f}", f"{p50(result.latencies()) * 1000:.0f}",
+                             f"{percentile(result.latencies(), 99) * 1000:.0f}", result.counts().get(200, 0),
+                             f"{1000 * result.client_cpu_seconds / len(bodies):.2f}"])
+                print(f"  throughput workers={workers} beam={beam}: {rows[-1]}", file=sys.stderr)
+        finally:
+            stop_server(proc)
+    return ("### Server vs offline engine: 256 sentences, one per request, concurrency 64\n\n"
+            f"Machine: {machine()}; engine with {args.threads} torch thread(s); {args.clients} client processes.\n\n"
+            + table(["API workers", "search", "server req/s", "offline sent/s (batch 64)", "server / offline", "p50 ms",
+                     "p99 ms", "200s", "client CPU ms/request"], rows) + "\n")
+
+
+def long_and_short(offline: Offline) -> tuple[list[str], list[str]]:
+    sources = test_sources("de")
+    short = [t for t in sources if offline.count(t) <= 12]
+    long = []
+    for i in range(0, len(sources) - 4, 4):  # a few test sentences joined: one long text of 60+ tokens
+        text = " ".join(sources[i:i + 4])
+        if offline.count(text) >= 60:
+            long.append(text)
+    return short, long
+
+
+def mixed(args, offline: Offline) -> str:
+    short, long = long_and_short(offline)
+    bodies, is_short = [], []
+    for i in range(320):
+        kind_short = i % 10 != 0
+        bodies.append({"text": short[i % len(short)] if kind_short else long[i % len(long)], "beam_size": 4, **SOURCE})
+        is_short.append(kind_short)
+    proc = start_server(args.port, args.threads)
+    try:
+        url = f"http://127.0.0.1:{args.port}/v1/translate"
+        alone_bodies = [{"text": t, "beam_size": 4, **SOURCE} for t in short[:48]]
+        run_load(url, alone_bodies[:8], concurrency=1, processes=1)
+        alone = p50(run_load(url, alone_bodies, concurrency=1, processes=1).latencies())
+        result = run_load(url, bodies, concurrency=32, processes=args.clients)
+    finally:
+        stop_server(proc)
+    short_lat = result.latencies(indices=[i for i, s in enumerate(is_short) if s])
+    long_lat = result.latencies(indices=[i for i, s in enumerate(is_short) if not s])
+    row = [f"{alone * 1000:.0f}", f"{p50(short_lat) * 1000:.0f}", f"{p50(short_lat) / alone:.2f}",
+           f"{p50(long_lat) * 1000:.0f}", result.counts().get(200, 0)]
+    print(f"  mixed: {row}", file=sys.stderr)
+    return ("### Mixed traffic: 10% long (60+ tokens), 90% short (<= 12 tokens), beam 4, concurrency 32\n\n"
+            + table(["short alone p50 ms", "short p50 ms in the mix", "ratio (goal <= 2)", "long p50 ms", "200s of 320"], [row]) + "\n")
+
+
+def single(args, offline: Offline) -> str:
+    texts = test_sources("de")[:64]
+    rows = []
+    offline_latency = {beam: offline.latency(texts, beam) for beam in (1, 4)}
+    proc = start_server(args.port, args.threads)
+    try:
+        url = f"http://127.0.0.1:{args.port}/v1/translate"
+        for beam in (1, 4):
+            bodies = [{"text": t, "beam_size": beam, **SOURCE} for t in texts]
+            run_load(url, bodies[:8], concurrency=1, processes=1)
+            result = run_load(url, bodies, concurrency=1, processes=1)
+            served = p50(result.latencies())
+            rows.append(["greedy" if beam == 1 else f"beam {beam}", f"{offline_latency[beam] * 1000:.1f}", f"{served * 1000:.1f}",
+                         f"{served / offline_latency[beam]:.2f}", f"{percentile(result.latencies(), 99) * 1000:.1f}"])
+            print(f"  single: {rows[-1]}", file=sys.stderr)
+    finally:
+        stop_server(proc)
+    return ("### Concurrency 1: one sentence at a time\n\n"
+            + table(["search", "offline p50 ms", "server p50 ms", "server / offline (goal <= 1.3)", "server p99 ms"], rows) + "\n")
+
+
+def flood(args, offline: Offline) -> str:
+    texts = sorted(test_sources("de"), key=offline.count)[-64:]  # the longest sentences of the set
+    bodies = [{"text": [texts[(4 * i + j) % len(texts)] for j in range(4)], "beam_size": args.flood_beam, **SOURCE}
+              for i in range(args.flood)]
+    offline_rate = offline.rate([t for b in bodies[:32] for t in b["text"]], args.flood_beam)
+    rows = []
+    for admission in (True, False):
+        proc = start_server(args.port, args.threads, "--admission", str(admission).lower())
+        try:
+            url = f"http://127.0.0.1:{args.port}/v1/translate"
+            run_load(url, bodies[:1], concurrency=1, processes=1)  # warm-up
+            finish = health_prober(f"http://127.0.0.1:{args.port}/health")
+            result = run_load(url, bodies, concurrency=len(bodies), processes=args.clients, mode="burst")
+            health = finish()
+        finally:
+            stop_server(proc)
+        counts = result.counts()
+        refused = sorted(o.latency for o in result.outcomes if o.status in (429, 503))
+        delivered = 4 * counts.get(200, 0)
+        rows.append(["on" if admission else "off", counts.get(200, 0), counts.get(503, 0) + counts.get(429, 0), counts.get(504, 0),
+                     len(bodies) - sum(counts.get(c, 0) for c in (200, 429, 503, 504)),
+                     f"{p50(refused) * 1000:.0f}" if refused else "-", f"{result.elapsed:.1f}",
+                     f"{delivered / (offline_rate * result.elapsed):.2f}", f"{max(health) * 1000:.0f}"])
+        print(f"  flood, admission {'on' if admission else 'off'}: {rows[-1]}", file=sys.stderr)
+    return (f"### A flood: {args.flood} requests at once, 4 long sentences each, beam {args.flood_beam}, default settings\n\n"
+            f"Offline engine on the same sentences (batch 64): {offline_rate:.1f} sentences/s.\n\n"
+            + table(["admission", "200", "503/429", "504", "other", "median refusal ms", "seconds until the last answer",
+                     "delivered / offline capacity for that time", "worst /health ms"], rows) + "\n")
+
+
+SECTIONS = {"throughput": throughput, "mixed": mixed, "single": single, "flood": flood}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--concurrency", default="1,8,32,64")
-    parser.add_argument("--requests-per-client", type=int, default=4)
-    parser.add_argument("--min-requests", type=int, default=32)
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sections", default="throughput,mixed,single,flood")
+    parser.add_argument("--workers", default="1,2", help="API worker counts to measure throughput with")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of the engine (and the offline engine)")
+    parser.add_argument("--clients", type=int, default=2, help="load generator processes")
     parser.add_argument("--port", type=int, default=18765)
-    parser.add_argument("--flood", type=int, default=0, help="send this many heavy requests at once instead (see above)")
+    parser.add_argument("--flood", type=int, default=400)
     parser.add_argument("--flood-beam", type=int, default=5)
     parser.add_argument("--output")
     args = parser.parse_args(argv)
-    if args.flood:
-        return emit(flood(args), args.output)
-    texts = test_sources("de")
-    rows = []
-    for batching in (True, False):
-        proc = start_server(args.port, batching, args.threads)
-        try:
-            one_request(args.port, texts[0], args.beam_size)  # warm-up
-            for c in [int(x) for x in args.concurrency.split(",")]:
-                n = max(args.min_requests, c * args.requests_per_client)
-                started = time.perf_counter()
-                with ThreadPoolExecutor(c) as pool:
-                    latencies = list(pool.map(lambda i: one_request(args.port, texts[i % len(texts)], args.beam_size), range(n)))
-                elapsed = time.perf_counter() - started
-                rows.append(["on" if batching else "off", c, n, n / elapsed, percentile(latencies, 50) * 1000,
-                             percentile(latencies, 95) * 1000, percentile(latencies, 99) * 1000])
-                print(f"  batching {'on' if batching else 'off'} c={c}: {n / elapsed:.1f} req/s, p50 {statistics.median(latencies) * 1000:.0f} ms", file=sys.stderr)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
-    report = (f"### The server under load (loopback, one sentence per request, beam {args.beam_size})\n\n"
-              f"Machine: {machine()}; server with {args.threads} torch thread(s).\n\n"
-              + table(["batching", "concurrency", "requests", "requests/s", "p50 ms", "p95 ms", "p99 ms"], rows) + "\n")
-    return emit(report, args.output)
+    offline = Offline(args.threads)
+    parts = [f"Machine: {machine()}.\n"]
+    for name in args.sections.split(","):
+        parts.append(SECTIONS[name](args, offline))
+    return emit("\n".join(parts), args.output)
 
 
 if __name__ == "__main__":

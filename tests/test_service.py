@@ -279,8 +279,9 @@ def test_metrics_change_as_requests_are_served(client):
     before_joined = metric(client, "nmt_engine_sentences_joined_total")
     client.post("/v1/translate", json={"text": GERMAN[:2], **FAST})
     assert metric(client, "nmt_requests_total", endpoint="/v1/translate", status="200") == before_requests + 1
-    wait_for(lambda: metric(client, "nmt_engine_sentences_joined_total") == before_joined + 2)  # published every 0.1 s
-    assert metric(client, "nmt_source_tokens_total", model="de-en") > before_tokens
+    # the engine publishes its statistics every 0.1 s
+    wait_for(lambda: metric(client, "nmt_engine_sentences_joined_total") == before_joined + 2)
+    wait_for(lambda: metric(client, "nmt_source_tokens_total", model="de-en") > before_tokens)
     text = client.get("/metrics").text
     for name in ("nmt_request_latency_seconds_bucket", "nmt_generated_tokens_total", "nmt_requests_in_flight", "nmt_queue_depth",
                  "nmt_model_load_seconds", "nmt_engine_busy_seconds_total", "nmt_engine_rows_live_total", "nmt_engine_steps_total",
