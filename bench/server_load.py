@@ -4,6 +4,8 @@
 
 The load comes from bench/loadgen.py: client processes with aiohttp, one sentence per request, so
 the server is measured and not the client (its CPU time is reported). Sections:
+- engine: the continuous-batching search alone (no HTTP), fed as the server feeds it, against the
+  offline engine on the same 256 sentences.
 - throughput: 256 test sentences at concurrency 64, greedy and beam 4: the server's requests/s
   against the offline engine (Translator.translate, batches of 64) on the same sentences;
   with each API worker count asked for.
@@ -239,12 +241,46 @@ def flood(args, offline: Offline) -> str:
                      "delivered / offline capacity for that time", "worst /health ms"], rows) + "\n")
 
 
-SECTIONS = {"throughput": throughput, "mixed": mixed, "single": single, "flood": flood}
+def engine(args, offline: Offline) -> str:
+    """Without HTTP: the continuous-batching search fed like the server at concurrency 64 (a new
+    sentence joins as soon as one leaves) against the offline engine's batches of 64."""
+    import torch
+
+    from model.inference.continuous import ContinuousSearch, Sentence
+    from model.inference.search import SearchOptions, max_lengths_for
+
+    t = offline.translator
+    texts = test_sources("de")[:256]
+    rows = []
+    for beam in (1, 4):
+        rate = offline.rate(texts, beam)
+        want = [r.text for r in t.translate(texts, beam_size=beam, max_batch_size=64)]
+        srcs = [t.encode_source(x) for x in texts]
+        caps = [int(max_lengths_for(torch.tensor([s]), t.config.pad_id, SearchOptions(beam_size=beam), t.config.max_positions - 1)[0])
+                for s in srcs]
+        search = ContinuousSearch(t.engine, beam_size=beam)
+        started, joined, done = time.perf_counter(), 0, {}
+        while len(done) < len(srcs):
+            room = min(64 - len(search), len(srcs) - joined)
+            if room > 0:
+                search.add([Sentence(i, srcs[i], caps[i]) for i in range(joined, joined + room)])
+                joined += room
+            done.update(dict(search.step()))
+        continuous = len(srcs) / (time.perf_counter() - started)
+        same = sum(t.tgt_tokenizer.decode(done[i][0].tokens) == want[i] for i in range(len(srcs)))
+        rows.append(["greedy" if beam == 1 else f"beam {beam}", f"{rate:.1f}", f"{continuous:.1f}", f"{continuous / rate:.2f}",
+                     f"{same}/{len(srcs)}"])
+        print(f"  engine: {rows[-1]}", file=sys.stderr)
+    return ("### The engine alone: continuous batching (64 in flight) vs offline batches of 64, no HTTP\n\n"
+            + table(["search", "offline sent/s", "continuous sent/s", "continuous / offline", "same translations"], rows) + "\n")
+
+
+SECTIONS = {"engine": engine, "throughput": throughput, "mixed": mixed, "single": single, "flood": flood}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="throughput,mixed,single,flood")
+    parser.add_argument("--sections", default="engine,throughput,mixed,single,flood")
     parser.add_argument("--workers", default="1,2", help="API worker counts to measure throughput with")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the engine (and the offline engine)")
     parser.add_argument("--clients", type=int, default=2, help="load generator processes")
