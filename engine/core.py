@@ -79,6 +79,7 @@ class EngineCore:
         """model_meta: more to report per model id (checkpoint path, load time, tokenizer file)."""
         self.models = models
         self.model_meta = model_meta or {}
+        self._model_info: dict[str, dict] | None = None
         self.config = config
         self.incarnation = uuid.uuid4().hex
         self.calls: dict[int, _Call] = {}
@@ -97,13 +98,17 @@ class EngineCore:
 
     # ------------------------------------------------------------------ status
     def model_info(self) -> list[dict]:
-        return [
-            dict(id=mid, source=t.source_lang, target=t.target_lang, parameters=t.num_parameters(), device=str(t.device),
-                 dtype=str(t.dtype).removeprefix("torch."), quantization=t.quantization, step_mode=t.step_mode,
-                 static_decoder=t.static_memory(), n_decoder_layers=t.config.n_decoder_layers,
-                 n_encoder_layers=t.config.n_encoder_layers, n_heads=t.config.n_heads, **self.model_meta.get(mid, {}))
-            for mid, t in self.models.items()
-        ]
+        """What the API learns of each model; the fixed part is made once (status goes out every 0.1 s)."""
+        if self._model_info is None:
+            self._model_info = {
+                mid: dict(id=mid, source=t.source_lang, target=t.target_lang, parameters=t.num_parameters(), device=str(t.device),
+                          dtype=str(t.dtype).removeprefix("torch."), quantization=t.quantization, step_mode=t.step_mode,
+                          n_decoder_layers=t.config.n_decoder_layers, n_encoder_layers=t.config.n_encoder_layers,
+                          n_heads=t.config.n_heads, **self.model_meta.get(mid, {}))
+                for mid, t in self.models.items()
+            }
+        # the static decoder's graphs are captured as buckets are first used: its memory can grow
+        return [dict(info, static_decoder=self.models[mid].static_memory()) for mid, info in self._model_info.items()]
 
     def status(self) -> EngineStatus:
         waiting = sum(len(g.waiting) for g in self.groups.values())
@@ -191,12 +196,20 @@ class EngineCore:
             group = self.groups[state.group] = _Group(ContinuousSearch(translator.engine, beam_size=options.beam_size))
         search_options = SearchOptions(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses,
                                        max_length=options.max_length, length_penalty=options.length_penalty)
-        cap = translator.config.max_positions - 1
-        for i in todo:
-            src = sources[i]
-            limit = int(max_lengths_for(torch.tensor([src]), translator.config.pad_id, search_options, cap)[0])
-            group.waiting.append((call.id, i, Sentence((call.id, i), src, limit, options.length_penalty, options.num_hypotheses)))
+        limits = self._length_limits(translator, [sources[i] for i in todo], search_options)
+        for i, limit in zip(todo, limits):
+            sentence = Sentence((call.id, i), sources[i], limit, options.length_penalty, options.num_hypotheses)
+            group.waiting.append((call.id, i, sentence))
         return []
+
+    @staticmethod
+    def _length_limits(translator: Translator, sources: list[list[int]], options: SearchOptions) -> list[int]:
+        """Tokens each source may generate: search.max_lengths_for, the one formula, for a call at once."""
+        pad = translator.config.pad_id
+        src = torch.full((len(sources), max(map(len, sources))), pad, dtype=torch.long)
+        for row, ids in enumerate(sources):
+            src[row, : len(ids)] = torch.tensor(ids)
+        return max_lengths_for(src, pad, options, translator.config.max_positions - 1).tolist()
 
     def _attention(self, call: Attention) -> Reply:
         translator = self.models.get(call.model)
@@ -373,8 +386,7 @@ class EngineCore:
         src = translator.encode_source(CALIBRATION_TEXT)
         n = min(16, self.config.max_batch_sentences)
         search = ContinuousSearch(translator.engine, beam_size=beam)
-        limit = int(max_lengths_for(torch.tensor([src]), translator.config.pad_id, SearchOptions(beam_size=beam),
-                                    translator.config.max_positions - 1)[0])
+        [limit] = self._length_limits(translator, [src], SearchOptions(beam_size=beam))
         started = time.perf_counter()
         search.add([Sentence(i, src, limit) for i in range(n)])
         done = []

@@ -176,9 +176,9 @@ class ContinuousSearch:
     def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
         """Decode one token for every row; return the sentences that finished, with their n-best
         hypotheses (best first). Cancelled sentences leave without appearing here."""
-        for r in self.slots:  # cancelled sentences leave before the step
+        for g, r in enumerate(self.slots):  # cancelled sentences leave before the step
             if r is not None and r.cancelled:
-                self.slots[self.slots.index(r)] = None
+                self.slots[g] = None
         if not len(self):
             self._reset()
             return []
