@@ -33,17 +33,18 @@ from bench.loadgen import run_load
 SOURCE = {"source": "de", "target": "en"}
 
 
-def start_server(port: int, threads: int, *extra: str) -> subprocess.Popen:
+def start_server(args, *extra: str) -> subprocess.Popen:
     log = tempfile.TemporaryFile()
+    device = ["--device", args.device] + (["--dtype", args.dtype] if args.dtype else [])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(port), "--models-dir", str(ROOT / "checkpoints"), "--device", "cpu",
-         "--threads", str(threads), "--log-level", "warning", *extra],
+        [sys.executable, "-m", "service", "--port", str(args.port), "--models-dir", str(ROOT / "checkpoints"), *device,
+         "--threads", str(args.threads), "--max-batch-sentences", str(args.batch), "--log-level", "warning", *extra],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
     )
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # on CUDA the engine captures its graphs before it is ready
     while time.time() < deadline:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/ready", timeout=1) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{args.port}/health/ready", timeout=1) as r:
                 if r.status == 200:
                     return proc
         except OSError:
@@ -70,16 +71,18 @@ def percentile(values: list[float], q: float) -> float:
 class Offline:
     """The offline engine in this process, measured before any server starts (never beside one)."""
 
-    def __init__(self, threads: int):
+    def __init__(self, args):
         import torch
 
         from model.translator import Translator
 
-        torch.set_num_threads(threads)
-        self.translator = Translator.load(ROOT / "checkpoints" / "de-en", device="cpu")
+        torch.set_num_threads(args.threads)
+        self.translator = Translator.load(ROOT / "checkpoints" / "de-en", device=args.device, dtype=args.dtype)
+        self.batch = args.batch
 
-    def rate(self, texts: list[str], beam: int, batch: int = 64) -> float:
+    def rate(self, texts: list[str], beam: int, batch: int | None = None) -> float:
         """Sentences per second, best of two runs after a warm-up."""
+        batch = batch or self.batch
         self.translator.translate(texts[:batch], beam_size=beam, max_batch_size=batch)
         best = 0.0
         for _ in range(2):
@@ -129,17 +132,17 @@ def health_prober(url: str):
 
 
 def throughput(args, offline: Offline) -> str:
-    texts = test_sources("de")[:256]
+    texts = (test_sources("de") * (1 + args.requests // 1000))[:args.requests]
     rates = {beam: offline.rate(texts, beam) for beam in (1, 4)}
     rows = []
     for workers in [int(w) for w in args.workers.split(",")]:
-        proc = start_server(args.port, args.threads, "--workers", str(workers))
+        proc = start_server(args, "--workers", str(workers))
         try:
             url = f"http://127.0.0.1:{args.port}/v1/translate"
             for beam in (1, 4):
                 bodies = [{"text": t, "beam_size": beam, **SOURCE} for t in texts]
-                run_load(url, bodies[:64], concurrency=64, processes=args.clients)  # warm-up
-                result = run_load(url, bodies, concurrency=64, processes=args.clients)
+                run_load(url, bodies[:args.concurrency], concurrency=args.concurrency, processes=args.clients)  # warm-up
+                result = run_load(url, bodies, concurrency=args.concurrency, processes=args.clients)
                 served = result.throughput()
                 rows.append([workers, "greedy" if beam == 1 else f"beam {beam}", f"{served:.1f}", f"{rates[beam]:.1f}",
                              f"{served / rates[beam]:.2f}", f"{p50(result.latencies()) * 1000:.0f}",
@@ -148,10 +151,19 @@ def throughput(args, offline: Offline) -> str:
                 print(f"  throughput workers={workers} beam={beam}: {rows[-1]}", file=sys.stderr)
         finally:
             stop_server(proc)
-    return ("### Server vs offline engine: 256 sentences, one per request, concurrency 64\n\n"
-            f"Machine: {machine()}; engine with {args.threads} torch thread(s); {args.clients} client processes.\n\n"
-            + table(["API workers", "search", "server req/s", "offline sent/s (batch 64)", "server / offline", "p50 ms",
+    return (f"### Server vs offline engine: {len(texts)} sentences, one per request, concurrency {args.concurrency}\n\n"
+            f"Machine: {machine()}; {device_line(args)}; engine with {args.threads} torch thread(s), up to {args.batch} "
+            f"sentences per batch; {args.clients} client processes.\n\n"
+            + table(["API workers", "search", "server req/s", f"offline sent/s (batch {args.batch})", "server / offline", "p50 ms",
                      "p99 ms", "200s", "client CPU ms/request"], rows) + "\n")
+
+
+def device_line(args) -> str:
+    if args.device.startswith("cuda"):
+        import torch
+
+        return f"{torch.cuda.get_device_name()}, {args.dtype or 'float16'}"
+    return "CPU"
 
 
 def long_and_short(offline: Offline) -> tuple[list[str], list[str]]:
@@ -172,7 +184,7 @@ def mixed(args, offline: Offline) -> str:
         kind_short = i % 10 != 0
         bodies.append({"text": short[i % len(short)] if kind_short else long[i % len(long)], "beam_size": 4, **SOURCE})
         is_short.append(kind_short)
-    proc = start_server(args.port, args.threads)
+    proc = start_server(args)
     try:
         url = f"http://127.0.0.1:{args.port}/v1/translate"
         alone_bodies = [{"text": t, "beam_size": 4, **SOURCE} for t in short[:48]]
@@ -194,7 +206,7 @@ def single(args, offline: Offline) -> str:
     texts = test_sources("de")[:64]
     rows = []
     offline_latency = {beam: offline.latency(texts, beam) for beam in (1, 4)}
-    proc = start_server(args.port, args.threads)
+    proc = start_server(args)
     try:
         url = f"http://127.0.0.1:{args.port}/v1/translate"
         for beam in (1, 4):
@@ -218,7 +230,7 @@ def flood(args, offline: Offline) -> str:
     offline_rate = offline.rate([t for b in bodies[:32] for t in b["text"]], args.flood_beam)
     rows = []
     for admission in (True, False):
-        proc = start_server(args.port, args.threads, "--admission", str(admission).lower())
+        proc = start_server(args, "--admission", str(admission).lower())
         try:
             url = f"http://127.0.0.1:{args.port}/v1/translate"
             run_load(url, bodies[:1], concurrency=1, processes=1)  # warm-up
@@ -236,7 +248,7 @@ def flood(args, offline: Offline) -> str:
                      f"{delivered / (offline_rate * result.elapsed):.2f}", f"{max(health) * 1000:.0f}"])
         print(f"  flood, admission {'on' if admission else 'off'}: {rows[-1]}", file=sys.stderr)
     return (f"### A flood: {args.flood} requests at once, 4 long sentences each, beam {args.flood_beam}, default settings\n\n"
-            f"Offline engine on the same sentences (batch 64): {offline_rate:.1f} sentences/s.\n\n"
+            f"Offline engine on the same sentences (batch {offline.batch}): {offline_rate:.1f} sentences/s.\n\n"
             + table(["admission", "200", "503/429", "504", "other", "median refusal ms", "seconds until the last answer",
                      "delivered / offline capacity for that time", "worst /health ms"], rows) + "\n")
 
@@ -250,18 +262,18 @@ def engine(args, offline: Offline) -> str:
     from model.inference.search import SearchOptions, max_lengths_for
 
     t = offline.translator
-    texts = test_sources("de")[:256]
+    texts = (test_sources("de") * (1 + args.requests // 1000))[:args.requests]
     rows = []
     for beam in (1, 4):
         rate = offline.rate(texts, beam)
-        want = [r.text for r in t.translate(texts, beam_size=beam, max_batch_size=64)]
+        want = [r.text for r in t.translate(texts, beam_size=beam, max_batch_size=args.batch)]
         srcs = [t.encode_source(x) for x in texts]
         caps = [int(max_lengths_for(torch.tensor([s]), t.config.pad_id, SearchOptions(beam_size=beam), t.config.max_positions - 1)[0])
                 for s in srcs]
         search = ContinuousSearch(t.engine, beam_size=beam)
         started, joined, done = time.perf_counter(), 0, {}
         while len(done) < len(srcs):
-            room = min(64 - len(search), len(srcs) - joined)
+            room = min(args.concurrency - len(search), len(srcs) - joined)
             if room > 0:
                 search.add([Sentence(i, srcs[i], caps[i]) for i in range(joined, joined + room)])
                 joined += room
@@ -271,7 +283,8 @@ def engine(args, offline: Offline) -> str:
         rows.append(["greedy" if beam == 1 else f"beam {beam}", f"{rate:.1f}", f"{continuous:.1f}", f"{continuous / rate:.2f}",
                      f"{same}/{len(srcs)}"])
         print(f"  engine: {rows[-1]}", file=sys.stderr)
-    return ("### The engine alone: continuous batching (64 in flight) vs offline batches of 64, no HTTP\n\n"
+    return (f"### The engine alone: continuous batching ({args.concurrency} in flight) vs offline batches of {args.batch}, "
+            f"no HTTP ({device_line(args)})\n\n"
             + table(["search", "offline sent/s", "continuous sent/s", "continuous / offline", "same translations"], rows) + "\n")
 
 
@@ -287,9 +300,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--flood", type=int, default=400)
     parser.add_argument("--flood-beam", type=int, default=5)
+    parser.add_argument("--device", default="cpu", help="cpu | cuda (the engine's and the offline engine's)")
+    parser.add_argument("--dtype", default=None, help="default: float32 on CPU, float16 on CUDA")
+    parser.add_argument("--concurrency", type=int, default=64, help="throughput and engine sections (GPU goal: 256)")
+    parser.add_argument("--batch", type=int, default=64, help="the offline batch size and the server's max_batch_sentences")
+    parser.add_argument("--requests", type=int, default=256, help="sentences in the throughput and engine sections")
     parser.add_argument("--output")
     args = parser.parse_args(argv)
-    offline = Offline(args.threads)
+    offline = Offline(args)
     parts = [f"Machine: {machine()}.\n"]
     for name in args.sections.split(","):
         parts.append(SECTIONS[name](args, offline))

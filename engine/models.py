@@ -33,7 +33,10 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
     models: dict = {}
     for path in discover(models_dir):
         t0 = time.perf_counter()
-        translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode)
+        # no warm-up capture: the engine decodes with ContinuousSearch; the static decoder serves only
+        # the attention endpoint's searches and captures a bucket when one first needs it
+        translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode,
+                                     warmup=False)
         model_id = f"{translator.source_lang}-{translator.target_lang}"
         if model_id in models:
             raise ValueError(f"two checkpoints for {model_id}: {models[model_id][2]} and {path}")

@@ -18,7 +18,7 @@ SHAPES = [dict(), dict(norm_placement="post"), dict(n_heads=2, d_model=48, d_ff=
 
 
 def alone(engine: Engine, src: list[int], options: SearchOptions):
-    return generate(engine, torch.tensor([src]), options)[0]
+    return generate(engine, torch.tensor([src], device=engine.device), options)[0]
 
 
 def sources(n: int, seed: int, vocab: int = 64) -> list[list[int]]:
@@ -126,3 +126,18 @@ def test_a_steady_stream_of_joins_keeps_the_cache_short():
         longest = max(longest, search.cache.length if search.cache else 0)
     assert finished >= 190
     assert longest <= 11 + 2 * continuous.DROP_POSITIONS_AT
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("beam", [1, 4])
+def test_staggered_joins_match_each_sentence_alone_on_cuda(beam):
+    """The same on a GPU, in float32 (float16 rounding may break near-ties differently per batch shape)."""
+    model = random_model(seed=7).cuda()
+    engine = Engine(model)
+    srcs = sources(11, seed=8)
+    options = SearchOptions(beam_size=beam, max_length=9)
+    sentences = [Sentence(i, src, 9) for i, src in enumerate(srcs)]
+    search = ContinuousSearch(engine, beam_size=beam)
+    results = run_staggered(search, [sentences[:3], sentences[3:4], sentences[4:8], sentences[8:]], [0, 2, 1, 5])
+    for i, src in enumerate(srcs):
+        assert_same(results[i], alone(engine, src, options))
