@@ -254,12 +254,16 @@ def flood(args, offline: Offline) -> str:
 
 
 def engine(args, offline: Offline) -> str:
-    """Without HTTP: the continuous-batching search fed like the server at concurrency 64 (a new
-    sentence joins as soon as one leaves) against the offline engine's batches of 64."""
+    """Without HTTP: the continuous-batching searches fed like the server at this concurrency (a new
+    sentence joins as soon as one leaves) against the offline engine's batches: the eager
+    ContinuousSearch, and on CUDA also ContinuousDeviceSearch (the one the engine runs there)."""
     import torch
 
     from model.inference.continuous import ContinuousSearch, Sentence
+    from model.inference.continuous_device import ContinuousDeviceSearch
+    from model.inference.device_search import DeviceSearch
     from model.inference.search import SearchOptions, max_lengths_for
+    from model.inference.static_decoder import StaticDecoder
 
     t = offline.translator
     texts = (test_sources("de") * (1 + args.requests // 1000))[:args.requests]
@@ -270,22 +274,30 @@ def engine(args, offline: Offline) -> str:
         srcs = [t.encode_source(x) for x in texts]
         caps = [int(max_lengths_for(torch.tensor([s]), t.config.pad_id, SearchOptions(beam_size=beam), t.config.max_positions - 1)[0])
                 for s in srcs]
-        search = ContinuousSearch(t.engine, beam_size=beam)
-        started, joined, done = time.perf_counter(), 0, {}
-        while len(done) < len(srcs):
-            room = min(args.concurrency - len(search), len(srcs) - joined)
-            if room > 0:
-                search.add([Sentence(i, srcs[i], caps[i]) for i in range(joined, joined + room)])
-                joined += room
-            done.update(dict(search.step()))
-        continuous = len(srcs) / (time.perf_counter() - started)
-        same = sum(t.tgt_tokenizer.decode(done[i][0].tokens) == want[i] for i in range(len(srcs)))
-        rows.append(["greedy" if beam == 1 else f"beam {beam}", f"{rate:.1f}", f"{continuous:.1f}", f"{continuous / rate:.2f}",
-                     f"{same}/{len(srcs)}"])
-        print(f"  engine: {rows[-1]}", file=sys.stderr)
+        searches = {"eager": lambda: ContinuousSearch(t.engine, beam_size=beam)}
+        if t.uses_static_decoder:
+            device_search = DeviceSearch(StaticDecoder(t.engine, max_rows=args.concurrency * beam, max_length=t.static_length))
+            device_search.warmup(beam_sizes=(beam,))
+            searches["device"] = lambda: ContinuousDeviceSearch(device_search, beam_size=beam)
+        for kind, make in searches.items():
+            for attempt in range(2):  # the first run warms up (allocator, kernels), the second counts
+                search = make()
+                started, joined, done = time.perf_counter(), 0, {}
+                while len(done) < len(srcs):
+                    room = min(args.concurrency - len(search), len(srcs) - joined)
+                    if room > 0:
+                        search.add([Sentence(i, srcs[i], caps[i]) for i in range(joined, joined + room)])
+                        joined += room
+                    done.update(dict(search.step()))
+                continuous = len(srcs) / (time.perf_counter() - started)
+            same = sum(t.tgt_tokenizer.decode(done[i][0].tokens) == want[i] for i in range(len(srcs)))
+            rows.append(["greedy" if beam == 1 else f"beam {beam}", kind, f"{rate:.1f}", f"{continuous:.1f}",
+                         f"{continuous / rate:.2f}", f"{same}/{len(srcs)}"])
+            print(f"  engine: {rows[-1]}", file=sys.stderr)
     return (f"### The engine alone: continuous batching ({args.concurrency} in flight) vs offline batches of {args.batch}, "
             f"no HTTP ({device_line(args)})\n\n"
-            + table(["search", "offline sent/s", "continuous sent/s", "continuous / offline", "same translations"], rows) + "\n")
+            + table(["search", "continuous search", "offline sent/s", "continuous sent/s", "continuous / offline",
+                     "same translations as offline"], rows) + "\n")
 
 
 SECTIONS = {"engine": engine, "throughput": throughput, "mixed": mixed, "single": single, "flood": flood}

@@ -6,9 +6,12 @@ The process around it (process.py) moves messages; the tests drive it directly.
 
 - A translate call is admitted or refused at once (admission.py: the work admitted and not finished,
   at the measured rate, must finish within the call's deadline), then its sentences wait in a FIFO.
-- Sentences run in one ContinuousSearch per (model, beam size): at every step boundary waiting
+- Sentences run in one continuous search per (model, beam size): at every step boundary waiting
   sentences join (up to `max_batch_sentences` running and `max_batch_tokens` source tokens encoded
-  per step), and finished ones leave at once and complete their call.
+  per step), and finished ones leave at once and complete their call. Where the model uses the
+  static decoder (CUDA by default) that search is ContinuousDeviceSearch, whose steps are captured
+  graphs, one decoder of its own per beam size (graphs captured at start-up for beams 1 and 4);
+  sentences too long for the decoder run in an eager ContinuousSearch beside it.
 - A call past its deadline, or cancelled by its caller, leaves (queued or running) and frees its
   admitted work.
 - Attention maps are computed between steps.
@@ -25,7 +28,10 @@ from typing import Any
 import torch
 
 from model.inference.continuous import ContinuousSearch, Sentence
+from model.inference.continuous_device import ContinuousDeviceSearch
+from model.inference.device_search import DeviceSearch
 from model.inference.search import Hypothesis, SearchOptions, max_lengths_for
+from model.inference.static_decoder import StaticDecoder
 from model.translator import Translator
 
 from .admission import Admission
@@ -39,6 +45,7 @@ log = logging.getLogger("engine")
 CALIBRATION_TEXT = "Ein Mann mit einer roten Jacke fährt mit dem Fahrrad durch die Straßen der Stadt."
 RATE_WINDOW_S = 0.5  # engine time over which the rate for admission is measured
 EXPIRY_CHECK_S = 0.02  # how often calls are checked against their deadlines
+WARMUP_BEAMS = (1, 4)  # beam sizes whose device-search graphs are captured at start-up
 
 
 @dataclass
@@ -61,13 +68,17 @@ class _Call:
     left: int  # sentences not finished
     cost: float  # admitted work units
     source_tokens: list[int]  # per text, eos excluded (0 for empty texts)
-    group: tuple[str, int] | None = None
+    groups: set = field(default_factory=set)  # the keys of the groups its sentences run in
 
 
 @dataclass
 class _Group:
-    search: ContinuousSearch
+    search: ContinuousSearch | ContinuousDeviceSearch
     waiting: deque = field(default_factory=deque)  # (call id, index, Sentence)
+
+    def room(self, max_sentences: int) -> int:
+        room = max_sentences - len(self.search)
+        return min(room, self.search.room()) if isinstance(self.search, ContinuousDeviceSearch) else room
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -83,7 +94,8 @@ class EngineCore:
         self.config = config
         self.incarnation = uuid.uuid4().hex
         self.calls: dict[int, _Call] = {}
-        self.groups: dict[tuple[str, int], _Group] = {}
+        self.groups: dict[tuple[str, int, str], _Group] = {}  # (model, beam size, "device" or "eager")
+        self._device_searches: dict[tuple[str, int], DeviceSearch] = {}  # one static decoder per model and beam size
         self.admission = Admission(rate=1.0, margin=config.admission_margin)
         self.started = time.monotonic()
         self._last_expiry_check = 0.0
@@ -107,8 +119,13 @@ class EngineCore:
                           n_heads=t.config.n_heads, **self.model_meta.get(mid, {}))
                 for mid, t in self.models.items()
             }
-        # the static decoder's graphs are captured as buckets are first used: its memory can grow
-        return [dict(info, static_decoder=self.models[mid].static_memory()) for mid, info in self._model_info.items()]
+        # static decoders' graphs are captured as buckets are first used: their memory can grow
+        return [dict(info, static_decoder=self._static_memory(mid)) for mid, info in self._model_info.items()]
+
+    def _static_memory(self, model_id: str) -> dict | None:
+        """The static decoders of a model: its device searches' and the translator's own (attention maps)."""
+        parts = [m for m in (self.device_memory().get(model_id), self.models[model_id].static_memory()) if m]
+        return {name: sum(p[name] for p in parts) for name in parts[0]} if parts else None
 
     def status(self) -> EngineStatus:
         waiting = sum(len(g.waiting) for g in self.groups.values())
@@ -190,17 +207,68 @@ class EngineCore:
         if not todo:
             return [Reply(call.id, value=results)]
         self.calls[call.id] = state
-        state.group = (call.model, options.beam_size)
-        group = self.groups.get(state.group)
-        if group is None:
-            group = self.groups[state.group] = _Group(ContinuousSearch(translator.engine, beam_size=options.beam_size))
         search_options = SearchOptions(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses,
                                        max_length=options.max_length, length_penalty=options.length_penalty)
         limits = self._length_limits(translator, [sources[i] for i in todo], search_options)
         for i, limit in zip(todo, limits):
             sentence = Sentence((call.id, i), sources[i], limit, options.length_penalty, options.num_hypotheses)
+            key, group = self._group_for(call.model, options.beam_size, sentence)
+            state.groups.add(key)
             group.waiting.append((call.id, i, sentence))
         return []
+
+    # ------------------------------------------------------------------ searches
+    def _group_for(self, model_id: str, beam: int, sentence: Sentence) -> tuple[tuple, _Group]:
+        """The running group a sentence joins: the device search where the model has one and the
+        sentence fits it, else the eager search; made on first use."""
+        translator = self.models[model_id]
+        kind = "eager"
+        if translator.uses_static_decoder:
+            device = self.groups.get((model_id, beam, "device"))
+            search = device.search if device is not None else self._new_search(model_id, beam, "device")
+            if search.fits(sentence):
+                kind = "device"
+                if device is None:
+                    self.groups[(model_id, beam, kind)] = _Group(search)
+        key = (model_id, beam, kind)
+        if key not in self.groups:
+            self.groups[key] = _Group(self._new_search(model_id, beam, kind))
+        return key, self.groups[key]
+
+    def _new_search(self, model_id: str, beam: int, kind: str) -> ContinuousSearch | ContinuousDeviceSearch:
+        translator = self.models[model_id]
+        if kind == "eager":
+            return ContinuousSearch(translator.engine, beam_size=beam)
+        return ContinuousDeviceSearch(self._device_search(model_id, beam), beam_size=beam)
+
+    def _device_search(self, model_id: str, beam: int) -> DeviceSearch:
+        """The static decoder of one model and beam size, sized for max_batch_sentences sentences (a
+        decoder's buffers belong to one running search: beam sizes run side by side, so each has its own)."""
+        key = (model_id, beam)
+        if key not in self._device_searches:
+            t = self.models[model_id]
+            rows = min(t.static_rows, self.config.max_batch_sentences * beam)
+            self._device_searches[key] = DeviceSearch(StaticDecoder(t.engine, max_rows=max(rows, beam), max_length=t.static_length))
+        return self._device_searches[key]
+
+    def warmup(self) -> int:
+        """Capture the device searches' programs of every bucket for the common beam sizes, before any
+        call, so that no request pays for a capture. Returns the number of programs."""
+        count = 0
+        for model_id, translator in self.models.items():
+            if translator.uses_static_decoder:
+                for beam in WARMUP_BEAMS:
+                    count += self._device_search(model_id, beam).warmup(beam_sizes=(beam,))
+        return count
+
+    def device_memory(self) -> dict[str, dict]:
+        """Per model, what its device searches' static decoders hold (buffers and graph pools), summed."""
+        out: dict[str, dict] = {}
+        for (model_id, _), search in self._device_searches.items():
+            total = out.setdefault(model_id, dict(buffers_bytes=0, graphs=0, graph_pool_bytes=0))
+            for name, value in search.decoder.memory().items():
+                total[name] += value
+        return out
 
     @staticmethod
     def _length_limits(translator: Translator, sources: list[list[int]], options: SearchOptions) -> list[int]:
@@ -231,10 +299,11 @@ class EngineCore:
         if state is None:
             return []
         self.admission.release(state.cost)
-        group = self.groups.get(state.group)
-        if group is not None and state.left:
-            group.waiting = deque(w for w in group.waiting if w[0] != call_id)
-            group.search.cancel({(call_id, i) for i in range(len(state.results))})
+        for key in state.groups if state.left else ():
+            group = self.groups.get(key)
+            if group is not None:
+                group.waiting = deque(w for w in group.waiting if w[0] != call_id)
+                group.search.cancel({(call_id, i) for i in range(len(state.results))})
         return [reply] if reply is not None else []
 
     def _fail(self, call_id: int, kind: str, message: str) -> list[Reply]:
@@ -268,7 +337,7 @@ class EngineCore:
             return []
         if not cfg.batching and len(search):  # one call at a time
             return []
-        room = cfg.max_batch_sentences - len(search)
+        room = group.room(cfg.max_batch_sentences)
         joining: list[Sentence] = []
         tokens = 0
         first_call = group.waiting[0][0]
@@ -313,7 +382,7 @@ class EngineCore:
                 replies += self._join_one_by_one(group, [sentence], one)
         return replies
 
-    def _step(self, key: tuple[str, int], group: _Group) -> list[Reply]:
+    def _step(self, key: tuple[str, int, str], group: _Group) -> list[Reply]:
         search = group.search
         rows, live = search.rows, len(search) * search.K
         started = time.perf_counter()
@@ -325,7 +394,7 @@ class EngineCore:
             replies = []
             for call_id in dict.fromkeys(k[0] for k in search.keys()):
                 replies += self._fail(call_id, kind, str(exc))
-            self.groups[key] = _Group(ContinuousSearch(search.engine, beam_size=search.K), group.waiting)
+            self.groups[key] = _Group(self._new_search(*key), group.waiting)
             return replies
         seconds = time.perf_counter() - started
         s = self.stats
@@ -385,7 +454,8 @@ class EngineCore:
         beam = 4
         src = translator.encode_source(CALIBRATION_TEXT)
         n = min(16, self.config.max_batch_sentences)
-        search = ContinuousSearch(translator.engine, beam_size=beam)
+        kind = "device" if translator.uses_static_decoder else "eager"
+        search = self._new_search(model_id, beam, kind)
         [limit] = self._length_limits(translator, [src], SearchOptions(beam_size=beam))
         started = time.perf_counter()
         search.add([Sentence(i, src, limit) for i in range(n)])

@@ -79,6 +79,9 @@ def run(config: dict) -> int:
             for mid, (t, seconds, path) in loaded.items()}
     core = EngineCore({mid: t for mid, (t, _, _) in loaded.items()}, engine_config, model_meta=meta)
     core.incarnation = incarnation
+    started = time.perf_counter()
+    if programs := core.warmup():
+        log.info("captured %d decoder programs in %.1fs", programs, time.perf_counter() - started)
     if engine_config.admission:
         core.calibrate()
     log.info("engine ready: %s (pid %d)", ", ".join(sorted(core.models)), os.getpid())

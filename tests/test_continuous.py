@@ -1,5 +1,7 @@
 """Continuous batching: sentences that join a running search at different steps get exactly what
-they get when translated alone (the eager reference search), whatever else runs beside them."""
+they get when translated alone (the eager reference search), whatever else runs beside them; for
+the eager ContinuousSearch and for ContinuousDeviceSearch over the static decoder (op by op on CPU,
+captured as CUDA graphs in the CUDA tests)."""
 from __future__ import annotations
 
 import random
@@ -9,12 +11,23 @@ import torch
 
 import model.inference.continuous as continuous
 from model.inference.continuous import ContinuousSearch, Sentence
+from model.inference.continuous_device import ContinuousDeviceSearch
+from model.inference.device_search import DeviceSearch
 from model.inference.engine import Engine
 from model.inference.search import SearchOptions, generate, max_lengths_for
+from model.inference.static_decoder import StaticDecoder
 
 from conftest import random_model, random_sources
 
 SHAPES = [dict(), dict(norm_placement="post"), dict(n_heads=2, d_model=48, d_ff=96, n_decoder_layers=3)]
+KINDS = ["eager", "device"]
+
+
+def make_search(kind: str, engine: Engine, beam: int, min_length: int = 0, check_every: int = 4, max_rows: int = 64):
+    if kind == "eager":
+        return ContinuousSearch(engine, beam_size=beam, min_length=min_length)
+    decoder = StaticDecoder(engine, max_rows=max_rows, max_length=64)
+    return ContinuousDeviceSearch(DeviceSearch(decoder), beam_size=beam, min_length=min_length, check_every=check_every)
 
 
 def alone(engine: Engine, src: list[int], options: SearchOptions):
@@ -45,9 +58,10 @@ def assert_same(got, want) -> None:
         assert g.normalized_score == pytest.approx(w.normalized_score, abs=1e-4)
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("shape", range(len(SHAPES)))
 @pytest.mark.parametrize("beam", [1, 2, 4])
-def test_staggered_joins_match_each_sentence_alone(shape, beam):
+def test_staggered_joins_match_each_sentence_alone(kind, shape, beam):
     model = random_model(seed=shape, **SHAPES[shape])
     engine = Engine(model)
     rng = random.Random(shape * 10 + beam)
@@ -60,7 +74,7 @@ def test_staggered_joins_match_each_sentence_alone(shape, beam):
     for i, (src, o) in enumerate(zip(srcs, options)):
         cap = int(max_lengths_for(torch.tensor([src]), 0, o, model.config.max_positions - 1)[0])
         sentences.append(Sentence(i, src, cap, o.length_penalty, o.num_hypotheses))
-    search = ContinuousSearch(engine, beam_size=beam)
+    search = make_search(kind, engine, beam, check_every=1 + shape)
     results = run_staggered(search, [sentences[:3], sentences[3:4], sentences[4:8], sentences[8:]], [0, 2, 1, 5])
     assert sorted(results) == list(range(len(srcs)))
     for i, src in enumerate(srcs):
@@ -86,11 +100,12 @@ def test_rows_switch_to_grouped_beams_mid_run(monkeypatch):
         assert_same(results[i], alone(engine, src, options))
 
 
-def test_cancelled_sentences_leave_and_the_rest_are_unchanged():
+@pytest.mark.parametrize("kind", KINDS)
+def test_cancelled_sentences_leave_and_the_rest_are_unchanged(kind):
     engine = Engine(random_model(seed=2))
     srcs = sources(5, seed=4)
     options = SearchOptions(beam_size=2, max_length=12)
-    search = ContinuousSearch(engine, beam_size=2)
+    search = make_search(kind, engine, 2)
     search.add([Sentence(i, s, 12) for i, s in enumerate(srcs)])
     search.step()
     search.cancel({1, 3})
@@ -102,11 +117,12 @@ def test_cancelled_sentences_leave_and_the_rest_are_unchanged():
         assert_same(results[i], alone(engine, srcs[i], options))
 
 
-def test_min_length_is_kept_per_sentence():
+@pytest.mark.parametrize("kind", KINDS)
+def test_min_length_is_kept_per_sentence(kind):
     engine = Engine(random_model(seed=6))
     srcs = sources(4, seed=1)
     options = SearchOptions(beam_size=2, min_length=4, max_length=8)
-    search = ContinuousSearch(engine, beam_size=2, min_length=4)
+    search = make_search(kind, engine, 2, min_length=4)
     results = run_staggered(search, [[Sentence(0, srcs[0], 8)], [Sentence(i, srcs[i], 8) for i in (1, 2, 3)]], [0, 3])
     for i, src in enumerate(srcs):
         assert_same(results[i], alone(engine, src, options))
@@ -128,16 +144,64 @@ def test_a_steady_stream_of_joins_keeps_the_cache_short():
     assert longest <= 11 + 2 * continuous.DROP_POSITIONS_AT
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+def test_device_slots_are_reused_and_compacted(beam):
+    """Under a stream of joins the device search reuses the slots sentences leave, so the rows a step
+    computes stay near the sentences running; when most leave, the rest move to the front slots."""
+    engine = Engine(random_model(seed=11))
+    search = make_search("device", engine, beam, check_every=2, max_rows=64 * beam)
+    want = {}
+    results = {}
+    for step in range(60):
+        src = sources(1, seed=100 + step)[0]
+        cap = 4 + step % 6
+        want[step] = alone(engine, src, SearchOptions(beam_size=beam, max_length=cap))
+        search.add([Sentence(step, src, cap)])
+        results.update(dict(search.step()))
+        assert search.rows <= 16 * beam  # at most ~9 running: the bucket of 16 groups
+    while len(search):
+        results.update(dict(search.step()))
+    assert sorted(results) == list(range(60))
+    for key, hyps in results.items():
+        assert_same(hyps, want[key])
+    # a big batch, then all but two leave: those two move to the front slots
+    srcs = sources(20, seed=5)
+    caps = [30 if i in (3, 17) else 3 for i in range(20)]
+    search.add([Sentence(i, s, c) for i, (s, c) in enumerate(zip(srcs, caps))])
+    assert search.rows == 32 * beam
+    results = {}
+    for _ in range(6):
+        results.update(dict(search.step()))
+    assert len(search) == 2 and search.rows == 2 * beam
+    while len(search):
+        results.update(dict(search.step()))
+    for i, src in enumerate(srcs):
+        assert_same(results[i], alone(engine, src, SearchOptions(beam_size=beam, max_length=caps[i])))
+
+
+def test_device_search_refuses_what_does_not_fit():
+    engine = Engine(random_model(seed=12))
+    search = make_search("device", engine, 2, max_rows=8)  # 4 sentences of 2 beams
+    assert search.room() == 4
+    assert not search.fits(Sentence(0, [5] * 65, 10)) and not search.fits(Sentence(0, [5, 3], 64))
+    with pytest.raises(ValueError):
+        search.add([Sentence(i, [5, 3], 5) for i in range(5)])
+    search.add([Sentence(i, [5, 3], 5) for i in range(4)])
+    assert search.room() == 0
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("beam", [1, 4])
-def test_staggered_joins_match_each_sentence_alone_on_cuda(beam):
-    """The same on a GPU, in float32 (float16 rounding may break near-ties differently per batch shape)."""
+@pytest.mark.parametrize("kind", KINDS)
+def test_staggered_joins_match_each_sentence_alone_on_cuda(kind, beam):
+    """The same on a GPU (the device search's steps captured as CUDA graphs), in float32 (float16
+    rounding may break near-ties differently per batch shape)."""
     model = random_model(seed=7).cuda()
     engine = Engine(model)
     srcs = sources(11, seed=8)
     options = SearchOptions(beam_size=beam, max_length=9)
     sentences = [Sentence(i, src, 9) for i, src in enumerate(srcs)]
-    search = ContinuousSearch(engine, beam_size=beam)
+    search = make_search(kind, engine, beam)
     results = run_staggered(search, [sentences[:3], sentences[3:4], sentences[4:8], sentences[8:]], [0, 2, 1, 5])
     for i, src in enumerate(srcs):
         assert_same(results[i], alone(engine, src, options))

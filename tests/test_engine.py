@@ -29,6 +29,12 @@ def translator(tiny_checkpoint):
     return Translator.load(tiny_checkpoint, device="cpu")
 
 
+@pytest.fixture(scope="module", params=["eager", "static"])
+def any_translator(request, tiny_checkpoint):
+    """The eager search, and the static decoder as the engine runs it on CUDA (op by op on CPU)."""
+    return Translator.load(tiny_checkpoint, device="cpu", step_mode=request.param, static_rows=64, static_length=64, warmup=False)
+
+
 def core_of(translator, **config) -> EngineCore:
     core = EngineCore({"de-en": translator}, EngineConfig(**config))
     core.admission.rate = 1e9  # admission is tested on its own: here everything is admitted
@@ -57,11 +63,11 @@ def texts_of(reply: Reply) -> list[str]:
     return [nbest[0].text for nbest in reply.value]
 
 
-def test_calls_get_what_each_text_gets_alone(translator):
-    core = core_of(translator)
+def test_calls_get_what_each_text_gets_alone(any_translator):
+    core = core_of(any_translator)
     replies = run(core, call(1, GERMAN[:3]), call(2, GERMAN[3:], beam=3, num_hypotheses=2), call(3, ["", GERMAN[0]], beam=1))
     for i, (texts, beam, n) in {1: (GERMAN[:3], 2, 1), 2: (GERMAN[3:], 3, 2), 3: (["", GERMAN[0]], 1, 1)}.items():
-        alone = [translator.translate([t], beam_size=beam, num_hypotheses=n, max_length=8, return_scores=True)[0] for t in texts]
+        alone = [any_translator.translate([t], beam_size=beam, num_hypotheses=n, max_length=8, return_scores=True)[0] for t in texts]
         got = replies[i].value
         for nbest, want in zip(got, alone):
             assert [h.text for h in nbest] == [h.text for h in want.hypotheses]
@@ -70,10 +76,10 @@ def test_calls_get_what_each_text_gets_alone(translator):
     assert core.calls == {} and core.admission.pending == 0
 
 
-def test_a_short_call_is_not_stuck_behind_a_long_one(translator):
+def test_a_short_call_is_not_stuck_behind_a_long_one(any_translator):
     """Continuous batching: a call that arrives while a long batch runs joins at the next step and
     leaves as soon as it is done."""
-    core = core_of(translator)
+    core = core_of(any_translator)
     core.handle(call(1, GERMAN * 4, max_length=60))
     for _ in range(3):
         core.work()
@@ -96,8 +102,8 @@ def test_full_queue_and_admission_refuse_at_once(translator):
     assert core.stats["refused_units"] > 0
 
 
-def test_cancelled_and_expired_calls_leave_and_never_run(translator):
-    core = core_of(translator)
+def test_cancelled_and_expired_calls_leave_and_never_run(any_translator):
+    core = core_of(any_translator)
     core.handle(call(1, GERMAN[:2], max_length=20))
     core.handle(call(2, ["Verschwunden"]))
     core.handle(call(3, ["Zu spät"], timeout=0.01))
@@ -143,17 +149,17 @@ def test_out_of_memory_in_a_step_fails_its_batch_and_the_engine_goes_on(translat
     assert texts_of(run(core, call(2, ["Hallo"]))[2])
 
 
-def test_batching_off_runs_one_call_at_a_time(translator):
-    core = core_of(translator, batching=False)
+def test_batching_off_runs_one_call_at_a_time(any_translator):
+    core = core_of(any_translator, batching=False)
     run(core, *[call(i, [t]) for i, t in enumerate(GERMAN)])
     assert core.stats["joins"] == len(GERMAN)
-    core = core_of(translator)
+    core = core_of(any_translator)
     run(core, *[call(i, [t]) for i, t in enumerate(GERMAN)])
     assert core.stats["joins"] == 1
 
 
-def test_attention_runs_between_steps(translator):
-    core = core_of(translator)
+def test_attention_runs_between_steps(any_translator):
+    core = core_of(any_translator)
     core.handle(call(1, GERMAN[:2]))
     core.work()
     [reply] = core.handle(Attention(2, "de-en", "Ein Hund", None, 2, ("cross",), [0, 1], [0, 1, 2, 3], [], True, time.monotonic() + 5))
@@ -211,3 +217,19 @@ def test_engine_errors_map_to_statuses():
         assert caught.value.status == status
         if kind == REFUSED:
             assert caught.value.headers["Retry-After"] == "3"
+
+
+def test_the_device_search_runs_what_fits_and_the_eager_search_the_rest(tiny_checkpoint):
+    """With the static decoder, sentences within its positions run in the device search, longer ones
+    in an eager search beside it; both get what they get alone."""
+    translator = Translator.load(tiny_checkpoint, device="cpu", step_mode="static", static_rows=64, static_length=32,
+                                 warmup=False)
+    core = core_of(translator)
+    assert core.warmup() > 0
+    replies = run(core, call(1, GERMAN[:3], max_length=20), call(2, GERMAN[3:5], max_length=40))
+    assert set(core.groups) == {("de-en", 2, "device"), ("de-en", 2, "eager")}
+    for i, (texts, cap) in {1: (GERMAN[:3], 20), 2: (GERMAN[3:5], 40)}.items():
+        alone = [translator.translate([t], beam_size=2, max_length=cap)[0].text for t in texts]
+        assert texts_of(replies[i]) == alone
+    memory = core.model_info()[0]["static_decoder"]
+    assert memory["graphs"] == 0 and memory["buffers_bytes"] > 0  # CPU: nothing captured

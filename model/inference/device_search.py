@@ -165,7 +165,8 @@ class DeviceSearch:
             self._slots[K] = SearchSlots(self.decoder, K)
         return self._slots[K]
 
-    def _program(self, K: int, G: int, L: int):
+    def program(self, K: int, G: int, L: int):
+        """The step of G groups of K rows over L positions: (its graph key, the function to run or capture)."""
         dec, slots, c = self.decoder, self.slots(K), self.constants
         if K == 1:
             return ("greedy", G, L), lambda: _greedy_update(dec, slots, c, G, L)
@@ -187,7 +188,7 @@ class DeviceSearch:
                     dec.pos[: G * K] = 0
                     dec.src_len[: G * K] = 1
                     slots.alive[:G] = False
-                    dec.run(*self._program(K, G, L))
+                    dec.run(*self.program(K, G, L))
                     count += 1
         if dec.device.type == "cuda":
             torch.cuda.synchronize(dec.device)
@@ -223,7 +224,7 @@ class DeviceSearch:
         steps = 0
         while True:
             check_deadline(deadline)
-            dec.run(*self._program(K, Gb, dec.length_bucket(max(S, steps + 1))))
+            dec.run(*self.program(K, Gb, dec.length_bucket(max(S, steps + 1))))
             steps += 1
             if steps % self.check_every and steps < max_steps:
                 continue
@@ -246,25 +247,35 @@ class DeviceSearch:
 
     def _collect(self, slots: SearchSlots, groups: list[int], sentences: list[int], results: list, options: SearchOptions) -> None:
         """Copy the hypotheses of finished sentences (groups of rows) out of the device."""
-        if not groups:
-            return
-        K, lp = slots.K, options.length_penalty
-        index = torch.tensor(groups, device=slots.score.device)
-        if K == 1:
-            lengths = self.decoder.pos[index].tolist()  # tokens generated, eos included
-            scores = slots.score[index].tolist()
-            histories = slots.history[index].tolist()
-            for g, length, score, tokens in zip(groups, lengths, scores, histories):
-                results[sentences[g]] = [Hypothesis(tokens[: length - 1], score, normalize(score, length, lp), True)]
-            return
-        counts = slots.fin_count[index].tolist()
-        scores = slots.fin_score[index].tolist()
-        lengths = slots.fin_len[index].tolist()
-        tokens = slots.fin_tokens[index].tolist()
-        for i, g in enumerate(groups):
-            hyps = [
-                Hypothesis(tokens[i][j][: lengths[i][j] - 1], scores[i][j], normalize(scores[i][j], lengths[i][j], lp), True)
-                for j in range(counts[i])
-            ]
-            hyps.sort(key=lambda h: h.normalized_score, reverse=True)
-            results[sentences[g]] = hyps[: options.num_hypotheses]
+        found = collect(self.decoder, slots, groups, [options.length_penalty] * len(groups), [options.num_hypotheses] * len(groups))
+        for g, hyps in zip(groups, found):
+            results[sentences[g]] = hyps
+
+
+def collect(decoder: StaticDecoder, slots: SearchSlots, groups: list[int], length_penalties: list[float],
+            num_hypotheses: list[int]) -> list[list[Hypothesis]]:
+    """The n-best hypotheses of finished sentences (groups of rows), copied out of the device: one read
+    per buffer for all of them."""
+    if not groups:
+        return []
+    K = slots.K
+    index = torch.tensor(groups, device=slots.score.device)
+    if K == 1:
+        lengths = decoder.pos[index].tolist()  # tokens generated, eos included
+        scores = slots.score[index].tolist()
+        histories = slots.history[index].tolist()
+        return [[Hypothesis(tokens[: length - 1], score, normalize(score, length, lp), True)]
+                for length, score, tokens, lp in zip(lengths, scores, histories, length_penalties)]
+    counts = slots.fin_count[index].tolist()
+    scores = slots.fin_score[index].tolist()
+    lengths = slots.fin_len[index].tolist()
+    tokens = slots.fin_tokens[index].tolist()
+    found = []
+    for i, (lp, n) in enumerate(zip(length_penalties, num_hypotheses)):
+        hyps = [
+            Hypothesis(tokens[i][j][: lengths[i][j] - 1], scores[i][j], normalize(scores[i][j], lengths[i][j], lp), True)
+            for j in range(counts[i])
+        ]
+        hyps.sort(key=lambda h: h.normalized_score, reverse=True)
+        found.append(hyps[:n])
+    return found
