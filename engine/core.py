@@ -30,7 +30,7 @@ import torch
 from model.inference.continuous import ContinuousSearch, Sentence
 from model.inference.continuous_device import ContinuousDeviceSearch
 from model.inference.device_search import DeviceSearch
-from model.inference.search import Hypothesis, SearchOptions, max_lengths_for
+from model.inference.search import Hypothesis, SearchOptions, max_length_of
 from model.inference.static_decoder import StaticDecoder
 from model.translator import Translator
 
@@ -182,7 +182,7 @@ class EngineCore:
         if timeout <= 0:
             return [Reply(call.id, error=EXPIRED, message="the deadline passed before the engine got the call")]
         try:
-            sources = [translator.encode_source(t) if t.strip() else None for t in call.texts]
+            sources = [translator.source_ids(ids) if ids else None for ids in call.sources]
         except ValueError as exc:
             return [Reply(call.id, error=INVALID, message=str(exc))]
         todo = [i for i, s in enumerate(sources) if s is not None]
@@ -272,12 +272,9 @@ class EngineCore:
 
     @staticmethod
     def _length_limits(translator: Translator, sources: list[list[int]], options: SearchOptions) -> list[int]:
-        """Tokens each source may generate: search.max_lengths_for, the one formula, for a call at once."""
-        pad = translator.config.pad_id
-        src = torch.full((len(sources), max(map(len, sources))), pad, dtype=torch.long)
-        for row, ids in enumerate(sources):
-            src[row, : len(ids)] = torch.tensor(ids)
-        return max_lengths_for(src, pad, options, translator.config.max_positions - 1).tolist()
+        """Tokens each source may generate (search.max_length_of, the one formula)."""
+        cap = translator.config.max_positions - 1
+        return [max_length_of(len(ids), options, cap) for ids in sources]
 
     def _attention(self, call: Attention) -> Reply:
         translator = self.models.get(call.model)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import zmq
 
-from .protocol import SHUTTING_DOWN, Cancel, EngineStatus, Reply, dumps, loads
+from .protocol import SHUTTING_DOWN, Cancel, EngineStatus, Reply, Translate, dumps, loads
 
 log = logging.getLogger("engine")
 STATUS_INTERVAL_S = 0.1
@@ -75,7 +75,8 @@ def run(config: dict) -> int:
             time.sleep(STATUS_INTERVAL_S)
         return LOAD_FAILED
     engine_config = EngineConfig(**{k: config[k] for k in EngineConfig.__dataclass_fields__ if k in config})
-    meta = {mid: dict(path=path, load_seconds=seconds, src_tokenizer=str(Path(path) / t.info.src_tokenizer))
+    meta = {mid: dict(path=path, load_seconds=seconds, src_tokenizer=str(t.src_tokenizer.model_file),
+                      src_vocab=str(t.src_tokenizer.vocab_file) if t.src_tokenizer.vocab_file else None)
             for mid, (t, seconds, path) in loaded.items()}
     core = EngineCore({mid: t for mid, (t, _, _) in loaded.items()}, engine_config, model_meta=meta)
     core.incarnation = incarnation
@@ -103,7 +104,7 @@ def run(config: dict) -> int:
                 except zmq.Again:
                     break
                 message = loads(payload)
-                if stopping["at"] is not None and hasattr(message, "texts"):
+                if stopping["at"] is not None and isinstance(message, Translate):
                     replies.append(Reply(message.id, error=SHUTTING_DOWN, message="the engine is shutting down"))
                     routes[message.id] = identity
                     continue

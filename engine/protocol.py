@@ -46,7 +46,7 @@ class Hypothesis:
 class Translate:
     id: int
     model: str  # "de-en"
-    texts: list[str]
+    sources: list[list[int]]  # per text its source ids, eos excluded (the API tokenized it to check its limits)
     options: DecodeOptions
     deadline: float  # time.monotonic() (system-wide on Linux): after it nobody waits for the result
 

@@ -24,6 +24,7 @@ class Tokenizer:
             raise FileNotFoundError(f"sentencepiece model not found: {self.model_file}")
         self.sp = spm.SentencePieceProcessor(model_file=str(self.model_file))
         self.vocab: dict[str, int] | None = None
+        self.vocab_file = Path(vocab_file) if vocab_file is not None else None
         if vocab_file is not None:
             self.vocab = json.loads(Path(vocab_file).read_text(encoding="utf-8"))
             self.id_to_piece_table = {i: p for p, i in self.vocab.items()}

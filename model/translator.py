@@ -186,7 +186,13 @@ class Translator:
 
     # ------------------------------------------------------------------ tokens
     def encode_source(self, text: str) -> list[int]:
-        ids = self.src_tokenizer.encode(text, add_eos=self.config.append_eos_to_source)
+        return self.source_ids(self.src_tokenizer.encode(text))
+
+    def source_ids(self, ids: list[int]) -> list[int]:
+        """Tokenized source (eos excluded) -> the ids the encoder reads: eos appended if the model wants
+        it, the length checked."""
+        if self.config.append_eos_to_source:
+            ids = ids + [self.src_tokenizer.eos_id]
         limit = self.config.max_positions
         if len(ids) > limit:
             raise ValueError(f"source has {len(ids)} tokens; this model accepts at most {limit}")

@@ -21,9 +21,9 @@ class Engine:
     def ready(self) -> bool:
         return self.client.ready
 
-    async def translate(self, model_id: str, texts: list[str], options: DecodeOptions, timeout: float) -> list[list[Hypothesis]]:
-        """Per text, its n-best translations (best first)."""
-        call = Translate(self.client.new_id(), model_id, texts, options, time.monotonic() + timeout)
+    async def translate(self, model_id: str, sources: list[list[int]], options: DecodeOptions, timeout: float) -> list[list[Hypothesis]]:
+        """Per text (its source ids, eos excluded), its n-best translations (best first)."""
+        call = Translate(self.client.new_id(), model_id, sources, options, time.monotonic() + timeout)
         return self._value(await self._call(call), timeout)
 
     async def attention(self, model_id: str, timeout: float, **fields) -> dict:

@@ -1,5 +1,6 @@
 """What the API process knows of the models the engine serves: their ids and languages, what the
-engine reports of them, and their source tokenizer (sentencepiece only, no torch) for the limits."""
+engine reports of them, and their source tokenizer (sentencepiece only, no torch): the API tokenizes
+each text once, checks the limits on the ids and sends them to the engine."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ class ServedModel:
 
     @classmethod
     def of(cls, info: dict) -> "ServedModel":
-        return cls(info["id"], info, Tokenizer(info["src_tokenizer"]))
+        return cls(info["id"], info, Tokenizer(info["src_tokenizer"], info.get("src_vocab")))
 
     @property
     def source(self) -> str:
@@ -27,5 +28,6 @@ class ServedModel:
     def target(self) -> str:
         return self.info["target"]
 
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text))
+    def encode(self, text: str) -> list[int]:
+        """Source ids, without the eos the engine appends."""
+        return self.tokenizer.encode(text)

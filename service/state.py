@@ -54,23 +54,24 @@ class ServiceState:
             raise bad_request(f"no model for {source}->{target}; supported pairs: {pairs}", "source")
         return model
 
-    def check_texts(self, model: ServedModel, texts: list[str], param: str = "text") -> list[int]:
-        """Apply the per-request limits; return each text's source token count."""
+    def check_texts(self, model: ServedModel, texts: list[str], param: str = "text") -> list[list[int]]:
+        """Apply the per-request limits; return each text's source ids (eos excluded)."""
         s = self.settings
         if not texts:
             raise bad_request("the list of texts is empty", param)
         if len(texts) > s.max_texts_per_request:
             raise too_large(f"{len(texts)} texts in one request; the limit is {s.max_texts_per_request}", param)
-        counts = []
+        sources = []
         for i, text in enumerate(texts):
             if len(text) > s.max_chars_per_text:
                 raise too_large(f"text {i} has {len(text)} characters; the limit is {s.max_chars_per_text}", param)
-            n = model.count_tokens(text)
-            if n > s.max_tokens_per_text:
-                raise too_large(f"text {i} has {n} tokens; the limit is {s.max_tokens_per_text}", param)
-            counts.append(n)
-        return counts
+            ids = model.encode(text)
+            if len(ids) > s.max_tokens_per_text:
+                raise too_large(f"text {i} has {len(ids)} tokens; the limit is {s.max_tokens_per_text}", param)
+            sources.append(ids)
+        return sources
 
 
-def get_state(request: Request) -> ServiceState:
+async def get_state(request: Request) -> ServiceState:
+    # async: FastAPI runs a plain def dependency on its thread pool, two thread hops per request
     return request.app.state.service

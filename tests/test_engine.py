@@ -41,8 +41,15 @@ def core_of(translator, **config) -> EngineCore:
     return core
 
 
+@pytest.fixture(scope="module", autouse=True)
+def source_tokenizer(tiny_checkpoint):
+    """The API process's share: texts tokenized once, the ids sent to the engine."""
+    global TOKENIZER
+    TOKENIZER = Translator.load(tiny_checkpoint, device="cpu").src_tokenizer
+
+
 def call(i, texts, beam=2, max_length=8, timeout=30.0, **options) -> Translate:
-    return Translate(i, "de-en", texts, DecodeOptions(beam_size=beam, max_length=max_length, return_scores=True, **options),
+    return Translate(i, "de-en", [TOKENIZER.encode(t) for t in texts], DecodeOptions(beam_size=beam, max_length=max_length, return_scores=True, **options),
                      time.monotonic() + timeout)
 
 

@@ -43,7 +43,7 @@ from .static_decoder import bucket_of
 @dataclass
 class _Slot:
     sentence: Sentence
-    steps: int = 0  # steps run since it joined (its rows' positions, while it searches)
+    joined: int  # the search's step count when it joined: it has run `search.steps - joined` steps
     cancelled: bool = False
 
 
@@ -59,11 +59,17 @@ class ContinuousDeviceSearch:
         self.state = device_search.slots(beam_size)  # the fixed-address search state its programs read
         self.capacity = self.decoder.max_rows // beam_size  # sentences at once
         self.slots: list[_Slot | None] = []  # the sentence in each group of K rows, None where free
-        self.steps = 0  # steps run (for metrics)
+        self.steps = 0  # steps run
         self._since_check = 0
+        # summaries of the running sentences, remade when they change (not every step)
+        self._running = 0
+        self._longest_source = 0  # source positions every step reads
+        self._first_joined = 0  # the step count when the oldest joined (bounds every row's position)
+        self._first_end = 0  # the step count by which some sentence reaches its max_length
+        self._cancelled = False
 
     def __len__(self) -> int:
-        return sum(s is not None for s in self.slots)
+        return self._running
 
     @property
     def rows(self) -> int:
@@ -120,13 +126,22 @@ class ContinuousDeviceSearch:
             st.fin_count[g_index] = 0
         st.alive[g_index] = True
         for g, s in zip(groups, sentences):
-            self.slots[g] = _Slot(s)
+            self.slots[g] = _Slot(s, self.steps)
+        self._summarize()
 
     def cancel(self, keys: set[Hashable]) -> None:
         """The sentences with these keys leave at the next step, without a result."""
         for s in self.slots:
             if s is not None and s.sentence.key in keys:
-                s.cancelled = True
+                s.cancelled = self._cancelled = True
+
+    def _summarize(self) -> None:
+        running = [s for s in self.slots if s is not None]
+        self._running = len(running)
+        if running:
+            self._longest_source = max(len(s.sentence.src) for s in running)
+            self._first_joined = min(s.joined for s in running)
+            self._first_end = min(s.joined + s.sentence.max_length for s in running)
 
     # ------------------------------------------------------------------ one step
     def _group_bucket(self) -> int:
@@ -137,27 +152,24 @@ class ContinuousDeviceSearch:
         """Decode one token for every row; return the sentences found finished, with their n-best
         hypotheses (best first). Cancelled sentences leave without appearing here."""
         dec, st = self.decoder, self.state
-        cancelled = [g for g, s in enumerate(self.slots) if s is not None and s.cancelled]
-        if cancelled:
+        if self._cancelled:
+            self._cancelled = False
+            cancelled = [g for g, s in enumerate(self.slots) if s is not None and s.cancelled]
             st.alive[torch.tensor(cancelled, device=dec.device)] = False
             for g in cancelled:
                 self.slots[g] = None
             self._trim()
-        if not len(self):
+            self._summarize()
+        if not self._running:
             self.slots = []
             return []
-        # positions this step reads: every live row's source, and its target up to the new token
-        # (a sentence past its max_length has stopped: its position does not grow)
-        longest = max(max(len(s.sentence.src), min(s.steps, s.sentence.max_length - 1) + 1) for s in self.slots if s is not None)
-        dec.run(*self.device_search.program(self.K, self._group_bucket(), dec.length_bucket(longest)))
+        # positions this step reads: every running row's source, and its target up to the new token;
+        # no row has run more steps than the oldest, nor past the decoder's positions
+        target = min(self.steps - self._first_joined + 1, dec.max_length)
+        dec.run(*self.device_search.program(self.K, self._group_bucket(), dec.length_bucket(max(self._longest_source, target))))
         self.steps += 1
         self._since_check += 1
-        at_max = False
-        for s in self.slots:
-            if s is not None:
-                s.steps += 1
-                at_max = at_max or s.steps >= s.sentence.max_length
-        if self._since_check < self.check_every and not at_max:
+        if self._since_check < self.check_every and self.steps < self._first_end:
             return []
         return self._finished()
 
@@ -172,6 +184,7 @@ class ContinuousDeviceSearch:
         for g in done_groups:
             self.slots[g] = None
         self._trim()
+        self._summarize()
         return done
 
     def _trim(self) -> None:
@@ -188,5 +201,6 @@ class ContinuousDeviceSearch:
         self.decoder.keep_rows(rows)
         self.state.keep(groups, rows)
         self.slots = [self.slots[g] for g in live]
+        self._summarize()
         # the slots past the live ones keep stale rows: not searching (they may be read, never used)
         self.state.alive[len(live): self._group_bucket()] = False

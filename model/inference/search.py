@@ -110,14 +110,16 @@ class DecoderState:
             )
 
 
+def max_length_of(src_len: int, options: SearchOptions, cap: int) -> int:
+    """The most tokens a sentence of src_len source tokens (eos included) may generate, eos included."""
+    length = options.max_length if options.max_length is not None else int(src_len * options.max_length_a + options.max_length_b)
+    return min(max(length, 1), cap)
+
+
 def max_lengths_for(src: torch.Tensor, pad_id: int, options: SearchOptions, cap: int) -> torch.Tensor:
-    """(B,) maximum number of generated tokens per sentence."""
-    if options.max_length is not None:
-        lengths = torch.full((src.size(0),), options.max_length, dtype=torch.long)
-    else:
-        src_len = (src != pad_id).sum(1).cpu()
-        lengths = (src_len.double() * options.max_length_a + options.max_length_b).long()
-    return lengths.clamp(1, cap).cpu()
+    """(B,) max_length_of every sentence of a right-padded batch."""
+    src_len = (src != pad_id).sum(1).tolist()
+    return torch.tensor([max_length_of(n, options, cap) for n in src_len], dtype=torch.long)
 
 
 def banned_tokens(config: ModelConfig) -> list[int]:

@@ -73,10 +73,10 @@ async def translate_texts(state: ServiceState, request: Request, source: str, ta
     deadline. Returns the model, the source token counts and per text its n-best (best first)."""
     engine = state.require_ready()
     model = state.model_for(source, target)
-    counts = state.check_texts(model, texts, param)
+    sources = state.check_texts(model, texts, param)
     timeout = request_timeout(state, request)
-    results = await with_deadline(state, request, timeout, engine.translate(model.id, texts, options, timeout))
-    return model, counts, results
+    results = await with_deadline(state, request, timeout, engine.translate(model.id, sources, options, timeout))
+    return model, [len(ids) for ids in sources], results
 
 
 @router.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True)
