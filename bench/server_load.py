@@ -59,6 +59,18 @@ def stop_server(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
 
 
+def engine_counters(port: int) -> dict[str, float]:
+    """The engine's counters from /metrics (busy seconds, steps, rows, joins), to difference around a run."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        for name in ("busy_seconds", "steps", "rows_live", "rows_computed", "joins"):
+            if line.startswith(f"nmt_engine_{name}_total "):
+                out[name] = float(line.split()[1])
+    return out
+
+
 def p50(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -142,12 +154,17 @@ def throughput(args, offline: Offline) -> str:
             for beam in (1, 4):
                 bodies = [{"text": t, "beam_size": beam, **SOURCE} for t in texts]
                 run_load(url, bodies[:args.concurrency], concurrency=args.concurrency, processes=args.clients)  # warm-up
+                before = engine_counters(args.port)
                 result = run_load(url, bodies, concurrency=args.concurrency, processes=args.clients)
+                after = engine_counters(args.port)
+                d = {k: after[k] - before.get(k, 0.0) for k in after}
                 served = result.throughput()
                 rows.append([workers, "greedy" if beam == 1 else f"beam {beam}", f"{served:.1f}", f"{rates[beam]:.1f}",
                              f"{served / rates[beam]:.2f}", f"{p50(result.latencies()) * 1000:.0f}",
                              f"{percentile(result.latencies(), 99) * 1000:.0f}", result.counts().get(200, 0),
-                             f"{1000 * result.client_cpu_seconds / len(bodies):.2f}"])
+                             f"{1000 * result.client_cpu_seconds / len(bodies):.2f}",
+                             f"{d['busy_seconds'] / result.elapsed:.2f}", f"{d['rows_live'] / max(d['steps'], 1):.0f}",
+                             f"{1000 * result.elapsed / max(d['steps'], 1):.2f}"])
                 print(f"  throughput workers={workers} beam={beam}: {rows[-1]}", file=sys.stderr)
         finally:
             stop_server(proc)
@@ -155,7 +172,9 @@ def throughput(args, offline: Offline) -> str:
             f"Machine: {machine()}; {device_line(args)}; engine with {args.threads} torch thread(s), up to {args.batch} "
             f"sentences per batch; {args.clients} client processes.\n\n"
             + table(["API workers", "search", "server req/s", f"offline sent/s (batch {args.batch})", "server / offline", "p50 ms",
-                     "p99 ms", "200s", "client CPU ms/request"], rows) + "\n")
+                     "p99 ms", "200s", "client CPU ms/request", "engine busy share", "rows per step", "ms per step"], rows)
+            + "\n\nEngine busy share: engine time in joins and steps over the run's time (the engine's own counters, "
+              "from /metrics); rows per step: running rows per decoder step.\n")
 
 
 def device_line(args) -> str:
