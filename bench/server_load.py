@@ -65,10 +65,16 @@ def engine_counters(port: int) -> dict[str, float]:
         text = r.read().decode()
     out = {}
     for line in text.splitlines():
-        for name in ("busy_seconds", "steps", "rows_live", "rows_computed", "joins"):
+        for name in ("busy_seconds", "step_seconds", "call_seconds", "result_seconds", "io_seconds", "steps", "rows_live",
+                     "rows_computed", "joins"):
             if line.startswith(f"nmt_engine_{name}_total "):
                 out[name] = float(line.split()[1])
     return out
+
+
+def engine_shares(d: dict[str, float], elapsed: float) -> str:
+    join = d["busy_seconds"] - d["step_seconds"]
+    return " / ".join(f"{v / elapsed:.2f}" for v in (join, d["step_seconds"], d["call_seconds"], d["result_seconds"], d["io_seconds"]))
 
 
 def p50(values: list[float]) -> float:
@@ -163,8 +169,8 @@ def throughput(args, offline: Offline) -> str:
                              f"{served / rates[beam]:.2f}", f"{p50(result.latencies()) * 1000:.0f}",
                              f"{percentile(result.latencies(), 99) * 1000:.0f}", result.counts().get(200, 0),
                              f"{1000 * result.client_cpu_seconds / len(bodies):.2f}",
-                             f"{d['busy_seconds'] / result.elapsed:.2f}", f"{d['rows_live'] / max(d['steps'], 1):.0f}",
-                             f"{1000 * result.elapsed / max(d['steps'], 1):.2f}"])
+                             f"{d['busy_seconds'] / result.elapsed:.2f}", engine_shares(d, result.elapsed),
+                             f"{d['rows_live'] / max(d['steps'], 1):.0f}", f"{1000 * result.elapsed / max(d['steps'], 1):.2f}"])
                 print(f"  throughput workers={workers} beam={beam}: {rows[-1]}", file=sys.stderr)
         finally:
             stop_server(proc)
@@ -172,9 +178,10 @@ def throughput(args, offline: Offline) -> str:
             f"Machine: {machine()}; {device_line(args)}; engine with {args.threads} torch thread(s), up to {args.batch} "
             f"sentences per batch; {args.clients} client processes.\n\n"
             + table(["API workers", "search", "server req/s", f"offline sent/s (batch {args.batch})", "server / offline", "p50 ms",
-                     "p99 ms", "200s", "client CPU ms/request", "engine busy share", "rows per step", "ms per step"], rows)
-            + "\n\nEngine busy share: engine time in joins and steps over the run's time (the engine's own counters, "
-              "from /metrics); rows per step: running rows per decoder step.\n")
+                     "p99 ms", "200s", "client CPU ms/request", "engine busy share", "join / step / calls / results / io", "rows per step", "ms per step"], rows)
+            + "\n\nEngine busy share: engine time in joins and steps over the run's time; then the shares of the run's time "
+              "the engine spent joining sentences (their encoder), stepping, taking calls in, making replies and in ZeroMQ "
+              "(the engine's own counters, from /metrics); rows per step: running rows per decoder step.\n")
 
 
 def device_line(args) -> str:

@@ -105,7 +105,7 @@ class EngineCore:
         self.stats: dict[str, float] = dict.fromkeys((
             "busy_seconds", "steps", "step_seconds", "rows_computed", "rows_live", "joins", "sentences_joined", "sentences_done",
             "admitted_units", "refused_units", "refused_calls", "expired_calls",
-            "failed_calls", "calls",
+            "failed_calls", "calls", "call_seconds", "result_seconds", "io_seconds",
         ), 0.0)
 
     # ------------------------------------------------------------------ status
@@ -165,7 +165,11 @@ class EngineCore:
     # ------------------------------------------------------------------ calls
     def handle(self, message: Any) -> list[Reply]:
         if isinstance(message, Translate):
-            return self._translate(message)
+            started = time.perf_counter()
+            try:
+                return self._translate(message)
+            finally:
+                self.stats["call_seconds"] += time.perf_counter() - started
         if isinstance(message, Cancel):
             return self._drop(message.id, None)
         if isinstance(message, Attention):
@@ -393,7 +397,8 @@ class EngineCore:
                 replies += self._fail(call_id, kind, str(exc))
             self.groups[key] = _Group(self._new_search(*key), group.waiting)
             return replies
-        seconds = time.perf_counter() - started
+        finished = time.perf_counter()
+        seconds = finished - started
         s = self.stats
         s["steps"] += 1
         s["step_seconds"] += seconds
@@ -421,6 +426,7 @@ class EngineCore:
             if state.left == 0:
                 replies += self._drop(call_id, Reply(call_id, value=state.results))
         self._count(seconds, units, source, output)
+        s["result_seconds"] += time.perf_counter() - finished
         return replies
 
     @staticmethod

@@ -99,11 +99,13 @@ def run(config: dict) -> int:
         replies: list[Reply] = []
         if dict(poller.poll(0 if core.busy else IDLE_POLL_MS)):
             while True:
+                started = time.perf_counter()
                 try:
                     identity, payload = calls.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
                 message = loads(payload)
+                core.stats["io_seconds"] += time.perf_counter() - started
                 if stopping["at"] is not None and isinstance(message, Translate):
                     replies.append(Reply(message.id, error=SHUTTING_DOWN, message="the engine is shutting down"))
                     routes[message.id] = identity
@@ -114,10 +116,12 @@ def run(config: dict) -> int:
                     routes[message.id] = identity
                 replies += core.handle(message)
         replies += core.work()
+        started = time.perf_counter()
         for reply in replies:
             identity = routes.pop(reply.id, None)
             if identity is not None:
                 calls.send_multipart([identity, dumps(reply)])
+        core.stats["io_seconds"] += time.perf_counter() - started
         if now - last_status >= STATUS_INTERVAL_S:
             publish(core.status())
             last_status = now

@@ -20,6 +20,9 @@ ENGINE_COUNTERS = {
     "rows_computed": ("nmt_engine_rows_computed", "rows computed by steps (sentences x beams, empty slots included)"),
     "rows_live": ("nmt_engine_rows_live", "rows of running sentences computed by steps; / rows_computed = occupancy, "
                                           "1 - that = padding share"),
+    "call_seconds": ("nmt_engine_call_seconds", "time spent taking calls in (checks, admission, queueing)"),
+    "result_seconds": ("nmt_engine_result_seconds", "time spent turning finished sentences into replies"),
+    "io_seconds": ("nmt_engine_io_seconds", "time spent receiving calls and sending replies (ZeroMQ, pickling)"),
     "sentences_joined": ("nmt_engine_sentences_joined", "sentences that joined a running batch"),
     "joins": ("nmt_engine_joins", "step boundaries at which sentences joined"),
     "admitted_units": ("nmt_admitted_work_units", "work admitted, in decode units (beam x (source + expected output tokens))"),
