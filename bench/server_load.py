@@ -311,7 +311,7 @@ def engine(args, offline: Offline) -> str:
                 started, joined, done = time.perf_counter(), 0, {}
                 while len(done) < len(srcs):
                     room = min(args.concurrency - len(search), len(srcs) - joined)
-                    if room > 0:
+                    if room > 0 and search.joinable():  # as the engine joins
                         search.add([Sentence(i, srcs[i], caps[i]) for i in range(joined, joined + room)])
                         joined += room
                     done.update(dict(search.step()))

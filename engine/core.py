@@ -338,6 +338,8 @@ class EngineCore:
             return []
         if not cfg.batching and len(search):  # one call at a time
             return []
+        if not search.joinable():
+            return []
         room = group.room(cfg.max_batch_sentences)
         joining: list[Sentence] = []
         tokens = 0

@@ -179,6 +179,22 @@ def test_device_slots_are_reused_and_compacted(beam):
         assert_same(results[i], alone(engine, src, SearchOptions(beam_size=beam, max_length=caps[i])))
 
 
+def test_device_search_takes_joins_right_after_a_check():
+    """Joins cost an encoder run: the device search takes them when nothing runs or right after it read
+    which sentences finished, once every check_every steps."""
+    engine = Engine(random_model(seed=13))
+    search = make_search("device", engine, 1, check_every=3)
+    assert search.joinable()
+    search.add([Sentence(0, [5, 6, 3], 20)])
+    assert search.joinable()  # nothing has run since
+    pattern = []
+    for _ in range(6):
+        search.step()
+        pattern.append(search.joinable())
+    assert pattern == [False, False, True, False, False, True]
+    assert ContinuousSearch(engine).joinable()
+
+
 def test_device_search_refuses_what_does_not_fit():
     engine = Engine(random_model(seed=12))
     search = make_search("device", engine, 2, max_rows=8)  # 4 sentences of 2 beams

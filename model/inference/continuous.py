@@ -92,6 +92,10 @@ class ContinuousSearch:
     def keys(self) -> list[Hashable]:
         return [r.sentence.key for r in self.slots if r is not None]
 
+    def joinable(self) -> bool:
+        """Sentences may join at every step (see ContinuousDeviceSearch.joinable for why not always)."""
+        return True
+
     # ------------------------------------------------------------------ joining
     @torch.inference_mode()
     def add(self, sentences: list[Sentence]) -> None:

@@ -82,6 +82,13 @@ class ContinuousDeviceSearch:
     def room(self) -> int:
         return self.capacity - len(self)
 
+    def joinable(self) -> bool:
+        """Whether sentences should join now: when nothing runs, or right after a read of which
+        sentences finished. A join runs the encoder and a dozen small copies (~1-2 ms of host time on a
+        GPU, much more than a step): joining once per check, with everything that arrived meanwhile,
+        spends it once instead of every step, at the cost of waiting up to check_every - 1 steps."""
+        return self._running == 0 or self._since_check == 0
+
     def fits(self, sentence: Sentence) -> bool:
         """Whether the sentence's source and output fit the decoder's positions."""
         return len(sentence.src) <= self.decoder.max_length and sentence.max_length < self.decoder.max_length
