@@ -105,22 +105,22 @@ class ContinuousDeviceSearch:
             raise ValueError("a sentence does not fit the static decoder (see fits())")
         dec, st, cfg, K = self.decoder, self.state, self.config, self.K
         device, n = dec.device, len(sentences)
-        width = max(len(s.src) for s in sentences)
-        src = torch.full((n, width), cfg.pad_id, dtype=torch.long)
-        for i, s in enumerate(sentences):
-            src[i, : len(s.src)] = torch.tensor(s.src, dtype=torch.long)
-        with attention_backends(device):
-            states, _ = self.engine.encode(src.to(device))  # (n, S, C)
-        kv = self.engine.source_kv(states)  # (n_layers, 2, n, H, S, D)
         free = [g for g, s in enumerate(self.slots) if s is None][:n]
         groups = free + list(range(len(self.slots), len(self.slots) + n - len(free)))
         self.slots += [None] * (n - len(free))
-        g_index = torch.tensor(groups, device=device)
+        # everything the host knows, in two copies to the device (each small copy is a launch and a wait)
+        width = max(len(s.src) for s in sentences)
+        src = torch.tensor([s.src + [cfg.pad_id] * (width - len(s.src)) for s in sentences]).to(device)  # (n, S)
+        host = torch.tensor([[g, len(s.src), s.max_length] for g, s in zip(groups, sentences)]).to(device)  # (n, 3)
+        with attention_backends(device):
+            states, _ = self.engine.encode(src)  # (n, S, C)
+        kv = self.engine.source_kv(states)  # (n_layers, 2, n, H, S, D)
+        g_index = host[:, 0]
         rows = (g_index[:, None] * K + torch.arange(K, device=device)).view(-1)  # (n*K,) beams of a sentence adjacent
+        per_row = host.repeat_interleave(K, dim=0) if K > 1 else host
         dec.cross_kv[:, :, rows, :, :width] = kv.repeat_interleave(K, dim=2) if K > 1 else kv
-        host = torch.tensor([[len(s.src), s.max_length] for s in sentences]).repeat_interleave(K, dim=0).to(device)
-        dec.src_len[rows] = host[:, 0]
-        st.max_len[rows] = host[:, 1]
+        dec.src_len[rows] = per_row[:, 1]
+        st.max_len[rows] = per_row[:, 2]
         st.min_len[rows] = self.min_length
         dec.pos[rows] = 0
         dec.tokens[rows] = cfg.decoder_start_id
