@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import chain
 from typing import Hashable
 
 import torch
@@ -108,10 +109,14 @@ class ContinuousDeviceSearch:
         free = [g for g, s in enumerate(self.slots) if s is None][:n]
         groups = free + list(range(len(self.slots), len(self.slots) + n - len(free)))
         self.slots += [None] * (n - len(free))
-        # everything the host knows, in two copies to the device (each small copy is a launch and a wait)
-        width = max(len(s.src) for s in sentences)
-        src = torch.tensor([s.src + [cfg.pad_id] * (width - len(s.src)) for s in sentences]).to(device)  # (n, S)
-        host = torch.tensor([[g, len(s.src), s.max_length] for g, s in zip(groups, sentences)]).to(device)  # (n, 3)
+        # everything the host knows, in two copies to the device (each small copy is a launch and a wait);
+        # the ids go as one flat list (torch.tensor of nested lists costs microseconds per element)
+        lengths = torch.tensor([len(s.src) for s in sentences])
+        width = int(lengths.max())
+        src = torch.full((n, width), cfg.pad_id, dtype=torch.long)
+        src[torch.arange(width)[None, :] < lengths[:, None]] = torch.tensor(list(chain.from_iterable(s.src for s in sentences)))
+        host = torch.tensor([v for g, s in zip(groups, sentences) for v in (g, len(s.src), s.max_length)]).view(n, 3)
+        src, host = src.to(device), host.to(device)  # (n, S), (n, 3)
         with attention_backends(device):
             states, _ = self.engine.encode(src)  # (n, S, C)
         kv = self.engine.source_kv(states)  # (n_layers, 2, n, H, S, D)
