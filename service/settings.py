@@ -28,7 +28,8 @@ class Settings(BaseSettings):
                                                                      "lost, waiting requests get 503")
 
     # continuous batching (in the engine process)
-    max_batch_sentences: int = Field(64, ge=1, description="sentences running at once per model and beam size")
+    max_batch_sentences: int = Field(0, ge=0, description="sentences running at once per model and beam size "
+                                                          "(0: 64 on CPU, 256 on CUDA)")
     max_batch_tokens: int = Field(4096, ge=1, description="source tokens that may join the running batch at one step")
     max_queue_sentences: int = Field(2048, ge=1, description="sentences waiting or running at most; beyond it requests get 503")
     batching: bool = Field(True, description="false: a batch runs one request at a time (for comparison)")

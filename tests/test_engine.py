@@ -240,3 +240,8 @@ def test_the_device_search_runs_what_fits_and_the_eager_search_the_rest(tiny_che
         assert texts_of(replies[i]) == alone
     memory = core.model_info()[0]["static_decoder"]
     assert memory["graphs"] == 0 and memory["buffers_bytes"] > 0  # CPU: nothing captured
+
+
+def test_batch_size_follows_the_device_unless_set(translator):
+    assert EngineCore({"de-en": translator}, EngineConfig()).config.max_batch_sentences == 64  # CPU
+    assert EngineCore({"de-en": translator}, EngineConfig(max_batch_sentences=8)).config.max_batch_sentences == 8
