@@ -61,7 +61,7 @@ def test_a_flood_gets_fast_refusals_and_every_admitted_request_completes(models_
             async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
                 body = {"text": ["Ein Hund rennt über die große grüne Wiese im Park."] * 8, "beam_size": 4, "max_length": 20}
                 # a deadline shorter than what the whole flood would take at the measured rate
-                cost = Admission(rate).cost([state.models["de-en"].count_tokens(body["text"][0])] * 8, 4)
+                cost = Admission(rate).cost([len(state.models["de-en"].encode(body["text"][0]))] * 8, 4)
                 timeout = max(0.5, 3 * cost / rate)
                 headers = {"x-request-timeout": f"{timeout:.3f}"}
                 responses = await asyncio.gather(*[client.post("/v1/translate", json=body, headers=headers) for _ in range(40)])
