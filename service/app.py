@@ -79,6 +79,10 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
                               on_status=follow_status(state, on_load_failure))
         await client.start()
         state.engine = Engine(client)
+        if s.engine_socket_dir:
+            # a worker joining a running engine: until its first status it would answer 503 to
+            # traffic its siblings serve; uvicorn accepts connections only once this returns
+            await client.wait_for_status(s.engine_heartbeat_timeout_s)
         yield
         state.draining = True
         await client.stop()

@@ -42,6 +42,7 @@ class EngineClient:
         self._pending: dict[Any, asyncio.Future] = {}
         self._tasks: list[asyncio.Task] = []
         self._context: zmq.asyncio.Context | None = None
+        self._heard = asyncio.Event()  # set at the first status
 
     # ------------------------------------------------------------------ life
     async def start(self) -> None:
@@ -71,6 +72,14 @@ class EngineClient:
             self._status.close()
             self._context.term()
             self._context = None
+
+    async def wait_for_status(self, timeout: float) -> bool:
+        """Wait (up to timeout seconds) until the engine's first status has been heard."""
+        try:
+            await asyncio.wait_for(self._heard.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
 
     @property
     def alive(self) -> bool:
@@ -129,6 +138,7 @@ class EngineClient:
             self.last_status_at = time.monotonic()
             if self.on_status:
                 self.on_status(status)
+            self._heard.set()
 
     async def _watch(self) -> None:
         """No status for heartbeat_timeout_s: the engine is gone (or stuck); fail what waits on it."""
