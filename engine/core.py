@@ -80,8 +80,7 @@ class _Group:
     waiting: deque = field(default_factory=deque)  # (call id, index, Sentence)
 
     def room(self, max_sentences: int) -> int:
-        room = max_sentences - len(self.search)
-        return min(room, self.search.room()) if isinstance(self.search, ContinuousDeviceSearch) else room
+        return min(max_sentences - len(self.search), self.search.room())
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

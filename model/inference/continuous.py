@@ -23,6 +23,7 @@ eager reference (n-gram blocking, no cache) are not supported here.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Hashable
 
@@ -91,6 +92,10 @@ class ContinuousSearch:
 
     def keys(self) -> list[Hashable]:
         return [r.sentence.key for r in self.slots if r is not None]
+
+    def room(self) -> int:
+        """Sentences that may still join: the cache grows as they do, so no bound of its own."""
+        return sys.maxsize
 
     def joinable(self) -> bool:
         """Sentences may join at every step (see ContinuousDeviceSearch.joinable for why not always)."""
