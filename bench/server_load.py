@@ -66,7 +66,7 @@ def engine_counters(port: int) -> dict[str, float]:
     out = {}
     for line in text.splitlines():
         for name in ("busy_seconds", "step_seconds", "call_seconds", "result_seconds", "io_seconds", "steps", "rows_live",
-                     "rows_computed", "joins"):
+                     "rows_computed", "joins", "sentences_joined"):
             if line.startswith(f"nmt_engine_{name}_total "):
                 out[name] = float(line.split()[1])
     return out

@@ -14,6 +14,7 @@ gets fast refusals while the engine keeps delivering at its capacity.
 from __future__ import annotations
 
 import math
+import threading
 
 # expected output tokens per source token before any batch was measured (Multi30k de<->en is ~1:1)
 OUTPUT_RATIO = 1.1
@@ -30,6 +31,8 @@ class Admission:
         self.pending = 0.0  # units admitted and not finished
         self.admitted_units = 0.0
         self.refused_units = 0.0
+        # the engine process admits on its I/O thread and releases and learns on its main thread
+        self.lock = threading.RLock()
 
     @staticmethod
     def units(texts: int, source_tokens: float, output_tokens: float, beam_size: int) -> float:
@@ -47,18 +50,20 @@ class Admission:
     def admit(self, cost: float, timeout: float) -> float | None:
         """Admit `cost` units (returns None) or refuse them: returns the seconds after which a retry
         should find room (the Retry-After)."""
-        if self.pending > 0 and self.predicted_wait(cost) > self.margin * timeout:
-            self.refused_units += cost
-            return max(1.0, math.ceil(self.pending / self.rate))
-        self.pending += cost
-        self.admitted_units += cost
-        return None
+        with self.lock:
+            if self.pending > 0 and self.predicted_wait(cost) > self.margin * timeout:
+                self.refused_units += cost
+                return max(1.0, math.ceil(self.pending / self.rate))
+            self.pending += cost
+            self.admitted_units += cost
+            return None
 
     def release(self, cost: float) -> None:
         """The work of an admitted request is over (done, failed or dropped)."""
-        self.pending -= cost
-        if self.pending < 1e-6:  # float sums of costs do not cancel exactly
-            self.pending = 0.0
+        with self.lock:
+            self.pending -= cost
+            if self.pending < 1e-6:  # float sums of costs do not cancel exactly
+                self.pending = 0.0
 
     def observe(self, texts: int, source_tokens: int, output_tokens: int, beam_size: int, seconds: float) -> None:
         """A batch ran: learn the engine's rate and the output/source length ratio."""
@@ -68,5 +73,6 @@ class Admission:
         """`units` of work finished in `seconds` of engine time, from so many source and output tokens."""
         if seconds <= 0 or source_tokens <= 0:
             return
-        self.rate += SMOOTHING * (units / seconds - self.rate)
-        self.output_ratio += SMOOTHING * (output_tokens / source_tokens - self.output_ratio)
+        with self.lock:
+            self.rate += SMOOTHING * (units / seconds - self.rate)
+            self.output_ratio += SMOOTHING * (output_tokens / source_tokens - self.output_ratio)

@@ -57,7 +57,7 @@ class EngineConfig:
 
     max_batch_sentences: int = 0  # sentences running at once per (model, beam size); 0: AUTO_BATCH_SENTENCES
     max_batch_tokens: int = 4096  # source tokens encoded per step (the cost of joining)
-    max_queue_sentences: int = 2048  # sentences waiting or running at most
+    max_queue_sentences: int = 2048  # sentences of the calls in the engine (waiting, running or done in an unfinished call) at most
     batching: bool = True  # false: a batch runs one call at a time (for comparison)
     admission: bool = True
     admission_margin: float = 0.8
@@ -69,7 +69,7 @@ class _Call:
     message: Translate
     results: list[list[Translation] | None]  # per text, its n-best
     left: int  # sentences not finished
-    cost: float  # admitted work units
+    reservation: tuple[float, int]  # admitted work units and sentences, released when the call leaves
     source_tokens: list[int]  # per text, eos excluded (0 for empty texts)
     groups: set = field(default_factory=set)  # the keys of the groups its sentences run in
 
@@ -102,6 +102,8 @@ class EngineCore:
         self.groups: dict[tuple[str, int, str], _Group] = {}  # (model, beam size, "device" or "eager")
         self._device_searches: dict[tuple[str, int], DeviceSearch] = {}  # one static decoder per model and beam size
         self.admission = Admission(rate=1.0, margin=config.admission_margin)
+        self._queued_sentences = 0  # sentences of the calls taken in and not finished (max_queue_sentences)
+        self._reserved: dict[Any, tuple[float, int]] = {}  # call id -> what screen() reserved, until handle() takes it
         self.started = time.monotonic()
         self._last_expiry_check = 0.0
         self._window = [0.0, 0.0, 0, 0]  # engine seconds, units, source tokens, output tokens
@@ -164,15 +166,54 @@ class EngineCore:
         """Work is running or waiting: the caller should not block waiting for messages."""
         return any(len(g.search) or g.waiting for g in self.groups.values())
 
-    def sentences_in(self) -> int:
-        return sum(len(g.search) + len(g.waiting) for g in self.groups.values())
-
     # ------------------------------------------------------------------ calls
+    def screen(self, message: Any) -> list[Reply] | None:
+        """A first look at a call, safe to run on another thread while the main one steps (the engine
+        process runs it on its I/O thread, so that a refusal does not wait for the step in flight):
+        returns the replies that settle the call at once (unknown model, deadline passed, queue full,
+        refused by admission), or None when it goes on to handle(), its admitted work reserved."""
+        if not isinstance(message, Translate):
+            return None
+        self.stats["calls"] += 1
+        options = message.options
+        if message.model not in self.models:
+            return [Reply(message.id, error=INVALID, message=f"no model {message.model}")]
+        timeout = message.deadline - time.monotonic()
+        if timeout <= 0:
+            return [Reply(message.id, error=EXPIRED, message="the deadline passed before the engine got the call")]
+        counts = [len(ids) for ids in message.sources if ids]  # source tokens, eos excluded: the unit the rate was measured in
+        cost = 0.0
+        with self.admission.lock:  # the queue bound and the admitted work change together
+            if self._queued_sentences + len(counts) > self.config.max_queue_sentences:
+                self.stats["refused_calls"] += 1
+                return [Reply(message.id, error=REFUSED, message="the queue is full", retry_after=self.config.retry_after_s)]
+            if self.config.admission and counts:
+                cost = self.admission.cost(counts, options.beam_size)
+                retry_after = self.admission.admit(cost, timeout)
+                if retry_after is not None:
+                    self.stats["refused_units"] += cost
+                    self.stats["refused_calls"] += 1
+                    return [Reply(message.id, error=REFUSED, retry_after=retry_after, message=(
+                        "the server is busy: the work queued ahead would not finish before this request's deadline, retry later"))]
+                self.stats["admitted_units"] += cost
+            self._queued_sentences += len(counts)
+        self._reserved[message.id] = (cost, len(counts))
+        return None
+
+    def _release(self, reservation: tuple[float, int]) -> None:
+        cost, sentences = reservation
+        with self.admission.lock:
+            self.admission.release(cost)
+            self._queued_sentences -= sentences
+
     def handle(self, message: Any) -> list[Reply]:
+        """Take a call on the main thread (screening it first unless screen() already let it through)."""
         if isinstance(message, Translate):
             started = time.perf_counter()
             try:
-                return self._translate(message)
+                if message.id not in self._reserved and (settled := self.screen(message)) is not None:
+                    return settled
+                return self._translate(message, self._reserved.pop(message.id))
             finally:
                 self.stats["call_seconds"] += time.perf_counter() - started
         if isinstance(message, Cancel):
@@ -181,40 +222,22 @@ class EngineCore:
             return [self._attention(message)]
         raise TypeError(f"unknown message {type(message).__name__}")
 
-    def _translate(self, call: Translate) -> list[Reply]:
-        self.stats["calls"] += 1
-        translator = self.models.get(call.model)
-        if translator is None:
-            return [Reply(call.id, error=INVALID, message=f"no model {call.model}")]
+    def _translate(self, call: Translate, reservation: tuple[float, int]) -> list[Reply]:
+        translator = self.models[call.model]
         options = call.options
-        timeout = call.deadline - time.monotonic()
-        if timeout <= 0:
-            return [Reply(call.id, error=EXPIRED, message="the deadline passed before the engine got the call")]
         try:
             sources = [translator.source_ids(ids) if ids else None for ids in call.sources]
         except ValueError as exc:
+            self._release(reservation)
             return [Reply(call.id, error=INVALID, message=str(exc))]
         todo = [i for i, s in enumerate(sources) if s is not None]
-        if self.sentences_in() + len(todo) > self.config.max_queue_sentences:
-            self.stats["refused_calls"] += 1
-            return [Reply(call.id, error=REFUSED, message="the queue is full", retry_after=self.config.retry_after_s)]
-        cost = 0.0
-        if self.config.admission and todo:
-            # source tokens without the eos the model appends: the unit the rate was measured in
-            cost = self.admission.cost([len(sources[i]) - 1 for i in todo], options.beam_size)
-            retry_after = self.admission.admit(cost, timeout)
-            if retry_after is not None:
-                self.stats["refused_units"] += cost
-                self.stats["refused_calls"] += 1
-                return [Reply(call.id, error=REFUSED, retry_after=retry_after, message=(
-                    "the server is busy: the work queued ahead would not finish before this request's deadline, retry later"))]
-            self.stats["admitted_units"] += cost
         # nothing to translate: an empty translation, not whatever the model says to a bare eos
         empty = Translation("", 0.0 if options.return_scores else None, 0.0 if options.return_scores else None)
         results: list[list[Translation] | None] = [None if s is not None else [empty] * options.num_hypotheses for s in sources]
-        state = _Call(call, results, len(todo), cost, [len(s) - 1 if s else 0 for s in sources])
         if not todo:
+            self._release(reservation)
             return [Reply(call.id, value=results)]
+        state = _Call(call, results, len(todo), reservation, [len(s) - 1 if s else 0 for s in sources])
         self.calls[call.id] = state
         search_options = SearchOptions(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses,
                                        max_length=options.max_length, length_penalty=options.length_penalty)
@@ -304,7 +327,7 @@ class EngineCore:
         state = self.calls.pop(call_id, None)
         if state is None:
             return []
-        self.admission.release(state.cost)
+        self._release(state.reservation)
         for key in state.groups if state.left else ():
             group = self.groups.get(key)
             if group is not None:

@@ -3,8 +3,10 @@
 It binds two ZeroMQ sockets in the directory it is given: `calls` (ROUTER: calls from any number of
 API processes, replies routed back to the caller) and `status` (PUB: an EngineStatus every
 STATUS_INTERVAL_S, from before the models load until it exits). Then it loads the models and runs
-the loop: take every call that has arrived, let the core run one step of every batch, send the
-replies, and block for calls only when nothing runs. On SIGTERM it stops taking calls, finishes
+two threads: the I/O thread (serve_calls) owns the calls socket, answers at once what needs no step
+(refusals by admission, a full queue, expired deadlines) and hands the rest over; the main thread
+takes what was handed over, lets the core run one step of every batch, passes the replies back, and
+blocks for calls only when nothing runs. On SIGTERM it stops taking calls, finishes
 what runs (up to `graceful_shutdown_s`) and exits; a load failure exits with LOAD_FAILED, which the
 supervisor does not restart.
 """
@@ -14,8 +16,10 @@ import argparse
 import json
 import logging
 import os
+import queue
 import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +31,7 @@ from .protocol import SHUTTING_DOWN, Cancel, EngineStatus, Reply, Translate, dum
 log = logging.getLogger("engine")
 STATUS_INTERVAL_S = 0.1
 IDLE_POLL_MS = 50
+REPLIES_ADDRESS = "inproc://replies"
 LOAD_FAILED = 3  # exit code: the models cannot load; restarting would not help
 
 
@@ -35,9 +40,65 @@ def addresses(directory: str | Path) -> tuple[str, str]:
     return f"ipc://{Path(directory) / 'calls'}", f"ipc://{Path(directory) / 'status'}"
 
 
+def serve_calls(calls: zmq.Socket, replies: zmq.Socket, core, inbox: queue.Queue, stopping: dict, done: threading.Event) -> None:
+    """The I/O thread: owns the calls socket. A call is screened here (core.screen: refusals, expired
+    deadlines, unknown models are answered at once, while the main thread is inside a step or a
+    join) and the rest go to the main thread through `inbox`; its replies come back on `replies` and
+    are routed to the API process that made the call. Blocked in zmq it holds no GIL, and the main
+    thread releases the GIL inside every torch op, so an answer waits for at most a few ms."""
+    routes: dict[str, bytes] = {}  # call id -> the caller's socket identity
+    poller = zmq.Poller()
+    poller.register(calls, zmq.POLLIN)
+    poller.register(replies, zmq.POLLIN)
+
+    def answer(reply: Reply) -> None:
+        identity = routes.pop(str(reply.id), None)
+        if identity is not None:
+            calls.send_multipart([identity, dumps(reply)])
+
+    while True:
+        last_round = done.is_set()  # replies pushed before `done` was set are drained below
+        events = dict(poller.poll(0 if last_round else IDLE_POLL_MS))
+        while calls in events:
+            try:
+                identity, payload = calls.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            message = loads(payload)
+            if isinstance(message, Cancel):  # nothing is sent back for a cancelled call
+                routes.pop(str(message.id), None)
+                inbox.put(message)
+                continue
+            routes[str(message.id)] = identity
+            if stopping["at"] is not None and isinstance(message, Translate):
+                answer(Reply(message.id, error=SHUTTING_DOWN, message="the engine is shutting down"))
+                continue
+            settled = core.screen(message)
+            if settled is None:
+                inbox.put(message)
+            for reply in settled or ():
+                answer(reply)
+        while True:  # the core's replies (and at the end, what it sent before it stopped)
+            try:
+                call_id, payload = replies.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            identity = routes.pop(call_id.decode(), None)
+            if identity is not None:
+                calls.send_multipart([identity, payload])
+        if last_round:
+            return
+
+
 def run(config: dict) -> int:
     from .core import EngineConfig, EngineCore
     from .models import load_models
+
+    if config.get("engine_nice"):
+        # lower priority than the API process: on a CPU the torch threads take every core they are
+        # given, and the API's small, latency-bound work (HTTP, health probes, refusals) would queue
+        # behind them; the engine loses only the CPU the API actually uses
+        os.nice(int(config["engine_nice"]))
 
     context = zmq.Context()
     calls_address, status_address = addresses(config["socket_dir"])
@@ -87,48 +148,46 @@ def run(config: dict) -> int:
         core.calibrate()
     log.info("engine ready: %s (pid %d)", ", ".join(sorted(core.models)), os.getpid())
 
-    routes: dict = {}  # call id -> the caller's socket identity
-    poller = zmq.Poller()
-    poller.register(calls, zmq.POLLIN)
+    inbox: queue.Queue = queue.Queue()  # calls screened by the I/O thread, for the core
+    replies_out = context.socket(zmq.PUSH)  # the core's replies, for the I/O thread to route
+    replies_out.bind(REPLIES_ADDRESS)
+    replies_in = context.socket(zmq.PULL)
+    replies_in.connect(REPLIES_ADDRESS)
+    io_done = threading.Event()
+    io = threading.Thread(target=serve_calls, args=(calls, replies_in, core, inbox, stopping, io_done), name="engine-io", daemon=True)
+    io.start()
     last_status = 0.0
     graceful = float(config.get("graceful_shutdown_s", 30.0))
     while True:
         now = time.monotonic()
-        if stopping["at"] is not None and (not core.calls or now - stopping["at"] > graceful):
+        if stopping["at"] is not None and inbox.empty() and (not core.calls or now - stopping["at"] > graceful):
             break
         replies: list[Reply] = []
-        if dict(poller.poll(0 if core.busy else IDLE_POLL_MS)):
-            while True:
-                started = time.perf_counter()
-                try:
-                    identity, payload = calls.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                message = loads(payload)
-                core.stats["io_seconds"] += time.perf_counter() - started
-                if stopping["at"] is not None and isinstance(message, Translate):
-                    replies.append(Reply(message.id, error=SHUTTING_DOWN, message="the engine is shutting down"))
-                    routes[message.id] = identity
-                    continue
-                if isinstance(message, Cancel):  # nothing is sent back for a cancelled call
-                    routes.pop(message.id, None)
-                else:
-                    routes[message.id] = identity
-                replies += core.handle(message)
+        try:
+            # block for calls only when nothing runs
+            message = inbox.get_nowait() if core.busy else inbox.get(timeout=IDLE_POLL_MS / 1000)
+        except queue.Empty:
+            message = None
+        while message is not None:
+            replies += core.handle(message)
+            try:
+                message = inbox.get_nowait()
+            except queue.Empty:
+                message = None
         replies += core.work()
         started = time.perf_counter()
         for reply in replies:
-            identity = routes.pop(reply.id, None)
-            if identity is not None:
-                calls.send_multipart([identity, dumps(reply)])
+            replies_out.send_multipart([str(reply.id).encode(), dumps(reply)])
         core.stats["io_seconds"] += time.perf_counter() - started
         if now - last_status >= STATUS_INTERVAL_S:
             publish(core.status())
             last_status = now
     for call_id in list(core.calls):  # past the grace period
-        identity = routes.pop(call_id, None)
-        if identity is not None:
-            calls.send_multipart([identity, dumps(Reply(call_id, error=SHUTTING_DOWN, message="the engine shut down"))])
+        replies_out.send_multipart([str(call_id).encode(), dumps(Reply(call_id, error=SHUTTING_DOWN, message="the engine shut down"))])
+    io_done.set()  # the I/O thread sends what is queued, then stops
+    io.join(timeout=5)
+    replies_out.close()
+    replies_in.close()
     calls.close()
     status.close()
     context.term()

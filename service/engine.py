@@ -21,6 +21,24 @@ class Engine:
     def ready(self) -> bool:
         return self.client.ready
 
+    def backlog_seconds(self) -> float:
+        """How long the work the engine had admitted at its last status (at most a status interval
+        old) takes at its measured rate; 0 when not known."""
+        stats = self.client.status.stats if self.client.status is not None else {}
+        rate = stats.get("rate_units_per_second", 0.0)
+        return stats.get("pending_units", 0.0) / rate if rate > 0 else 0.0
+
+    def refusal(self, timeout: float, margin: float) -> APIError | None:
+        """The 503 the engine's admission would give any request with this deadline, known here
+        without tokenizing it or a round trip: the work already admitted does not finish within
+        `margin` of it. Under a flood most refusals are made here, for a fraction of the CPU (and
+        the engine's I/O thread decides the rest, exactly)."""
+        backlog = self.backlog_seconds()
+        if backlog > margin * timeout:
+            return overloaded(max(1, math.ceil(backlog)), "the server is busy: the work queued ahead would not finish before "
+                                                          "this request's deadline, retry later")
+        return None
+
     async def translate(self, model_id: str, sources: list[list[int]], options: DecodeOptions, timeout: float) -> list[list[Hypothesis]]:
         """Per text (its source ids, eos excluded), its n-best translations (best first)."""
         call = Translate(self.client.new_id(), model_id, sources, options, time.monotonic() + timeout)

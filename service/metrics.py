@@ -85,5 +85,7 @@ class Metrics:
         self.in_flight = Gauge("nmt_requests_in_flight", "HTTP requests being served", registry=r)
         self.model_load_seconds = Gauge("nmt_model_load_seconds", "time taken to load each model", ["model"], registry=r)
         self.dropped = Counter("nmt_dropped_requests", "requests given up before their result (timeout or client disconnect)", ["reason"], registry=r)
+        self.refused_early = Counter("nmt_refused_early_requests", "requests refused with 503 by this API process, before "
+                                     "tokenizing them, because the engine's last status showed more work than fits their deadline", registry=r)
         self.engine = EngineCollector()
         r.register(self.engine)

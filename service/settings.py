@@ -19,6 +19,9 @@ class Settings(BaseSettings):
                            description="auto: the static decoder (CUDA graphs, search on the device) on CUDA, the eager search on CPU; "
                                        "eager: always the eager search")
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
+    engine_nice: int = Field(10, ge=0, le=19, description="scheduling niceness of the engine process: where the engine's "
+                                                         "threads fill the CPU, the API process (HTTP, health probes, "
+                                                         "refusals) still gets it at once when it needs it")
 
     # processes
     workers: int = Field(1, ge=1, description="API worker processes in front of the one engine process")
@@ -59,7 +62,7 @@ class Settings(BaseSettings):
         """What the engine process needs (plain JSON; no keys or other secrets)."""
         import logging
 
-        names = ("models_dir", "device", "dtype", "quantization", "step_mode", "threads", "max_batch_sentences",
+        names = ("models_dir", "device", "dtype", "quantization", "step_mode", "threads", "engine_nice", "max_batch_sentences",
                  "max_batch_tokens", "max_queue_sentences", "batching", "admission", "admission_margin", "retry_after_s",
                  "graceful_shutdown_s")
         return dict({n: getattr(self, n) for n in names}, log_level=logging.getLevelName(logging.getLogger().level).lower())

@@ -182,6 +182,8 @@ def test_a_killed_engine_gives_503_at_once_and_comes_back(models_dir):
     with running_server(models_dir, port=port) as base:
         [api] = processes(b"-m\0service", f"{port}".encode())
         [engine] = processes(b"engine.process", parent=api)  # the engine runs in its own process
+        # at a lower priority than the API process (engine_nice, default 10)
+        assert os.getpriority(os.PRIO_PROCESS, engine) == min(19, os.getpriority(os.PRIO_PROCESS, api) + 10)
         slow = {"text": ["Ein Hund rennt über die Wiese."] * 64, "beam_size": 8, "max_length": 250}  # seconds of work
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(post_json, base + "/v1/translate", slow)
@@ -204,6 +206,47 @@ def test_a_killed_engine_gives_503_at_once_and_comes_back(models_dir):
         assert post_json(base + "/v1/translate", {"text": "Hallo", "max_length": 5})[0] == 200
         metrics = urllib.request.urlopen(base + "/metrics").read().decode()
         assert "nmt_engine_restarts_total 1.0" in metrics
+
+
+def test_the_io_thread_answers_what_needs_no_step_while_the_main_thread_is_busy(translator):
+    """serve_calls screens calls on its own thread: here the main loop never runs (as if inside a
+    long step), yet a refusal comes back, the admitted call waits in the inbox, and the main
+    thread's replies are routed to their caller."""
+    import queue
+    import threading
+
+    import zmq
+
+    from engine.process import REPLIES_ADDRESS, serve_calls
+    from engine.protocol import dumps, loads
+
+    core = core_of(translator, max_queue_sentences=2)
+    context = zmq.Context()
+    calls, client = context.socket(zmq.ROUTER), context.socket(zmq.DEALER)
+    calls.bind("inproc://calls-test")
+    client.connect("inproc://calls-test")
+    replies_out, replies_in = context.socket(zmq.PUSH), context.socket(zmq.PULL)
+    replies_out.bind(REPLIES_ADDRESS)
+    replies_in.connect(REPLIES_ADDRESS)
+    inbox, done = queue.Queue(), threading.Event()
+    io = threading.Thread(target=serve_calls, args=(calls, replies_in, core, inbox, {"at": None}, done), daemon=True)
+    io.start()
+    try:
+        client.send(dumps(call(1, GERMAN[:2])))
+        assert inbox.get(timeout=5).id == 1  # admitted: for the main thread
+        client.send(dumps(call(2, GERMAN[:1])))  # 3 sentences > max_queue_sentences: refused right here
+        assert client.poll(5000)
+        refused = loads(client.recv())
+        assert refused.id == 2 and refused.error == REFUSED and inbox.empty()
+        replies_out.send_multipart([b"1", dumps(Reply(1, value="translated"))])
+        assert client.poll(5000) and loads(client.recv()).value == "translated"
+    finally:
+        done.set()
+        io.join(timeout=5)
+        for socket in (calls, client, replies_out, replies_in):
+            socket.close(linger=0)
+        context.term()
+    assert not io.is_alive()
 
 
 def test_several_api_workers_share_one_engine(models_dir):

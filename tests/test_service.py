@@ -154,6 +154,36 @@ def test_queue_full_is_503_with_retry_after(models_dir):
         assert c.post("/v1/translate", json={"text": "Hallo", **FAST}).status_code == 200
 
 
+def test_overload_seen_in_the_engine_status_is_refused_before_the_engine(models_dir, monkeypatch):
+    """The engine's last status says its admitted work takes 100 s: a request with a 30 s deadline
+    is refused by the API process itself (no tokenizing, no round trip); with admission off it is not."""
+    from service.engine import Engine
+
+    monkeypatch.setattr(Engine, "backlog_seconds", lambda self: 100.0)
+    with make_client(models_dir) as c:
+        wait_ready(c)
+        r = c.post("/v1/translate", json={"text": "Hallo", **FAST})
+        assert assert_error(r, 503, "overloaded") and r.headers["retry-after"] == "100"
+        assert c.post("/translate", json={"q": "Hallo", "source": "de", "target": "en"}).status_code == 503  # LibreTranslate too
+        metrics = c.get("/metrics").text
+        assert "nmt_refused_early_requests_total 2.0" in metrics and "nmt_engine_refused_calls_total 0.0" in metrics
+    with make_client(models_dir, admission=False) as c:
+        wait_ready(c)
+        assert c.post("/v1/translate", json={"text": "Hallo", **FAST}).status_code == 200
+
+
+def test_backlog_is_read_from_the_engine_status():
+    from types import SimpleNamespace
+
+    from service.engine import Engine
+
+    engine = Engine(SimpleNamespace(status=None))
+    assert engine.backlog_seconds() == 0.0 and engine.refusal(30.0, 0.8) is None
+    engine.client.status = SimpleNamespace(stats={"pending_units": 2500.0, "rate_units_per_second": 100.0})
+    assert engine.backlog_seconds() == 25.0
+    assert engine.refusal(30.0, 0.8).status == 503 and engine.refusal(30.0, 0.9) is None  # 25 s > 24 s, not > 27 s
+
+
 def test_request_past_its_deadline_is_504(models_dir):
     with make_client(models_dir, request_timeout_s=0.001) as c:
         wait_ready(c)

@@ -47,8 +47,12 @@ def request_timeout(state: ServiceState, request: Request) -> float:
 
 
 async def until_disconnected(request: Request) -> None:
-    while not await request.is_disconnected():
-        await asyncio.sleep(0.05)
+    """Returns when the client goes away. The body has been read, so the next ASGI message is
+    http.disconnect (the server sends it when the connection closes, or once the response is done);
+    awaiting it costs nothing while the request waits, where polling is_disconnected() for every
+    waiting request took about a quarter of the API process's CPU under a flood."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def with_deadline(state: ServiceState, request: Request, timeout: float, awaitable):
@@ -73,8 +77,11 @@ async def translate_texts(state: ServiceState, request: Request, source: str, ta
     deadline. Returns the model, the source token counts and per text its n-best (best first)."""
     engine = state.require_ready()
     model = state.model_for(source, target)
-    sources = state.check_texts(model, texts, param)
     timeout = request_timeout(state, request)
+    if state.settings.admission and (refusal := engine.refusal(timeout, state.settings.admission_margin)):
+        state.metrics.refused_early.inc()
+        raise refusal
+    sources = state.check_texts(model, texts, param)
     results = await with_deadline(state, request, timeout, engine.translate(model.id, sources, options, timeout))
     return model, [len(ids) for ids in sources], results
 
