@@ -216,16 +216,20 @@ def mixed(args, offline: Offline) -> str:
         alone_bodies = [{"text": t, "beam_size": 4, **SOURCE} for t in short[:48]]
         run_load(url, alone_bodies[:8], concurrency=1, processes=1)
         alone = p50(run_load(url, alone_bodies, concurrency=1, processes=1).latencies())
+        # the same short requests at the same concurrency without the long ones: what sharing the
+        # steps costs by itself (on a CPU a step's time grows with its rows)
+        only_short = p50(run_load(url, [b for b, k in zip(bodies, is_short) if k], concurrency=32, processes=args.clients).latencies())
         result = run_load(url, bodies, concurrency=32, processes=args.clients)
     finally:
         stop_server(proc)
     short_lat = result.latencies(indices=[i for i, s in enumerate(is_short) if s])
     long_lat = result.latencies(indices=[i for i, s in enumerate(is_short) if not s])
-    row = [f"{alone * 1000:.0f}", f"{p50(short_lat) * 1000:.0f}", f"{p50(short_lat) / alone:.2f}",
-           f"{p50(long_lat) * 1000:.0f}", result.counts().get(200, 0)]
+    row = [f"{alone * 1000:.0f}", f"{p50(short_lat) * 1000:.0f}", f"{p50(short_lat) / alone:.2f}", f"{only_short * 1000:.0f}",
+           f"{p50(short_lat) / only_short:.2f}", f"{p50(long_lat) * 1000:.0f}", result.counts().get(200, 0)]
     print(f"  mixed: {row}", file=sys.stderr)
     return ("### Mixed traffic: 10% long (60+ tokens), 90% short (<= 12 tokens), beam 4, concurrency 32\n\n"
-            + table(["short alone p50 ms", "short p50 ms in the mix", "ratio (goal <= 2)", "long p50 ms", "200s of 320"], [row]) + "\n")
+            + table(["short alone p50 ms", "short p50 ms in the mix", "ratio (goal <= 2)", "short only, concurrency 32, p50 ms",
+                     "mix / short only", "long p50 ms", "200s of 320"], [row]) + "\n")
 
 
 def single(args, offline: Offline) -> str:
@@ -260,6 +264,7 @@ def flood(args, offline: Offline) -> str:
         try:
             url = f"http://127.0.0.1:{args.port}/v1/translate"
             run_load(url, bodies[:1], concurrency=1, processes=1)  # warm-up
+            floor = burst_floor(args, len(bodies)) if admission else None
             finish = health_prober(f"http://127.0.0.1:{args.port}/health")
             result = run_load(url, bodies, concurrency=len(bodies), processes=args.clients, mode="burst")
             health = finish()
@@ -271,12 +276,30 @@ def flood(args, offline: Offline) -> str:
         rows.append(["on" if admission else "off", counts.get(200, 0), counts.get(503, 0) + counts.get(429, 0), counts.get(504, 0),
                      len(bodies) - sum(counts.get(c, 0) for c in (200, 429, 503, 504)),
                      f"{p50(refused) * 1000:.0f}" if refused else "-", f"{result.elapsed:.1f}",
-                     f"{delivered / (offline_rate * result.elapsed):.2f}", f"{max(health) * 1000:.0f}"])
+                     f"{delivered / (offline_rate * result.elapsed):.2f}", f"{max(health) * 1000:.0f}",
+                     f"{floor * 1000:.0f}" if floor is not None else "-"])
         print(f"  flood, admission {'on' if admission else 'off'}: {rows[-1]}", file=sys.stderr)
     return (f"### A flood: {args.flood} requests at once, 4 long sentences each, beam {args.flood_beam}, default settings\n\n"
             f"Offline engine on the same sentences (batch {offline.batch}): {offline_rate:.1f} sentences/s.\n\n"
             + table(["admission", "200", "503/429", "504", "other", "median refusal ms", "seconds until the last answer",
-                     "delivered / offline capacity for that time", "worst /health ms"], rows) + "\n")
+                     "delivered / offline capacity for that time", "worst /health ms",
+                     "floor: median of as many trivial requests at once, engine busy, ms"], rows)
+            + "\n\nThe floor: the same number of requests at once that the server answers without any work (POST /health, "
+              "405 from the router), while the engine runs other requests (concurrency 64, beam 4): what a burst of this "
+              "size costs the API process and the clients on this machine before any translation work.\n")
+
+
+def burst_floor(args, n: int) -> float:
+    """Median latency of n trivial requests at once (POST /health: 405 from the router, no work),
+    with the engine kept busy meanwhile by a closed loop of ordinary requests."""
+    base = f"http://127.0.0.1:{args.port}"
+    busy = [{"text": t, "beam_size": 4, **SOURCE} for t in test_sources("de")[:400]]
+    background = threading.Thread(target=run_load, args=(base + "/v1/translate", busy), kwargs=dict(concurrency=64, processes=1))
+    background.start()
+    time.sleep(1.0)
+    floor = p50(run_load(base + "/health", [{}] * n, concurrency=n, processes=args.clients, mode="burst").latencies(None))
+    background.join()
+    return floor
 
 
 def engine(args, offline: Offline) -> str:
