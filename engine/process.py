@@ -26,7 +26,7 @@ from pathlib import Path
 
 import zmq
 
-from .protocol import SHUTTING_DOWN, Cancel, EngineStatus, Reply, Translate, dumps, loads
+from .protocol import FAILED, SHUTTING_DOWN, Cancel, EngineStatus, Reply, dumps, loads
 
 log = logging.getLogger("engine")
 STATUS_INTERVAL_S = 0.1
@@ -64,16 +64,24 @@ def serve_calls(calls: zmq.Socket, replies: zmq.Socket, core, inbox: queue.Queue
                 identity, payload = calls.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            message = loads(payload)
+            try:
+                message = loads(payload)
+            except Exception:  # noqa: BLE001 - not one of our messages: nothing to answer it with
+                log.exception("an unreadable call was dropped")
+                continue
             if isinstance(message, Cancel):  # nothing is sent back for a cancelled call
                 routes.pop(str(message.id), None)
                 inbox.put(message)
                 continue
             routes[str(message.id)] = identity
-            if stopping["at"] is not None and isinstance(message, Translate):
+            if stopping["at"] is not None:  # the main loop may already have taken its last call
                 answer(Reply(message.id, error=SHUTTING_DOWN, message="the engine is shutting down"))
                 continue
-            settled = core.screen(message)
+            try:
+                settled = core.screen(message)
+            except Exception as exc:  # noqa: BLE001 - one bad call must not stop the thread every call goes through
+                log.exception("screening a call failed")
+                settled = [Reply(message.id, error=FAILED, message=str(exc))]
             if settled is None:
                 inbox.put(message)
             for reply in settled or ():
@@ -162,6 +170,8 @@ def run(config: dict) -> int:
         now = time.monotonic()
         if stopping["at"] is not None and inbox.empty() and (not core.calls or now - stopping["at"] > graceful):
             break
+        if not io.is_alive():  # no call could reach the core any more: exit, and the supervisor restarts it
+            raise RuntimeError("the engine's I/O thread stopped")
         replies: list[Reply] = []
         try:
             # block for calls only when nothing runs
