@@ -180,7 +180,7 @@ def throughput(args, offline: Offline) -> str:
             + table(["API workers", "search", "server req/s", f"offline sent/s (batch {args.batch})", "server / offline", "p50 ms",
                      "p99 ms", "200s", "client CPU ms/request", "engine busy share", "join / step / calls / results / io", "rows per step", "ms per step"], rows)
             + "\n\nEngine busy share: engine time in joins and steps over the run's time; then the shares of the run's time "
-              "the engine spent joining sentences (their encoder), stepping, taking calls in, making replies and in ZeroMQ "
+              "the engine spent joining sentences (their encoder), stepping, taking calls in, making replies and passing them to its I/O thread "
               "(the engine's own counters, from /metrics); rows per step: running rows per decoder step.\n")
 
 

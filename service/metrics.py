@@ -22,7 +22,8 @@ ENGINE_COUNTERS = {
                                           "1 - that = padding share"),
     "call_seconds": ("nmt_engine_call_seconds", "time spent taking calls in (checks, admission, queueing)"),
     "result_seconds": ("nmt_engine_result_seconds", "time spent turning finished sentences into replies"),
-    "io_seconds": ("nmt_engine_io_seconds", "time spent receiving calls and sending replies (ZeroMQ, pickling)"),
+    "io_seconds": ("nmt_engine_io_seconds", "main-thread time spent passing replies to the I/O thread (pickling, ZeroMQ); "
+                                                 "receiving and screening calls runs on the I/O thread, not counted here"),
     "sentences_joined": ("nmt_engine_sentences_joined", "sentences that joined a running batch"),
     "joins": ("nmt_engine_joins", "step boundaries at which sentences joined"),
     "admitted_units": ("nmt_admitted_work_units", "work admitted, in decode units (beam x (source + expected output tokens))"),
