@@ -1,0 +1,81 @@
+"""Signals that a translation is doubtful, per sentence, so a client can tell a trustworthy output from
+confident nonsense: the shipped models are small and trained on image captions, and given greetings or
+chat they answer things like "A morning morning morning morning".
+
+Each check is cheap and reads only the source and output text (and the engine's truncation bit). The
+thresholds were set on test_2016_flickr's outputs of the shipped models (`python -m bench.quality_flags`)
+so that in-domain translations are almost never flagged; the figures are in BENCHMARKS.md.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+REPETITION = "repetition"
+LENGTH_RATIO = "length_ratio"
+COPIED_SOURCE = "copied_source"
+TRUNCATED = "truncated"
+SPLIT = "split"
+
+FLAG_DESCRIPTIONS = {
+    REPETITION: "the output repeats a word or phrase, or a letter, in a run: typical of a model out of its domain",
+    LENGTH_RATIO: "the output's length is far from what the model gives for a source of this length",
+    COPIED_SOURCE: "the output is the source unchanged",
+    TRUNCATED: "the output was cut at max_length before the model ended it",
+    SPLIT: "the sentence was longer than the model handles well and was translated in pieces",
+}
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_LETTER_RUN = re.compile(r"(\w)\1{3,}", re.UNICODE)  # "rabbooooo": four or more of one letter
+
+# output words / source words on test_2016_flickr (de-en and en-de): 1st-99.9th percentile 0.5-2.0;
+# short sources vary more, so a fixed slack in words is allowed as well
+MIN_RATIO, MAX_RATIO, SLACK_WORDS = 0.4, 2.2, 3
+
+
+@dataclass(frozen=True)
+class SentenceFlags:
+    sentence: int  # index of the sentence in its text
+    source: str
+    text: str
+    flags: tuple[str, ...]
+
+
+def _words(text: str) -> list[str]:
+    return [w.casefold() for w in _WORD.findall(text)]
+
+
+def repeated_run(words: list[str], times: int = 3, longest: int = 4) -> bool:
+    """A word or phrase of up to `longest` words said `times` times in a row ("morning morning morning")."""
+    for n in range(1, longest + 1):
+        for start in range(0, len(words) - n * times + 1):
+            unit = words[start : start + n]
+            if all(words[start + k * n : start + (k + 1) * n] == unit for k in range(1, times)):
+                return True
+    return False
+
+
+def _plain(text: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFKC", text).casefold() if c.isalnum())
+
+
+def flags_for(source: str, output: str, *, truncated: bool = False, split: bool = False) -> tuple[str, ...]:
+    """The doubt flags of one translated sentence (empty when none)."""
+    found = []
+    src, out = _words(source), _words(output)
+    if repeated_run(out) and not repeated_run(src) or _LETTER_RUN.search(output) and not _LETTER_RUN.search(source):
+        found.append(REPETITION)
+    if src and out:
+        ratio = len(out) / len(src)
+        if (ratio > MAX_RATIO and len(out) - len(src) > SLACK_WORDS) or (ratio < MIN_RATIO and len(src) - len(out) > SLACK_WORDS):
+            found.append(LENGTH_RATIO)
+    elif src and not out:
+        found.append(LENGTH_RATIO)
+    if len(src) >= 2 and _plain(source) == _plain(output):
+        found.append(COPIED_SOURCE)
+    if truncated:
+        found.append(TRUNCATED)
+    if split:
+        found.append(SPLIT)
+    return tuple(found)
