@@ -24,10 +24,14 @@ serve: setup
 test: setup
 	$(PY) -m pytest -q
 
-# Translate German lines from stdin (or a few demo sentences) with the shipped model.
+# Translate lines from stdin with MODEL, or, with nothing piped in, a few demo sentences in its source language.
 translate: setup
-	@if [ -t 0 ]; then printf '%s\n' "Ein Mann fährt mit dem Fahrrad durch die Stadt." "Zwei Kinder spielen im Schnee."; else cat; fi \
-		| $(PY) -m model.translate --model $(MODEL)
+	@if [ -t 0 ]; then $(PY) -m model.translate --model $(MODEL) --demo; else $(PY) -m model.translate --model $(MODEL); fi
+
+# Score MODEL on Multi30k's test_2016_flickr; SRC and TGT default to the model's own languages.
+MODEL_LANGS = $(shell $(PY) -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c["source_lang"], c["target_lang"])' $(MODEL)/config.json 2>/dev/null)
+SRC ?= $(word 1,$(MODEL_LANGS))
+TGT ?= $(word 2,$(MODEL_LANGS))
 
 evaluate: setup
 	$(PY) -m model.evaluate --model $(MODEL) --src $(DATA)/test_2016_flickr.$(SRC).gz --ref $(DATA)/test_2016_flickr.$(TGT).gz

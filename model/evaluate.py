@@ -15,6 +15,7 @@ import time
 
 import sacrebleu
 
+from .cli import add_load_options, check_files, check_model, fail, load_translator, positive_int, user_errors
 from .data import read_lines
 from .translator import Translator
 
@@ -47,24 +48,28 @@ def evaluate(translator: Translator, sources: list[str], references: list[str], 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nmt-evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True)
+    add_load_options(parser)
     parser.add_argument("--src", required=True, help="source file (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference file (plain or .gz)")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"])
-    parser.add_argument("--quantization", default="none", choices=["none", "int8"])
-    parser.add_argument("--step-mode", default="auto", choices=["auto", "eager", "static"],
-                        help="auto: the static decoder (CUDA graphs) on CUDA, the eager search on CPU; eager: always the eager search")
+    parser.add_argument("--beam-size", type=positive_int, default=4)
+    parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--output", help="also write the translations here")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    translator = Translator.load(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization,
-                                 step_mode=args.step_mode)
-    sources, references = read_lines(args.src), read_lines(args.ref)
+    # every input checked before the model loads and the test set is translated, the slow parts
+    check_model(parser, args.model)
+    check_files(parser, {"--src": args.src, "--ref": args.ref})
+    texts = []
+    for flag, path in (("--src", args.src), ("--ref", args.ref)):
+        with user_errors(parser, OSError, UnicodeDecodeError, EOFError, about=f"{flag} {path}"):  # a corrupt .gz, not UTF-8
+            texts.append(read_lines(path))
+    sources, references = texts
     if len(sources) != len(references):
-        raise SystemExit(f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)}")
+        fail(parser, f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)}")
+    if args.output:
+        with user_errors(parser, OSError):
+            open(args.output, "w").close()
+    translator = load_translator(parser, args)
     report = evaluate(translator, sources, references, beam_size=args.beam_size, batch_size=args.batch_size)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

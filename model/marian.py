@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointError, CheckpointInfo, load_checkpoint, save_checkpoint
+from .cli import user_errors
 from .config import ModelConfig
 from .transformer import Transformer, sinusoidal_table
 
@@ -183,6 +184,8 @@ def sentencepiece_vocab(spm_file: Path) -> dict[str, int]:
 
 def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str, target_lang: str) -> Path:
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    if not hf_dir.is_dir():
+        raise FileNotFoundError(f"MarianMT directory not found: {hf_dir}")
     hf_config = json.loads((hf_dir / "config.json").read_text())
     if (hf_dir / "model.safetensors").is_file():
         hf_state = load_file(str(hf_dir / "model.safetensors"))
@@ -241,10 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("our_dir")
     exp.add_argument("out_dir")
     args = parser.parse_args(argv)
-    if args.command == "import":
-        print(import_marian(args.hf_dir, args.out_dir, args.source_lang, args.target_lang))
-    else:
-        print(export_marian(args.our_dir, args.out_dir))
+    # OSError: a missing directory or file; ValueError/KeyError: a model the conversion cannot express
+    with user_errors(parser, CheckpointError, OSError, ValueError, KeyError):
+        if args.command == "import":
+            print(import_marian(args.hf_dir, args.out_dir, args.source_lang, args.target_lang))
+        else:
+            print(export_marian(args.our_dir, args.out_dir))
     return 0
 
 

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint
+from .cli import check_files, fail, user_errors
 from .config import ModelConfig
 from .data import collate, read_parallel, token_batches, tokenize_parallel
 from .inference.engine import Engine
@@ -86,8 +87,8 @@ class TrainConfig:
     export_only: int = 0  # 1 = do not train: export the best checkpoints of run_dir as they are now
 
     @classmethod
-    def from_args(cls, argv: list[str] | None = None) -> "TrainConfig":
-        parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    def build_parser(cls) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog="nmt-train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
         parser.add_argument("--config", help="JSON file of TrainConfig keys; flags override it")
         for f in dataclasses.fields(cls):
             flag = "--" + f.name.replace("_", "-")
@@ -96,14 +97,37 @@ class TrainConfig:
             else:
                 kind = {"int": int, "float": float, "str": str}[f.type]
                 parser.add_argument(flag, type=kind, default=None)
+        return parser
+
+    @classmethod
+    def from_args(cls, argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> "TrainConfig":
+        """The config of a command line, or a one-line error for a bad --config file, missing data or impossible
+        model: found now, not after minutes of tokenizer training."""
+        parser = parser or cls.build_parser()
         args = parser.parse_args(argv)
         values = {}
         if args.config:
-            values.update(json.loads(Path(args.config).read_text()))
+            check_files(parser, {"--config": args.config})
+            with user_errors(parser, OSError, ValueError, about=f"--config {args.config}"):  # ValueError: not JSON, or not UTF-8
+                values = json.loads(Path(args.config).read_text(encoding="utf-8"))
+            if not isinstance(values, dict):
+                fail(parser, f"--config {args.config}: not a JSON object of TrainConfig keys")
+            unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+            if unknown:
+                fail(parser, f"--config {args.config}: unknown keys {unknown}")
         values.update({k: v for k, v in vars(args).items() if k != "config" and v is not None})
         if "adam_betas" in values:
             values["adam_betas"] = tuple(values["adam_betas"])
-        return cls(**values)
+        cfg = cls(**values)
+        data = {"--" + name.replace("_", "-"): getattr(cfg, name) for name in ("train_src", "train_tgt", "valid_src", "valid_tgt")}
+        missing = [flag for flag, path in data.items() if not path]
+        if missing:
+            fail(parser, f"{', '.join(missing)} required (flags or keys of --config)")
+        check_files(parser, {**data, "--spm-model": cfg.spm_model})
+        with user_errors(parser, AssertionError):  # ModelConfig's checks (d_model divisible by n_heads, ...)
+            ModelConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, activation=cfg.activation,
+                        norm_placement=cfg.norm_placement)
+        return cfg
 
 
 def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
@@ -420,11 +444,10 @@ class Trainer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg = TrainConfig.from_args(argv)
-    for name in ("train_src", "train_tgt", "valid_src", "valid_tgt"):
-        if not getattr(cfg, name):
-            raise SystemExit(f"--{name.replace('_', '-')} is required")
-    trainer = Trainer(cfg)
+    parser = TrainConfig.build_parser()
+    cfg = TrainConfig.from_args(argv, parser)
+    with user_errors(parser, ValueError):  # training or validation sides of different lengths
+        trainer = Trainer(cfg)
     if cfg.export_only:
         trainer.export()
     else:

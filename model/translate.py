@@ -1,6 +1,10 @@
 """Command-line translator: source lines on stdin, translations on stdout, one per line, in order.
 
     python -m model.translate --model checkpoints/de-en < input.de > output.en
+    python -m model.translate --model checkpoints/en-de --demo
+
+--demo translates a few built-in sentences in the model's source language instead of reading stdin,
+and prints each with its translation.
 """
 from __future__ import annotations
 
@@ -9,52 +13,62 @@ import sys
 
 from tqdm import tqdm
 
-from .checkpoint import CheckpointError
-from .translator import Translator
+from .cli import add_load_options, check_model, fail, load_translator, non_negative_int, positive_int
+
+# `make translate` with nothing piped in; one list per source language a shipped model reads
+DEMO_SENTENCES = {
+    "de": ["Ein Mann fährt mit dem Fahrrad durch die Stadt.", "Zwei Kinder spielen im Schnee."],
+    "en": ["A man rides a bicycle through the city.", "Two children are playing in the snow."],
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nmt-translate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="checkpoint directory")
-    parser.add_argument("--beam-size", type=int, default=4, help="1 = greedy (default 4)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per model batch (default 64)")
-    parser.add_argument("--max-length", type=int, default=None, help="cap on generated tokens (default: 1.5 x source + 10)")
+    add_load_options(parser)
+    parser.add_argument("--beam-size", type=positive_int, default=4, help="1 = greedy (default 4)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per model batch (default 64)")
+    parser.add_argument("--max-length", type=positive_int, default=None, help="cap on generated tokens (default: 1.5 x source + 10)")
     parser.add_argument("--length-penalty", type=float, default=1.0)
-    parser.add_argument("--no-repeat-ngram-size", type=int, default=0)
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
-    parser.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"], help="default: float32 on CPU, float16 on CUDA")
-    parser.add_argument("--quantization", default="none", choices=["none", "int8"],
-                        help="int8: quantized Linear layers, faster on CPU at a small BLEU cost (see the model card)")
-    parser.add_argument("--step-mode", default="auto", choices=["auto", "eager", "static"],
-                        help="auto: the static decoder (CUDA graphs) on CUDA, the eager search on CPU; eager: always the eager search")
-    parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--no-repeat-ngram-size", type=non_negative_int, default=0)
+    parser.add_argument("--threads", type=non_negative_int, default=0, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--progress", choices=["auto", "always", "never"], default="auto", help="progress bar on stderr (auto: when stdin is not a terminal)")
+    parser.add_argument("--demo", action="store_true", help="translate built-in sentences in the model's source language, not stdin")
     return parser
+
+
+def demo_sentences(parser: argparse.ArgumentParser, model_dir: str) -> tuple[list[str], str, str]:
+    """The demo lines for this model's source language, and its (source, target) languages, before any weights load."""
+    info = check_model(parser, model_dir)
+    if info.source_lang not in DEMO_SENTENCES:
+        fail(parser, f"no demo sentences in {info.source_lang!r} (the source language of {model_dir}); "
+                     f"there are some in {', '.join(sorted(DEMO_SENTENCES))}: pipe your own lines in instead")
+    return DEMO_SENTENCES[info.source_lang], info.source_lang, info.target_lang
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    demo = demo_sentences(parser, args.model) if args.demo else None
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    try:
-        translator = Translator.load(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization,
-                                     step_mode=args.step_mode)
-    except (CheckpointError, ValueError) as exc:  # a bad checkpoint or option: one line, not a traceback
-        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    translator = load_translator(parser, args)
+    options = dict(beam_size=args.beam_size, max_length=args.max_length, length_penalty=args.length_penalty,
+                   no_repeat_ngram_size=args.no_repeat_ngram_size, max_batch_size=args.batch_size)
+    if demo is not None:
+        lines, source_lang, target_lang = demo
+        for line, result in zip(lines, translator.translate(lines, **options)):
+            print(f"{source_lang}: {line}\n{target_lang}: {result.text}")
+        return 0
     lines = [line.rstrip("\n") for line in sys.stdin]
     show = args.progress == "always" or (args.progress == "auto" and not sys.stdin.isatty())
     # chunks of several batches: the translator sorts each chunk by length, the bar moves per chunk
-    chunk = max(args.batch_size * 8, 1)
+    chunk = args.batch_size * 8
     with tqdm(total=len(lines), unit="sent", disable=not show, file=sys.stderr, dynamic_ncols=True) as bar:
         for start in range(0, len(lines), chunk):
             part = lines[start : start + chunk]
-            results = translator.translate(
-                part, beam_size=args.beam_size, max_length=args.max_length, length_penalty=args.length_penalty,
-                no_repeat_ngram_size=args.no_repeat_ngram_size, max_batch_size=args.batch_size,
-            )
+            results = translator.translate(part, **options)
             sys.stdout.write("".join(r.text + "\n" for r in results))
             sys.stdout.flush()
             bar.update(len(part))

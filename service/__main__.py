@@ -8,13 +8,18 @@ import argparse
 import logging
 import sys
 
+from pydantic import ValidationError
+
 from engine.models import discover
+from model.cli import describe, fail
 
 from .settings import Settings
 
+PROG = "python -m service"
+
 
 def parse_settings(argv: list[str] | None = None) -> Settings:
-    parser = argparse.ArgumentParser(prog="python -m service", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
         if field.annotation is bool:
@@ -25,7 +30,12 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     args = vars(parser.parse_args(argv))
     level = args.pop("log_level")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return Settings(**{k: v for k, v in args.items() if v is not None})
+    try:
+        return Settings(**{k: v for k, v in args.items() if v is not None})
+    except ValidationError as exc:  # pydantic's report is a page long: one line, naming each bad value's flag and variable
+        names = [".".join(map(str, e["loc"])) for e in exc.errors()]
+        fail(parser, "; ".join(f"--{name.replace('_', '-')} (NMT_{name.upper()}) {e['input']!r}: {e['msg']}"
+                               for name, e in zip(names, exc.errors())))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         discover(settings.models_dir)  # fail at once on a wrong path rather than serve 503 forever
         settings.keys()
     except (FileNotFoundError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {describe(exc)}", file=sys.stderr)
         return 2
     if settings.workers > 1:
         return serve_workers(settings)

@@ -1,0 +1,171 @@
+"""Every command-line entry point reports bad input as one line on stderr (`prog: error: ...`) and exit status 2,
+never a traceback; `--demo` (what `make translate` runs with nothing piped in) speaks the model's source language.
+
+Each command runs once in a subprocess, as a user runs it; the other bad inputs call its main() in this process,
+which is what the subprocess would run, without paying for another interpreter and torch import each.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from model import evaluate, marian, train, translate
+from model.translate import DEMO_SENTENCES
+
+from conftest import ROOT
+
+DE_EN = str(ROOT / "checkpoints" / "de-en")  # pre-norm, so MarianMT export refuses it
+EN_DE = str(ROOT / "checkpoints" / "en-de")
+
+
+def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=ROOT, input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def module(name: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return run(sys.executable, "-m", name, *args, stdin=stdin)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, prog: str, *needles: str) -> None:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert_one_line(proc.stderr, prog, *needles)
+
+
+def assert_one_line(stderr: str, prog: str, *needles: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(f"{prog}: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def main_error(capsys, command, argv: list[str], prog: str, *needles: str) -> None:
+    """command.main(argv) stops with status 2 and one error line (any other exception fails the test with its traceback)."""
+    with pytest.raises(SystemExit) as stopped:
+        command.main(argv)
+    assert stopped.value.code == 2
+    assert_one_line(capsys.readouterr().err, prog, *needles)
+
+
+@pytest.fixture
+def french_model(tmp_path):
+    """A checkpoint whose config names a source language with no demo sentences (config only: no weights load)."""
+    config = json.loads((ROOT / "checkpoints" / "en-de" / "config.json").read_text())
+    config["source_lang"] = "fr"
+    (tmp_path / "fr-de").mkdir()
+    (tmp_path / "fr-de" / "config.json").write_text(json.dumps(config))
+    return str(tmp_path / "fr-de")
+
+
+def test_evaluate_missing_source_file(tmp_path):
+    proc = module("model.evaluate", "--model", DE_EN, "--src", str(tmp_path / "nope.de"), "--ref", str(tmp_path / "nope.en"))
+    assert_one_line_error(proc, "nmt-evaluate", "--src", "nope.de")
+
+
+def test_evaluate_other_bad_inputs(tmp_path, capsys):
+    (tmp_path / "two.de").write_text("a\nb\n")
+    (tmp_path / "one.en").write_text("a\n")
+    (tmp_path / "bad.de.gz").write_text("not gzip\n")
+    one = str(tmp_path / "one.en")
+    main_error(capsys, evaluate, ["--model", str(tmp_path / "nowhere"), "--src", one, "--ref", one], "nmt-evaluate", "nowhere")
+    main_error(capsys, evaluate, ["--model", DE_EN, "--src", str(tmp_path / "two.de"), "--ref", one], "nmt-evaluate", "2 lines")
+    main_error(capsys, evaluate, ["--model", DE_EN, "--src", str(tmp_path / "bad.de.gz"), "--ref", one], "nmt-evaluate", "bad.de.gz")
+    main_error(capsys, evaluate, ["--model", DE_EN, "--src", one, "--ref", one, "--output", str(tmp_path / "no" / "out")],
+               "nmt-evaluate", "out")
+
+
+def test_marian_import_missing_directory(tmp_path):
+    proc = module("model.marian", "import", str(tmp_path / "nope"), str(tmp_path / "out"), "--source-lang", "de", "--target-lang", "en")
+    assert_one_line_error(proc, "nmt-marian", "nope")
+    assert not (tmp_path / "out").exists()
+
+
+def test_marian_export_refuses_a_pre_norm_model(tmp_path, capsys):
+    main_error(capsys, marian, ["export", DE_EN, str(tmp_path / "out")], "nmt-marian", "pre-norm")
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "empty").mkdir()
+    main_error(capsys, marian, ["import", str(tmp_path / "empty"), str(tmp_path / "out"), "--source-lang", "de", "--target-lang", "en"],
+               "nmt-marian", "config.json")
+
+
+def test_translate_missing_model(tmp_path):
+    proc = module("model.translate", "--model", str(tmp_path / "nowhere"), stdin="Hallo\n")
+    assert_one_line_error(proc, "nmt-translate", "nowhere")
+
+
+def test_translate_demo_errors(tmp_path, capsys, french_model):
+    main_error(capsys, translate, ["--model", str(tmp_path / "nowhere"), "--demo"], "nmt-translate", "nowhere")
+    main_error(capsys, translate, ["--model", french_model, "--demo"], "nmt-translate", "'fr'")
+
+
+@pytest.mark.parametrize("flags", [["--beam-size", "0"], ["--threads", "-1"], ["--device", "nonsense"]])
+def test_translate_bad_option_value(capsys, flags):
+    # argparse's own report: the usage, then one error line naming the flag
+    with pytest.raises(SystemExit) as stopped:
+        translate.main(["--model", DE_EN, *flags])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"nmt-translate: error: argument {flags[0]}")
+
+
+def test_translate_demo_uses_the_model_source_language(capsys):
+    proc = module("model.translate", "--model", EN_DE, "--demo", "--beam-size", "1", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0::2] == [f"en: {line}" for line in DEMO_SENTENCES["en"]]
+    assert all(line.startswith("de: ") for line in proc.stdout.splitlines()[1::2])
+    # and the other way round
+    assert translate.main(["--model", DE_EN, "--demo", "--beam-size", "1", "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0::2] == [f"de: {line}" for line in DEMO_SENTENCES["de"]]
+    assert len(lines) == 2 * len(DEMO_SENTENCES["de"]) and all(line.startswith("en: ") for line in lines[1::2])
+
+
+def test_train_missing_config_file(tmp_path):
+    proc = module("model.train", "--config", str(tmp_path / "nope.json"), "--run-dir", str(tmp_path / "run"))
+    assert_one_line_error(proc, "nmt-train", "--config", "nope.json")
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_other_bad_inputs(tmp_path, capsys):
+    (tmp_path / "train.json").write_text('{"learning_rate": 0.1}')
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "exists.txt").write_text("a\n")
+    data = str(tmp_path / "exists.txt")
+    run_dir = ["--run-dir", str(tmp_path / "run")]
+    main_error(capsys, train, ["--config", str(tmp_path / "train.json"), *run_dir], "nmt-train", "learning_rate")
+    main_error(capsys, train, ["--config", str(tmp_path / "broken.json"), *run_dir], "nmt-train", "broken.json")
+    main_error(capsys, train, run_dir, "nmt-train", "--train-src", "required")
+    main_error(capsys, train, ["--train-src", data, "--train-tgt", str(tmp_path / "nope.en"), "--valid-src", data, "--valid-tgt", data,
+                               *run_dir], "nmt-train", "--train-tgt", "nope.en")
+    main_error(capsys, train, [*(arg for flag in ("--train-src", "--train-tgt", "--valid-src", "--valid-tgt") for arg in (flag, data)),
+                               "--d-model", "256", "--n-heads", "3", *run_dir], "nmt-train", "n_heads")
+    assert not (tmp_path / "run").exists()  # every one found before anything was created
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--models-dir", "/nonexistent/models"], "/nonexistent/models"),
+    (["--port", "eighty"], "--port"),
+])
+def test_service_bad_settings(flags, needle):
+    proc = module("service", *flags)
+    assert_one_line_error(proc, "python -m service", needle)
+
+
+# make: `-o setup` keeps it from (re)installing the virtual environment, PY= runs this interpreter
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_make_evaluate_without_data():
+    proc = run("make", "-s", "-o", "setup", "evaluate", f"PY={sys.executable}", "DATA=/nonexistent", "SRC=de", "TGT=en")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if not line.startswith("make")]
+    assert errors == ["nmt-evaluate: error: --src /nonexistent/test_2016_flickr.de.gz: no such file"], proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_make_evaluate_takes_languages_from_the_model():
+    proc = run("make", "-n", "-o", "setup", "evaluate", f"PY={sys.executable}", "MODEL=checkpoints/en-de", "DATA=d")
+    assert "--src d/test_2016_flickr.en.gz --ref d/test_2016_flickr.de.gz" in proc.stdout, proc.stdout + proc.stderr
