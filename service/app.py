@@ -15,6 +15,7 @@ from engine.protocol import EngineStatus
 from engine.supervisor import EngineSupervisor
 
 from .engine import Engine
+from .docs import install_docs
 from .engine_client import EngineClient
 from .errors import install_handlers
 from .middleware import BodySizeLimit, MetricsMiddleware
@@ -95,7 +96,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         description="Translation with from-scratch Transformer models: continuous batching in an engine process, "
         "attention maps, LibreTranslate-compatible endpoints, health and Prometheus metrics. Every error has the shape "
         '{"error": {"type", "message", "param"}}.',
-        lifespan=lifespan,
+        lifespan=lifespan, docs_url=None, redoc_url=None,  # install_docs serves them without a CDN
     )
     app.state.service = state
     install_handlers(app)
@@ -104,6 +105,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
     app.include_router(health.router)
     app.include_router(ui.router)
     ui.mount_viewer(app)
+    install_docs(app)
 
     # the last added is the outermost: CORS, then metrics (sees every status), then the body limit
     app.add_middleware(BodySizeLimit, max_bytes=state.settings.max_body_bytes)

@@ -63,25 +63,75 @@ def heatmap_weights(page) -> list[str]:
     return page.eval_on_selector_all("#heatmap rect.cell", "cells => cells.map(c => c.dataset.weight)")
 
 
+def show_attention(page) -> None:
+    """Click "Show attention" and wait for the maps; a failure shows the message the page shows."""
+    page.click("#run")
+    page.wait_for_selector("#result:not([hidden]), #error:not([hidden])")
+    assert page.is_hidden("#error"), page.text_content("#error")
+
+
+def shown(token: str) -> str:
+    """A token as the viewer labels it: without sentencepiece's word-start marker, a lone one as ␣."""
+    rest = token[1:] if token.startswith("▁") else token
+    return "␣" if token and not rest else rest.replace("▁", "␣")
+
+
+def labels(page, selector: str) -> list[str]:
+    return page.eval_on_selector_all(selector, "t => t.map(x => x.textContent)")
+
+
 def test_translation_and_heatmap_appear(page, server):
     page.fill("#source", SOURCE)
-    page.click("#run")
-    page.wait_for_selector("#result:not([hidden])")
+    show_attention(page)
     expected = attention_from_api(server, SOURCE)
     assert page.text_content("#translation") == expected["translation"]
-    rows = page.eval_on_selector_all("#heatmap text.row-label", "t => t.map(x => x.textContent)")
-    cols = page.eval_on_selector_all("#heatmap text.col-label", "t => t.map(x => x.textContent)")
-    assert rows == expected["target_tokens"] and cols == expected["source_tokens"]
+    rows, cols = labels(page, "#heatmap text.row-label"), labels(page, "#heatmap text.col-label")
+    assert rows == [shown(t) for t in expected["target_tokens"]] and cols == [shown(t) for t in expected["source_tokens"]]
+    assert any(t.startswith("▁") for t in expected["source_tokens"])  # so the labels below had markers to drop
     assert len(heatmap_weights(page)) == len(rows) * len(cols)
     assert page.locator("#alignment line.link").count() == len(rows)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "attention-viewer.png"), full_page=True)
 
 
+def test_token_labels_have_no_word_marker(page):
+    page.fill("#source", SOURCE)
+    show_attention(page)
+    for view in ("cross", "decoder_self", "encoder_self"):
+        page.select_option("#view", view)
+        texts = labels(page, "#heatmap text.row-label, #heatmap text.col-label, #alignment text")
+        assert texts and not [t for t in texts if "▁" in t], view
+        assert all(t.strip() for t in texts)  # a piece that is only a space still shows something
+        page.hover("#heatmap rect.cell >> nth=0")
+        assert "▁" not in page.text_content("#tooltip")
+
+
+def test_heatmap_has_a_colour_legend_from_zero_to_the_largest_weight(page):
+    page.fill("#source", SOURCE)
+    show_attention(page)
+    for average in (False, True):  # averaging over heads lowers the largest weight: the scale follows it
+        page.set_checked("#average", average)
+        legend = page.locator("#heatmap svg g.legend")
+        assert legend.count() == 1 and legend.locator("rect.legend-bar").count() == 1
+        weights = [float(w) for w in heatmap_weights(page)]
+        top = float(legend.get_attribute("data-max"))
+        assert abs(top - max(weights)) < 1e-4
+        ticks = labels(page, "#heatmap g.legend text.legend-tick")
+        assert ticks[0] == "0" and abs(float(ticks[-1]) - top) <= 0.005
+        # the darkest cell has the colour at the top end of the bar
+        stops = page.eval_on_selector_all("#legend-gradient stop", "s => s.map(x => x.getAttribute('stop-color'))")
+        fills = page.eval_on_selector_all("#heatmap rect.cell", "cells => cells.map(c => c.getAttribute('fill'))")
+        assert fills[weights.index(max(weights))] == stops[-1]
+    # the legend travels with the downloaded SVG
+    with page.expect_download() as info:
+        page.click("#download")
+    svg = Path(info.value.path()).read_text()
+    assert 'class="legend"' in svg and "legend-gradient" in svg
+
+
 def test_switching_layer_head_and_average_changes_the_heatmap(page):
     page.fill("#source", SOURCE)
-    page.click("#run")
-    page.wait_for_selector("#result:not([hidden])")
+    show_attention(page)
     page.select_option("#layer", "0")
     page.select_option("#head", "0")
     first = heatmap_weights(page)
@@ -99,8 +149,7 @@ def test_switching_layer_head_and_average_changes_the_heatmap(page):
 
 def test_hover_shows_tokens_and_weight(page):
     page.fill("#source", SOURCE)
-    page.click("#run")
-    page.wait_for_selector("#result:not([hidden])")
+    show_attention(page)
     page.hover("#heatmap rect.cell >> nth=0")
     tip = page.text_content("#tooltip")
     assert "→" in tip and any(ch.isdigit() for ch in tip)
@@ -109,8 +158,7 @@ def test_hover_shows_tokens_and_weight(page):
 def test_forced_decoding_and_svg_download(page):
     page.fill("#source", SOURCE)
     page.fill("#target", "Two dogs play in the snow.")
-    page.click("#run")
-    page.wait_for_selector("#result:not([hidden])")
+    show_attention(page)
     assert page.text_content("#translation") == "Two dogs play in the snow."
     with page.expect_download() as info:
         page.click("#download")
@@ -143,7 +191,6 @@ def test_viewer_works_behind_an_api_key(browser, models_dir):
         page.dispatch_event("#apikey", "change")
         page.wait_for_function("document.querySelectorAll('#pair option').length >= 2")
         page.fill("#source", SOURCE)
-        page.click("#run")
-        page.wait_for_selector("#result:not([hidden])")
+        show_attention(page)
         assert page.is_hidden("#error")
         context.close()

@@ -74,18 +74,28 @@ function selectHeads(perHead) {
   return perHead[Number($("head").value)];
 }
 
+// sentencepiece marks a word's start with ▁, which reads as noise on a label: drop it; a piece that is
+// only the marker (a lone space) still needs something visible to hover
+const SPACE = "␣";
+function shown(token) {
+  const rest = token.startsWith("▁") ? token.slice(1) : token;
+  return token && !rest ? SPACE : rest.replaceAll("▁", SPACE);
+}
+
 // the matrix on screen: rows x cols of weights, with their token labels
 function currentMatrix() {
   const view = $("view").value;
   const layer = Number($("layer").value);
   const matrix = selectHeads(data[view][layer]);
-  const rows = view === "encoder_self" ? data.source_tokens : data.target_tokens;
-  const cols = view === "decoder_self" ? data.target_tokens : data.source_tokens;
+  const rows = (view === "encoder_self" ? data.source_tokens : data.target_tokens).map(shown);
+  const cols = (view === "decoder_self" ? data.target_tokens : data.source_tokens).map(shown);
   return {matrix, rows, cols, view, layer};
 }
 
-function color(weight) {
-  const light = Math.round(97 - 70 * Math.min(1, Math.max(0, weight)));
+// `share` in 0..1 of the colour scale; the scale runs to the largest weight on screen, so that diffuse
+// maps (averaged heads, self-attention) are not all pale
+function color(share) {
+  const light = Math.round(97 - 70 * Math.min(1, Math.max(0, share)));
   return `hsl(214, 80%, ${light}%)`;
 }
 
@@ -96,11 +106,33 @@ function el(name, attrs, text) {
   return node;
 }
 
+const LEGEND = {width: 220, bar: 12, height: 58};
+
+// the colour scale, in the SVG itself so that a downloaded heatmap keeps it
+function drawLegend(svg, x, y, max) {
+  const gradient = el("linearGradient", {id: "legend-gradient", x1: 0, x2: 1, y1: 0, y2: 0});
+  for (let i = 0; i <= 10; i++) gradient.appendChild(el("stop", {offset: i / 10, "stop-color": color(i / 10)}));
+  svg.appendChild(el("defs", {})).appendChild(gradient);
+  const legend = svg.appendChild(el("g", {class: "legend", "data-max": max, "font-size": "12", fill: "#1d2430"}));
+  legend.appendChild(el("text", {x, y: y + 12, class: "legend-title"}, "attention weight"));
+  legend.appendChild(el("rect", {x, y: y + 20, width: LEGEND.width, height: LEGEND.bar, fill: "url(#legend-gradient)",
+                                 stroke: "#8a93a3", "stroke-width": 0.5, class: "legend-bar"}));
+  [0, 0.5, 1].forEach((share) => {
+    const tx = x + share * LEGEND.width;
+    legend.appendChild(el("line", {x1: tx, x2: tx, y1: y + 20 + LEGEND.bar, y2: y + 24 + LEGEND.bar, stroke: "#5a6372"}));
+    const anchor = share === 0 ? "start" : share === 1 ? "end" : "middle";
+    legend.appendChild(el("text", {x: tx, y: y + 37 + LEGEND.bar, "text-anchor": anchor, class: "legend-tick"},
+                          share === 0 ? "0" : (share * max).toFixed(2)));
+  });
+}
+
 function drawHeatmap() {
   const {matrix, rows, cols, view, layer} = currentMatrix();
   const left = 12 + 8 * Math.max(...rows.map((t) => t.length));
   const top = 12 + 8 * Math.max(...cols.map((t) => t.length));
-  const svg = el("svg", {xmlns: SVG, width: left + CELL * cols.length + 10, height: top + CELL * rows.length + 10,
+  const max = Math.max(...matrix.flat()) || 1;
+  const bottom = top + CELL * rows.length + 10;
+  const svg = el("svg", {xmlns: SVG, width: Math.max(left + CELL * cols.length, left + LEGEND.width) + 10, height: bottom + LEGEND.height,
                          "data-view": view, "data-layer": layer, "font-family": "sans-serif", "font-size": "13"});
   svg.appendChild(el("rect", {x: 0, y: 0, width: "100%", height: "100%", fill: "white"}));
   cols.forEach((token, c) => {
@@ -110,19 +142,20 @@ function drawHeatmap() {
   rows.forEach((token, r) => {
     svg.appendChild(el("text", {x: left - 6, y: top + r * CELL + CELL / 2 + 4, "text-anchor": "end", class: "row-label"}, token));
     matrix[r].forEach((weight, c) => {
-      const cell = el("rect", {x: left + c * CELL, y: top + r * CELL, width: CELL - 1, height: CELL - 1, fill: color(weight),
+      const cell = el("rect", {x: left + c * CELL, y: top + r * CELL, width: CELL - 1, height: CELL - 1, fill: color(weight / max),
                                class: "cell", "data-row": r, "data-col": c, "data-weight": weight.toFixed(4)});
       cell.appendChild(el("title", {}, `${token} → ${cols[c]}: ${weight.toFixed(3)}`));
       svg.appendChild(cell);
     });
   });
+  drawLegend(svg, left, bottom, max);
   $("heatmap").replaceChildren(svg);
 }
 
 function drawAlignment() {
   const layer = Math.min(Number($("layer").value), data.cross.length - 1);
   const cross = selectHeads(data.cross[layer]);
-  const src = data.source_tokens, tgt = data.target_tokens;
+  const src = data.source_tokens.map(shown), tgt = data.target_tokens.map(shown);
   const width = 10 + 90 * Math.max(src.length, tgt.length);
   const svg = el("svg", {xmlns: SVG, width, height: 140, "font-family": "sans-serif", "font-size": "13"});
   const xs = (n, i) => 45 + i * ((width - 90) / Math.max(1, n - 1));
