@@ -71,6 +71,7 @@ class _Call:
     left: int  # sentences not finished
     reservation: tuple[float, int]  # admitted work units and sentences, released when the call leaves
     source_tokens: list[int]  # per text, eos excluded (0 for empty texts)
+    max_lengths: list[int] = field(default_factory=list)  # per text, tokens it may generate (eos included)
     groups: set = field(default_factory=set)  # the keys of the groups its sentences run in
 
 
@@ -242,7 +243,9 @@ class EngineCore:
         search_options = SearchOptions(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses,
                                        max_length=options.max_length, length_penalty=options.length_penalty)
         limits = self._length_limits(translator, [sources[i] for i in todo], search_options)
+        state.max_lengths = [0] * len(sources)
         for i, limit in zip(todo, limits):
+            state.max_lengths[i] = limit
             sentence = Sentence((call.id, i), sources[i], limit, options.length_penalty, options.num_hypotheses)
             key, group = self._group_for(call.model, options.beam_size, sentence)
             state.groups.add(key)
@@ -442,7 +445,7 @@ class EngineCore:
                 continue
             translator = self.models[state.message.model]
             options = state.message.options
-            state.results[index] = [self._translation(translator, h, options) for h in hyps]
+            state.results[index] = [self._translation(translator, h, options, state.max_lengths[index]) for h in hyps]
             state.left -= 1
             n_src = state.source_tokens[index]
             n_out = len(hyps[0].tokens) + 1
@@ -460,10 +463,11 @@ class EngineCore:
         return replies
 
     @staticmethod
-    def _translation(translator: Translator, h: Hypothesis, options: DecodeOptions) -> Translation:
+    def _translation(translator: Translator, h: Hypothesis, options: DecodeOptions, max_length: int) -> Translation:
         scores = options.return_scores
+        # the search forces eos at max_length, so a hypothesis that used every position was cut there
         return Translation(translator.tgt_tokenizer.decode(h.tokens), h.score if scores else None,
-                           h.normalized_score if scores else None, len(h.tokens))
+                           h.normalized_score if scores else None, len(h.tokens), len(h.tokens) + 1 >= max_length)
 
     def _count(self, seconds: float, units: float, source: int, output: int) -> None:
         """Engine time and finished work, folded into the admission rate every RATE_WINDOW_S."""

@@ -40,6 +40,7 @@ class Hypothesis:
     score: float | None = None  # sum of token log-probs, eos included (return_scores)
     normalized_score: float | None = None  # score / length ** length_penalty (return_scores)
     tokens: int = 0  # generated tokens, eos excluded
+    truncated: bool = False  # stopped by max_length, not by the model's eos
 
 
 @dataclass

@@ -88,5 +88,7 @@ class Metrics:
         self.dropped = Counter("nmt_dropped_requests", "requests given up before their result (timeout or client disconnect)", ["reason"], registry=r)
         self.refused_early = Counter("nmt_refused_early_requests", "requests refused with 503 by this API process, before "
                                      "tokenizing them, because the engine's last status showed more work than fits their deadline", registry=r)
+        self.flags = Counter("nmt_translation_flags", "translated sentences flagged as doubtful, by flag (see quality.py)",
+                             ["flag"], registry=r)
         self.engine = EngineCollector()
         r.register(self.engine)

@@ -17,6 +17,8 @@ LENGTH_RATIO = "length_ratio"
 COPIED_SOURCE = "copied_source"
 TRUNCATED = "truncated"
 SPLIT = "split"
+LOW_CONFIDENCE = "low_confidence"
+LONG = "long"
 
 FLAG_DESCRIPTIONS = {
     REPETITION: "the output repeats a word or phrase, or a letter, in a run: typical of a model out of its domain",
@@ -24,6 +26,8 @@ FLAG_DESCRIPTIONS = {
     COPIED_SOURCE: "the output is the source unchanged",
     TRUNCATED: "the output was cut at max_length before the model ended it",
     SPLIT: "the sentence was longer than the model handles well and was translated in pieces",
+    LONG: "the sentence is longer than the model handles well (max_sentence_tokens) and was translated whole",
+    LOW_CONFIDENCE: "the model was unsure of its words (mean log-probability per token below what 99% of in-domain sentences get)",
 }
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -32,6 +36,9 @@ _LETTER_RUN = re.compile(r"(\w)\1{3,}", re.UNICODE)  # "rabbooooo": four or more
 # output words / source words on test_2016_flickr (de-en and en-de): 1st-99.9th percentile 0.5-2.0;
 # short sources vary more, so a fixed slack in words is allowed as well
 MIN_RATIO, MAX_RATIO, SLACK_WORDS = 0.4, 2.2, 3
+# mean log-probability per output token (eos included): the 1st percentile on test_2016_flickr is
+# -0.96 (de-en) and -1.00 (en-de), and greetings and chat, which the models never saw, score -0.9 to -1.6
+MIN_MEAN_LOGPROB = -1.0
 
 
 @dataclass(frozen=True)
@@ -56,15 +63,22 @@ def repeated_run(words: list[str], times: int = 3, longest: int = 4) -> bool:
     return False
 
 
+def doubled_word(words: list[str]) -> bool:
+    """The same word of 3+ letters twice in a row ("morning morning"): rare in real text in both languages."""
+    return any(a == b and len(a) >= 3 and not a.isdigit() for a, b in zip(words, words[1:]))
+
+
 def _plain(text: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKC", text).casefold() if c.isalnum())
 
 
-def flags_for(source: str, output: str, *, truncated: bool = False, split: bool = False) -> tuple[str, ...]:
+def flags_for(source: str, output: str, *, truncated: bool = False, split: bool = False, long: bool = False,
+              mean_logprob: float | None = None) -> tuple[str, ...]:
     """The doubt flags of one translated sentence (empty when none)."""
     found = []
     src, out = _words(source), _words(output)
-    if repeated_run(out) and not repeated_run(src) or _LETTER_RUN.search(output) and not _LETTER_RUN.search(source):
+    if repeated_run(out) and not repeated_run(src) or doubled_word(out) and not doubled_word(src) \
+            or _LETTER_RUN.search(output) and not _LETTER_RUN.search(source):
         found.append(REPETITION)
     if src and out:
         ratio = len(out) / len(src)
@@ -78,4 +92,8 @@ def flags_for(source: str, output: str, *, truncated: bool = False, split: bool 
         found.append(TRUNCATED)
     if split:
         found.append(SPLIT)
+    if long:
+        found.append(LONG)
+    if mean_logprob is not None and mean_logprob < MIN_MEAN_LOGPROB:
+        found.append(LOW_CONFIDENCE)
     return tuple(found)

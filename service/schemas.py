@@ -11,9 +11,12 @@ class TranslateRequest(BaseModel):
         extra="forbid",
         json_schema_extra={"examples": [{"text": ["Ein Hund rennt über die Wiese.", "Zwei Kinder spielen."], "source": "de", "target": "en", "beam_size": 4}]},
     )
-    text: str | list[str] = Field(description="one text or a list of texts")
-    source: str = Field("de", description="source language code")
+    text: str | list[str] = Field(description="one text or a list of texts: sentences, paragraphs or (format html) HTML")
+    source: str = Field("de", description='source language code, or "auto" to detect it (per text)')
     target: str = Field("en", description="target language code")
+    format: Literal["text", "html"] = Field("text", description="html: translate the text between tags, keep the markup")
+    split_sentences: bool = Field(True, description="cut each text into sentences and translate them apart (the models "
+                                                    "were trained on sentences); false: each text is one unit")
     beam_size: int = Field(4, ge=1, description="1 = greedy")
     num_hypotheses: int = Field(1, ge=1, description="n-best size, at most beam_size")
     max_length: int | None = Field(None, ge=1, description="cap on generated tokens; default 1.5 x source + 10")
@@ -26,16 +29,32 @@ class Hypothesis(BaseModel):
     score: float | None = None
 
 
+class DetectedLanguage(BaseModel):
+    language: str
+    confidence: float = Field(description="0..1")
+
+
+class SentenceFlag(BaseModel):
+    sentence: int = Field(description="index of the sentence in its text")
+    source: str
+    text: str = Field(description="its translation")
+    flags: list[str] = Field(description="repetition, length_ratio, copied_source, truncated, split, long, low_confidence "
+                                         "(README: quality flags)")
+
+
 class Translation(BaseModel):
     text: str
     score: float | None = Field(None, description="sum of token log-probabilities (return_scores)")
     normalized_score: float | None = Field(None, description="score / length ** length_penalty (return_scores)")
     hypotheses: list[Hypothesis] | None = Field(None, description="n-best list, best first (num_hypotheses > 1)")
+    detected_language: DetectedLanguage | None = Field(None, description='the source language found (source "auto")')
+    flags: list[SentenceFlag] | None = Field(None, description="sentences whose translation is doubtful, and why")
 
 
 class Usage(BaseModel):
     source_tokens: int
     generated_tokens: int
+    sentences: int = Field(0, description="sentences translated (texts are cut into sentences)")
 
 
 class TranslateResponse(BaseModel):

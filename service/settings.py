@@ -42,8 +42,11 @@ class Settings(BaseSettings):
 
     # limits per request
     max_texts_per_request: int = Field(64, ge=1)
-    max_chars_per_text: int = Field(2000, ge=1)
-    max_tokens_per_text: int = Field(256, ge=1, description="source tokens per text")
+    max_chars_per_text: int = Field(20000, ge=1, description="characters per text (a text may be paragraphs or an HTML page)")
+    max_tokens_per_text: int = Field(8192, ge=1, description="source tokens per text, all its sentences together")
+    max_sentence_tokens: int = Field(48, ge=4, description="a sentence longer than this many source tokens is cut at clause "
+                                                           "punctuation, else between words, and translated in pieces "
+                                                           "(the shipped models saw at most ~40 in training and stop early past it)")
     max_beam_size: int = Field(8, ge=1)
     max_output_length: int = Field(512, ge=1, description="upper bound for max_length in a request")
     request_timeout_s: float = Field(30.0, gt=0, description="a request still waiting after this gets 504")

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from engine.supervisor import EngineSupervisor
 
     from .engine import Engine
+    from .language_detection import LanguageDetector
     from .security import KeyChecker, RateLimiter
 
 
@@ -54,17 +55,29 @@ class ServiceState:
             raise bad_request(f"no model for {source}->{target}; supported pairs: {pairs}", "source")
         return model
 
-    def check_texts(self, model: ServedModel, texts: list[str], param: str = "text") -> list[list[int]]:
-        """Apply the per-request limits; return each text's source ids (eos excluded)."""
+    def detector(self) -> "LanguageDetector":
+        """The language detector over the served source languages (built once per set of languages)."""
+        from .language_detection import detector_for
+
+        return detector_for(frozenset(m.source for m in self.models.values()))
+
+    def check_sizes(self, texts: list[str], param: str = "text") -> None:
+        """The limits known before tokenizing: how many texts, how many characters each."""
         s = self.settings
         if not texts:
             raise bad_request("the list of texts is empty", param)
         if len(texts) > s.max_texts_per_request:
             raise too_large(f"{len(texts)} texts in one request; the limit is {s.max_texts_per_request}", param)
-        sources = []
         for i, text in enumerate(texts):
             if len(text) > s.max_chars_per_text:
                 raise too_large(f"text {i} has {len(text)} characters; the limit is {s.max_chars_per_text}", param)
+
+    def check_texts(self, model: ServedModel, texts: list[str], param: str = "text") -> list[list[int]]:
+        """Apply the per-request limits; return each text's source ids (eos excluded)."""
+        s = self.settings
+        self.check_sizes(texts, param)
+        sources = []
+        for i, text in enumerate(texts):
             ids = model.encode(text)
             if len(ids) > s.max_tokens_per_text:
                 raise too_large(f"text {i} has {len(ids)} tokens; the limit is {s.max_tokens_per_text}", param)
