@@ -265,26 +265,6 @@ def test_attention_errors(client):
     assert_error(client.post("/v1/attention", json={"text": ""}), 422)
 
 
-# ---------------------------------------------------------------------------------------- LibreTranslate
-
-
-def test_libretranslate_json_and_form(client):
-    r = client.post("/translate", json={"q": GERMAN[0], "source": "de", "target": "en", "format": "text"})
-    assert r.status_code == 200 and isinstance(r.json()["translatedText"], str)
-    r = client.post("/translate", json={"q": GERMAN[:2], "source": "de", "target": "en", "alternatives": 2})
-    body = r.json()
-    assert len(body["translatedText"]) == 2 and len(body["alternatives"]) == 2 and len(body["alternatives"][0]) == 2
-    r = client.post("/translate", data={"q": GERMAN[0], "source": "de", "target": "en"})
-    assert r.status_code == 200 and isinstance(r.json()["translatedText"], str)
-    assert_error(client.post("/translate", json={"q": "x", "source": "auto", "target": "en"}), 400, param="source")
-
-
-def test_libretranslate_languages(client):
-    langs = client.get("/languages").json()
-    assert {"code": "de", "name": "German", "targets": ["en"]} in langs
-    assert {"code": "en", "name": "English", "targets": ["de"]} in langs
-
-
 # ---------------------------------------------------------------------------------------- operations
 
 
