@@ -1,4 +1,5 @@
-"""Which sentence segmenter the service uses, by measured accuracy: pysbd vs sentencex on the
+"""Which sentence segmenter the service uses, by measured accuracy: pysbd vs sentencex (and the
+service's model.segmentation, sentencex with one rule on top) on the
 project's gold sets (tests/fixtures/segmentation/{de,en}.txt: abbreviations, ordinals, numbers,
 quotes) and on test_2016_flickr captions joined into paragraphs, plus speed.
 
@@ -39,6 +40,12 @@ def run_sentencex(lang: str):
     return lambda text: [s.strip() for s in sentencex.segment(lang, text) if s.strip()]
 
 
+def run_ours(lang: str):
+    from model.segmentation import segment
+
+    return lambda text: segment(text, lang).texts
+
+
 def score(split, cases: list[list[str]]) -> tuple[float, float, float]:
     """Share of texts split exactly right, boundary F1, and milliseconds per 1,000 characters."""
     exact = tp = fp = fn = 0
@@ -77,7 +84,8 @@ def main() -> None:
             cases = flickr_cases(Path(args.data), lang)
             sets[f"test_2016_flickr {lang} ({len(cases)} paragraphs of 5)"] = cases
         for name, cases in sets.items():
-            for label, make in (("pysbd", run_pysbd), ("sentencex", run_sentencex)):
+            for label, make in (("pysbd", run_pysbd), ("sentencex", run_sentencex),
+                                ("model.segmentation (sentencex + its number rule)", run_ours)):
                 exact, f1, speed = score(make(lang), cases)
                 print(f"| {name} | {label} | {exact:.3f} | {f1:.3f} | {speed:.2f} |")
 

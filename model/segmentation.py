@@ -66,9 +66,21 @@ def _strip(text: str) -> tuple[str, str, str]:
     return lead, rest[: len(rest) - len(trail)], trail
 
 
+# sentencex (German) never cuts before a number, for "am 3. Mai"-style ordinals; but after a long word
+# that is no abbreviation, ". 2 Mädchen ..." starts a sentence (captions often do). "-str." is a street.
+_BEFORE_NUMBER = re.compile(r"(?<=[^\W\d_]{6}\.)(?<!str\.)\s+(?=\d)")
+
+
 def sentences_of(line: str, language: str) -> list[str]:
     """sentencex's cut of one line: the pieces join back to the line exactly."""
-    return [s for s in sentencex.segment(language, line) if s]
+    out = []
+    for sentence in sentencex.segment(language, line):
+        start = 0
+        for m in _BEFORE_NUMBER.finditer(sentence):
+            out.append(sentence[start : m.end()])
+            start = m.end()
+        out.append(sentence[start:])
+    return [s for s in out if s]
 
 
 def split_long(sentence: str, count: Callable[[str], int], max_tokens: int) -> list[str]:

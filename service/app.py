@@ -18,6 +18,7 @@ from .engine import Engine
 from .docs import install_docs
 from .engine_client import EngineClient
 from .errors import install_handlers
+from .language_detection import detector_for
 from .middleware import BodySizeLimit, MetricsMiddleware
 from .models import ServedModel
 from .routers import health, libretranslate, translate, ui
@@ -44,7 +45,11 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
                 on_load_failure()
         if status.ready and status.incarnation != seen["incarnation"]:
             seen["incarnation"] = status.incarnation
-            state.models = {m["id"]: ServedModel.of(m) for m in status.models}
+            models = {m["id"]: ServedModel.of(m) for m in status.models}
+            # the language detector takes seconds to build and holds the GIL meanwhile: build it before
+            # readiness, not on the first "auto" request
+            detector_for(frozenset(m.source for m in models.values()))
+            state.models = models
             for m in status.models:
                 state.metrics.model_load_seconds.labels(model=m["id"]).set(m.get("load_seconds", 0.0))
             log.info("ready: %s", ", ".join(sorted(state.models)))
@@ -95,7 +100,8 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         version="0.1.0",
         description="Translation with from-scratch Transformer models: continuous batching in an engine process, "
         "attention maps, LibreTranslate-compatible endpoints, health and Prometheus metrics. Every error has the shape "
-        '{"error": {"type", "message", "param"}}.',
+        '{"error": {"type", "message", "param"}}, except on the LibreTranslate-compatible routes, which answer '
+        'LibreTranslate\'s {"error": "message"}.',
         lifespan=lifespan, docs_url=None, redoc_url=None,  # install_docs serves them without a CDN
     )
     app.state.service = state
@@ -108,7 +114,8 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
     install_docs(app)
 
     # the last added is the outermost: CORS, then metrics (sees every status), then the body limit
-    app.add_middleware(BodySizeLimit, max_bytes=state.settings.max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=state.settings.max_body_bytes,
+                       plain_error_paths=frozenset(r.path for r in libretranslate.router.routes))
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     if state.settings.origins():
         app.add_middleware(

@@ -41,9 +41,11 @@ class MetricsMiddleware:
 class BodySizeLimit:
     """413 for bodies over max_bytes, whether announced by Content-Length or streamed in chunks."""
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app, max_bytes: int, plain_error_paths: frozenset[str] = frozenset()):
         self.app = app
         self.max_bytes = max_bytes
+        # LibreTranslate's routes answer {"error": "message"}, which its clients read
+        self.plain_error_paths = plain_error_paths
 
     def too_large(self) -> HTTPException:
         return HTTPException(413, f"request body larger than the limit of {self.max_bytes} bytes")
@@ -72,7 +74,9 @@ class BodySizeLimit:
 
         from .errors import error_body
 
-        body = json.dumps(error_body("http_error", str(self.too_large().detail))).encode()
+        message = str(self.too_large().detail)
+        plain = scope.get("path") in self.plain_error_paths
+        body = json.dumps({"error": message} if plain else error_body("http_error", message)).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})

@@ -21,8 +21,8 @@ from model.segmentation import Segmented, segment
 from .deadlines import request_timeout, with_deadline
 from .errors import bad_request, too_large
 from .html_markup import AlignedText, HtmlDocument, parse_html
-from .language_detection import Detection
-from .models import LANGUAGE_NAMES, ServedModel
+from .language_detection import Detection, language_name
+from .models import ServedModel
 from .quality import SentenceFlags, flags_for
 from .state import ServiceState
 from .word_alignment import word_alignment
@@ -64,7 +64,7 @@ class _Text:
 
 
 def _language_name(code: str) -> str:
-    return f"{LANGUAGE_NAMES.get(code, code)} ({code})"
+    return f"{language_name(code)} ({code})"
 
 
 def resolve_model(state: ServiceState, source: str, target: str, text: str, param: str) -> tuple[ServedModel | None, Detection | None]:

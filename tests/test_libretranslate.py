@@ -295,6 +295,8 @@ def test_rate_limit_and_overload_in_libretranslates_shape(models_dir, monkeypatc
             for _ in range(10):
                 yield b"q=" + b"x" * 1000
         assert "4000 bytes" in error_of(c.post("/detect", content=chunks(), headers={"content-type": "application/x-www-form-urlencoded"}), 413)
+        # announced by Content-Length: refused before routing, in the same shape
+        assert "4000 bytes" in error_of(c.post("/translate", json={"q": "x" * 5000, "source": "de", "target": "en"}), 413)
 
     monkeypatch.setattr(Engine, "backlog_seconds", lambda self: 100.0)
     with TestClient(create_app(Settings(models_dir=str(models_dir), device="cpu")), raise_server_exceptions=False) as c:
