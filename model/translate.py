@@ -1,4 +1,5 @@
 """Command-line translator: source lines on stdin, translations on stdout, one per line, in order.
+Each line is cut into sentences (a line may be a paragraph) and put back together after translation.
 
     python -m model.translate --model checkpoints/de-en < input.de > output.en
     python -m model.translate --model checkpoints/en-de --demo
@@ -14,6 +15,10 @@ import sys
 from tqdm import tqdm
 
 from .cli import add_load_options, check_model, fail, load_translator, non_negative_int, positive_int
+from .segmentation import segment
+
+# the shipped models saw sentences of at most ~40 tokens in training; longer ones are cut at clauses
+MAX_SENTENCE_TOKENS = 48
 
 # `make translate` with nothing piped in; one list per source language a shipped model reads
 DEMO_SENTENCES = {
@@ -33,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=non_negative_int, default=0, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--progress", choices=["auto", "always", "never"], default="auto", help="progress bar on stderr (auto: when stdin is not a terminal)")
     parser.add_argument("--demo", action="store_true", help="translate built-in sentences in the model's source language, not stdin")
+    parser.add_argument("--no-split-sentences", dest="split_sentences", action="store_false",
+                        help="translate each line whole instead of sentence by sentence")
     return parser
 
 
@@ -43,6 +50,16 @@ def demo_sentences(parser: argparse.ArgumentParser, model_dir: str) -> tuple[lis
         fail(parser, f"no demo sentences in {info.source_lang!r} (the source language of {model_dir}); "
                      f"there are some in {', '.join(sorted(DEMO_SENTENCES))}: pipe your own lines in instead")
     return DEMO_SENTENCES[info.source_lang], info.source_lang, info.target_lang
+
+
+def translate_lines(translator, lines: list[str], split_sentences: bool, options: dict) -> list[str]:
+    """Each line translated sentence by sentence, with all the lines' sentences in one batch."""
+    count = lambda text: len(translator.src_tokenizer.encode(text))  # noqa: E731
+    cut = [segment(line, translator.source_lang, split_sentences=split_sentences, count=count, max_tokens=MAX_SENTENCE_TOKENS)
+           for line in lines]
+    sentences = [s for c in cut for s in c.texts]
+    translations = iter([r.text for r in translator.translate(sentences, **options)] if sentences else [])
+    return [c.rebuild([next(translations) for _ in c.texts]) for c in cut]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     with tqdm(total=len(lines), unit="sent", disable=not show, file=sys.stderr, dynamic_ncols=True) as bar:
         for start in range(0, len(lines), chunk):
             part = lines[start : start + chunk]
-            results = translator.translate(part, **options)
-            sys.stdout.write("".join(r.text + "\n" for r in results))
+            sys.stdout.write("".join(text + "\n" for text in translate_lines(translator, part, args.split_sentences, options)))
             sys.stdout.flush()
             bar.update(len(part))
     return 0

@@ -68,3 +68,22 @@ def test_long_sentence_cut_at_clauses_then_words():
     run_on = " ".join(["Wort"] * 25)
     assert [words(p) for p in split_long(run_on, words, 8)] == [8, 8, 8, 1]
     assert split_long("Kurz.", words, 8) == ["Kurz."]
+
+
+def test_command_line_translates_each_line_sentence_by_sentence():
+    from types import SimpleNamespace
+
+    from model.translate import translate_lines
+
+    batches = []
+
+    def fake_translate(sentences, **_):
+        batches.append(list(sentences))
+        return [SimpleNamespace(text=s.upper()) for s in sentences]
+
+    translator = SimpleNamespace(source_lang="de", translate=fake_translate, src_tokenizer=SimpleNamespace(encode=str.split))
+    lines = ["Ein Hund rennt. Zwei Kinder spielen.", "", "  Ein Satz."]
+    assert translate_lines(translator, lines, True, {}) == ["EIN HUND RENNT. ZWEI KINDER SPIELEN.", "", "  EIN SATZ."]
+    assert batches == [["Ein Hund rennt.", "Zwei Kinder spielen.", "Ein Satz."]]  # one batch for every line
+    assert translate_lines(translator, lines[:1], False, {}) == ["EIN HUND RENNT. ZWEI KINDER SPIELEN."]
+    assert batches[-1] == ["Ein Hund rennt. Zwei Kinder spielen."]
