@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -106,6 +107,27 @@ def wait_until_ready(base: str, timeout: float = 60.0, alive=lambda: True) -> No
         if not alive() or time.time() > deadline:
             raise AssertionError(f"{base} did not become ready")
         time.sleep(0.1)
+
+
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@contextlib.contextmanager
+def headless_chromium():
+    """A headless Chromium (the system binary) driven by Playwright; the test skips where either is
+    missing (`.ci/run` installs Chromium)."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM:
+        pytest.skip("no Chromium binary installed")
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
 
 
 @contextlib.contextmanager

@@ -6,15 +6,13 @@ on loopback in a headless Chromium that may reach nothing else, and skip without
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from urllib.parse import urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ROOT, running_server
+from conftest import ROOT, headless_chromium, running_server
 from service.app import create_app
 from service.settings import Settings
 
@@ -163,7 +161,6 @@ def test_the_schema_is_built_once(client):
 # ---------------------------------------------------------------------------------------- in a browser, offline
 
 
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = ROOT / "test-artifacts"
 # ReDoc's sidebar credit always asks for this image, and hides it when it does not load: decoration only
 REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
@@ -171,16 +168,8 @@ REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
 
 @pytest.fixture(scope="module")
 def browser():
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    if not CHROMIUM:
-        pytest.skip("no Chromium binary installed")
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
-        )
+    with headless_chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

@@ -5,17 +5,14 @@ Skips when Playwright or a Chromium binary is missing; `.ci/run` installs both s
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, running_server
+from conftest import CHROMIUM, ROOT, headless_chromium, running_server
 
 playwright_api = pytest.importorskip("playwright.sync_api")
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 if not CHROMIUM:
     pytest.skip("no Chromium binary installed", allow_module_level=True)
 
@@ -31,13 +28,8 @@ def server(models_dir):
 
 @pytest.fixture(scope="module")
 def browser():
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
-        )
+    with headless_chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
