@@ -28,6 +28,7 @@ from .state import ServiceState
 from .word_alignment import word_alignment
 
 AUTO = "auto"
+INLINE_PREPARE_CHARS = 2000  # above this many characters a request is prepared on a thread
 
 
 @dataclass
@@ -94,17 +95,11 @@ def _plain_text(document: HtmlDocument | None, text: str) -> str:
     return " ".join(s.text for s in document.segments) if document is not None else text
 
 
-async def translate_texts(state: ServiceState, request: Request, *, source: str, target: str, texts: list[str],
-                          options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True) -> list[TextResult]:
-    """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError."""
-    engine = state.require_ready()
-    timeout = request_timeout(state, request)
-    if state.settings.admission and (refusal := engine.refusal(timeout, state.settings.admission_margin)):
-        state.metrics.refused_early.inc()
-        raise refusal
+def _prepare(state: ServiceState, source: str, target: str, texts: list[str], param: str, format: str,
+             split_sentences: bool) -> tuple[list[_Text], dict[str, list[list[int]]], dict[str, list[str]]]:
+    """Each text parsed (HTML), its model found (auto), cut into sentences and tokenized; every sentence
+    of the request in one batch per model."""
     s = state.settings
-    state.check_sizes(texts, param)
-
     batches: dict[str, list[list[int]]] = {}  # model id -> sentence ids, every text's together
     sentence_texts: dict[str, list[str]] = {}
     prepared: list[_Text] = []
@@ -130,6 +125,23 @@ async def translate_texts(state: ServiceState, request: Request, *, source: str,
         if tokens > s.max_tokens_per_text:
             raise too_large(f"text {i} has {tokens} tokens; the limit is {s.max_tokens_per_text}", param)
         prepared.append(_Text(model, detected, units, document, text))
+    return prepared, batches, sentence_texts
+
+
+async def translate_texts(state: ServiceState, request: Request, *, source: str, target: str, texts: list[str],
+                          options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True) -> list[TextResult]:
+    """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError."""
+    engine = state.require_ready()
+    timeout = request_timeout(state, request)
+    if state.settings.admission and (refusal := engine.refusal(timeout, state.settings.admission_margin)):
+        state.metrics.refused_early.inc()
+        raise refusal
+    state.check_sizes(texts, param)
+    prepare = lambda: _prepare(state, source, target, texts, param, format, split_sentences)  # noqa: E731
+    # cutting, parsing and tokenizing a long text takes tens of milliseconds (a 20,000-character page:
+    # ~80 ms): on a thread, so that health probes and other requests are answered meanwhile
+    big = sum(len(t) for t in texts) > INLINE_PREPARE_CHARS
+    prepared, batches, sentence_texts = await asyncio.to_thread(prepare) if big else prepare()
 
     async def run() -> tuple[dict[str, list[list[Hypothesis]]], dict]:
         ids = list(batches)
