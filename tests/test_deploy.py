@@ -1,18 +1,98 @@
-"""The deployment files agree with the service: probes, ports and settings names are real."""
+"""The Helm chart in deploy/helm renders, validates against the Kubernetes API schemas, and agrees with the
+service: probes, ports, NMT_* names and the autoscaling metric are the service's real ones.
+
+The chart is rendered by Helm's own Go template engine (helm-python-sdk ships it as a library, no helm
+binary), and every object of a core API group is checked by kubernetes-validate in strict mode (unknown
+fields fail) against the schemas of Kubernetes KUBE_VERSION. CRD objects (ServiceMonitor, ScaledObject)
+have no schema there and get field checks here instead.
+"""
+
+import copy
+import re
 
 import pytest
 
 from service.app import create_app
+from service.metrics import ENGINE_GAUGES, EngineCollector
 from service.settings import Settings
 
 from conftest import ROOT
 
 yaml = pytest.importorskip("yaml")
-DEPLOY = ROOT / "deploy"
+helm = pytest.importorskip("helm_python")
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+
+CHART = ROOT / "deploy" / "helm" / "nmt-serve"
+ADAPTER_VALUES = ROOT / "deploy" / "helm" / "prometheus-adapter-values.yaml"
+GPU_VALUES = ROOT / "deploy" / "helm" / "values-gpu.yaml"
+KUBE_VERSION = "1.30.0"  # the chart's kubeVersion floor; kubernetes-validate ships its schemas
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("keda.sh/v1alpha1", "ScaledObject")}
+
+BASE = {"image": {"registry": "registry.example.com/team"}, "apiKeys": {"existingSecret": "nmt-serve-keys"}}
 
 
-def load(name: str):
-    return list(yaml.safe_load_all((DEPLOY / name).read_text()))
+def merged(*layers: dict) -> dict:
+    out: dict = {}
+    for layer in layers:
+        stack = [(out, layer)]
+        while stack:
+            into, src = stack.pop()
+            for k, v in src.items():
+                if isinstance(v, dict) and isinstance(into.get(k), dict):
+                    stack.append((into[k], v))
+                else:
+                    into[k] = copy.deepcopy(v)
+    return out
+
+
+VARIANTS = {
+    "cpu": BASE,
+    "gpu": merged(BASE, yaml.safe_load(GPU_VALUES.read_text())),
+    "cpu-autoscaling": merged(BASE, {"autoscaling": {"enabled": True}}),
+    "gpu-no-autoscaling": merged(BASE, yaml.safe_load(GPU_VALUES.read_text()), {"autoscaling": {"enabled": False}}),
+    "keda": merged(BASE, {"autoscaling": {"enabled": True, "mode": "keda"}}),
+    "no-keys": merged(BASE, {"apiKeys": {"enabled": False, "existingSecret": ""}}),
+    "servicemonitor-token": merged(BASE, {"metrics": {"scrape": "serviceMonitor",
+                                                      "tokenSecret": {"name": "nmt-serve-metrics"}}}),
+    "models-volume": merged(BASE, {"models": {"volume": {"persistentVolumeClaim": {"claimName": "models",
+                                                                                   "readOnly": True}}}}),
+}
+
+
+def render(values: dict) -> list[dict]:
+    with helm.Chart.load(str(CHART)) as chart:
+        out = chart.render(values, name="nmt", namespace="translation")
+    docs = []
+    for path, text in sorted(out.items()):
+        if path.endswith(".yaml"):
+            docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict]]:
+    return {name: render(values) for name, values in VARIANTS.items()}
+
+
+def kinds(docs: list[dict]) -> dict[str, dict]:
+    out = {}
+    for d in docs:
+        assert d["kind"] not in out, f"two {d['kind']} objects"
+        out[d["kind"]] = d
+    return out
+
+
+def pod_spec(docs):
+    return kinds(docs)["Deployment"]["spec"]["template"]["spec"]
+
+
+def container(docs):
+    [c] = pod_spec(docs)["containers"]
+    return c
+
+
+def env(docs) -> dict[str, dict]:
+    return {e["name"]: e for e in container(docs)["env"]}
 
 
 def app_paths() -> set[str]:
@@ -20,51 +100,254 @@ def app_paths() -> set[str]:
     return set(spec["paths"])
 
 
-def container():
-    [deployment] = load("deployment.yaml")
-    return deployment, deployment["spec"]["template"]["spec"]["containers"][0]
+def exposed_engine_metrics() -> set[str]:
+    """Names the engine collector writes into /metrics once the engine has published its statistics."""
+    collector = EngineCollector()
+    collector.stats = {key: 1.0 for key in ENGINE_GAUGES}
+    return {family.name for family in collector.collect()}
 
 
-def test_probes_point_at_the_health_endpoints():
-    _, c = container()
+def render_error(values: dict) -> str:
+    with pytest.raises(helm.HelmRenderError) as caught:
+        render(values)
+    return str(caught.value)
+
+
+# --------------------------------------------------------------------------------------------- the chart
+
+
+def test_lint_is_clean():
+    report = helm.lint(str(CHART), BASE, strict=True, kube_version=f"v{KUBE_VERSION}")
+    assert not report["errors"], report
+    assert not [m for m in report["messages"] if m["severity"] >= 2], report
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_object_validates_strictly(rendered, variant):
+    docs = rendered[variant]
+    assert {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"} <= set(kinds(docs))
+    for doc in docs:
+        if (doc["apiVersion"], doc["kind"]) in CRD_KINDS:
+            continue
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_the_validator_is_strict():
+    # a misspelt field must fail, or the test above proves nothing
+    [deployment] = [d for d in render(BASE) if d["kind"] == "Deployment"]
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBE_VERSION, strict=True)
+
+
+# --------------------------------------------------------------------------------------------- safety
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_restricted_pod_security_standard(rendered, variant):
+    spec = pod_spec(rendered[variant])
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["automountServiceAccountToken"] is False
+    for c in spec["containers"] + spec.get("initContainers", []):
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["runAsNonRoot"] is True
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert not sc.get("privileged")
+        assert all("hostPort" not in p for p in c.get("ports", []))
+    allowed = {"emptyDir", "secret", "configMap", "persistentVolumeClaim", "projected", "downwardAPI", "ephemeral", "csi"}
+    for volume in spec.get("volumes", []):
+        assert set(volume) - {"name"} <= allowed, volume
+    assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_tmp_is_writable_on_the_read_only_root(rendered, variant):
+    # the engine's socket directory and the translated-file store are made with tempfile (under /tmp)
+    spec = pod_spec(rendered[variant])
+    mounts = {m["mountPath"]: m["name"] for m in container(rendered[variant])["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_image_has_a_registry_and_a_version(rendered, variant):
+    image = container(rendered[variant])["image"]
+    registry, rest = image.split("/", 1)
+    assert "." in registry, image  # a registry host, not a bare name that only a local Docker knows
+    name, tag = rest.rsplit(":", 1)
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert tag != "latest" and tag.startswith(chart["appVersion"]), image
+    assert tag.endswith("-gpu") == variant.startswith("gpu"), image
+
+
+def test_image_latest_and_missing_registry_are_refused():
+    assert "latest is refused" in render_error(merged(BASE, {"image": {"tag": "latest"}}))
+    assert "image.registry is required" in render_error(merged(BASE, {"image": {"registry": ""}}))
+    digest = "sha256:" + "0" * 64
+    [deployment] = [d for d in render(merged(BASE, {"image": {"digest": digest}})) if d["kind"] == "Deployment"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@" + digest)
+
+
+def test_api_keys_secret_is_required_and_not_optional(rendered):
+    message = render_error(merged(BASE, {"apiKeys": {"existingSecret": ""}}))
+    assert "apiKeys.existingSecret is required" in message
+    docs = rendered["cpu"]
+    volumes = {v["name"]: v for v in pod_spec(docs)["volumes"]}
+    secret = volumes["api-keys"]["secret"]
+    assert secret["secretName"] == "nmt-serve-keys" and secret["optional"] is False
+    mounts = {m["name"]: m["mountPath"] for m in container(docs)["volumeMounts"]}
+    key_file = env(docs)["NMT_API_KEYS_FILE"]["value"]
+    assert key_file == f"{mounts['api-keys']}/{secret['items'][0]['path']}"
+    # switched off on purpose: no keys at all, and nothing half-wired
+    assert not {"NMT_API_KEYS", "NMT_API_KEYS_FILE"} & set(env(rendered["no-keys"]))
+    # no variant takes a key from a Secret marked optional
+    for docs in rendered.values():
+        for e in container(docs)["env"]:
+            assert not e.get("valueFrom", {}).get("secretKeyRef", {}).get("optional")
+
+
+def test_settings_the_chart_owns_cannot_be_overridden():
+    assert "settings.api_keys is set by the chart" in render_error(merged(BASE, {"settings": {"api_keys": "x"}}))
+    assert "settings.threads is set by the chart" in render_error(merged(BASE, {"settings": {"threads": 4}}))
+
+
+def test_graceful_stop(rendered):
+    for docs in rendered.values():
+        c = container(docs)
+        sleep = int(c["lifecycle"]["preStop"]["exec"]["command"][-1])
+        graceful = float(env(docs)["NMT_GRACEFUL_SHUTDOWN_S"]["value"])
+        assert sleep > 0
+        assert pod_spec(docs)["terminationGracePeriodSeconds"] > sleep + graceful
+        strategy = kinds(docs)["Deployment"]["spec"]["strategy"]["rollingUpdate"]
+        assert strategy["maxUnavailable"] == 0
+
+
+def test_disruption_budget_and_network_policy(rendered):
+    docs = rendered["cpu"]
+    objects = kinds(docs)
+    selector = objects["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert objects["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"] == selector
+    assert "maxUnavailable" in objects["PodDisruptionBudget"]["spec"]  # minAvailable 1 would block drains at 1 replica
+    policy = objects["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == selector
+    assert [p["port"] for rule in policy["ingress"] for p in rule["ports"]] == ["http"]
+    assert set(policy["policyTypes"]) == {"Ingress", "Egress"} and policy["egress"] == []
+    spread = pod_spec(docs)["topologySpreadConstraints"]
+    assert {s["topologyKey"] for s in spread} == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+    assert all(s["labelSelector"]["matchLabels"] == selector for s in spread)
+
+
+# --------------------------------------------------------------------------------------------- agrees with the service
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_probes_point_at_the_health_endpoints(rendered, variant):
+    c = container(rendered[variant])
     paths = app_paths()
     assert c["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    assert c["startupProbe"]["httpGet"]["path"] == "/health/ready"
     assert c["livenessProbe"]["httpGet"]["path"] == "/health"
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         assert c[probe]["httpGet"]["path"] in paths
         assert c[probe]["httpGet"]["port"] == "http"
+        assert 1 <= c[probe]["timeoutSeconds"] < c[probe]["periodSeconds"] + 1
 
 
-def test_ports_agree():
-    deployment, c = container()
-    env = {e["name"]: e.get("value") for e in c["env"]}
-    [port] = [p for p in c["ports"] if p["name"] == "http"]
-    assert port["containerPort"] == int(env["NMT_PORT"]) == Settings().port
-    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-    assert annotations["prometheus.io/port"] == str(port["containerPort"])
-    assert annotations["prometheus.io/path"] in app_paths()
-    [service] = load("service.yaml")
-    assert service["spec"]["ports"][0]["targetPort"] == "http"
-    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+def test_ports_agree(rendered):
+    for name, docs in rendered.items():
+        objects = kinds(docs)
+        c = container(docs)
+        [port] = [p for p in c["ports"] if p["name"] == "http"]
+        assert port["containerPort"] == int(env(docs)["NMT_PORT"]["value"]) == Settings().port
+        service = objects["Service"]
+        assert service["spec"]["ports"][0]["targetPort"] == "http"
+        assert service["spec"]["selector"] == objects["Deployment"]["spec"]["selector"]["matchLabels"]
+        # one scrape path: annotations on the pod or a ServiceMonitor, never both, never on the Service
+        assert not any(k.startswith("prometheus.io/") for k in service["metadata"].get("annotations", {}))
+        annotations = objects["Deployment"]["spec"]["template"]["metadata"].get("annotations", {})
+        if "ServiceMonitor" in objects:
+            assert not any(k.startswith("prometheus.io/") for k in annotations), name
+            [endpoint] = objects["ServiceMonitor"]["spec"]["endpoints"]
+            assert endpoint["port"] == "http" and endpoint["path"] in app_paths()
+        else:
+            assert annotations["prometheus.io/port"] == str(port["containerPort"])
+            assert annotations["prometheus.io/path"] in app_paths()
 
 
-def test_env_names_are_real_settings():
-    _, c = container()
+def test_metrics_token_from_a_secret(rendered):
+    docs = rendered["servicemonitor-token"]
+    ref = env(docs)["NMT_METRICS_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == "nmt-serve-metrics"
+    [endpoint] = kinds(docs)["ServiceMonitor"]["spec"]["endpoints"]
+    assert endpoint["bearerTokenSecret"] == {"name": ref["name"], "key": ref["key"]}
+    assert "NMT_METRICS_TOKEN" not in env(rendered["cpu"])
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_env_names_are_real_settings(rendered, variant):
+    docs = rendered[variant]
     fields = {f"NMT_{name.upper()}" for name in Settings.model_fields}
-    for entry in c["env"]:
-        assert entry["name"] in fields, f"{entry['name']} is not a setting"
-    # and the values parse as the settings they name
-    values = {e["name"][4:].lower(): e["value"] for e in c["env"] if "value" in e}
-    Settings(**values)
+    variables = env(docs)
+    for name in variables:
+        assert name in fields, f"{name} is not a setting"
+    # the values parse as the settings they name
+    Settings(**{name[4:].lower(): e["value"] for name, e in variables.items() if "value" in e})
+    # torch's threads follow the pod's CPU limit, which must exist
+    assert variables["NMT_THREADS"]["valueFrom"]["resourceFieldRef"]["resource"] == "limits.cpu"
+    assert "cpu" in container(docs)["resources"]["limits"]
+    if "models" in {v["name"] for v in pod_spec(docs)["volumes"]}:
+        assert variables["NMT_MODELS_DIR"]["value"] == "/models"
 
 
-def test_resources_and_autoscaler():
-    deployment, c = container()
-    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > Settings().graceful_shutdown_s
-    [hpa] = load("hpa.yaml")
-    assert hpa["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
-    assert hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+def test_gpu_scheduling(rendered):
+    for name, docs in rendered.items():
+        spec, c = pod_spec(docs), container(docs)
+        if name.startswith("gpu"):
+            assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+            assert spec["nodeSelector"]["nvidia.com/gpu.present"] == "true"
+            assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+            assert env(docs)["NMT_DEVICE"]["value"] == "cuda"
+        else:
+            assert "nvidia.com/gpu" not in c["resources"]["limits"]
+            assert not spec.get("nodeSelector") and not spec.get("tolerations")
+            assert env(docs)["NMT_DEVICE"]["value"] == "cpu"
+
+
+def test_replicas_belong_to_the_autoscaler(rendered):
+    for name, docs in rendered.items():
+        objects = kinds(docs)
+        scaled = "HorizontalPodAutoscaler" in objects or "ScaledObject" in objects
+        assert ("replicas" not in objects["Deployment"]["spec"]) == scaled, name
+        assert scaled == (name in {"gpu", "cpu-autoscaling", "keda"}), name
+
+
+def test_autoscaler_scales_on_a_metric_the_service_exposes(rendered):
+    hpa = kinds(rendered["cpu-autoscaling"])["HorizontalPodAutoscaler"]["spec"]
+    assert hpa["scaleTargetRef"]["name"] == kinds(rendered["cpu-autoscaling"])["Deployment"]["metadata"]["name"]
+    assert hpa["minReplicas"] <= hpa["maxReplicas"]
+    [metric] = hpa["metrics"]
+    assert metric["type"] == "Pods"  # not CPU: a batching server is busy as soon as one batch runs
+    # the prometheus-adapter rule makes that metric, from series the service really exports
+    [rule] = yaml.safe_load(ADAPTER_VALUES.read_text())["rules"]["custom"]
+    assert rule["name"]["as"] == metric["pods"]["metric"]["name"]
+    exposed = exposed_engine_metrics()
+    used = set(re.findall(r"\bnmt_[a-z_]+", rule["seriesQuery"] + rule["metricsQuery"]))
+    assert used and used <= exposed, used - exposed
+    assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
+    # KEDA: the same backlog, straight from Prometheus, never from zero replicas
+    keda = kinds(rendered["keda"])["ScaledObject"]["spec"]
+    assert keda["scaleTargetRef"]["name"] == kinds(rendered["keda"])["Deployment"]["metadata"]["name"]
+    assert keda["minReplicaCount"] >= 1
+    [trigger] = keda["triggers"]
+    assert trigger["type"] == "prometheus"
+    used = set(re.findall(r"\bnmt_[a-z_]+", trigger["metadata"]["query"]))
+    assert used and used <= exposed, used - exposed
+    assert 'namespace="translation"' in trigger["metadata"]["query"]
 
 
 def test_dockerfile_matches_the_service():
