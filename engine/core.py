@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from model.inference.attention import attention_backend
 from model.inference.continuous import ContinuousSearch, Sentence
 from model.inference.continuous_device import ContinuousDeviceSearch
 from model.inference.device_search import DeviceSearch
@@ -122,7 +123,7 @@ class EngineCore:
         if self._model_info is None:
             self._model_info = {
                 mid: dict(id=mid, source=t.source_lang, target=t.target_lang, parameters=t.num_parameters(), device=str(t.device),
-                          dtype=str(t.dtype).removeprefix("torch."), quantization=t.quantization, step_mode=t.step_mode,
+                          dtype=str(t.dtype).removeprefix("torch."), attention=attention_backend(t.device), quantization=t.quantization, step_mode=t.step_mode,
                           n_decoder_layers=t.config.n_decoder_layers, n_encoder_layers=t.config.n_encoder_layers,
                           n_heads=t.config.n_heads, **self.model_meta.get(mid, {}))
                 for mid, t in self.models.items()

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,11 +27,48 @@ def discover(models_dir: str | Path) -> list[Path]:
     return found
 
 
+def nvidia_visible() -> str | None:
+    """Why this machine looks as if it has an NVIDIA GPU for us (a device node, or CUDA_VISIBLE_DEVICES
+    naming devices), or None: device=auto falling back to the CPU there is worth a warning."""
+    if Path("/dev/nvidia0").exists():
+        return "/dev/nvidia0 exists"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if visible and visible != "-1":
+        return f"CUDA_VISIBLE_DEVICES={visible}"
+    return None
+
+
+def device_problem(device: str) -> str | None:
+    """Why `device` (cuda or cuda:N) cannot serve, or None when it can (and always for cpu/auto)."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    # is_available() says only False; the reason (driver too old, no device) is in the warning it raises
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        available = torch.cuda.is_available()
+    if not available:
+        if torch.version.cuda is None:
+            return f"this torch build ({torch.__version__}) has no CUDA support"
+        reasons = [str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()]
+        return reasons[0] if reasons else f"no CUDA device found (torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+    index = torch.device(device).index
+    if index is not None and index >= torch.cuda.device_count():
+        return f"{device}: only {torch.cuda.device_count()} CUDA device(s) visible"
+    return None
+
+
 def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none",
                 step_mode: str = "auto") -> dict[str, tuple[Translator, float, str]]:
     """{"de-en": (translator, load seconds, checkpoint path)} for every checkpoint found."""
+    from model.inference.attention import attention_backend
     from model.translator import Translator  # torch: only the engine process pays for it
 
+    if device.startswith("cuda") and (problem := device_problem(device)):
+        raise RuntimeError(f"device {device} is not usable: {problem}")
+    if device == "auto" and (gpu := nvidia_visible()) and (problem := device_problem("cuda")):
+        log.warning("device=auto: an NVIDIA GPU seems present (%s) but CUDA is not usable (%s); serving on the CPU", gpu, problem)
     models: dict = {}
     for path in discover(models_dir):
         t0 = time.perf_counter()
@@ -41,5 +80,6 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
         if model_id in models:
             raise ValueError(f"two checkpoints for {model_id}: {models[model_id][2]} and {path}")
         models[model_id] = (translator, time.perf_counter() - t0, str(path))
-        log.info("loaded %s from %s on %s (%.2fs)", model_id, path, translator.device, models[model_id][1])
+        log.info("loaded %s from %s: device %s, dtype %s, attention %s (%.2fs)", model_id, path, translator.device,
+                 str(translator.dtype).removeprefix("torch."), attention_backend(translator.device), models[model_id][1])
     return models

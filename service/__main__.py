@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import subprocess
 import sys
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -38,6 +40,21 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
                                for name, e in zip(names, exc.errors())))
 
 
+def device_problem(device: str) -> str | None:
+    """Why an explicit CUDA device cannot serve, asked of a child process: the API process never imports
+    torch (3 s and 200 MB it has no use for), and the engine would find out only after the server is up."""
+    if not device.startswith("cuda"):
+        return None
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; from engine.models import device_problem; print(device_problem(sys.argv[1]) or '')", device],
+        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+    )
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines()
+        return f"checking it failed: {lines[-1] if lines else f'exit status {probe.returncode}'}"
+    return probe.stdout.strip() or None
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = parse_settings(argv)
     try:
@@ -45,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         settings.keys()
     except (FileNotFoundError, OSError) as exc:
         print(f"{PROG}: error: {describe(exc)}", file=sys.stderr)
+        return 2
+    # an explicit device that cannot serve is a configuration error, not a reason to serve on the CPU
+    if problem := device_problem(settings.device):
+        print(f"{PROG}: error: --device (NMT_DEVICE) {settings.device}: not usable: {problem}", file=sys.stderr)
         return 2
     if settings.workers > 1:
         return serve_workers(settings)

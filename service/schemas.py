@@ -113,6 +113,8 @@ class ModelInfo(BaseModel):
     parameters: int
     device: str
     dtype: str
+    attention: str | None = Field(None, description="attention kernels in order of preference, e.g. sdpa:flash,efficient,math "
+                                                    "on CUDA, sdpa:cpu-default on CPU")
     quantization: str = Field(description="none, or int8 (quantized Linear layers in search)")
     step_mode: str = Field(description="auto, eager or static (see the step_mode setting)")
     static_decoder: dict | None = Field(None, description="the static decoder's memory, when it is in use: buffers_bytes, "

@@ -20,6 +20,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
+def attention_backend(device: torch.device | str) -> str:
+    """The attention kernels inference on `device` may use, in order of preference, for start-up logs and /v1/models."""
+    if torch.device(device).type == "cuda":
+        return "sdpa:" + ",".join(b.name.lower().removesuffix("_attention") for b in CUDA_BACKENDS)
+    return "sdpa:cpu-default"  # PyTorch's own choice on CPU (its flash kernel where it applies, else math)
+
+
 def attention_backends(device: torch.device | str):
     """A context in which attention on `device` never uses a backend that plans per shape."""
     if torch.device(device).type == "cuda":

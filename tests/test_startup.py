@@ -1,0 +1,78 @@
+"""Start-up of `python -m service` as a real process: a device that cannot serve and every bad setting
+end it at once with one line on stderr and exit status 2; what serves (device, dtype, attention
+kernels) is in the start-up log and in /v1/models."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import free_port, wait_until_ready
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("NMT_")}
+    return subprocess.run([sys.executable, "-m", "service", *args], cwd=ROOT, env=dict(environ, **(env or {})),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m service: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where CUDA is not usable")
+@pytest.mark.parametrize("how", [("--device", "cuda"), ("--device", "cuda:1"), ("env", "cuda")])
+def test_cuda_asked_for_without_cuda_is_one_line_and_exit_2(models_dir, how):
+    if how[0] == "env":
+        proc = start("--models-dir", str(models_dir), env={"NMT_DEVICE": how[1]})
+    else:
+        proc = start("--models-dir", str(models_dir), *how)
+    assert_one_line_error(proc, "NMT_DEVICE", "not usable")
+    assert "Uvicorn" not in proc.stdout + proc.stderr  # refused before the server started
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where CUDA is not usable")
+def test_auto_with_a_gpu_in_sight_warns_and_reports_what_serves(models_dir):
+    port = free_port()
+    log = tempfile.TemporaryFile(mode="w+")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("NMT_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "--port", str(port), "--models-dir", str(models_dir), "--device", "auto"],
+        cwd=ROOT, env=dict(environ, CUDA_VISIBLE_DEVICES="0"), stdout=log, stderr=subprocess.STDOUT, text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_ready(base, 60, alive=lambda: proc.poll() is None)
+        with urllib.request.urlopen(base + "/v1/models", timeout=10) as r:
+            models = json.load(r)["models"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    log.seek(0)
+    text = log.read()
+    assert {m["id"] for m in models} == {"de-en", "en-de"}
+    for m in models:
+        assert (m["device"], m["dtype"], m["attention"]) == ("cpu", "float32", "sdpa:cpu-default")
+    warnings = [line for line in text.splitlines() if "WARNING" in line and "device=auto" in line]
+    assert len(warnings) == 1 and "CUDA_VISIBLE_DEVICES=0" in warnings[0] and "serving on the CPU" in warnings[0], text
+    assert "device cpu, dtype float32, attention sdpa:cpu-default" in text, text
+
+
+def test_cuda_attention_kernels_are_named():
+    from model.inference.attention import attention_backend
+
+    assert attention_backend("cuda:0") == "sdpa:flash,efficient,math"
+    assert attention_backend("cpu") == "sdpa:cpu-default"
