@@ -19,8 +19,10 @@ def discover(models_dir: str | Path) -> list[Path]:
     root = Path(models_dir)
     if (root / "config.json").is_file():
         return [root]
-    if not root.is_dir():
+    if not root.exists():
         raise FileNotFoundError(f"models directory not found: {root}")
+    if not root.is_dir():
+        raise NotADirectoryError(f"not a directory (nor a checkpoint's): {root}")
     found = sorted(p for p in root.iterdir() if (p / "config.json").is_file())
     if not found:
         raise FileNotFoundError(f"no checkpoints (subdirectories with config.json) in {root}")

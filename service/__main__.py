@@ -25,7 +25,8 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
         if field.annotation is bool:
-            parser.add_argument(flag, type=lambda v: v.lower() in ("1", "true", "yes", "on"), default=None, metavar="BOOL", help=field.description)
+            # the value goes to pydantic as text, like NMT_<NAME>: "maybe" is an error, not a quiet false
+            parser.add_argument(flag, default=None, metavar="BOOL", help=f"{field.description or ''} (true|false, default {field.default})")
         else:
             parser.add_argument(flag, default=None, help=f"{field.description or ''} (default {field.default})")
     parser.add_argument("--log-level", default="info")
@@ -57,12 +58,14 @@ def device_problem(device: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     settings = parse_settings(argv)
-    try:
-        discover(settings.models_dir)  # fail at once on a wrong path rather than serve 503 forever
-        settings.keys()
-    except (FileNotFoundError, OSError) as exc:
-        print(f"{PROG}: error: {describe(exc)}", file=sys.stderr)
-        return 2
+    # paths are read now, not when the engine or the first request needs them: a wrong one fails the
+    # start with the setting's name rather than leaving a server that answers 503 or 401 forever
+    for name, check in (("models_dir", lambda: discover(settings.models_dir)), ("api_keys_file", settings.keys)):
+        try:
+            check()
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"{PROG}: error: --{name.replace('_', '-')} (NMT_{name.upper()}): {describe(exc)}", file=sys.stderr)
+            return 2
     # an explicit device that cannot serve is a configuration error, not a reason to serve on the CPU
     if problem := device_problem(settings.device):
         print(f"{PROG}: error: --device (NMT_DEVICE) {settings.device}: not usable: {problem}", file=sys.stderr)

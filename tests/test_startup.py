@@ -76,3 +76,51 @@ def test_cuda_attention_kernels_are_named():
 
     assert attention_backend("cuda:0") == "sdpa:flash,efficient,math"
     assert attention_backend("cpu") == "sdpa:cpu-default"
+
+
+# ------------------------------------------------------------------------------ bad settings
+# each fails before anything slow (no torch import, no model): the subprocess ends in about a second
+
+BAD_SETTINGS = [
+    (["--port", "abc"], {}, "--port (NMT_PORT) 'abc'"),
+    ([], {"NMT_PORT": "abc"}, "--port (NMT_PORT) 'abc'"),
+    ([], {"NMT_PORT": "70000"}, "--port (NMT_PORT) '70000'"),
+    ([], {"NMT_DEVICE": "tpu"}, "--device (NMT_DEVICE) 'tpu'"),
+    (["--device", "gpu"], {}, "--device (NMT_DEVICE) 'gpu'"),
+    ([], {"NMT_DTYPE": "x"}, "--dtype (NMT_DTYPE) 'x'"),
+    ([], {"NMT_WORKERS": "0"}, "--workers (NMT_WORKERS) '0'"),
+    ([], {"NMT_BATCHING": "maybe"}, "--batching (NMT_BATCHING) 'maybe'"),
+    (["--batching", "maybe"], {}, "--batching (NMT_BATCHING) 'maybe'"),
+    ([], {"NMT_QUANTIZATION": "int4"}, "--quantization (NMT_QUANTIZATION) 'int4'"),
+    ([], {"NMT_REQUEST_TIMEOUT_S": "soon"}, "--request-timeout-s (NMT_REQUEST_TIMEOUT_S) 'soon'"),
+    (["--api-keys-file", "/nonexistent/keys"], {}, "--api-keys-file (NMT_API_KEYS_FILE): /nonexistent/keys: No such file"),
+    ([], {"NMT_API_KEYS_FILE": "/"}, "--api-keys-file (NMT_API_KEYS_FILE): /: Is a directory"),
+    (["--models-dir", "/nonexistent/models"], {}, "--models-dir (NMT_MODELS_DIR): models directory not found: /nonexistent/models"),
+    ([], {"NMT_MODELS_DIR": "/etc/hostname"}, "--models-dir (NMT_MODELS_DIR): not a directory"),
+]
+
+
+@pytest.mark.parametrize("args, env, message", BAD_SETTINGS, ids=[m.split(")")[0] + ")" + ("env" if e else "flag") for _, e, m in BAD_SETTINGS])
+def test_a_bad_setting_is_one_line_and_exit_2(models_dir, args, env, message):
+    defaults = [] if "NMT_MODELS_DIR" in env or "--models-dir" in args else ["--models-dir", str(models_dir)]
+    proc = start(*defaults, *args, env=env, timeout=30)
+    assert_one_line_error(proc, message)
+
+
+def test_an_empty_models_dir_is_one_line_and_exit_2(tmp_path):
+    assert_one_line_error(start("--models-dir", str(tmp_path)), "no checkpoints")
+
+
+def test_an_unreadable_models_dir_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    # root reads any directory whatever its mode, so the refusal the kernel would give is simulated
+    import pathlib
+
+    from service.__main__ import main
+
+    def refuse(self):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "iterdir", refuse)
+    assert main(["--models-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"python -m service: error: --models-dir (NMT_MODELS_DIR): {tmp_path}: Permission denied"]
