@@ -3,6 +3,8 @@
 # start the server inside it, then check /health/ready, one /v1/translate and /metrics on loopback.
 #
 #   sudo scripts/container-smoke.sh            (root: buildah --isolation chroot)
+#   sudo GPU=1 scripts/container-smoke.sh      the GPU image: PyPI's torch (CUDA 13); with no GPU here it
+#                                              checks that device=cuda is refused and device=auto serves on CPU
 #
 # With no registry for base images, it makes a local one (Debian bookworm + python3) with debootstrap
 # from this machine's own apt mirror, and feeds the CPU torch wheel from the local pip wheel
@@ -15,6 +17,8 @@ BASE=${BASE:-localhost/bookworm-python:latest}
 WORK=${WORK:-$PWD/.container}
 PORT=${PORT:-18080}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+GPU=${GPU:-}
+if [ -n "$GPU" ]; then IMAGE=${IMAGE%:smoke}; IMAGE=${IMAGE}:${IMAGE_TAG:-gpu-smoke}; fi
 t0=$(date +%s)
 say() { printf '[%4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*"; }
 
@@ -40,7 +44,8 @@ if ! buildah inspect --type image "$BASE" >/dev/null 2>&1; then
   buildah rm "$ctr" >/dev/null
 fi
 
-wheel=$(ls /opt/wheels/torch-"$TORCH_VERSION"*cp311*x86_64.whl 2>/dev/null | head -n1 || true)
+wheel=""
+[ -z "$GPU" ] && wheel=$(ls /opt/wheels/torch-"$TORCH_VERSION"*cp311*x86_64.whl 2>/dev/null | head -n1 || true)
 rm -f docker/wheels/*.whl
 if [ -n "$wheel" ]; then cp "$wheel" docker/wheels/; say "torch from local wheel $(basename "$wheel")"; fi
 
@@ -50,15 +55,40 @@ rm -f docker/certs/extra-ca.crt
 [ -s "$ca_bundle" ] && cp "$ca_bundle" docker/certs/extra-ca.crt
 
 say "building $IMAGE"
-buildah bud --isolation chroot --layers --quiet \
+built=$(date +%s)
+# docker format: the OCI format drops HEALTHCHECK
+buildah bud --isolation chroot --layers --quiet --format docker \
   --build-arg BASE_IMAGE="$BASE" --build-arg TORCH_VERSION="$TORCH_VERSION" --build-arg TORCH_INDEX_URL= \
+  --build-arg VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)" \
+  --build-arg REVISION="$(git rev-parse HEAD 2>/dev/null || true)" --build-arg SOURCE="${SOURCE:-}" \
   -t "$IMAGE" . >"$WORK/build.log"
 rm -f docker/wheels/*.whl docker/certs/extra-ca.crt
-say "image built: $(buildah images --format '{{.Size}}' "$IMAGE" | head -n1)"
+say "image built in $(( $(date +%s) - built ))s: $(buildah images --format '{{.Size}}' "$IMAGE" | head -n1)"
+
+config=$(buildah inspect --type image "$IMAGE")
+echo "$config" | grep -q '"Healthcheck"' || { echo "no HEALTHCHECK in the image"; exit 1; }
+echo "$config" | grep -q '"org.opencontainers.image.revision"' || { echo "no OCI labels in the image"; exit 1; }
+! echo "$config" | grep -qE '"Volumes": *\{ *$' || { echo "the image declares a VOLUME"; exit 1; }
+say "HEALTHCHECK, OCI labels, no VOLUME: ok"
 
 ctr=$(buildah from "$IMAGE")
 cleanup() { [ -n "${server:-}" ] && kill "$server" 2>/dev/null; wait 2>/dev/null; buildah rm "$ctr" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
+inside() { buildah run --isolation chroot --user app "$ctr" -- "$@"; }
+lean=$(inside python3 -c "
+import importlib.util as u, pathlib, torch
+sp = pathlib.Path(torch.__file__).parents[1]
+left = [m for m in ('pip', 'setuptools', 'wheel', 'sacrebleu', 'lxml') if u.find_spec(m)]
+left += [str(p.relative_to(sp)) for p in (sp / 'torch/test', sp / 'torch/include') if p.exists()]
+print(' '.join(left) or 'lean', torch.__version__, 'cuda', torch.version.cuda)")
+say "inside the image: $lean"
+case "$lean" in lean*) ;; *) echo "left in the image: $lean"; exit 1;; esac
+if [ -n "$GPU" ]; then
+  # no GPU on this machine: an explicit cuda must be refused in one line, and auto must serve on CPU
+  refused=$(buildah run --isolation chroot --user app --env NMT_DEVICE=cuda "$ctr" -- python3 -m service 2>&1 && echo "exit 0" || echo "exit $?")
+  say "NMT_DEVICE=cuda here -> $refused"
+  echo "$refused" | grep -q "not usable" && echo "$refused" | grep -q "exit 2"
+fi
 say "starting the server inside the image on 127.0.0.1:$PORT (user app)"
 buildah run --isolation chroot --user app --env NMT_PORT="$PORT" --env NMT_HOST=127.0.0.1 "$ctr" -- python3 -m service >"$WORK/server.log" 2>&1 &
 server=$!
