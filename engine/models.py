@@ -54,7 +54,8 @@ def device_problem(device: str) -> str | None:
         if torch.version.cuda is None:
             return f"this torch build ({torch.__version__}) has no CUDA support"
         reasons = [str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()]
-        return reasons[0] if reasons else f"no CUDA device found (torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+        return reasons[0] if reasons else (f"no CUDA device or NVIDIA driver found (torch {torch.__version__}, "
+                                              f"built for CUDA {torch.version.cuda})")
     index = torch.device(device).index
     if index is not None and index >= torch.cuda.device_count():
         return f"{device}: only {torch.cuda.device_count()} CUDA device(s) visible"
