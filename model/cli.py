@@ -61,6 +61,14 @@ def check_model(parser: argparse.ArgumentParser, model_dir: str) -> "CheckpointI
     return info
 
 
+def require_eval_extra(parser: argparse.ArgumentParser) -> None:
+    """Scoring needs sacrebleu, which the eval extra brings (the service image leaves it out)."""
+    import importlib.util
+
+    if importlib.util.find_spec("sacrebleu") is None:
+        fail(parser, "sacrebleu is not installed: pip install 'nmt-serve[eval]' (or run make setup)")
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:

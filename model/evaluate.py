@@ -13,9 +13,8 @@ import json
 import sys
 import time
 
-import sacrebleu
 
-from .cli import add_load_options, check_files, check_model, fail, load_translator, positive_int, user_errors
+from .cli import add_load_options, check_files, check_model, fail, load_translator, positive_int, require_eval_extra, user_errors
 from .data import read_lines
 from .translator import Translator
 
@@ -25,6 +24,8 @@ def evaluate(translator: Translator, sources: list[str], references: list[str], 
     results = translator.translate(sources, beam_size=beam_size, max_batch_size=batch_size)
     seconds = time.time() - t0
     hypotheses = [r.text for r in results]
+    import sacrebleu  # the eval extra: main() checks it is there
+
     bleu = sacrebleu.metrics.BLEU()
     chrf = sacrebleu.metrics.CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
@@ -49,6 +50,7 @@ def evaluate(translator: Translator, sources: list[str], references: list[str], 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nmt-evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_load_options(parser)
+    require_eval_extra(parser)
     parser.add_argument("--src", required=True, help="source file (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference file (plain or .gz)")
     parser.add_argument("--beam-size", type=positive_int, default=4)

@@ -25,13 +25,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import sacrebleu
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from .checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint
-from .cli import check_files, fail, user_errors
+from .cli import check_files, fail, require_eval_extra, user_errors
 from .config import ModelConfig
 from .data import collate, read_parallel, token_batches, tokenize_parallel
 from .inference.engine import Engine
@@ -385,6 +384,8 @@ class Trainer:
         model = model or self.model
         hyps = translate_ids(model, self.valid.src, SearchOptions(beam_size=1))
         texts = [self.tokenizer.decode(h) for h in hyps]
+        import sacrebleu  # the eval extra: main() checks it is there
+
         return sacrebleu.corpus_bleu(texts, [self.valid_refs]).score
 
     def validate(self) -> None:
@@ -445,6 +446,7 @@ class Trainer:
 
 def main(argv: list[str] | None = None) -> None:
     parser = TrainConfig.build_parser()
+    require_eval_extra(parser)
     cfg = TrainConfig.from_args(argv, parser)
     with user_errors(parser, ValueError):  # training or validation sides of different lengths
         trainer = Trainer(cfg)

@@ -169,3 +169,18 @@ def test_make_evaluate_without_data():
 def test_make_evaluate_takes_languages_from_the_model():
     proc = run("make", "-n", "-o", "setup", "evaluate", f"PY={sys.executable}", "MODEL=checkpoints/en-de", "DATA=d")
     assert "--src d/test_2016_flickr.en.gz --ref d/test_2016_flickr.de.gz" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_scoring_without_the_eval_extra_is_one_line(monkeypatch, capsys):
+    """sacrebleu comes with the eval extra (the service image leaves it out): say so, no ImportError."""
+    import importlib.util
+
+    from model import evaluate, train
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sacrebleu" else real(name, *a))
+    for main in (evaluate.main, train.main):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--help"])
+        assert exit_.value.code == 2
+        assert "nmt-serve[eval]" in capsys.readouterr().err
