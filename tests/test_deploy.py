@@ -172,6 +172,18 @@ def test_tmp_is_writable_on_the_read_only_root(rendered, variant):
     mounts = {m["mountPath"]: m["name"] for m in container(rendered[variant])["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert "emptyDir" in volumes[mounts["/tmp"]]
+    # caches (CUDA's kernel cache, ~/.cache) land there too, not in the read-only home directory
+    variables = env(rendered[variant])
+    for name in ("HOME", "XDG_CACHE_HOME", "CUDA_CACHE_PATH"):
+        assert variables[name]["value"].startswith("/tmp"), name
+
+
+def test_pod_runs_as_the_images_user(rendered):
+    """runAsUser is the uid the Dockerfile gives its user `app`, so files it owns stay readable."""
+    import re
+
+    uid = re.search(r"useradd[^\n]*--uid (\d+)", (ROOT / "Dockerfile").read_text()).group(1)
+    assert pod_spec(rendered["cpu"])["securityContext"]["runAsUser"] == int(uid)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
