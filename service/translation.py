@@ -112,13 +112,20 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
         batch = batches.setdefault(model.id, [])
         sources = sentence_texts.setdefault(model.id, [])
         units, tokens = [], 0
+        encoded: dict[str, list[int]] = {}  # segment() counts each sentence's tokens: encode it once
+
+        def encode(sentence: str) -> list[int]:
+            if sentence not in encoded:
+                encoded[sentence] = model.encode(sentence)
+            return encoded[sentence]
+
         pieces = [(seg.text, seg.has_inline) for seg in document.segments] if document is not None else [(text, False)]
         for piece, inline in pieces:
-            segmented = segment(piece, model.source, split_sentences=split_sentences, count=lambda t: len(model.encode(t)),
+            segmented = segment(piece, model.source, split_sentences=split_sentences, count=lambda t: len(encode(t)),
                                 max_tokens=s.max_sentence_tokens)
             units.append(_Unit(segmented, len(batch), inline))
             for sentence in segmented.texts:
-                ids = model.encode(sentence)
+                ids = encode(sentence)
                 tokens += len(ids)
                 batch.append(ids)
                 sources.append(sentence)
@@ -194,10 +201,12 @@ def _assemble(state: ServiceState, text: _Text, hyps: list[list[Hypothesis]], so
     for unit in text.units:
         seg, first = unit.segmented, unit.first
         mine = [hyps[first + k] for k in range(len(seg.sentences))]
-        for rank in range(n):
+        best_text, target_spans = seg.rebuild_with_spans([nbest[0].text for nbest in mine])
+        rebuilt[0].append(best_text)
+        for rank in range(1, n):
             rebuilt[rank].append(seg.rebuild([nbest[min(rank, len(nbest) - 1)].text for nbest in mine]))
         if text.document is not None:
-            aligned.append(AlignedText(rebuilt[0][-1], _unit_alignment(unit, mine, alignments, text.model.id)))
+            aligned.append(AlignedText(best_text, _unit_alignment(unit, target_spans, alignments, text.model.id)))
         for k, nbest in enumerate(mine):
             best = nbest[0]
             found = flags_for(sources[first + k], best.text, truncated=best.truncated, split=k in seg.long_sentences,
@@ -230,14 +239,13 @@ def _assemble(state: ServiceState, text: _Text, hyps: list[list[Hypothesis]], so
     )
 
 
-def _unit_alignment(unit: _Unit, mine: list[list[Hypothesis]], alignments: dict, model_id: str):
-    """The sentences' word alignments moved into the unit's coordinates (None when not aligned)."""
+def _unit_alignment(unit: _Unit, target_spans: list[tuple[int, int]], alignments: dict, model_id: str):
+    """The sentences' word alignments moved into the unit's coordinates (None when not aligned);
+    target_spans: where each sentence's translation sits in the unit's translation."""
     if not unit.needs_alignment:
         return None
-    seg = unit.segmented
-    _, target_spans = seg.rebuild_with_spans([nbest[0].text for nbest in mine])
     out = []
-    for k, (src_span, tgt_span) in enumerate(zip(seg.source_spans(), target_spans)):
+    for k, (src_span, tgt_span) in enumerate(zip(unit.segmented.source_spans(), target_spans)):
         for (ts, te), (ss, se) in alignments.get((model_id, unit.first + k), []):
             out.append(((tgt_span[0] + ts, tgt_span[0] + te), (src_span[0] + ss, src_span[0] + se)))
     return out
