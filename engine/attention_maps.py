@@ -20,11 +20,11 @@ def select(maps: torch.Tensor, layers: list[int], heads: list[int], average: boo
 def attention_maps(translator: Translator, call: Attention) -> dict:
     include = tuple(dict.fromkeys(["cross", *call.include]))
     if call.target_text is not None:
-        forced = translator.force_decode(call.text, call.target_text, attention_include=include)
+        forced = translator.force_decode(call.text, call.target_text, attention_include=include, target_lang=call.target)
         text, score, maps = call.target_text, forced.score, forced.attention
     else:
         [result] = translator.translate([call.text], beam_size=call.beam_size, return_scores=True,
-                                        return_attention=True, attention_include=include)
+                                        return_attention=True, attention_include=include, target_lang=call.target)
         text, score, maps = result.text, result.hypotheses[0].score, result.attention
     layers, heads, average = call.layers, call.heads, call.average_heads
     return dict(

@@ -64,7 +64,8 @@ def device_problem(device: str) -> str | None:
 
 def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none",
                 step_mode: str = "auto") -> dict[str, tuple[Translator, float, str]]:
-    """{"de-en": (translator, load seconds, checkpoint path)} for every checkpoint found."""
+    """{"de-en": (translator, load seconds, checkpoint path)} for every checkpoint found; a multilingual
+    checkpoint's id is its directory's name (the API routes its directions to it)."""
     from model.inference.attention import attention_backend
     from model.translator import Translator  # torch: only the engine process pays for it
 
@@ -79,7 +80,7 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
         # the attention endpoint's searches and captures a bucket when one first needs it
         translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode,
                                      warmup=False)
-        model_id = f"{translator.source_lang}-{translator.target_lang}"
+        model_id = path.resolve().name if translator.multilingual else f"{translator.source_lang}-{translator.target_lang}"
         if model_id in models:
             raise ValueError(f"two checkpoints for {model_id}: {models[model_id][2]} and {path}")
         models[model_id] = (translator, time.perf_counter() - t0, str(path))

@@ -46,8 +46,9 @@ class Hypothesis:
 @dataclass
 class Translate:
     id: int
-    model: str  # "de-en"
-    sources: list[list[int]]  # per text its source ids, eos excluded (the API tokenized it to check its limits)
+    model: str  # the engine's model id: "de-en", or a multilingual checkpoint's name
+    sources: list[list[int]]  # per text its source ids, eos excluded, a multilingual model's target tag first (the API
+    # tokenized it to check its limits)
     options: DecodeOptions
     deadline: float  # time.monotonic() (system-wide on Linux): after it nobody waits for the result
 
@@ -67,6 +68,7 @@ class Attention:
     encoder_layers: list[int]
     average_heads: bool
     deadline: float
+    target: str | None = None  # the target language: a multilingual model's tag
 
 
 @dataclass

@@ -42,6 +42,14 @@ class CheckpointInfo:
     metadata: dict = field(default_factory=dict)
     src_vocab: str | None = None  # optional JSON piece -> id vocabulary (Marian models); None: sentencepiece ids
     tgt_vocab: str | None = None
+    # a multilingual model: the directions it serves ("fr-cs", ...) and each target language's tag, the
+    # piece put before the source (model/multilingual.py); source_lang and target_lang are then "mul"
+    directions: list[str] | None = None
+    target_tags: dict[str, str] | None = None
+
+    @property
+    def multilingual(self) -> bool:
+        return bool(self.directions)
 
 
 def _unique_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
@@ -84,6 +92,7 @@ def save_checkpoint(
         "src_tokenizer": info.src_tokenizer,
         "tgt_tokenizer": info.tgt_tokenizer,
         **({"src_vocab": info.src_vocab, "tgt_vocab": info.tgt_vocab} if info.src_vocab or info.tgt_vocab else {}),
+        **({"directions": info.directions, "target_tags": info.target_tags} if info.directions else {}),
         "model": info.config.to_dict(),
         "metadata": info.metadata,
     }
@@ -115,6 +124,8 @@ def read_info(directory: str | Path) -> CheckpointInfo:
             metadata=payload.get("metadata", {}),
             src_vocab=payload.get("src_vocab"),
             tgt_vocab=payload.get("tgt_vocab"),
+            directions=payload.get("directions"),
+            target_tags=payload.get("target_tags"),
         )
     except (KeyError, TypeError, ValueError, AssertionError) as e:
         raise CheckpointError(f"{config_path}: invalid model config ({e})") from e

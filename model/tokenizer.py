@@ -87,9 +87,10 @@ class Tokenizer:
 
 def train_sentencepiece(
     text_files: list[Path], model_prefix: Path, vocab_size: int, model_type: str = "bpe",
-    character_coverage: float = 1.0, input_sentence_size: int = 2_000_000,
+    character_coverage: float = 1.0, input_sentence_size: int = 2_000_000, user_defined_symbols: list[str] | None = None,
 ) -> Path:
-    """Train a sentencepiece model with the project's fixed special ids: pad=0 unk=1 bos=2 eos=3."""
+    """Train a sentencepiece model with the project's fixed special ids: pad=0 unk=1 bos=2 eos=3, then
+    the user-defined symbols (target-language tags: always one piece each)."""
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
     spm.SentencePieceTrainer.train(
         input=",".join(str(f) for f in text_files),
@@ -102,5 +103,6 @@ def train_sentencepiece(
         shuffle_input_sentence=True,
         num_threads=2,
         minloglevel=2,
+        user_defined_symbols=user_defined_symbols or [],
     )
     return model_prefix.with_suffix(".model")

@@ -4,6 +4,13 @@
         --valid-src val.de.gz --valid-tgt val.en.gz --source-lang de --target-lang en \
         --run-dir runs/de-en --output checkpoints/de-en
 
+    python -m model.train --languages en,de,fr,cs --train-data 'train.{lang}.gz' \
+        --valid-data 'val.{lang}.gz' --run-dir runs/mul --output checkpoints/mul
+
+The second form trains one multilingual model on multi-way parallel files (every ordered pair of the
+languages, or --directions en-fr,fr-en,...), the target language a tag before the source
+(model/multilingual.py); the validation score is the mean greedy BLEU over the directions.
+
 Every hyper-parameter is a flag (see --help) or a key of the JSON file given with --config. The run
 directory holds the tokenizer, `state.pt` (model, optimizer, schedule, data position: saved every few
 minutes and on SIGINT/SIGTERM), the best checkpoints by validation BLEU, and `train.log`. Running the
@@ -17,6 +24,8 @@ import dataclasses
 import json
 import logging
 import math
+import os
+import platform
 import random
 import shutil
 import signal
@@ -35,6 +44,9 @@ from .config import ModelConfig
 from .data import collate, read_parallel, token_batches, tokenize_parallel
 from .inference.engine import Engine
 from .inference.search import SearchOptions, generate
+from .multilingual import (
+    concatenate, multiway_pairs, parse_directions, parse_languages, read_multiway, tag_ids, target_tag,
+)
 from .tokenizer import Tokenizer, train_sentencepiece
 from .transformer import Transformer
 
@@ -47,6 +59,10 @@ class TrainConfig:
     train_tgt: str = ""  # training target text, line-aligned with train_src
     valid_src: str = ""  # validation source (model selection)
     valid_tgt: str = ""  # validation references
+    languages: str = ""  # multilingual: "en,de,fr,cs" (then train_data/valid_data instead of the four files above)
+    directions: str = "all"  # multilingual: "all" (every ordered pair) or "en-de,de-en,..."
+    train_data: str = ""  # multilingual: multi-way parallel training files, "{lang}" for the code (train.{lang}.gz)
+    valid_data: str = ""  # multilingual: validation files, same form
     source_lang: str = "src"
     target_lang: str = "tgt"
     run_dir: str = "runs/model"  # scratch: tokenizer, state, best checkpoints, log
@@ -82,6 +98,7 @@ class TrainConfig:
     save_every_minutes: float = 10.0
     threads: int = 0  # torch intra-op threads (0 = torch default)
     seed: int = 1
+    device: str = "auto"  # auto | cpu | cuda (cuda trains in bfloat16 autocast)
     export_dtype: str = "float16"
     export_only: int = 0  # 1 = do not train: export the best checkpoints of run_dir as they are now
 
@@ -118,10 +135,26 @@ class TrainConfig:
         if "adam_betas" in values:
             values["adam_betas"] = tuple(values["adam_betas"])
         cfg = cls(**values)
-        data = {"--" + name.replace("_", "-"): getattr(cfg, name) for name in ("train_src", "train_tgt", "valid_src", "valid_tgt")}
-        missing = [flag for flag, path in data.items() if not path]
+        if cfg.languages:
+            with user_errors(parser, ValueError):
+                languages = parse_languages(cfg.languages)
+                parse_directions(cfg.directions, languages)
+                names = ("train_data", "valid_data")
+                for name in names:
+                    if getattr(cfg, name) and "{lang}" not in getattr(cfg, name):
+                        raise ValueError(f"--{name.replace('_', '-')} {getattr(cfg, name)}: put {{lang}} where the language code goes")
+            data = {f"--{n.replace('_', '-')} ({lang})": getattr(cfg, n).replace("{lang}", lang)
+                    for n in names if getattr(cfg, n) for lang in languages}
+            missing = [f"--{n.replace('_', '-')}" for n in names if not getattr(cfg, n)]
+        else:
+            data = {"--" + name.replace("_", "-"): getattr(cfg, name) for name in ("train_src", "train_tgt", "valid_src", "valid_tgt")}
+            missing = [flag for flag, path in data.items() if not path]
         if missing:
             fail(parser, f"{', '.join(missing)} required (flags or keys of --config)")
+        if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
+            fail(parser, f"--device {cfg.device}: expected auto, cpu or cuda")
+        if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+            fail(parser, f"--device {cfg.device}: CUDA is not available here")
         check_files(parser, {**data, "--spm-model": cfg.spm_model})
         with user_errors(parser, AssertionError):  # ModelConfig's checks (d_model divisible by n_heads, ...)
             ModelConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, activation=cfg.activation,
@@ -182,6 +215,13 @@ class Trainer:
         setup_logging(self.run_dir)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        self.device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
+                                   "cpu" if cfg.device == "auto" else cfg.device)
+        # bfloat16 autocast on a GPU (no loss scaling needed); float32 on the CPU, where bfloat16 is slow without AMX
+        self.autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
+        self.languages = parse_languages(cfg.languages) if cfg.languages else []
+        self.directions = (parse_directions(cfg.directions, self.languages) if self.languages
+                           else [(cfg.source_lang, cfg.target_lang)])
         self.stop_requested = False
         self.tokenizer = self.prepare_tokenizer()
         self.model_config = ModelConfig(
@@ -194,7 +234,7 @@ class Trainer:
             eos_id=self.tokenizer.eos_id, decoder_start_id=self.tokenizer.bos_id,
         )
         torch.manual_seed(cfg.seed)
-        self.model = Transformer(self.model_config)
+        self.model = Transformer(self.model_config).to(self.device)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay
         )
@@ -216,28 +256,41 @@ class Trainer:
                 shutil.copyfile(cfg.spm_model, target)
                 say(f"tokenizer: reusing {cfg.spm_model}")
             else:
-                # sentencepiece reads plain text: write both training sides once, uncompressed
+                # sentencepiece reads plain text: write every training side once, uncompressed
                 scratch = self.run_dir / "spm_input.txt"
-                src, tgt = read_parallel(cfg.train_src, cfg.train_tgt)
-                scratch.write_text("\n".join(src + tgt) + "\n", encoding="utf-8")
+                if self.languages:
+                    sides = list(read_multiway(cfg.train_data, self.languages).values())
+                else:
+                    sides = list(read_parallel(cfg.train_src, cfg.train_tgt))
+                scratch.write_text("\n".join(line for side in sides for line in side) + "\n", encoding="utf-8")
                 t0 = time.time()
-                train_sentencepiece([scratch], self.run_dir / "spm", cfg.vocab_size, cfg.spm_type)
+                tags = [target_tag(lang) for lang in self.languages]
+                train_sentencepiece([scratch], self.run_dir / "spm", cfg.vocab_size, cfg.spm_type, user_defined_symbols=tags)
                 scratch.unlink()
                 say(f"tokenizer: trained {cfg.spm_type} vocab {cfg.vocab_size} in {time.time() - t0:.0f}s")
         return Tokenizer(target)
 
     def load_data(self) -> None:
+        """self.train: every training pair; self.valid_sets: per direction its pairs and references."""
         cfg = self.cfg
-        src, tgt = read_parallel(cfg.train_src, cfg.train_tgt)
-        self.train = tokenize_parallel(src, tgt, self.tokenizer, self.tokenizer, cfg.max_sentence_tokens)
-        vsrc, vtgt = read_parallel(cfg.valid_src, cfg.valid_tgt)
-        if cfg.valid_max_sentences:
-            vsrc, vtgt = vsrc[: cfg.valid_max_sentences], vtgt[: cfg.valid_max_sentences]
-        self.valid = tokenize_parallel(vsrc, vtgt, self.tokenizer, self.tokenizer, drop_empty=False)
-        self.valid_refs = vtgt
+        n = cfg.valid_max_sentences or None
+        if self.languages:
+            tags = tag_ids(self.tokenizer, self.languages)
+            texts = read_multiway(cfg.train_data, self.languages)
+            self.train = concatenate(list(multiway_pairs(texts, self.directions, self.tokenizer, tags, cfg.max_sentence_tokens).values()))
+            vtexts = {lang: lines[:n] for lang, lines in read_multiway(cfg.valid_data, self.languages).items()}
+            valid = multiway_pairs(vtexts, self.directions, self.tokenizer, tags, drop_empty=False)
+            self.valid_sets = {d: (valid[d], vtexts[d[1]]) for d in self.directions}
+        else:
+            src, tgt = read_parallel(cfg.train_src, cfg.train_tgt)
+            self.train = tokenize_parallel(src, tgt, self.tokenizer, self.tokenizer, cfg.max_sentence_tokens)
+            vsrc, vtgt = read_parallel(cfg.valid_src, cfg.valid_tgt)
+            vsrc, vtgt = vsrc[:n], vtgt[:n]
+            self.valid_sets = {self.directions[0]: (tokenize_parallel(vsrc, vtgt, self.tokenizer, self.tokenizer, drop_empty=False), vtgt)}
+        self.valid = concatenate([data for data, _ in self.valid_sets.values()])
         say(
-            f"data: {len(self.train)} training pairs ({self.train.num_target_tokens()} target tokens), "
-            f"{len(self.valid)} validation pairs"
+            f"data: {len(self.train)} training pairs ({self.train.num_target_tokens()} target tokens) in "
+            f"{len(self.directions)} direction(s), {len(self.valid)} validation pairs"
         )
 
     def resume(self) -> None:
@@ -245,7 +298,7 @@ class Trainer:
         if not state_path.exists():
             say(f"model: {self.model.num_parameters() / 1e6:.2f}M parameters, config {self.model_config}")
             return
-        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        state = torch.load(state_path, map_location=self.device, weights_only=False)
         if state["model_config"] != self.model_config.to_dict():
             raise SystemExit(f"{state_path} was saved with another model config; use a fresh --run-dir")
         self.model.load_state_dict(state["model"])
@@ -255,7 +308,7 @@ class Trainer:
         self.train_seconds = state.get("train_seconds", 0.0)
         if self.cfg.export_only and "train_threads" in state:
             self.train_threads = state["train_threads"]
-        torch.set_rng_state(state["torch_rng"])
+        torch.set_rng_state(state["torch_rng"].cpu())
         random.setstate(state["python_rng"])
         say(f"resumed from step {self.step} (epoch {self.epoch + 1}, batch {self.batch_in_epoch})")
 
@@ -273,6 +326,12 @@ class Trainer:
         tmp.replace(self.run_dir / "state.pt")  # atomic: a crash mid-save keeps the previous state
 
     def checkpoint_info(self, extra: dict | None = None) -> CheckpointInfo:
+        if self.languages:
+            return CheckpointInfo(
+                config=self.model_config, source_lang="mul", target_lang="mul", src_tokenizer="spm.model",
+                tgt_tokenizer="spm.model", metadata=extra or {}, directions=[f"{s}-{t}" for s, t in self.directions],
+                target_tags={lang: target_tag(lang) for lang in sorted({t for _, t in self.directions})},
+            )
         return CheckpointInfo(
             config=self.model_config, source_lang=self.cfg.source_lang, target_lang=self.cfg.target_lang,
             src_tokenizer="spm.model", tgt_tokenizer="spm.model", metadata=extra or {},
@@ -280,8 +339,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def loss_on(self, src, tgt_in, tgt_out) -> tuple[torch.Tensor, int]:
-        logits = self.model(src, tgt_in)  # (B, T, V)
-        n_tokens = int((tgt_out != self.model_config.pad_id).sum())
+        n_tokens = int((tgt_out != self.model_config.pad_id).sum())  # on the host: no device sync
+        src, tgt_in, tgt_out = (t.to(self.device, non_blocking=True) for t in (src, tgt_in, tgt_out))
+        with self.autocast:
+            logits = self.model(src, tgt_in)  # (B, T, V)
+        logits = logits.float()
         loss = F.cross_entropy(
             logits.view(-1, logits.size(-1)), tgt_out.view(-1), ignore_index=self.model_config.pad_id,
             label_smoothing=self.cfg.label_smoothing, reduction="sum",
@@ -373,20 +435,33 @@ class Trainer:
         total, tokens = 0.0, 0
         for idx in token_batches(self.valid, self.cfg.max_tokens, seed=0, shuffle=False):
             src, tgt_in, tgt_out = collate(self.valid, idx, self.model_config.pad_id, self.model_config.decoder_start_id)
-            logits = self.model(src, tgt_in)
+            tokens += int((tgt_out != self.model_config.pad_id).sum())
+            src, tgt_in, tgt_out = (t.to(self.device) for t in (src, tgt_in, tgt_out))
+            with self.autocast:
+                logits = self.model(src, tgt_in).float()
             total += F.cross_entropy(
                 logits.view(-1, logits.size(-1)), tgt_out.view(-1), ignore_index=self.model_config.pad_id, reduction="sum"
             ).item()
-            tokens += int((tgt_out != self.model_config.pad_id).sum())
         return total / max(tokens, 1)
 
-    def valid_bleu(self, model: Transformer | None = None) -> float:
-        model = model or self.model
-        hyps = translate_ids(model, self.valid.src, SearchOptions(beam_size=1))
-        texts = [self.tokenizer.decode(h) for h in hyps]
+    def valid_bleus(self, model: Transformer | None = None) -> dict[str, float]:
+        """Greedy validation BLEU per direction ("de-en": 40.1, ...), all directions searched as one set."""
         import sacrebleu  # the eval extra: main() checks it is there
 
-        return sacrebleu.corpus_bleu(texts, [self.valid_refs]).score
+        model = model or self.model
+        hyps = iter(translate_ids(model, self.valid.src, SearchOptions(beam_size=1)))
+        scores = {}
+        for (src, tgt), (data, refs) in self.valid_sets.items():
+            texts = [self.tokenizer.decode(next(hyps)) for _ in range(len(data))]
+            scores[f"{src}-{tgt}"] = sacrebleu.corpus_bleu(texts, [refs]).score
+        return scores
+
+    def valid_bleu(self, model: Transformer | None = None) -> float:
+        """The selection score: the mean of the directions' greedy BLEU."""
+        scores = self.valid_bleus(model)
+        if len(scores) > 1:
+            say("  " + " ".join(f"{d} {b:.1f}" for d, b in scores.items()))
+        return sum(scores.values()) / len(scores)
 
     def validate(self) -> None:
         t0 = time.time()
@@ -394,7 +469,7 @@ class Trainer:
         bleu = self.valid_bleu()
         say(
             f"validation at step {self.step} (epoch {self.epoch}): loss {loss:.4f} ppl {math.exp(loss):.2f} "
-            f"greedy BLEU {bleu:.2f} ({time.time() - t0:.0f}s)"
+            f"greedy BLEU {bleu:.2f}{' (mean of directions)' if len(self.directions) > 1 else ''} ({time.time() - t0:.0f}s)"
         )
         best_dir = self.run_dir / "best"
         if len(self.best) < self.cfg.keep_best or bleu > self.best[-1]["bleu"]:
@@ -408,6 +483,13 @@ class Trainer:
             for dropped in self.best[self.cfg.keep_best :]:
                 shutil.rmtree(dropped["dir"], ignore_errors=True)
             self.best = self.best[: self.cfg.keep_best]
+
+    def device_name(self) -> str:
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+        return f"{model}, {os.cpu_count()} cores"
 
     def export(self) -> Path:
         """Average the best checkpoints' weights and write the final float16 checkpoint."""
@@ -433,6 +515,7 @@ class Trainer:
             "training": {
                 "steps": self.step, "epochs": self.epoch, "train_seconds": round(self.train_seconds),
                 "threads": self.train_threads,
+                "device": self.device_name(),
                 "averaged": sorted(b["step"] for b in chosen) if final is averaged else [chosen[0]["step"]],
                 "valid_bleu_greedy": round(max(bleu_avg, bleu_best), 2),
                 "config": dataclasses.asdict(cfg),

@@ -4,6 +4,9 @@
     results = translator.translate(["Ein Hund rennt."], beam_size=4, return_scores=True)
     results[0].text, results[0].hypotheses[0].score
 
+A multilingual checkpoint serves several directions; its calls name the target language:
+`translate(texts, target_lang="fr")` (the source language needs no name: the encoder reads it).
+
 Options are keyword-only; optional result fields (scores, attention) stay None unless asked for.
 """
 from __future__ import annotations
@@ -126,6 +129,7 @@ class Translator:
         self.config = model.config
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
+        self._tags = self._target_tag_ids()
 
     @classmethod
     def load(
@@ -175,7 +179,48 @@ class Translator:
 
     @property
     def source_lang(self) -> str:
-        return self.info.source_lang
+        return self.info.source_lang  # "mul" for a multilingual model
+
+    @property
+    def multilingual(self) -> bool:
+        return self.info.multilingual
+
+    @property
+    def directions(self) -> list[str]:
+        """The directions served: "de-en", ... (one for a bilingual model)."""
+        return list(self.info.directions or [f"{self.source_lang}-{self.target_lang}"])
+
+    def test_bleu(self) -> dict[str, float]:
+        """{direction: sacreBLEU on test_2016_flickr, beam 4, float weights} as the model card recorded it."""
+        out = {}
+        for row in self.info.metadata.get("scores", []):
+            if (row.get("split"), row.get("beam_size"), row.get("quantization", "none")) == ("test_2016_flickr", 4, "none"):
+                out[row.get("direction") or self.directions[0]] = row["bleu"]
+        return out
+
+    def _target_tag_ids(self) -> dict[str, int]:
+        if not self.multilingual:
+            return {}
+        tags = self.info.target_tags or {}
+        missing = sorted({d.split("-")[1] for d in self.info.directions} - set(tags))
+        if missing:
+            raise ValueError(f"multilingual checkpoint: no target tag for {missing}")
+        ids = {lang: self.src_tokenizer.sp.piece_to_id(tag) for lang, tag in tags.items()}
+        unknown = [tags[lang] for lang, i in ids.items() if i == self.src_tokenizer.unk_id]
+        if unknown:
+            raise ValueError(f"multilingual checkpoint: its tokenizer has no piece for the tags {unknown}")
+        return ids
+
+    def prefix_ids(self, target_lang: str | None = None) -> list[int]:
+        """What goes before the source ids: a multilingual model's tag of the target language (required),
+        nothing for a bilingual one (target_lang, if given, must be its own)."""
+        if not self.multilingual:
+            if target_lang not in (None, self.target_lang):
+                raise ValueError(f"this model translates into {self.target_lang!r}, not {target_lang!r}")
+            return []
+        if target_lang not in self._tags:
+            raise ValueError(f"a multilingual model needs target_lang, one of {sorted(self._tags)}; got {target_lang!r}")
+        return [self._tags[target_lang]]
 
     @property
     def target_lang(self) -> str:
@@ -185,8 +230,8 @@ class Translator:
         return self.model.num_parameters()
 
     # ------------------------------------------------------------------ tokens
-    def encode_source(self, text: str) -> list[int]:
-        return self.source_ids(self.src_tokenizer.encode(text))
+    def encode_source(self, text: str, target_lang: str | None = None) -> list[int]:
+        return self.source_ids(self.prefix_ids(target_lang) + self.src_tokenizer.encode(text))
 
     def source_ids(self, ids: list[int]) -> list[int]:
         """Tokenized source (eos excluded) -> the ids the encoder reads: eos appended if the model wants
@@ -240,8 +285,11 @@ class Translator:
         max_batch_tokens: int = 6000,
         max_batch_size: int = 256,
         deadline: float | None = None,
+        target_lang: str | None = None,
     ) -> list[TranslationResult]:
         """Translate texts (any lengths, any order); results come back in input order.
+
+        target_lang: the language to translate into; required by a multilingual model.
 
         deadline: a time.monotonic() value; past it the search raises search.DeadlineExceeded.
         """
@@ -252,6 +300,7 @@ class Translator:
             length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size, use_cache=use_cache,
         )
         self._check_include(attention_include)
+        prefix = self.prefix_ids(target_lang)
         results: list[TranslationResult | None] = [None] * len(texts)
         sources: dict[int, list[int]] = {}
         for i, text in enumerate(texts):
@@ -260,7 +309,7 @@ class Translator:
                 empty = TranslationHypothesis("", [], 0.0 if return_scores else None, 0.0 if return_scores else None)
                 results[i] = TranslationResult([empty] * num_hypotheses)
             else:
-                sources[i] = self.encode_source(text)
+                sources[i] = self.source_ids(prefix + self.src_tokenizer.encode(text))
         todo = list(sources)
         lengths = [len(sources[i]) for i in todo]
         for batch in self._length_batches(lengths, max_batch_tokens, max_batch_size):
@@ -321,10 +370,11 @@ class Translator:
         return [attn for _, attn in self._teacher_forced(src, targets, include)]
 
     @torch.inference_mode()
-    def force_decode(self, source: str, target: str, *, attention_include: Sequence[str] = ("cross",)) -> ForcedDecoding:
+    def force_decode(self, source: str, target: str, *, attention_include: Sequence[str] = ("cross",),
+                     target_lang: str | None = None) -> ForcedDecoding:
         """Score a given translation of `source` and return the attention maps that produce it."""
         self._check_include(attention_include)
-        src = self._pad([self.encode_source(source)])
+        src = self._pad([self.encode_source(source, target_lang)])
         target_ids = self.tgt_tokenizer.encode(target)
         [(log_probs, attention)] = self._teacher_forced(src, [target_ids], attention_include)
         return ForcedDecoding(target, log_probs, float(sum(log_probs)), attention)

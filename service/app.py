@@ -20,7 +20,7 @@ from .engine_client import EngineClient
 from .errors import install_handlers
 from .language_detection import detector_for
 from .middleware import BodySizeLimit, MetricsMiddleware
-from .models import ServedModel
+from .models import served_directions
 from .routers import health, libretranslate, translate, ui
 from .settings import Settings
 from .state import ServiceState
@@ -45,7 +45,7 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
                 on_load_failure()
         if status.ready and status.incarnation != seen["incarnation"]:
             seen["incarnation"] = status.incarnation
-            models = {m["id"]: ServedModel.of(m) for m in status.models}
+            models = served_directions(status.models)
             # the language detector takes seconds to build and holds the GIL meanwhile: build it before
             # readiness, not on the first "auto" request
             detector_for(frozenset(m.source for m in models.values()))

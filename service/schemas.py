@@ -107,9 +107,14 @@ class AttentionResponse(BaseModel):
 
 
 class ModelInfo(BaseModel):
-    id: str
+    id: str = Field(description="the direction, source-target: what `source` and `target` of a request pick")
     source: str
     target: str
+    model: str = Field(description="the checkpoint serving it: its pair (de-en), or a multilingual checkpoint's name, "
+                                   "which serves several directions from one set of weights")
+    multilingual: bool = False
+    test_bleu: float | None = Field(None, description="the model's recorded sacreBLEU for this direction on "
+                                                      "Multi30k test_2016_flickr, beam 4 (its model card), if measured")
     parameters: int
     device: str
     dtype: str

@@ -154,7 +154,9 @@ async def translate_texts(state: ServiceState, request: Request, *, source: str,
         ids = list(batches)
         # scores always: the low-confidence flag reads them (the response shows them only when asked)
         scored = replace(options, return_scores=True)
-        results = dict(zip(ids, await asyncio.gather(*(engine.translate(m, batches[m], scored, timeout) for m in ids))))
+        served = {t.model.id: t.model for t in prepared if t.model is not None}
+        results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout)
+                                                       for m in ids))))
         alignments = await _align(state, engine, prepared, sentence_texts, results, timeout)
         return results, alignments
 
@@ -181,7 +183,8 @@ async def _align(state: ServiceState, engine, prepared: list[_Text], sentence_te
 
     async def one(model: ServedModel, k: int):
         source, target = sentence_texts[model.id][k], results[model.id][k][0].text
-        maps = await engine.attention(model.id, timeout, text=source, target_text=target, beam_size=1, include=("cross",),
+        maps = await engine.attention(model.engine_model, timeout, text=source, target_text=target, target=model.target,
+                                      beam_size=1, include=("cross",),
                                       layers=list(range(model.info["n_decoder_layers"])), heads=list(range(model.info["n_heads"])),
                                       encoder_layers=[], average_heads=True)
         return word_alignment(source, target, maps["source_tokens"], maps["target_tokens"], maps["alignment"])

@@ -24,10 +24,11 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from model.multilingual import LANGUAGE_NAMES
+
 from ..errors import APIError, bad_request, too_large
 from ..file_store import MEDIA_TYPES, FileStore
 from ..language_detection import language_name
-from ..models import LANGUAGE_NAMES
 from ..schemas import Language
 from ..security import authorize
 from ..state import ServiceState, get_state

@@ -72,7 +72,8 @@ async def attention(body: AttentionRequest, request: Request, state: ServiceStat
     encoder_layers = _indices(body.layers, info["n_encoder_layers"], "layers") if "encoder_self" in body.include else []
     timeout = request_timeout(state, request)
     maps = await with_deadline(state, request, timeout, engine.attention(
-        model.id, timeout, text=body.text, target_text=body.target_text, beam_size=body.beam_size, include=tuple(body.include),
+        model.engine_model, timeout, text=body.text, target_text=body.target_text, target=model.target,
+        beam_size=body.beam_size, include=tuple(body.include),
         layers=layers, heads=heads, encoder_layers=encoder_layers, average_heads=body.average_heads,
     ))
     return AttentionResponse(
@@ -84,9 +85,11 @@ async def attention(body: AttentionRequest, request: Request, state: ServiceStat
 @router.get(
     "/models", response_model=ModelList,
     responses={200: {"content": {"application/json": {"example": {"models": [
-        {"id": "de-en", "source": "de", "target": "en", "parameters": 7583744, "device": "cpu", "dtype": "float32", "quantization": "none",
+        {"id": "de-en", "source": "de", "target": "en", "model": "de-en", "multilingual": False, "parameters": 7583744,
+         "device": "cpu", "dtype": "float32", "quantization": "none",
          "step_mode": "auto", "static_decoder": None, "path": "checkpoints/de-en"},
     ]}}}}},
 )
 async def models(state: ServiceState = Depends(get_state)) -> ModelList:
-    return ModelList(models=[ModelInfo(**{k: m.info.get(k) for k in ModelInfo.model_fields}) for m in state.models.values()])
+    return ModelList(models=[ModelInfo(**{k: v for k, v in m.describe().items() if k in ModelInfo.model_fields})
+                             for m in state.models.values()])

@@ -1,0 +1,173 @@
+"""One model for many directions: tags, multi-way data, training, checkpoints, the Translator and the
+CLIs with a target language, and the service routing each direction to a model."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from model.checkpoint import CheckpointInfo, load_checkpoint, read_info, save_checkpoint
+from model.evaluate import evaluate
+from model.multilingual import multiway_pairs, parse_directions, parse_languages, read_multiway, tag_ids, target_tag
+from model.tokenizer import Tokenizer, train_sentencepiece
+from model.train import TrainConfig, Trainer
+from model.translator import Translator
+from service.models import served_directions
+
+from conftest import random_model
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).resolve().parent.parent
+LANGS = ["de", "en", "fr"]
+
+
+@pytest.fixture(scope="module")
+def tagged_spm(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("mspm")
+    text = out / "joint.txt"
+    text.write_text("".join((FIXTURES / f"train300.{lang}").read_text() for lang in LANGS))
+    return train_sentencepiece([text], out / "spm", vocab_size=500, user_defined_symbols=[target_tag(lang) for lang in LANGS])
+
+
+def make_multilingual(directory: Path, spm: Path, seed: int = 5, directions=None, metadata=None) -> Path:
+    """A random multilingual checkpoint over LANGS (every direction unless told)."""
+    tok = Tokenizer(spm)
+    model = random_model(seed=seed, src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size)
+    directions = directions or [f"{s}-{t}" for s, t in parse_directions("all", LANGS)]
+    info = CheckpointInfo(model.config, "mul", "mul", "spm.model", "spm.model", metadata or {}, directions=directions,
+                          target_tags={lang: target_tag(lang) for lang in LANGS})
+    return save_checkpoint(directory, model, info, {"spm.model": spm})
+
+
+def test_languages_and_directions():
+    assert parse_languages("en, de,fr") == ["en", "de", "fr"]
+    assert parse_directions("all", ["en", "de", "fr"]) == [("en", "de"), ("en", "fr"), ("de", "en"), ("de", "fr"),
+                                                          ("fr", "en"), ("fr", "de")]
+    assert parse_directions("en-de,de-en,en-de", ["en", "de"]) == [("en", "de"), ("de", "en")]
+    for bad in ("en", "en,en"):
+        with pytest.raises(ValueError, match="two or more"):
+            parse_languages(bad)
+    for bad in ("en-cs", "en-en", "ende"):
+        with pytest.raises(ValueError, match="SRC-TGT"):
+            parse_directions(bad, ["en", "de"])
+
+
+def test_multiway_pairs_put_the_target_tag_first(tagged_spm):
+    tok = Tokenizer(tagged_spm)
+    tags = tag_ids(tok, LANGS)
+    assert len(set(tags.values())) == 3 and all(tok.sp.id_to_piece(i) == target_tag(lang) for lang, i in tags.items())
+    texts = read_multiway(str(FIXTURES / "val40.{lang}"), LANGS)
+    pairs = multiway_pairs(texts, parse_directions("all", LANGS), tok, tags)
+    assert len(pairs) == 6 and all(len(p) == 40 for p in pairs.values())
+    de_fr = pairs[("de", "fr")]
+    assert de_fr.src[0] == [tags["fr"]] + tok.encode(texts["de"][0], add_eos=True)
+    assert de_fr.tgt[0] == tok.encode(texts["fr"][0], add_eos=True)
+    # the same English sentence is the target of every X-en direction, its source side tagged <2en>
+    assert pairs[("fr", "en")].tgt == pairs[("de", "en")].tgt and pairs[("fr", "en")].src[3][0] == tags["en"]
+    with pytest.raises(ValueError, match="no piece"):
+        tag_ids(tok, ["cs"])
+    with pytest.raises(ValueError, match="line-aligned"):
+        read_multiway(str(FIXTURES / "{lang}.de"), ["val40", "train300"])
+    with pytest.raises(ValueError, match="needs {lang}"):
+        read_multiway(str(FIXTURES / "val40.de"), LANGS)
+
+
+def test_multilingual_training_resumes_exports_and_translates(tmp_path):
+    run_dir = tmp_path / "run"
+
+    def config(**overrides):
+        return TrainConfig(
+            languages="de,en,fr", train_data=str(FIXTURES / "train300.{lang}"), valid_data=str(FIXTURES / "val40.{lang}"),
+            run_dir=str(run_dir), output=str(tmp_path / "mul"), vocab_size=500, d_model=32, n_heads=2, d_ff=64,
+            n_encoder_layers=1, n_decoder_layers=1, max_tokens=800, warmup_steps=5, lr=3e-3, validate_every=3,
+            valid_max_sentences=8, keep_best=2, average_best=2, **overrides)
+
+    first = Trainer(config(max_steps=3))
+    assert len(first.train) == 6 * 300 and len(first.valid) == 6 * 8
+    first.run()
+    log = (run_dir / "train.log").read_text()
+    assert "in 6 direction(s)" in log and "(mean of directions)" in log and "fr-de " in log
+    second = Trainer(config(max_steps=5))
+    assert second.step == 3
+    second.run()
+    info = read_info(tmp_path / "mul")
+    assert info.multilingual and info.source_lang == "mul" and len(info.directions) == 6
+    assert info.target_tags == {"de": "<2de>", "en": "<2en>", "fr": "<2fr>"}
+    assert info.metadata["training"]["steps"] == 5 and info.metadata["training"]["device"]
+    translator = Translator.load(tmp_path / "mul", device="cpu")
+    report = evaluate(translator, (FIXTURES / "val40.fr").read_text().splitlines()[:4],
+                      (FIXTURES / "val40.de").read_text().splitlines()[:4], beam_size=2, target_lang="de")
+    assert report["sentences"] == 4
+    pivoted = evaluate(translator, (FIXTURES / "val40.fr").read_text().splitlines()[:4],
+                       (FIXTURES / "val40.de").read_text().splitlines()[:4], beam_size=2, target_lang="de", pivot="en")
+    assert pivoted["pivot"] == "en"
+
+
+def test_translator_needs_and_uses_the_target_language(tmp_path, tagged_spm, tiny_checkpoint):
+    path = make_multilingual(tmp_path / "mul", tagged_spm)
+    translator = Translator.load(path, device="cpu")
+    assert translator.multilingual and "fr-de" in translator.directions
+    tag = Tokenizer(tagged_spm).sp.piece_to_id("<2de>")
+    assert translator.encode_source("Ein Hund.", "de")[0] == tag
+    with pytest.raises(ValueError, match="needs target_lang"):
+        translator.translate(["Un chien."])
+    with pytest.raises(ValueError, match="needs target_lang"):
+        translator.translate(["Un chien."], target_lang="cs")
+    # the tag changes what the encoder reads, so what the model makes of the source
+    scores = {lang: translator.force_decode("Un chien court.", "Ein Hund.", target_lang=lang).score for lang in LANGS}
+    assert len(set(scores.values())) == 3
+    forced = translator.force_decode("Un chien.", "Ein Hund.", target_lang="de")
+    assert forced.attention.source_tokens[0] == "<2de>"
+    bilingual = Translator.load(tiny_checkpoint, device="cpu")
+    assert bilingual.prefix_ids("en") == [] and bilingual.directions == ["de-en"]
+    with pytest.raises(ValueError, match="translates into 'en'"):
+        bilingual.translate(["Ein Hund."], target_lang="fr")
+
+
+def test_checkpoint_keeps_directions_and_refuses_a_missing_tag(tmp_path, tagged_spm):
+    path = make_multilingual(tmp_path / "mul", tagged_spm, directions=["de-fr", "fr-de"])
+    _, info, _, _ = load_checkpoint(path)
+    assert info.directions == ["de-fr", "fr-de"] and info.multilingual
+    config = json.loads((path / "config.json").read_text())
+    config["target_tags"] = {"de": "<2de>"}
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"no target tag for \['fr'\]"):
+        Translator.load(path, device="cpu")
+
+
+def _info(mid, path, directions=None, tags=None, test_bleu=None, source=None, target=None):
+    return dict(id=mid, source=source or "mul", target=target or "mul", directions=directions, target_tags=tags,
+                test_bleu=test_bleu, src_tokenizer=str(path / "spm.model"))
+
+
+def test_each_direction_goes_to_the_model_with_the_best_recorded_score(tmp_path, tagged_spm, tiny_checkpoint):
+    mul = make_multilingual(tmp_path / "multi", tagged_spm)
+    tags = {lang: target_tag(lang) for lang in LANGS}
+    every = [f"{s}-{t}" for s, t in parse_directions("all", LANGS)]
+    bilingual = _info("de-en", tiny_checkpoint, ["de-en"], None, {"de-en": 40.1}, "de", "en")
+    served = served_directions([bilingual, _info("multi", mul, every, tags, {"de-en": 39.0, "fr-de": 30.0})])
+    assert sorted(served) == sorted(every)
+    assert served["de-en"].engine_model == "de-en" and served["de-en"].prefix == []
+    fr_de = served["fr-de"]
+    assert fr_de.engine_model == "multi" and fr_de.source == "fr" and fr_de.target == "de"
+    assert fr_de.encode("Un chien.")[0] == Tokenizer(tagged_spm).sp.piece_to_id("<2de>")
+    assert fr_de.describe()["test_bleu"] == 30.0 and fr_de.describe()["multilingual"] is True
+    # a better multilingual score takes the direction; without scores the bilingual model goes first
+    served = served_directions([bilingual, _info("multi", mul, every, tags, {"de-en": 41.0})])
+    assert served["de-en"].engine_model == "multi"
+    served = served_directions([_info("de-en", tiny_checkpoint, None, None, None, "de", "en"), _info("multi", mul, every, tags)])
+    assert served["de-en"].engine_model == "de-en"
+
+
+def test_cli_translate_needs_a_direction_of_a_multilingual_model(tmp_path, tagged_spm):
+    path = make_multilingual(tmp_path / "mul", tagged_spm)
+    run = lambda *args, **kw: subprocess.run([sys.executable, "-m", "model.translate", "--model", str(path), *args],  # noqa: E731
+                                             capture_output=True, text=True, cwd=ROOT, timeout=120, **kw)
+    missing = run("--demo")
+    assert missing.returncode == 2 and "name --source-lang and --target-lang" in missing.stderr
+    unknown = run("--source-lang", "fr", "--target-lang", "cs", "--demo")
+    assert unknown.returncode == 2 and "does not translate fr->cs" in unknown.stderr
+    ok = run("--source-lang", "fr", "--target-lang", "de", "--beam-size", "1", "--max-length", "5", input="Un chien court.\n")
+    assert ok.returncode == 0, ok.stderr[-1000:]
+    assert len(ok.stdout.splitlines()) == 1
