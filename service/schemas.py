@@ -61,7 +61,8 @@ class TranslateResponse(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"model": "de-en", "translations": [{"text": "A dog runs across the meadow."}], "usage": {"source_tokens": 9, "generated_tokens": 8}}]}
     )
-    model: str
+    model: str = Field(description="the model that translated: its pair (de-en), or a multilingual checkpoint's name; "
+                                   "comma-separated when texts of one request (source auto) went to several")
     translations: list[Translation]
     usage: Usage
 

@@ -234,7 +234,7 @@ def _assemble(state: ServiceState, text: _Text, hyps: list[list[Hypothesis]], so
         whole = [rebuilt[rank][0] for rank in range(n)]
     with_scores = options.return_scores
     return TextResult(
-        text=whole[0], alternatives=whole[1:], detected=text.detected, model=text.model.id,
+        text=whole[0], alternatives=whole[1:], detected=text.detected, model=text.model.engine_model,
         score=scores[0] if with_scores else None,
         normalized_score=(sum(normalized) / len(normalized) if normalized else 0.0) if with_scores else None,
         hypothesis_scores=[sc if with_scores else None for sc in scores], flags=flags,

@@ -171,3 +171,51 @@ def test_cli_translate_needs_a_direction_of_a_multilingual_model(tmp_path, tagge
     ok = run("--source-lang", "fr", "--target-lang", "de", "--beam-size", "1", "--max-length", "5", input="Un chien court.\n")
     assert ok.returncode == 0, ok.stderr[-1000:]
     assert len(ok.stdout.splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def mixed_models(tmp_path_factory, tagged_spm, spm_model) -> Path:
+    """A models directory with a bilingual de-en checkpoint and a multilingual one over de, en, fr."""
+    from conftest import make_checkpoint
+
+    root = tmp_path_factory.mktemp("mixed")
+    make_checkpoint(root / "de-en", spm_model, "de", "en", seed=3)
+    make_multilingual(root / "multi", tagged_spm)
+    return root
+
+
+def test_service_serves_every_direction_of_both_models(mixed_models):
+    from test_service import make_client, wait_ready
+
+    fast = {"beam_size": 2, "max_length": 6}
+    # a slow engine status under a loaded test machine is not what this test is about
+    with make_client(mixed_models, engine_heartbeat_timeout_s=10) as client:
+        wait_ready(client, timeout=120)
+        models = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
+        assert set(models) == {f"{s}-{t}" for s, t in parse_directions("all", LANGS)}
+        assert models["de-en"]["model"] == "de-en" and not models["de-en"]["multilingual"]  # no scores: bilingual first
+        assert models["fr-de"]["model"] == "multi" and models["fr-de"]["multilingual"]
+        assert client.get("/health").json()["models"] == sorted(models)
+        languages = {lang["code"]: lang["targets"] for lang in client.get("/languages").json()}
+        assert languages == {"de": ["en", "fr"], "en": ["de", "fr"], "fr": ["de", "en"]}
+        for source, target in parse_directions("all", LANGS):
+            response = client.post("/v1/translate", json={"text": ["Un chien court. Deux enfants jouent."], "source": source,
+                                                          "target": target, **fast})
+            assert response.status_code == 200, response.text
+            assert response.json()["model"] == models[f"{source}-{target}"]["model"]
+            assert response.json()["usage"]["sentences"] == 2
+        # the French text found by detection, then routed to the multilingual model
+        auto = client.post("/v1/translate", json={"text": "Un homme en chemise bleue est debout sur une échelle.",
+                                                  "source": "auto", "target": "de", **fast})
+        assert auto.status_code == 200 and auto.json()["translations"][0]["detected_language"]["language"] == "fr"
+        # attention of a multilingual direction: the tag is the first source token
+        maps = client.post("/v1/attention", json={"text": "Un chien.", "source": "fr", "target": "de", "beam_size": 1})
+        assert maps.status_code == 200, maps.text
+        assert maps.json()["source_tokens"][0] == "<2de>"
+        # HTML with inline tags: aligned through the engine's attention of the multilingual model
+        html = client.post("/translate", json={"q": "<p>Un <b>chien</b> court.</p>", "source": "fr", "target": "de",
+                                               "format": "html"})
+        assert html.status_code == 200, html.text
+        assert html.json()["translatedText"].startswith("<p>")
+        missing = client.post("/v1/translate", json={"text": "Un chien.", "source": "fr", "target": "cs"})
+        assert missing.status_code == 400 and "fr-de" in missing.json()["error"]["message"]
