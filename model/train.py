@@ -382,17 +382,21 @@ class Trainer:
                 self.optimizer.step()
                 self.batch_in_epoch += 1
                 self.train_seconds += time.time() - t0
-                window_loss += loss.item()
+                # summed on the device and read every 10 steps: reading it each step would wait for
+                # the GPU every step
+                window_loss = window_loss + loss.detach()
                 window_tokens += n_tokens
                 bar.update(1)
-                elapsed = time.time() - window_start
-                bar.set_postfix(
-                    loss=f"{window_loss / window_tokens:.3f}", tok_s=f"{window_tokens / max(elapsed, 1e-6):.0f}",
-                    step=self.step, refresh=False,
-                )
+                if self.step % 10 == 0:
+                    elapsed = time.time() - window_start
+                    bar.set_postfix(
+                        loss=f"{float(window_loss) / window_tokens:.3f}", tok_s=f"{window_tokens / max(elapsed, 1e-6):.0f}",
+                        step=self.step, refresh=False,
+                    )
                 if self.step % 50 == 0:
+                    elapsed = time.time() - window_start
                     log.info(
-                        f"step {self.step} epoch {self.epoch + 1} loss {window_loss / window_tokens:.4f} "
+                        f"step {self.step} epoch {self.epoch + 1} loss {float(window_loss) / window_tokens:.4f} "
                         f"lr {self.optimizer.param_groups[0]['lr']:.2e} tok/s {window_tokens / max(elapsed, 1e-6):.0f}"
                     )
                     window_loss, window_tokens, window_start = 0.0, 0, time.time()
