@@ -53,13 +53,13 @@ def main_error(capsys, command, argv: list[str], prog: str, *needles: str) -> No
 
 
 @pytest.fixture
-def french_model(tmp_path):
+def spanish_model(tmp_path):
     """A checkpoint whose config names a source language with no demo sentences (config only: no weights load)."""
     config = json.loads((ROOT / "checkpoints" / "en-de" / "config.json").read_text())
-    config["source_lang"] = "fr"
-    (tmp_path / "fr-de").mkdir()
-    (tmp_path / "fr-de" / "config.json").write_text(json.dumps(config))
-    return str(tmp_path / "fr-de")
+    config["source_lang"] = "es"
+    (tmp_path / "es-de").mkdir()
+    (tmp_path / "es-de" / "config.json").write_text(json.dumps(config))
+    return str(tmp_path / "es-de")
 
 
 def test_evaluate_missing_source_file(tmp_path):
@@ -98,9 +98,9 @@ def test_translate_missing_model(tmp_path):
     assert_one_line_error(proc, "nmt-translate", "nowhere")
 
 
-def test_translate_demo_errors(tmp_path, capsys, french_model):
+def test_translate_demo_errors(tmp_path, capsys, spanish_model):
     main_error(capsys, translate, ["--model", str(tmp_path / "nowhere"), "--demo"], "nmt-translate", "nowhere")
-    main_error(capsys, translate, ["--model", french_model, "--demo"], "nmt-translate", "'fr'")
+    main_error(capsys, translate, ["--model", spanish_model, "--demo"], "nmt-translate", "'es'")
 
 
 @pytest.mark.parametrize("flags", [["--beam-size", "0"], ["--threads", "-1"], ["--device", "nonsense"]])
