@@ -1,5 +1,6 @@
 """One model for many directions: tags, multi-way data, training, checkpoints, the Translator and the
 CLIs with a target language, and the service routing each direction to a model."""
+import gzip
 import json
 import subprocess
 import sys
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from model import model_card
 from model.checkpoint import CheckpointInfo, load_checkpoint, read_info, save_checkpoint
 from model.evaluate import evaluate
 from model.multilingual import multiway_pairs, parse_directions, parse_languages, read_multiway, tag_ids, target_tag
@@ -102,6 +104,21 @@ def test_multilingual_training_resumes_exports_and_translates(tmp_path):
     pivoted = evaluate(translator, (FIXTURES / "val40.fr").read_text().splitlines()[:4],
                        (FIXTURES / "val40.de").read_text().splitlines()[:4], beam_size=2, target_lang="de", pivot="en")
     assert pivoted["pivot"] == "en"
+
+    # its model card: every direction, split and beam, and the two non-English directions through English
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang in LANGS:
+        lines = (FIXTURES / f"val40.{lang}").read_text().splitlines()[:6]
+        for split in ("val", "test_2016_flickr"):
+            with gzip.open(data / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+    assert model_card.main(["--model", str(tmp_path / "mul"), "--data", str(data), "--quantizations", "none"]) == 0
+    scores = json.loads((tmp_path / "mul" / "config.json").read_text())["metadata"]["scores"]
+    assert len(scores) == 6 * 2 * 2 + 2 and {s["direction"] for s in scores if s.get("pivot") == "en"} == {"de-fr", "fr-de"}
+    card = (tmp_path / "mul" / "README.md").read_text()
+    assert "6 directions" in card and "| fr-de |" in card and "through en" in card
+    assert Translator.load(tmp_path / "mul", device="cpu").test_bleu().keys() == set(info.directions)
 
 
 def test_translator_needs_and_uses_the_target_language(tmp_path, tagged_spm, tiny_checkpoint):
