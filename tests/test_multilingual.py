@@ -4,6 +4,7 @@ import gzip
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -202,7 +203,7 @@ def mixed_models(tmp_path_factory, tagged_spm, spm_model) -> Path:
 
 
 def test_service_serves_every_direction_of_both_models(mixed_models):
-    from test_service import make_client, wait_ready
+    from test_service import make_client, metric, wait_for, wait_ready
 
     fast = {"beam_size": 2, "max_length": 6}
     # a slow engine status under a loaded test machine is not what this test is about
@@ -215,12 +216,42 @@ def test_service_serves_every_direction_of_both_models(mixed_models):
         assert client.get("/health").json()["models"] == sorted(models)
         languages = {lang["code"]: lang["targets"] for lang in client.get("/languages").json()}
         assert languages == {"de": ["en", "fr"], "en": ["de", "fr"], "fr": ["de", "en"]}
+        alone = {}
         for source, target in parse_directions("all", LANGS):
             response = client.post("/v1/translate", json={"text": ["Un chien court. Deux enfants jouent."], "source": source,
                                                           "target": target, **fast})
             assert response.status_code == 200, response.text
             assert response.json()["model"] == models[f"{source}-{target}"]["model"]
             assert response.json()["usage"]["sentences"] == 2
+            alone[(source, target)] = response.json()["translations"][0]["text"]
+
+        # the multilingual model's directions one after the other, then at once: at once they share one
+        # running batch (fewer steps), and each caller gets its own result
+        mine = [d for d in alone if models["-".join(d)]["model"] == "multi"]
+
+        def post(d):
+            return client.post("/v1/translate", json={"text": ["Un chien court. Deux enfants jouent."], "source": d[0],
+                                                      "target": d[1], **fast})
+
+        sent = [2 * len(alone)]  # sentences sent so far: the engine's counters lag behind its replies
+
+        def settled() -> bool:  # every sentence sent has joined and none runs: the step count is final
+            return (metric(client, "nmt_engine_sentences_joined_total") == sent[0]
+                    and metric(client, "nmt_engine_running_sentences") == 0)
+
+        def steps_of(run) -> tuple[float, list]:
+            wait_for(settled)
+            steps = metric(client, "nmt_engine_steps_total")
+            replies = run()
+            sent[0] += 2 * len(mine)
+            wait_for(settled)
+            return metric(client, "nmt_engine_steps_total") - steps, replies
+
+        steps_alone, _ = steps_of(lambda: [post(d) for d in mine])
+        with ThreadPoolExecutor(len(mine)) as pool:
+            steps_together, together = steps_of(lambda: list(pool.map(post, mine)))
+        assert [r.json()["translations"][0]["text"] for r in together] == [alone[d] for d in mine]
+        assert steps_together < steps_alone / 2, (steps_together, steps_alone)
         # the French text found by detection, then routed to the multilingual model
         auto = client.post("/v1/translate", json={"text": "Un homme en chemise bleue est debout sur une échelle.",
                                                   "source": "auto", "target": "de", **fast})
