@@ -53,15 +53,14 @@ def read_multiway(pattern: str, languages: list[str]) -> dict[str, list[str]]:
     return texts
 
 
+def target_tags(languages) -> dict[str, str]:
+    """{lang: its tag}, as a checkpoint's config.json records them."""
+    return {lang: target_tag(lang) for lang in sorted(languages)}
+
+
 def tag_ids(tokenizer: Tokenizer, languages: list[str]) -> dict[str, int]:
     """{lang: id of its tag}; the tokenizer must hold every tag as one piece (a user-defined symbol)."""
-    ids = {}
-    for lang in languages:
-        found = tokenizer.sp.piece_to_id(target_tag(lang))
-        if found == tokenizer.unk_id:
-            raise ValueError(f"tokenizer {tokenizer.model_file} has no piece {target_tag(lang)!r}")
-        ids[lang] = found
-    return ids
+    return tokenizer.symbol_ids(target_tags(languages))
 
 
 def multiway_pairs(

@@ -55,6 +55,18 @@ class Tokenizer:
             if ours != theirs:
                 raise TokenizerMismatch(f"{side} tokenizer {name}={ours} but model config {name}={theirs}")
 
+    def symbol_ids(self, symbols: dict[str, str]) -> dict[str, int]:
+        """{key: piece} -> {key: id of that piece}, for symbols that must each be one whole piece
+        (a multilingual model's target tags); ValueError naming the ones this tokenizer lacks."""
+        if self.vocab is not None:
+            ids = {key: self.vocab.get(piece, self.unk_id) for key, piece in symbols.items()}
+        else:
+            ids = {key: self.sp.piece_to_id(piece) for key, piece in symbols.items()}
+        missing = sorted(symbols[key] for key, i in ids.items() if i == self.unk_id)
+        if missing:
+            raise ValueError(f"tokenizer {self.model_file.name} has no piece for {missing}")
+        return ids
+
     def encode(self, text: str, add_eos: bool = False) -> list[int]:
         """Text -> ids. Empty or whitespace-only text gives [] (plus eos when asked); unknown
         characters become unk_id."""

@@ -45,7 +45,7 @@ from .data import collate, read_parallel, token_batches, tokenize_parallel
 from .inference.engine import Engine
 from .inference.search import SearchOptions, generate
 from .multilingual import (
-    concatenate, multiway_pairs, parse_directions, parse_languages, read_multiway, tag_ids, target_tag,
+    concatenate, multiway_pairs, parse_directions, parse_languages, read_multiway, tag_ids, target_tag, target_tags,
 )
 from .tokenizer import Tokenizer, train_sentencepiece
 from .transformer import Transformer
@@ -330,7 +330,7 @@ class Trainer:
             return CheckpointInfo(
                 config=self.model_config, source_lang="mul", target_lang="mul", src_tokenizer="spm.model",
                 tgt_tokenizer="spm.model", metadata=extra or {}, directions=[f"{s}-{t}" for s, t in self.directions],
-                target_tags={lang: target_tag(lang) for lang in sorted({t for _, t in self.directions})},
+                target_tags=target_tags({t for _, t in self.directions}),
             )
         return CheckpointInfo(
             config=self.model_config, source_lang=self.cfg.source_lang, target_lang=self.cfg.target_lang,

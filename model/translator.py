@@ -205,11 +205,7 @@ class Translator:
         missing = sorted({d.split("-")[1] for d in self.info.directions} - set(tags))
         if missing:
             raise ValueError(f"multilingual checkpoint: no target tag for {missing}")
-        ids = {lang: self.src_tokenizer.sp.piece_to_id(tag) for lang, tag in tags.items()}
-        unknown = [tags[lang] for lang, i in ids.items() if i == self.src_tokenizer.unk_id]
-        if unknown:
-            raise ValueError(f"multilingual checkpoint: its tokenizer has no piece for the tags {unknown}")
-        return ids
+        return self.src_tokenizer.symbol_ids(tags)
 
     def prefix_ids(self, target_lang: str | None = None) -> list[int]:
         """What goes before the source ids: a multilingual model's tag of the target language (required),

@@ -44,10 +44,10 @@ def served_directions(infos: list[dict]) -> dict[str, ServedModel]:
     candidates: dict[str, list[ServedModel]] = {}
     for info in infos:
         tokenizer = tokenizers.setdefault(info["id"], Tokenizer(info["src_tokenizer"], info.get("src_vocab")))
-        tags = info.get("target_tags") or {}
+        tags = tokenizer.symbol_ids(info.get("target_tags") or {})
         for direction in info.get("directions") or [f"{info['source']}-{info['target']}"]:
             source, target = direction.split("-", 1)
-            prefix = [tokenizer.sp.piece_to_id(tags[target])] if tags else []
+            prefix = [tags[target]] if tags else []
             candidates.setdefault(direction, []).append(
                 ServedModel(direction, info, tokenizer, source, target, info["id"], prefix))
 
