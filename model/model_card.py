@@ -215,26 +215,42 @@ sentencepiece pieces and may be transliterated oddly.
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nmt-model-card", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, type=Path)
-    parser.add_argument("--data", required=True, type=Path, help="directory with {val,test_2016_flickr}.{lang}.gz")
+    parser.add_argument("--data", type=Path, help="directory with {val,test_2016_flickr}.{lang}.gz (to measure)")
     parser.add_argument("--beam-sizes", default="1,4")
     parser.add_argument("--quantizations", default="none,int8", help="comma-separated: none, int8")
     parser.add_argument("--hardware", default=f"{platform.machine()} CPU")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--notes", type=Path, help="a markdown file put after the card's introduction (a model's status, "
+                        "caveats): kept when the card is measured again")
+    parser.add_argument("--render-only", action="store_true", help="write the card from the scores config.json holds")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     beam_sizes = [int(b) for b in args.beam_sizes.split(",")]
-    rows = []
     multilingual = read_info(args.model).multilingual
-    for quantization in args.quantizations.split(","):
-        translator = Translator.load(args.model, device="cpu", quantization=quantization)
-        rows += measure_directions(translator, args.data, beam_sizes) if multilingual else measure(translator, args.data, beam_sizes)
     config_path = args.model / CONFIG_FILE
     payload = json.loads(config_path.read_text())
-    payload.setdefault("metadata", {})["scores"] = rows
-    config_path.write_text(json.dumps(payload, indent=2) + "\n")
+    if args.render_only:
+        rows = payload.get("metadata", {}).get("scores")
+        if not rows:
+            parser.error(f"{config_path} holds no scores: measure them first (leave out --render-only)")
+    else:
+        if args.data is None:
+            parser.error("--data is needed to measure the scores")
+        rows = []
+        for quantization in args.quantizations.split(","):
+            translator = Translator.load(args.model, device="cpu", quantization=quantization)
+            rows += (measure_directions(translator, args.data, beam_sizes) if multilingual
+                     else measure(translator, args.data, beam_sizes))
+        payload.setdefault("metadata", {})["scores"] = rows
+        config_path.write_text(json.dumps(payload, indent=2) + "\n")
     render = render_multilingual_card if multilingual else render_card
-    (args.model / "README.md").write_text(render(args.model, payload, rows, args.hardware))
+    card = render(args.model, payload, rows, args.hardware)
+    if args.notes:
+        # after the introduction, before the first section
+        intro, heading, sections = card.partition("\n## ")
+        card = f"{intro.rstrip()}\n\n{args.notes.read_text().strip()}\n{heading}{sections}"
+    (args.model / "README.md").write_text(card)
     print(f"wrote {args.model / 'README.md'}")
     return 0
 

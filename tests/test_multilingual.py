@@ -120,6 +120,13 @@ def test_multilingual_training_resumes_exports_and_translates(tmp_path):
     card = (tmp_path / "mul" / "README.md").read_text()
     assert "6 directions" in card and "| fr-de |" in card and "through en" in card
     assert Translator.load(tmp_path / "mul", device="cpu").test_bleu().keys() == set(info.directions)
+    # written again from the recorded scores, with notes after the introduction
+    notes = tmp_path / "notes.md"
+    notes.write_text("**Status: a test model.**\n")
+    assert model_card.main(["--model", str(tmp_path / "mul"), "--render-only", "--notes", str(notes)]) == 0
+    again = (tmp_path / "mul" / "README.md").read_text()
+    assert again.replace("\n**Status: a test model.**\n", "") == card
+    assert again.index("**Status: a test model.**") < again.index("## Scores")
 
 
 def test_translator_needs_and_uses_the_target_language(tmp_path, tagged_spm, tiny_checkpoint):
