@@ -64,25 +64,42 @@ def device_problem(device: str) -> str | None:
 
 def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none",
                 step_mode: str = "auto") -> dict[str, tuple[Translator, float, str]]:
-    """{"de-en": (translator, load seconds, checkpoint path)} for every checkpoint found; a multilingual
-    checkpoint's id is its directory's name (the API routes its directions to it)."""
+    """{"de-en": (translator, load seconds, checkpoint path)} for every checkpoint found that serves some
+    direction best (model.routing); a multilingual checkpoint's id is its directory's name (the API routes
+    its directions to it)."""
+    from model.checkpoint import read_info
     from model.inference.attention import attention_backend
+    from model.routing import route
     from model.translator import Translator  # torch: only the engine process pays for it
 
     if device.startswith("cuda") and (problem := device_problem(device)):
         raise RuntimeError(f"device {device} is not usable: {problem}")
     if device == "auto" and (gpu := nvidia_visible()) and (problem := device_problem("cuda")):
         log.warning("device=auto: an NVIDIA GPU seems present (%s) but CUDA is not usable (%s); serving on the CPU", gpu, problem)
+    paths = discover(models_dir)
+    infos = {path: read_info(path) for path in paths}
+    names: dict[Path, str] = {}
+    for path, info in infos.items():
+        name = path.resolve().name if info.multilingual else f"{info.source_lang}-{info.target_lang}"
+        if name in names.values():
+            other = next(p for p, n in names.items() if n == name)
+            raise ValueError(f"two checkpoints for {name}: {other} and {path}")
+        names[path] = name
+    # a checkpoint whose every direction another one serves better would only take memory and load time
+    routes = route((names[p], d, info.test_bleu().get(d), info.multilingual) for p, info in infos.items() for d in info.served())
     models: dict = {}
-    for path in discover(models_dir):
+    for path in paths:
+        if names[path] not in routes.values():
+            better = sorted({routes[d] for d in infos[path].served()})
+            log.info("not loading %s from %s: every direction it serves goes to %s (model.routing: the better recorded test BLEU)",
+                     names[path], path, ", ".join(better))
+            continue
         t0 = time.perf_counter()
         # no warm-up capture: the engine decodes with ContinuousSearch; the static decoder serves only
         # the attention endpoint's searches and captures a bucket when one first needs it
         translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode,
                                      warmup=False)
-        model_id = path.resolve().name if translator.multilingual else f"{translator.source_lang}-{translator.target_lang}"
-        if model_id in models:
-            raise ValueError(f"two checkpoints for {model_id}: {models[model_id][2]} and {path}")
+        model_id = names[path]
         models[model_id] = (translator, time.perf_counter() - t0, str(path))
         log.info("loaded %s from %s: device %s, dtype %s, attention %s (%.2fs)", model_id, path, translator.device,
                  str(translator.dtype).removeprefix("torch."), attention_backend(translator.device), models[model_id][1])

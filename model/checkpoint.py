@@ -51,6 +51,18 @@ class CheckpointInfo:
     def multilingual(self) -> bool:
         return bool(self.directions)
 
+    def served(self) -> list[str]:
+        """The directions served: "de-en", ... (one for a bilingual model)."""
+        return list(self.directions or [f"{self.source_lang}-{self.target_lang}"])
+
+    def test_bleu(self) -> dict[str, float]:
+        """{direction: sacreBLEU on test_2016_flickr, beam 4, float weights} as the model card recorded it."""
+        out = {}
+        for row in self.metadata.get("scores", []):
+            if (row.get("split"), row.get("beam_size"), row.get("quantization", "none")) == ("test_2016_flickr", 4, "none"):
+                out[row.get("direction") or self.served()[0]] = row["bleu"]
+        return out
+
 
 def _unique_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     """State dict with tied tensors kept once (safetensors refuses shared storage)."""

@@ -188,15 +188,11 @@ class Translator:
     @property
     def directions(self) -> list[str]:
         """The directions served: "de-en", ... (one for a bilingual model)."""
-        return list(self.info.directions or [f"{self.source_lang}-{self.target_lang}"])
+        return self.info.served()
 
     def test_bleu(self) -> dict[str, float]:
         """{direction: sacreBLEU on test_2016_flickr, beam 4, float weights} as the model card recorded it."""
-        out = {}
-        for row in self.info.metadata.get("scores", []):
-            if (row.get("split"), row.get("beam_size"), row.get("quantization", "none")) == ("test_2016_flickr", 4, "none"):
-                out[row.get("direction") or self.directions[0]] = row["bleu"]
-        return out
+        return self.info.test_bleu()
 
     def _target_tag_ids(self) -> dict[str, int]:
         if not self.multilingual:

@@ -4,13 +4,14 @@ each text once, checks the limits on the ids and sends them to the engine.
 
 A direction ("fr-cs") is served by a bilingual checkpoint of that pair or by a multilingual checkpoint
 listing it; the API then puts the model's target-language tag before the ids. Where several models
-serve one direction, the one with the best recorded test BLEU (beam 4, in its config's scores) gets it;
-without scores, a bilingual model goes first.
+serve one direction, model.routing picks it (the best recorded test BLEU, then a bilingual model), as the
+engine did when it left the others unloaded.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from model.routing import preference
 from model.tokenizer import Tokenizer
 
 
@@ -52,7 +53,6 @@ def served_directions(infos: list[dict]) -> dict[str, ServedModel]:
                 ServedModel(direction, info, tokenizer, source, target, info["id"], prefix))
 
     def rank(m: ServedModel) -> tuple:
-        bleu = _test_bleu(m.info, m.id)
-        return (bleu is not None, bleu or 0.0, not m.prefix, m.engine_model)
+        return preference(_test_bleu(m.info, m.id), bool(m.prefix), m.engine_model)
 
     return {d: max(found, key=rank) for d, found in sorted(candidates.items())}

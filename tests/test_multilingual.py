@@ -9,16 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from engine.models import load_models
 from model import model_card
 from model.checkpoint import CheckpointInfo, load_checkpoint, read_info, save_checkpoint
 from model.evaluate import evaluate
 from model.multilingual import multiway_pairs, parse_directions, parse_languages, read_multiway, tag_ids, target_tag
+from model.routing import route
 from model.tokenizer import Tokenizer, train_sentencepiece
 from model.train import TrainConfig, Trainer
 from model.translator import Translator
 from service.models import served_directions
 
-from conftest import random_model
+from conftest import make_checkpoint, random_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,6 +185,31 @@ def test_each_direction_goes_to_the_model_with_the_best_recorded_score(tmp_path,
     assert served["de-en"].engine_model == "multi"
     served = served_directions([_info("de-en", tiny_checkpoint, None, None, None, "de", "en"), _info("multi", mul, every, tags)])
     assert served["de-en"].engine_model == "de-en"
+
+
+def _scores(bleu: dict[str, float]) -> dict:
+    return {"scores": [{"direction": d, "split": "test_2016_flickr", "beam_size": 4, "bleu": b} for d, b in bleu.items()]}
+
+
+def test_the_engine_leaves_a_checkpoint_unloaded_when_every_direction_it_serves_goes_elsewhere(tmp_path, tagged_spm, spm_model, caplog):
+    every = [f"{s}-{t}" for s, t in parse_directions("all", LANGS)]
+    root = tmp_path / "models"
+    make_checkpoint(root / "de-en", spm_model, "de", "en", seed=3)
+    make_multilingual(root / "multi", tagged_spm, metadata=_scores({d: 30.0 for d in every}))
+    def score_bilingual(bleu: float) -> None:
+        config = json.loads((root / "de-en" / "config.json").read_text())
+        config["metadata"].update(_scores({"de-en": bleu}))
+        (root / "de-en" / "config.json").write_text(json.dumps(config))
+
+    score_bilingual(31.0)
+    assert sorted(load_models(root, "cpu", None)) == ["de-en", "multi"]  # the bilingual model keeps de-en
+    assert route([("a", "de-en", None, False), ("b", "de-en", 40.0, True), ("b", "fr-de", None, True)]) == {
+        "de-en": "b", "fr-de": "b"}
+    score_bilingual(29.0)
+    with caplog.at_level("INFO", logger="engine.models"):
+        loaded = load_models(root, "cpu", None)
+    assert list(loaded) == ["multi"]
+    assert "not loading de-en" in caplog.text and "goes to multi" in caplog.text
 
 
 def test_cli_translate_needs_a_direction_of_a_multilingual_model(tmp_path, tagged_spm):
