@@ -66,9 +66,22 @@ def _strip(text: str) -> tuple[str, str, str]:
     return lead, rest[: len(rest) - len(trail)], trail
 
 
-# sentencex (German) never cuts before a number, for "am 3. Mai"-style ordinals; but after a long word
-# that is no abbreviation, ". 2 Mädchen ..." starts a sentence (captions often do). "-str." is a street.
-_BEFORE_NUMBER = re.compile(r"(?<=[^\W\d_]{6}\.)(?<!str\.)\s+(?=\d)")
+# sentencex (German) never cuts before a number, for "am 3. Mai"-style ordinals; but after a word that is
+# no abbreviation, ". 2 Mädchen ..." starts a sentence (captions often do): after a long word (six letters
+# or more; "-str." is a street), or after a short lowercase one, as in "... bemalt ist. 3 Jungen", when a
+# count and a word follow and it is not one of the lowercase abbreviations that stand before numbers.
+_PERIOD_BEFORE_NUMBER = re.compile(r"(?<![^\W\d_])([^\W\d_]+)\.\s+(?=\d)")
+_COUNT_AND_WORD = re.compile(r"\d+\s+[^\W\d_]")
+_NUMBER_ABBREVIATIONS = frozenset(
+    "ca cca bzw vgl ggf evtl inkl zzgl usw bspw bzgl max min std sek mio mrd tsd geb gem hrsg"
+    " approx est vol fig env chap art obr str kap tzn atd".split())
+
+
+def _starts_sentence(word: str, rest: str) -> bool:
+    """Whether a number after "word." (rest: the text from the number on) starts a new sentence."""
+    if len(word) >= 6:
+        return not word.endswith("str")
+    return len(word) >= 3 and word.islower() and word not in _NUMBER_ABBREVIATIONS and bool(_COUNT_AND_WORD.match(rest))
 
 
 def sentences_of(line: str, language: str) -> list[str]:
@@ -76,9 +89,10 @@ def sentences_of(line: str, language: str) -> list[str]:
     out = []
     for sentence in sentencex.segment(language, line):
         start = 0
-        for m in _BEFORE_NUMBER.finditer(sentence):
-            out.append(sentence[start : m.end()])
-            start = m.end()
+        for m in _PERIOD_BEFORE_NUMBER.finditer(sentence):
+            if _starts_sentence(m.group(1), sentence[m.end():]):
+                out.append(sentence[start : m.end()])
+                start = m.end()
         out.append(sentence[start:])
     return [s for s in out if s]
 

@@ -46,6 +46,18 @@ def test_split_sentences_off_keeps_one_unit():
     assert s.rebuild(["X"]) == "  X\n"
 
 
+@pytest.mark.parametrize("text, sentences", [
+    # a caption starting with a count after a short word ends the sentence before it
+    ("Ein Gebäude, das bemalt ist. 3 Jungen stehen auf einem Pier.", ["Ein Gebäude, das bemalt ist.", "3 Jungen stehen auf einem Pier."]),
+    ("Zwei Mädchen spielen im Garten. 2 Hunde rennen.", ["Zwei Mädchen spielen im Garten.", "2 Hunde rennen."]),
+    # ordinals, abbreviations and streets before a number do not
+    ("Wir treffen uns am 3. Mai um 5 Uhr.", None), ("Es kostet ca. 3 Euro.", None), ("Siehe S. 3 und Nr. 4 bitte.", None),
+    ("Er wohnt in der Hauptstr. 5 in Berlin.", None), ("Es ist usw. 3 Dinge.", None),
+])
+def test_a_number_after_a_period_starts_a_sentence_only_after_a_word_that_is_no_abbreviation(text, sentences):
+    assert segment(text, "de").texts == (sentences or [text])
+
+
 @pytest.mark.parametrize("lang", ["de", "en"])
 def test_gold_set_accuracy(lang):
     """The chosen segmenter (sentencex) on the gold set: bench.segmenters measured 0.95 (de) and 0.92 (en)
