@@ -288,3 +288,13 @@ def test_the_device_search_runs_what_fits_and_the_eager_search_the_rest(tiny_che
 def test_batch_size_follows_the_device_unless_set(translator):
     assert EngineCore({"de-en": translator}, EngineConfig()).config.max_batch_sentences == 64  # CPU
     assert EngineCore({"de-en": translator}, EngineConfig(max_batch_sentences=8)).config.max_batch_sentences == 8
+
+
+def test_the_api_process_does_not_import_torch():
+    """Only the engine process pays for torch (its import time and some 200 MB per API worker)."""
+    import subprocess
+    import sys
+
+    code = "import sys, service.app, service.__main__; assert 'torch' not in sys.modules, 'torch imported'"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]

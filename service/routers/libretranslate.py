@@ -24,8 +24,6 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from model.multilingual import LANGUAGE_NAMES
-
 from ..errors import APIError, bad_request, too_large
 from ..file_store import MEDIA_TYPES, FileStore
 from ..language_detection import language_name
@@ -296,7 +294,7 @@ async def languages(state: ServiceState = Depends(get_state)) -> list[Language]:
     targets: dict[str, list[str]] = {}
     for m in state.models.values():
         targets.setdefault(m.source, []).append(m.target)
-    return [Language(code=c, name=LANGUAGE_NAMES.get(c) or language_name(c), targets=sorted(t)) for c, t in sorted(targets.items())]
+    return [Language(code=c, name=language_name(c), targets=sorted(t)) for c, t in sorted(targets.items())]
 
 
 @router.get(
@@ -319,7 +317,7 @@ async def frontend_settings(state: ServiceState = Depends(get_state)) -> dict:
         "filesTranslation": True,
         "supportedFilesFormat": list(FILE_FORMATS),
         "language": {"source": {"code": AUTO, "name": "Auto Detect"},
-                     "target": {"code": target, "name": LANGUAGE_NAMES.get(target) or language_name(target)}},
+                     "target": {"code": target, "name": language_name(target)}},
     }
 
 
