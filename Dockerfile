@@ -1,4 +1,4 @@
-# nmt-serve: the translation service with the shipped de<->en models baked in.
+# nmt-serve: the translation service with the shipped multilingual model (12 directions between en, de, fr, cs) baked in.
 #
 #   CPU:  docker build -t nmt-serve .
 #         docker run -p 8000:8000 nmt-serve
