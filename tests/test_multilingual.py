@@ -196,6 +196,7 @@ def test_the_engine_leaves_a_checkpoint_unloaded_when_every_direction_it_serves_
     root = tmp_path / "models"
     make_checkpoint(root / "de-en", spm_model, "de", "en", seed=3)
     make_multilingual(root / "multi", tagged_spm, metadata=_scores({d: 30.0 for d in every}))
+
     def score_bilingual(bleu: float) -> None:
         config = json.loads((root / "de-en" / "config.json").read_text())
         config["metadata"].update(_scores({"de-en": bleu}))
@@ -203,13 +204,14 @@ def test_the_engine_leaves_a_checkpoint_unloaded_when_every_direction_it_serves_
 
     score_bilingual(31.0)
     assert sorted(load_models(root, "cpu", None)) == ["de-en", "multi"]  # the bilingual model keeps de-en
-    assert route([("a", "de-en", None, False), ("b", "de-en", 40.0, True), ("b", "fr-de", None, True)]) == {
-        "de-en": "b", "fr-de": "b"}
     score_bilingual(29.0)
     with caplog.at_level("INFO", logger="engine.models"):
         loaded = load_models(root, "cpu", None)
     assert list(loaded) == ["multi"]
     assert "not loading de-en" in caplog.text and "goes to multi" in caplog.text
+    # a recorded score beats none, whatever the kind of model
+    assert route([("a", "de-en", None, False), ("b", "de-en", 40.0, True), ("b", "fr-de", None, True)]) == {
+        "de-en": "b", "fr-de": "b"}
 
 
 def test_cli_translate_needs_a_direction_of_a_multilingual_model(tmp_path, tagged_spm):
