@@ -40,9 +40,7 @@ COPY pyproject.toml README.md /src/
 RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('/src/pyproject.toml','rb'))['project']['dependencies']))" > /tmp/requirements.txt \
     && if [ -s /certs/extra-ca.crt ]; then export PIP_CERT=/certs/extra-ca.crt; fi \
     && pip install --find-links /wheels -r /tmp/requirements.txt
-COPY model/ /src/model/
-COPY service/ /src/service/
-COPY engine/ /src/engine/
+COPY nmt_serve/ /src/nmt_serve/
 RUN pip install --no-deps --no-build-isolation /src || pip install --no-deps /src
 # what serving never reads leaves before the copy into the runtime stage: torch's C++ test binaries
 # and headers (for building extensions), the build tools, and headers of other wheels (triton's are
@@ -54,7 +52,7 @@ RUN sp=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     && find "$sp" -type d -name include -not -path "*/triton/*" -prune -exec rm -rf {} + \
     && python3 -m pip uninstall -y -q pip setuptools wheel 2>/dev/null; \
     rm -f "$sp/distutils-precedence.pth" && rm -rf "$sp/_distutils_hack" /opt/venv/bin/pip* \
-    && python3 -c "import torch, model.translator, engine.core, service.app; assert (torch.ones(2) @ torch.ones(2)).item() == 2" \
+    && python3 -c "import torch, nmt_serve.inference.translator, nmt_serve.engine.core, nmt_serve.service.app; assert (torch.ones(2) @ torch.ones(2)).item() == 2" \
     && ! python3 -c "import pip" 2>/dev/null
 
 # ---------------------------------------------------------------------------- runtime stage

@@ -19,14 +19,14 @@ $(VENV)/.installed: pyproject.toml
 
 # Serve every model in checkpoints/ on http://127.0.0.1:8000 (flags: make serve ARGS="--port 9000").
 serve: setup
-	$(PY) -m service $(ARGS)
+	$(PY) -m nmt_serve.service $(ARGS)
 
 test: setup
 	$(PY) -m pytest -q
 
 # Translate lines from stdin with MODEL, or, with nothing piped in, a few demo sentences in its source language.
 translate: setup
-	@if [ -t 0 ]; then $(PY) -m model.translate --model $(MODEL) --demo; else $(PY) -m model.translate --model $(MODEL); fi
+	@if [ -t 0 ]; then $(PY) -m nmt_serve.cli.translate --model $(MODEL) --demo; else $(PY) -m nmt_serve.cli.translate --model $(MODEL); fi
 
 # Score MODEL on Multi30k's test_2016_flickr; SRC and TGT default to the model's own languages.
 MODEL_LANGS = $(shell $(PY) -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c["source_lang"], c["target_lang"])' $(MODEL)/config.json 2>/dev/null)
@@ -34,7 +34,7 @@ SRC ?= $(word 1,$(MODEL_LANGS))
 TGT ?= $(word 2,$(MODEL_LANGS))
 
 evaluate: setup
-	$(PY) -m model.evaluate --model $(MODEL) --src $(DATA)/test_2016_flickr.$(SRC).gz --ref $(DATA)/test_2016_flickr.$(TGT).gz
+	$(PY) -m nmt_serve.training.evaluate --model $(MODEL) --src $(DATA)/test_2016_flickr.$(SRC).gz --ref $(DATA)/test_2016_flickr.$(TGT).gz
 
 # Benchmarks (not part of the tests): engines side by side, KV cache, the server under load.
 bench: setup

@@ -14,7 +14,7 @@ DATA = Path(os.environ.get("NMT_DATA", ROOT.parent / "shared" / "data" / "multi3
 
 
 def test_sources(lang: str = "de", n: int | None = None) -> list[str]:
-    from model.data import read_lines
+    from nmt_serve.training.data import read_lines
 
     lines = read_lines(DATA / f"test_2016_flickr.{lang}.gz")
     return lines[:n] if n else lines
@@ -67,7 +67,7 @@ def marian_twin(checkpoint: Path, out: Path, seed: int = 0) -> Path:
     speed on identical work, not translation quality."""
     from transformers import MarianConfig, MarianMTModel
 
-    from model.marian import sentencepiece_vocab
+    from nmt_serve.convert.marian import sentencepiece_vocab
 
     config = json.loads((checkpoint / "config.json").read_text())
     m = config["model"]

@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from bench.common import emit, ROOT, machine, table, test_sources, timed, marian_twin
-from model.marian import import_marian
-from model.inference.search import SearchOptions, generate
-from model.translator import Translator
+from nmt_serve.convert.marian import import_marian
+from nmt_serve.inference.search import SearchOptions, generate
+from nmt_serve.inference.translator import Translator
 
 
 def batches(items: list, size: int):

@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 from bench.common import ROOT, emit, machine, marian_twin, table, test_sources
-from model.inference.search import SearchOptions
-from model.marian import import_marian
-from model.translator import Translator
+from nmt_serve.inference.search import SearchOptions
+from nmt_serve.convert.marian import import_marian
+from nmt_serve.inference.translator import Translator
 
 CHECKPOINT = ROOT / "checkpoints" / "de-en"
 

@@ -13,7 +13,7 @@
    one batch.
 3. Memory: resident memory of a process that loads the models (as the engine does, float32 on the
    CPU): the bilingual models, the multilingual one, and all of them.
-BLEU is in the model cards (python -m model.model_card).
+BLEU is in the model cards (python -m nmt_serve.training.model_card).
 """
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from model.data import read_lines
-from model.translator import Translator
-from service.language_detection import detector_for
+from nmt_serve.training.data import read_lines
+from nmt_serve.inference.translator import Translator
+from nmt_serve.text.language_detection import detector_for
 
 SPLIT = "test_2016_flickr"
 
@@ -70,7 +70,7 @@ def seconds_to_translate(translator: Translator, texts: list[str], beam: int, ta
 def mixed_seconds(translator: Translator, data: Path, beam: int, directions: list[str]) -> tuple[float, int]:
     """Every direction's test sentences in one call per target language, as the engine mixes them:
     sentences of different directions share batches (the tag is part of the source)."""
-    from model.inference.search import SearchOptions
+    from nmt_serve.inference.search import SearchOptions
 
     ids = []
     for direction in directions:
@@ -88,7 +88,7 @@ def mixed_seconds(translator: Translator, data: Path, beam: int, directions: lis
 
 def resident_mib(paths: list[str]) -> float:
     """VmRSS of a fresh process after loading these checkpoints (float32, CPU)."""
-    code = ("import sys, torch; torch.set_num_threads(1); from model.translator import Translator; "
+    code = ("import sys, torch; torch.set_num_threads(1); from nmt_serve.inference.translator import Translator; "
             "ms = [Translator.load(p, device='cpu', warmup=False) for p in sys.argv[1:]]; "
             "print([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1])")
     out = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, check=True,

@@ -1,4 +1,4 @@
-"""How often the quality flags (service/quality.py) fire on in-domain translations, and on input the
+"""How often the quality flags (nmt_serve/text/quality_flags.py) fire on in-domain translations, and on input the
 models were not trained for: the shipped models on test_2016_flickr (beam 4), and a handful of
 greetings and chat lines.
 
@@ -12,8 +12,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from model.translator import Translator
-from service.quality import flags_for
+from nmt_serve.inference.translator import Translator
+from nmt_serve.text.quality_flags import flags_for
 
 OUT_OF_DOMAIN = {
     "de": ["Hallo", "Guten Morgen", "Wie geht es dir?", "Danke schön!", "Bis morgen", "Ich liebe dich.",

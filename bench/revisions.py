@@ -31,15 +31,15 @@ SETTINGS = [(1, 1), (1, 4), (32, 1), (32, 4)]  # (batch size, beam size)
 CHILD = r"""
 import json, sys, time
 import torch
-from model.translator import Translator
+from nmt_serve.inference.translator import Translator
 # by feature, not by import: the venv's editable install can resolve modules of the working tree
 if hasattr(Translator, "generate"):  # revisions whose Translator runs search itself
-    from model.inference.search import SearchOptions
+    from nmt_serve.inference.search import SearchOptions
     search = lambda translator, src, options: translator.generate(src, options)
 else:  # earlier revisions: the Transformer held its engine
-    from model.search import SearchOptions, generate
+    from nmt_serve.inference.search import SearchOptions, generate
     search = lambda translator, src, options: generate(translator.model, src, options)
-from model.data import read_lines
+from nmt_serve.training.data import read_lines
 
 threads, data, checkpoint, n_b1, n_b32 = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 torch.set_num_threads(threads)

@@ -41,7 +41,7 @@ def run_sentencex(lang: str):
 
 
 def run_ours(lang: str):
-    from model.segmentation import segment
+    from nmt_serve.text.segmentation import segment
 
     return lambda text: segment(text, lang).texts
 

@@ -40,7 +40,7 @@ def start_server(args, *extra: str) -> subprocess.Popen:
     log = tempfile.TemporaryFile()
     device = ["--device", args.device] + (["--dtype", args.dtype] if args.dtype else [])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(args.port), "--models-dir", str(CHECKPOINT), *device,
+        [sys.executable, "-m", "nmt_serve.service", "--port", str(args.port), "--models-dir", str(CHECKPOINT), *device,
          "--threads", str(args.threads), "--max-batch-sentences", str(args.batch), "--log-level", "warning", *extra],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
     )
@@ -95,7 +95,7 @@ class Offline:
     def __init__(self, args):
         import torch
 
-        from model.translator import Translator
+        from nmt_serve.inference.translator import Translator
 
         torch.set_num_threads(args.threads)
         self.translator = Translator.load(CHECKPOINT, device=args.device, dtype=args.dtype)
@@ -311,11 +311,11 @@ def engine(args, offline: Offline) -> str:
     ContinuousSearch, and on CUDA also ContinuousDeviceSearch (the one the engine runs there)."""
     import torch
 
-    from model.inference.continuous import ContinuousSearch, Sentence
-    from model.inference.continuous_device import ContinuousDeviceSearch
-    from model.inference.device_search import DeviceSearch
-    from model.inference.search import SearchOptions, max_lengths_for
-    from model.inference.static_decoder import StaticDecoder
+    from nmt_serve.inference.continuous import ContinuousSearch, Sentence
+    from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
+    from nmt_serve.inference.device_search import DeviceSearch
+    from nmt_serve.inference.search import SearchOptions, max_lengths_for
+    from nmt_serve.inference.static_decoder import StaticDecoder
 
     t = offline.translator
     texts = (test_sources("de") * (1 + args.requests // 1000))[:args.requests]

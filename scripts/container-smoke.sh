@@ -85,12 +85,12 @@ say "inside the image: $lean"
 case "$lean" in lean*) ;; *) echo "left in the image: $lean"; exit 1;; esac
 if [ -n "$GPU" ]; then
   # no GPU on this machine: an explicit cuda must be refused in one line, and auto must serve on CPU
-  refused=$(buildah run --isolation chroot --user app --env NMT_DEVICE=cuda "$ctr" -- python3 -m service 2>&1 && echo "exit 0" || echo "exit $?")
+  refused=$(buildah run --isolation chroot --user app --env NMT_DEVICE=cuda "$ctr" -- python3 -m nmt_serve.service 2>&1 && echo "exit 0" || echo "exit $?")
   say "NMT_DEVICE=cuda here -> $refused"
   echo "$refused" | grep -q "not usable" && echo "$refused" | grep -q "exit 2"
 fi
 say "starting the server inside the image on 127.0.0.1:$PORT (user app)"
-buildah run --isolation chroot --user app --env NMT_PORT="$PORT" --env NMT_HOST=127.0.0.1 "$ctr" -- python3 -m service >"$WORK/server.log" 2>&1 &
+buildah run --isolation chroot --user app --env NMT_PORT="$PORT" --env NMT_HOST=127.0.0.1 "$ctr" -- python3 -m nmt_serve.service >"$WORK/server.log" 2>&1 &
 server=$!
 for _ in $(seq 1 180); do
   curl -sf "http://127.0.0.1:$PORT/health/ready" >/dev/null && break

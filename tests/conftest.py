@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.checkpoint import CheckpointInfo, save_checkpoint
-from model.config import ModelConfig
-from model.tokenizer import Tokenizer, train_sentencepiece
-from model.transformer import Transformer
+from nmt_serve.network.checkpoint import CheckpointInfo, save_checkpoint
+from nmt_serve.network.config import ModelConfig
+from nmt_serve.network.tokenizer import Tokenizer, train_sentencepiece
+from nmt_serve.network.transformer import Transformer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,14 +132,14 @@ def headless_chromium():
 
 @contextlib.contextmanager
 def running_server(models_dir: Path, *extra_args: str, port: int | None = None, timeout: float = 60.0):
-    """`python -m service` as a real process on a free loopback port; yields its base URL once ready."""
+    """`python -m nmt_serve.service` as a real process on a free loopback port; yields its base URL once ready."""
     port = port or free_port()
     log = tempfile.TemporaryFile(mode="w+")  # not a pipe: nobody reads it, and a full pipe blocks the server
     # the engine runs niced; on a test machine whose cores other test processes fill, its status can
     # come later than the default 3 s heartbeat, and the server would (rightly) call it lost
     env = {"NMT_ENGINE_HEARTBEAT_TIMEOUT_S": "10", **os.environ}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu", *extra_args],
+        [sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu", *extra_args],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
     )
     base = f"http://127.0.0.1:{port}"
@@ -159,9 +159,9 @@ def running_server(models_dir: Path, *extra_args: str, port: int | None = None, 
 @pytest.fixture(params=["physical", "grouped"])
 def beam_cache_mode(request, monkeypatch):
     """Runs a beam-search test with both ways the KV cache follows beams (see model/cache.py)."""
-    import model.inference.search
+    import nmt_serve.inference.search
 
-    monkeypatch.setattr(model.inference.search, "GROUPED_BEAM_MIN_ROWS", 1 if request.param == "grouped" else 10**9)
+    monkeypatch.setattr(nmt_serve.inference.search, "GROUPED_BEAM_MIN_ROWS", 1 if request.param == "grouped" else 10**9)
     return request.param
 
 

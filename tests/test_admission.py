@@ -7,9 +7,9 @@ import asyncio
 import httpx
 import pytest
 
-from engine.admission import Admission
-from service.app import create_app
-from service.settings import Settings
+from nmt_serve.engine.admission import Admission
+from nmt_serve.service.app import create_app
+from nmt_serve.service.settings import Settings
 
 
 def test_cost_counts_source_expected_output_and_beam():

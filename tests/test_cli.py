@@ -13,8 +13,10 @@ import sys
 
 import pytest
 
-from model import evaluate, marian, train, translate
-from model.translate import DEMO_SENTENCES
+from nmt_serve.cli import translate
+from nmt_serve.convert import marian
+from nmt_serve.training import evaluate, train
+from nmt_serve.cli.translate import DEMO_SENTENCES
 
 from conftest import ROOT
 
@@ -63,7 +65,7 @@ def spanish_model(tmp_path):
 
 
 def test_evaluate_missing_source_file(tmp_path):
-    proc = module("model.evaluate", "--model", DE_EN, "--src", str(tmp_path / "nope.de"), "--ref", str(tmp_path / "nope.en"))
+    proc = module("nmt_serve.training.evaluate", "--model", DE_EN, "--src", str(tmp_path / "nope.de"), "--ref", str(tmp_path / "nope.en"))
     assert_one_line_error(proc, "nmt-evaluate", "--src", "nope.de")
 
 
@@ -80,7 +82,7 @@ def test_evaluate_other_bad_inputs(tmp_path, capsys):
 
 
 def test_marian_import_missing_directory(tmp_path):
-    proc = module("model.marian", "import", str(tmp_path / "nope"), str(tmp_path / "out"), "--source-lang", "de", "--target-lang", "en")
+    proc = module("nmt_serve.convert.marian", "import", str(tmp_path / "nope"), str(tmp_path / "out"), "--source-lang", "de", "--target-lang", "en")
     assert_one_line_error(proc, "nmt-marian", "nope")
     assert not (tmp_path / "out").exists()
 
@@ -94,7 +96,7 @@ def test_marian_export_refuses_a_pre_norm_model(tmp_path, capsys):
 
 
 def test_translate_missing_model(tmp_path):
-    proc = module("model.translate", "--model", str(tmp_path / "nowhere"), stdin="Hallo\n")
+    proc = module("nmt_serve.cli.translate", "--model", str(tmp_path / "nowhere"), stdin="Hallo\n")
     assert_one_line_error(proc, "nmt-translate", "nowhere")
 
 
@@ -113,7 +115,7 @@ def test_translate_bad_option_value(capsys, flags):
 
 
 def test_translate_demo_uses_the_model_source_language(capsys):
-    proc = module("model.translate", "--model", EN_DE, "--demo", "--beam-size", "1", "--device", "cpu")
+    proc = module("nmt_serve.cli.translate", "--model", EN_DE, "--demo", "--beam-size", "1", "--device", "cpu")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0::2] == [f"en: {line}" for line in DEMO_SENTENCES["en"]]
     assert all(line.startswith("de: ") for line in proc.stdout.splitlines()[1::2])
@@ -125,7 +127,7 @@ def test_translate_demo_uses_the_model_source_language(capsys):
 
 
 def test_train_missing_config_file(tmp_path):
-    proc = module("model.train", "--config", str(tmp_path / "nope.json"), "--run-dir", str(tmp_path / "run"))
+    proc = module("nmt_serve.training.train", "--config", str(tmp_path / "nope.json"), "--run-dir", str(tmp_path / "run"))
     assert_one_line_error(proc, "nmt-train", "--config", "nope.json")
     assert not (tmp_path / "run").exists()
 
@@ -151,8 +153,8 @@ def test_train_other_bad_inputs(tmp_path, capsys):
     (["--port", "eighty"], "--port"),
 ])
 def test_service_bad_settings(flags, needle):
-    proc = module("service", *flags)
-    assert_one_line_error(proc, "python -m service", needle)
+    proc = module("nmt_serve.service", *flags)
+    assert_one_line_error(proc, "python -m nmt_serve.service", needle)
 
 
 # make: `-o setup` keeps it from (re)installing the virtual environment, PY= runs this interpreter
@@ -175,7 +177,7 @@ def test_scoring_without_the_eval_extra_is_one_line(monkeypatch, capsys):
     """sacrebleu comes with the eval extra (the service image leaves it out): say so, no ImportError."""
     import importlib.util
 
-    from model import evaluate, train
+    from nmt_serve.training import evaluate, train
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sacrebleu" else real(name, *a))

@@ -9,13 +9,13 @@ import random
 import pytest
 import torch
 
-import model.inference.continuous as continuous
-from model.inference.continuous import ContinuousSearch, Sentence
-from model.inference.continuous_device import ContinuousDeviceSearch
-from model.inference.device_search import DeviceSearch
-from model.inference.engine import Engine
-from model.inference.search import SearchOptions, generate, max_lengths_for
-from model.inference.static_decoder import StaticDecoder
+import nmt_serve.inference.continuous as continuous
+from nmt_serve.inference.continuous import ContinuousSearch, Sentence
+from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
+from nmt_serve.inference.device_search import DeviceSearch
+from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.search import SearchOptions, generate, max_lengths_for
+from nmt_serve.inference.static_decoder import StaticDecoder
 
 from conftest import random_model, random_sources
 

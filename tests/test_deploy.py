@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from service.app import create_app
-from service.metrics import ENGINE_GAUGES, EngineCollector
-from service.settings import Settings
+from nmt_serve.service.app import create_app
+from nmt_serve.service.metrics import ENGINE_GAUGES, EngineCollector
+from nmt_serve.service.settings import Settings
 
 from conftest import ROOT
 

@@ -5,11 +5,11 @@ op; the CUDA tests at the end also capture them as CUDA graphs."""
 import pytest
 import torch
 
-from model.inference.device_search import DeviceSearch, supports
-from model.inference.engine import Engine
-from model.inference.search import SearchOptions, generate
-from model.inference.static_decoder import StaticDecoder, bucket_of, buckets
-from model.translator import Translator
+from nmt_serve.inference.device_search import DeviceSearch, supports
+from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.search import SearchOptions, generate
+from nmt_serve.inference.static_decoder import StaticDecoder, bucket_of, buckets
+from nmt_serve.inference.translator import Translator
 
 from conftest import random_model, random_sources
 

@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import ROOT, headless_chromium, running_server
-from service.app import create_app
-from service.settings import Settings
+from nmt_serve.service.app import create_app
+from nmt_serve.service.settings import Settings
 
 LIBRETRANSLATE = "LibreTranslate compatible"
 ERROR_REF = "#/components/schemas/Error"

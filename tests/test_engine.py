@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from engine.core import EngineConfig, EngineCore
-from engine.protocol import (
+from nmt_serve.engine.core import EngineConfig, EngineCore
+from nmt_serve.engine.protocol import (
     EXPIRED, FAILED, OUT_OF_MEMORY, REFUSED, Attention, Cancel, DecodeOptions, Reply, Translate,
 )
-from model.inference.continuous import ContinuousSearch
-from model.translator import Translator
+from nmt_serve.inference.continuous import ContinuousSearch
+from nmt_serve.inference.translator import Translator
 
 from conftest import free_port, post_json, processes, running_server
 
@@ -180,8 +180,8 @@ def test_attention_runs_between_steps(any_translator):
 def test_a_killed_engine_gives_503_at_once_and_comes_back(models_dir):
     port = free_port()
     with running_server(models_dir, port=port) as base:
-        [api] = processes(b"-m\0service", f"{port}".encode())
-        [engine] = processes(b"engine.process", parent=api)  # the engine runs in its own process
+        [api] = processes(b"-m\0nmt_serve.service", f"{port}".encode())
+        [engine] = processes(b"nmt_serve.engine.process", parent=api)  # the engine runs in its own process
         # at a lower priority than the API process (engine_nice, default 10)
         assert os.getpriority(os.PRIO_PROCESS, engine) == min(19, os.getpriority(os.PRIO_PROCESS, api) + 10)
         slow = {"text": ["Ein Hund rennt über die Wiese."] * 64, "beam_size": 8, "max_length": 250}  # seconds of work
@@ -202,7 +202,7 @@ def test_a_killed_engine_gives_503_at_once_and_comes_back(models_dir):
         while post_json(base + "/health/ready", None)[0] != 200:
             assert time.time() < deadline, "the engine did not come back"
             time.sleep(0.1)
-        assert processes(b"engine.process", parent=api) != [engine]
+        assert processes(b"nmt_serve.engine.process", parent=api) != [engine]
         assert post_json(base + "/v1/translate", {"text": "Hallo", "max_length": 5})[0] == 200
         metrics = urllib.request.urlopen(base + "/metrics").read().decode()
         assert "nmt_engine_restarts_total 1.0" in metrics
@@ -217,8 +217,8 @@ def test_the_io_thread_answers_what_needs_no_step_while_the_main_thread_is_busy(
 
     import zmq
 
-    from engine.process import REPLIES_ADDRESS, serve_calls
-    from engine.protocol import dumps, loads
+    from nmt_serve.engine.process import REPLIES_ADDRESS, serve_calls
+    from nmt_serve.engine.protocol import dumps, loads
 
     core = core_of(translator, max_queue_sentences=2)
     context = zmq.Context()
@@ -258,8 +258,8 @@ def test_several_api_workers_share_one_engine(models_dir):
 
 
 def test_engine_errors_map_to_statuses():
-    from service.engine import Engine
-    from service.errors import APIError
+    from nmt_serve.service.engine_calls import Engine
+    from nmt_serve.service.errors import APIError
 
     for kind, status in [(REFUSED, 503), (EXPIRED, 504), (OUT_OF_MEMORY, 503), (FAILED, 500), ("invalid", 400), ("shutting_down", 503)]:
         with pytest.raises(APIError) as caught:
@@ -295,6 +295,6 @@ def test_the_api_process_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, service.app, service.__main__; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, nmt_serve.service.app, nmt_serve.service.__main__; assert 'torch' not in sys.modules, 'torch imported'"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]

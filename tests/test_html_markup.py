@@ -7,7 +7,7 @@ from pathlib import Path
 import lxml.html
 import pytest
 
-from service.html_markup import AlignedText, parse_html
+from nmt_serve.text.html_markup import AlignedText, parse_html
 
 SNIPPETS = sorted((Path(__file__).parent / "fixtures" / "html").glob("*.html"))
 WORD = re.compile(r"[^ \t\n\r\f]+")

@@ -1,10 +1,10 @@
-"""Language detection (service/language_detection.py): offline, among the served languages for detect(),
+"""Language detection (nmt_serve/text/language_detection.py): offline, among the served languages for detect(),
 and identify() naming a language no model serves only when it is sure."""
 from __future__ import annotations
 
 import pytest
 
-from service.language_detection import Detection, LanguageDetector, detector_for, language_name
+from nmt_serve.text.language_detection import Detection, LanguageDetector, detector_for, language_name
 
 GERMAN = ["Ein Mann fährt mit dem Fahrrad durch die Stadt.", "Zwei Hunde spielen im Schnee.", "Wo ist der Bahnhof?",
           "Kannst du mir bitte helfen?", "Die Kinder spielen im Garten hinter dem Haus."]

@@ -1,4 +1,4 @@
-"""LibreTranslate's API (service/routers/libretranslate.py) on the real server, and LibreTranslate's own
+"""LibreTranslate's API (nmt_serve/service/routers/libretranslate.py) on the real server, and LibreTranslate's own
 Python clients against it: libretranslatepy, libretranslate-aio and deep-translator.
 
 The models are tiny and random: translations are nonsense, but well-formed; what is checked is the API.
@@ -15,9 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import running_server
-from service.app import create_app
-from service.file_store import FileStore
-from service.settings import Settings
+from nmt_serve.service.app import create_app
+from nmt_serve.service.file_store import FileStore
+from nmt_serve.service.settings import Settings
 
 GERMAN = "Ein Hund rennt über die Wiese."
 GERMAN_2 = "Zwei Kinder spielen im Garten hinter dem Haus."
@@ -280,7 +280,7 @@ def test_api_keys(secured, http):
 
 
 def test_rate_limit_and_overload_in_libretranslates_shape(models_dir, monkeypatch):
-    from service.engine import Engine
+    from nmt_serve.service.engine_calls import Engine
 
     with TestClient(create_app(Settings(models_dir=str(models_dir), device="cpu", rate_limit_per_minute=2, max_body_bytes=4000)),
                     raise_server_exceptions=False) as c:
@@ -306,7 +306,7 @@ def test_rate_limit_and_overload_in_libretranslates_shape(models_dir, monkeypatc
 
         def broken(*args, **kwargs):
             raise RuntimeError("/secret/path/model.safetensors is corrupt")
-        monkeypatch.setattr("service.routers.libretranslate.translate_texts", broken)
+        monkeypatch.setattr("nmt_serve.service.routers.libretranslate.translate_texts", broken)
         failed = c.post("/translate", json={"q": GERMAN, "source": "de", "target": "en"})
         assert error_of(failed, 500) == "the server failed to process this request"
 

@@ -12,11 +12,11 @@ import torch
 transformers = pytest.importorskip("transformers")
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # noqa: E402
 
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.marian import export_marian, import_marian  # noqa: E402
-from model.inference.engine import Engine
-from model.inference.search import SearchOptions, generate  # noqa: E402
-from model.translator import Translator  # noqa: E402
+from nmt_serve.network.checkpoint import load_checkpoint  # noqa: E402
+from nmt_serve.convert.marian import export_marian, import_marian  # noqa: E402
+from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.search import SearchOptions, generate  # noqa: E402
+from nmt_serve.inference.translator import Translator  # noqa: E402
 
 from conftest import make_checkpoint, random_sources  # noqa: E402
 

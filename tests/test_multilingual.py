@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from engine.models import load_models
-from model import model_card
-from model.checkpoint import CheckpointInfo, load_checkpoint, read_info, save_checkpoint
-from model.evaluate import evaluate
-from model.multilingual import multiway_pairs, parse_directions, parse_languages, read_multiway, tag_ids, target_tag
-from model.routing import route
-from model.tokenizer import Tokenizer, train_sentencepiece
-from model.train import TrainConfig, Trainer
-from model.translator import Translator
-from service.models import served_directions
+from nmt_serve.engine.loader import load_models
+from nmt_serve.training import model_card
+from nmt_serve.network.checkpoint import CheckpointInfo, load_checkpoint, read_info, save_checkpoint
+from nmt_serve.training.evaluate import evaluate
+from nmt_serve.training.multiway import multiway_pairs, parse_directions, parse_languages, read_multiway, tag_ids, target_tag
+from nmt_serve.network.routing import route
+from nmt_serve.network.tokenizer import Tokenizer, train_sentencepiece
+from nmt_serve.training.train import TrainConfig, Trainer
+from nmt_serve.inference.translator import Translator
+from nmt_serve.service.directions import served_directions
 
 from conftest import make_checkpoint, random_model
 
@@ -205,7 +205,7 @@ def test_the_engine_leaves_a_checkpoint_unloaded_when_every_direction_it_serves_
     score_bilingual(31.0)
     assert sorted(load_models(root, "cpu", None)) == ["de-en", "multi"]  # the bilingual model keeps de-en
     score_bilingual(29.0)
-    with caplog.at_level("INFO", logger="engine.models"):
+    with caplog.at_level("INFO", logger="nmt_serve.engine.loader"):
         loaded = load_models(root, "cpu", None)
     assert list(loaded) == ["multi"]
     assert "not loading de-en" in caplog.text and "goes to multi" in caplog.text
@@ -216,7 +216,7 @@ def test_the_engine_leaves_a_checkpoint_unloaded_when_every_direction_it_serves_
 
 def test_cli_translate_needs_a_direction_of_a_multilingual_model(tmp_path, tagged_spm):
     path = make_multilingual(tmp_path / "mul", tagged_spm)
-    run = lambda *args, **kw: subprocess.run([sys.executable, "-m", "model.translate", "--model", str(path), *args],  # noqa: E731
+    run = lambda *args, **kw: subprocess.run([sys.executable, "-m", "nmt_serve.cli.translate", "--model", str(path), *args],  # noqa: E731
                                              capture_output=True, text=True, cwd=ROOT, timeout=120, **kw)
     missing = run("--demo")
     assert missing.returncode == 2 and "name --source-lang and --target-lang" in missing.stderr

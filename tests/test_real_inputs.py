@@ -9,10 +9,10 @@ import pytest
 import sacrebleu
 from fastapi.testclient import TestClient
 
-from model.data import read_lines
-from model.segmentation import segment
-from service.app import create_app
-from service.settings import Settings
+from nmt_serve.training.data import read_lines
+from nmt_serve.text.segmentation import segment
+from nmt_serve.service.app import create_app
+from nmt_serve.service.settings import Settings
 
 from conftest import ROOT
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.settings import Settings
+from nmt_serve.service.app import create_app
+from nmt_serve.service.settings import Settings
 
 from conftest import ROOT, free_port, post_json, running_server, wait_until_ready
 
@@ -298,7 +298,7 @@ def rss_kb(pid: int) -> int:
 def server_pid(port: int) -> int:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     for line in out.splitlines():
-        if "-m service" in line and f"--port {port}" in line:
+        if "-m nmt_serve.service" in line and f"--port {port}" in line:
             return int(line.split()[0])
     raise AssertionError("server process not found")
 
@@ -361,7 +361,7 @@ def test_soak_resident_memory_levels_off(models_dir):
 def test_graceful_shutdown_finishes_in_flight_requests(models_dir):
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu"],
+        [sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
@@ -401,7 +401,7 @@ def test_broken_checkpoint_fails_start_up_naming_the_file(tmp_path, models_dir, 
         (target / "config.json").write_text("{oops")
         expected = "config.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "service", "--port", str(free_port()), "--models-dir", str(bad), "--device", "cpu"],
+        [sys.executable, "-m", "nmt_serve.service", "--port", str(free_port()), "--models-dir", str(bad), "--device", "cpu"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 1

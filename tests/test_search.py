@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from model.inference.engine import Engine
-from model.inference.search import DecoderState, SearchOptions, beam_search, generate, greedy_search
+from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.search import DecoderState, SearchOptions, beam_search, generate, greedy_search
 
 from conftest import random_model, random_sources
 
@@ -131,7 +131,7 @@ def test_options_are_validated():
 def test_a_degenerate_model_is_bounded_by_the_deadline(beam_size):
     import time
 
-    from model.inference.search import DeadlineExceeded
+    from nmt_serve.inference.search import DeadlineExceeded
 
     model = random_model(seed=18, final_logits_bias=True, max_positions=1024)
     model.logits_bias[3] = -1e4  # never says eos on its own

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import FIXTURES
-from model.segmentation import segment, split_long
+from nmt_serve.text.segmentation import segment, split_long
 
 
 def gold_cases(lang: str) -> list[list[str]]:
@@ -85,7 +85,7 @@ def test_long_sentence_cut_at_clauses_then_words():
 def test_command_line_translates_each_line_sentence_by_sentence():
     from types import SimpleNamespace
 
-    from model.translate import translate_lines
+    from nmt_serve.cli.translate import translate_lines
 
     batches = []
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.settings import Settings
+from nmt_serve.service.app import create_app
+from nmt_serve.service.settings import Settings
 
 from conftest import running_server
 
@@ -158,7 +158,7 @@ def test_queue_full_is_503_with_retry_after(models_dir):
 def test_overload_seen_in_the_engine_status_is_refused_before_the_engine(models_dir, monkeypatch):
     """The engine's last status says its admitted work takes 100 s: a request with a 30 s deadline
     is refused by the API process itself (no tokenizing, no round trip); with admission off it is not."""
-    from service.engine import Engine
+    from nmt_serve.service.engine_calls import Engine
 
     monkeypatch.setattr(Engine, "backlog_seconds", lambda self: 100.0)
     with make_client(models_dir) as c:
@@ -176,7 +176,7 @@ def test_overload_seen_in_the_engine_status_is_refused_before_the_engine(models_
 def test_backlog_is_read_from_the_engine_status():
     from types import SimpleNamespace
 
-    from service.engine import Engine
+    from nmt_serve.service.engine_calls import Engine
 
     engine = Engine(SimpleNamespace(status=None))
     assert engine.backlog_seconds() == 0.0 and engine.refusal(30.0, 0.8) is None
@@ -341,7 +341,7 @@ def test_python_dash_m_service_serves_http(models_dir):
 
 
 def test_service_refuses_a_missing_models_dir(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "service", "--models-dir", str(tmp_path / "none")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "nmt_serve.service", "--models-dir", str(tmp_path / "none")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "not found" in proc.stderr
 
 

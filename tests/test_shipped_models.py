@@ -4,8 +4,8 @@ import json
 import pytest
 import sacrebleu
 
-from model.data import read_lines
-from model.translator import Translator
+from nmt_serve.training.data import read_lines
+from nmt_serve.inference.translator import Translator
 
 from conftest import ROOT
 

@@ -5,9 +5,9 @@ import json
 import pytest
 import sacrebleu
 
-from model.data import read_lines
-from model.translator import Translator
-from service.language_detection import detector_for
+from nmt_serve.training.data import read_lines
+from nmt_serve.inference.translator import Translator
+from nmt_serve.text.language_detection import detector_for
 
 from conftest import ROOT
 

@@ -1,4 +1,4 @@
-"""Start-up of `python -m service` as a real process: a device that cannot serve and every bad setting
+"""Start-up of `python -m nmt_serve.service` as a real process: a device that cannot serve and every bad setting
 end it at once with one line on stderr and exit status 2; what serves (device, dtype, attention
 kernels) is in the start-up log and in /v1/models."""
 from __future__ import annotations
@@ -21,14 +21,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def start(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("NMT_")}
-    return subprocess.run([sys.executable, "-m", "service", *args], cwd=ROOT, env=dict(environ, **(env or {})),
+    return subprocess.run([sys.executable, "-m", "nmt_serve.service", *args], cwd=ROOT, env=dict(environ, **(env or {})),
                           capture_output=True, text=True, timeout=timeout)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("python -m service: error: "), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("python -m nmt_serve.service: error: "), proc.stderr
     for needle in needles:
         assert needle in lines[0]
 
@@ -50,7 +50,7 @@ def test_auto_with_a_gpu_in_sight_warns_and_reports_what_serves(models_dir):
     log = tempfile.TemporaryFile(mode="w+")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("NMT_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(port), "--models-dir", str(models_dir), "--device", "auto"],
+        [sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(models_dir), "--device", "auto"],
         cwd=ROOT, env=dict(environ, CUDA_VISIBLE_DEVICES="0"), stdout=log, stderr=subprocess.STDOUT, text=True,
     )
     base = f"http://127.0.0.1:{port}"
@@ -72,7 +72,7 @@ def test_auto_with_a_gpu_in_sight_warns_and_reports_what_serves(models_dir):
 
 
 def test_cuda_attention_kernels_are_named():
-    from model.inference.attention import attention_backend
+    from nmt_serve.inference.attention import attention_backend
 
     assert attention_backend("cuda:0") == "sdpa:flash,efficient,math"
     assert attention_backend("cpu") == "sdpa:cpu-default"
@@ -115,7 +115,7 @@ def test_an_unreadable_models_dir_is_one_line_and_exit_2(tmp_path, monkeypatch, 
     # root reads any directory whatever its mode, so the refusal the kernel would give is simulated
     import pathlib
 
-    from service.__main__ import main
+    from nmt_serve.service.__main__ import main
 
     def refuse(self):
         raise PermissionError(13, "Permission denied", str(self))
@@ -123,4 +123,4 @@ def test_an_unreadable_models_dir_is_one_line_and_exit_2(tmp_path, monkeypatch, 
     monkeypatch.setattr(pathlib.Path, "iterdir", refuse)
     assert main(["--models-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"python -m service: error: --models-dir (NMT_MODELS_DIR): {tmp_path}: Permission denied"]
+    assert err == [f"python -m nmt_serve.service: error: --models-dir (NMT_MODELS_DIR): {tmp_path}: Permission denied"]

@@ -2,11 +2,11 @@
 import torch
 import torch.nn.functional as F
 
-from model.data import pad_batch
-from model.inference.engine import Engine
-from model.inference.search import SearchOptions, generate
-from model.train import inverse_sqrt_lr
-from model.transformer import Transformer
+from nmt_serve.training.data import pad_batch
+from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.search import SearchOptions, generate
+from nmt_serve.training.train import inverse_sqrt_lr
+from nmt_serve.network.transformer import Transformer
 
 from conftest import tiny_config
 

@@ -4,9 +4,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from model.evaluate import evaluate
-from model.train import TrainConfig, Trainer, inverse_sqrt_lr
-from model.translator import Translator
+from nmt_serve.training.evaluate import evaluate
+from nmt_serve.training.train import TrainConfig, Trainer, inverse_sqrt_lr
+from nmt_serve.inference.translator import Translator
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +66,7 @@ def test_training_command_line(tmp_path):
         args += ["--" + key.replace("_", "-"), getattr(cfg, key)]
     args += ["--vocab-size", "300", "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--n-encoder-layers", "1",
              "--n-decoder-layers", "1", "--max-tokens", "600", "--max-steps", "3", "--validate-every", "3"]
-    proc = subprocess.run([sys.executable, "-m", "model.train", *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "nmt_serve.training.train", *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "exported" in proc.stderr and (Path(cfg.output) / "config.json").exists()
     assert "epoch 1/" in proc.stderr  # the progress bar

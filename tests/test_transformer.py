@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-import model.inference.engine as engine_module
-from model.inference.engine import Engine
-from model.inference.search import SearchOptions, generate
-from model.transformer import causal_mask, padding_mask, sinusoidal_table
+import nmt_serve.inference.model_runner as engine_module
+from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.search import SearchOptions, generate
+from nmt_serve.network.transformer import causal_mask, padding_mask, sinusoidal_table
 
 from conftest import random_model, random_sources
 

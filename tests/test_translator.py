@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from model.tokenizer import Tokenizer
-from model.translator import Translator
+from nmt_serve.network.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from nmt_serve.network.tokenizer import Tokenizer
+from nmt_serve.inference.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee auf einer großen Wiese.", "Hallo"]
@@ -165,7 +165,7 @@ def edit_weights(directory: Path, change) -> None:
 def test_command_line_translator_keeps_input_order(tiny_checkpoint, translator):
     lines = SENTENCES + ["", "Eine Frau liest ein Buch."]
     proc = subprocess.run(
-        [sys.executable, "-m", "model.translate", "--model", str(tiny_checkpoint), "--beam-size", "2",
+        [sys.executable, "-m", "nmt_serve.cli.translate", "--model", str(tiny_checkpoint), "--beam-size", "2",
          "--batch-size", "2", "--max-length", "8", "--device", "cpu"],
         input="\n".join(lines) + "\n", capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
@@ -191,7 +191,7 @@ def test_runs_unchanged_on_cuda(tiny_checkpoint):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_kv_cache_matches_recomputation_on_cuda():
     from conftest import random_model, random_sources
-    from model.inference.engine import Engine
+    from nmt_serve.inference.model_runner import Engine
 
     model = random_model(seed=1).cuda()
     src = random_sources(4, 9, 64, seed=2).cuda()
@@ -222,7 +222,7 @@ def test_int8_translator_translates_and_rejects_what_it_cannot_do(tiny_checkpoin
 def test_command_line_translator_reports_load_errors_in_one_line(tiny_checkpoint, args, message):
     if args[0] != "--model":
         args = ["--model", str(tiny_checkpoint), "--device", "cpu", *args]
-    proc = subprocess.run([sys.executable, "-m", "model.translate", *args], input="Hallo\n", capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "nmt_serve.cli.translate", *args], input="Hallo\n", capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

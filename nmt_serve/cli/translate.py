@@ -1,0 +1,117 @@
+"""Command-line translator: source lines on stdin, translations on stdout, one per line, in order.
+Each line is cut into sentences (a line may be a paragraph) and put back together after translation.
+
+    python -m nmt_serve.cli.translate --model checkpoints/de-en < input.de > output.en
+    python -m nmt_serve.cli.translate --model checkpoints/en-de --demo
+    python -m nmt_serve.cli.translate --model checkpoints/multi30k --source-lang fr --target-lang cs < input.fr
+
+--demo translates a few built-in sentences in the model's source language instead of reading stdin,
+and prints each with its translation.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tqdm import tqdm
+
+from nmt_serve.cli.common import add_load_options, check_model, fail, load_translator, non_negative_int, positive_int
+from nmt_serve.text.segmentation import segment
+
+# the shipped models saw sentences of at most ~40 tokens in training; longer ones are cut at clauses
+MAX_SENTENCE_TOKENS = 48
+
+# `make translate` with nothing piped in; one list per source language a shipped model reads
+DEMO_SENTENCES = {
+    "de": ["Ein Mann fährt mit dem Fahrrad durch die Stadt.", "Zwei Kinder spielen im Schnee."],
+    "en": ["A man rides a bicycle through the city.", "Two children are playing in the snow."],
+    "fr": ["Un homme traverse la ville à vélo.", "Deux enfants jouent dans la neige."],
+    "cs": ["Muž jede na kole přes město.", "Dvě děti si hrají na sněhu."],
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nmt-translate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_load_options(parser)
+    parser.add_argument("--beam-size", type=positive_int, default=4, help="1 = greedy (default 4)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per model batch (default 64)")
+    parser.add_argument("--max-length", type=positive_int, default=None, help="cap on generated tokens (default: 1.5 x source + 10)")
+    parser.add_argument("--length-penalty", type=float, default=1.0)
+    parser.add_argument("--no-repeat-ngram-size", type=non_negative_int, default=0)
+    parser.add_argument("--threads", type=non_negative_int, default=0, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--progress", choices=["auto", "always", "never"], default="auto", help="progress bar on stderr (auto: when stdin is not a terminal)")
+    parser.add_argument("--source-lang", help="the input's language (a multilingual model needs it, for sentence splitting)")
+    parser.add_argument("--target-lang", help="the language to translate into (a multilingual model needs it)")
+    parser.add_argument("--demo", action="store_true", help="translate built-in sentences in the model's source language, not stdin")
+    parser.add_argument("--no-split-sentences", dest="split_sentences", action="store_false",
+                        help="translate each line whole instead of sentence by sentence")
+    return parser
+
+
+def direction(parser: argparse.ArgumentParser, model_dir: str, source: str | None, target: str | None) -> tuple[str, str]:
+    """The (source, target) languages of this run, checked against the checkpoint before any weights load."""
+    info = check_model(parser, model_dir)
+    if info.multilingual:
+        if not source or not target:
+            fail(parser, f"{model_dir} is multilingual: name --source-lang and --target-lang (it serves {', '.join(info.directions)})")
+        if f"{source}-{target}" not in info.directions:
+            fail(parser, f"{model_dir} does not translate {source}->{target}; it serves {', '.join(info.directions)}")
+        return source, target
+    for flag, given, own in (("--source-lang", source, info.source_lang), ("--target-lang", target, info.target_lang)):
+        if given and given != own:
+            fail(parser, f"{flag} {given}: {model_dir} translates {info.source_lang}->{info.target_lang}")
+    return info.source_lang, info.target_lang
+
+
+def demo_sentences(parser: argparse.ArgumentParser, model_dir: str, source: str) -> list[str]:
+    """The demo lines in the run's source language."""
+    if source not in DEMO_SENTENCES:
+        fail(parser, f"no demo sentences in {source!r} (the source language of {model_dir}); "
+                     f"there are some in {', '.join(sorted(DEMO_SENTENCES))}: pipe your own lines in instead")
+    return DEMO_SENTENCES[source]
+
+
+def translate_lines(translator, lines: list[str], split_sentences: bool, options: dict, source_lang: str | None = None) -> list[str]:
+    """Each line translated sentence by sentence, with all the lines' sentences in one batch."""
+    count = lambda text: len(translator.src_tokenizer.encode(text))  # noqa: E731
+    source_lang = source_lang or translator.source_lang
+    cut = [segment(line, source_lang, split_sentences=split_sentences, count=count, max_tokens=MAX_SENTENCE_TOKENS)
+           for line in lines]
+    sentences = [s for c in cut for s in c.texts]
+    translations = iter([r.text for r in translator.translate(sentences, **options)] if sentences else [])
+    return [c.rebuild([next(translations) for _ in c.texts]) for c in cut]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    source_lang, target_lang = direction(parser, args.model, args.source_lang, args.target_lang)
+    demo = demo_sentences(parser, args.model, source_lang) if args.demo else None
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    translator = load_translator(parser, args)
+    options = dict(beam_size=args.beam_size, max_length=args.max_length, length_penalty=args.length_penalty,
+                   no_repeat_ngram_size=args.no_repeat_ngram_size, max_batch_size=args.batch_size,
+                   target_lang=target_lang if translator.multilingual else None)
+    if demo is not None:
+        for line, result in zip(demo, translator.translate(demo, **options)):
+            print(f"{source_lang}: {line}\n{target_lang}: {result.text}")
+        return 0
+    lines = [line.rstrip("\n") for line in sys.stdin]
+    show = args.progress == "always" or (args.progress == "auto" and not sys.stdin.isatty())
+    # chunks of several batches: the translator sorts each chunk by length, the bar moves per chunk
+    chunk = args.batch_size * 8
+    with tqdm(total=len(lines), unit="sent", disable=not show, file=sys.stderr, dynamic_ncols=True) as bar:
+        for start in range(0, len(lines), chunk):
+            part = lines[start : start + chunk]
+            translated = translate_lines(translator, part, args.split_sentences, options, source_lang)
+            sys.stdout.write("".join(text + "\n" for text in translated))
+            sys.stdout.flush()
+            bar.update(len(part))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

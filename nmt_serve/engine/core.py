@@ -1,0 +1,508 @@
+"""The engine: calls in, replies out, one decoder step at a time (continuous batching).
+
+EngineCore knows nothing of sockets or HTTP: `handle(message)` takes a call (translate, attention,
+cancel) and `work()` runs one step of every running batch; both return the replies that are ready.
+The process around it (process.py) moves messages; the tests drive it directly.
+
+- A translate call is admitted or refused at once (admission.py: the work admitted and not finished,
+  at the measured rate, must finish within the call's deadline), then its sentences wait in a FIFO.
+- Sentences run in one continuous search per (model, beam size): at every step boundary waiting
+  sentences join (up to `max_batch_sentences` running and `max_batch_tokens` source tokens encoded
+  per step), and finished ones leave at once and complete their call. Where the model uses the
+  static decoder (CUDA by default) that search is ContinuousDeviceSearch, whose steps are captured
+  graphs, one decoder of its own per beam size (graphs captured at start-up for beams 1 and 4);
+  sentences too long for the decoder run in an eager ContinuousSearch beside it.
+- A call past its deadline, or cancelled by its caller, leaves (queued or running) and frees its
+  admitted work.
+- Attention maps are computed between steps.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from nmt_serve.inference.attention import attention_backend
+from nmt_serve.inference.continuous import ContinuousSearch, Sentence
+from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
+from nmt_serve.inference.device_search import DeviceSearch
+from nmt_serve.inference.search import Hypothesis, SearchOptions, max_length_of
+from nmt_serve.inference.static_decoder import StaticDecoder
+from nmt_serve.inference.translator import Translator
+
+from nmt_serve.engine.admission import Admission
+from nmt_serve.engine.attention_maps import attention_maps
+from nmt_serve.engine.protocol import (
+    EXPIRED, FAILED, INVALID, OUT_OF_MEMORY, REFUSED, Attention, Cancel, DecodeOptions, EngineStatus, Hypothesis as Translation,
+    Reply, Translate,
+)
+
+log = logging.getLogger("engine")
+CALIBRATION_TEXT = "Ein Mann mit einer roten Jacke fährt mit dem Fahrrad durch die Straßen der Stadt."
+RATE_WINDOW_S = 0.5  # engine time over which the rate for admission is measured
+EXPIRY_CHECK_S = 0.02  # how often calls are checked against their deadlines
+WARMUP_BEAMS = (1, 4)  # beam sizes whose device-search graphs are captured at start-up
+# max_batch_sentences by device: on CPU a step costs in proportion to its rows, so more rows mostly
+# add latency; on a GPU a step of 256 rows costs about what one of 16 does
+AUTO_BATCH_SENTENCES = {"cpu": 64, "cuda": 256}
+
+
+@dataclass
+class EngineConfig:
+    """The engine's share of the service settings (a plain dataclass: the engine imports no pydantic)."""
+
+    max_batch_sentences: int = 0  # sentences running at once per (model, beam size); 0: AUTO_BATCH_SENTENCES
+    max_batch_tokens: int = 4096  # source tokens encoded per step (the cost of joining)
+    max_queue_sentences: int = 2048  # sentences of the calls in the engine (waiting, running or done in an unfinished call) at most
+    batching: bool = True  # false: a batch runs one call at a time (for comparison)
+    admission: bool = True
+    admission_margin: float = 0.8
+    retry_after_s: int = 1
+
+
+@dataclass
+class _Call:
+    message: Translate
+    results: list[list[Translation] | None]  # per text, its n-best
+    left: int  # sentences not finished
+    reservation: tuple[float, int]  # admitted work units and sentences, released when the call leaves
+    source_tokens: list[int]  # per text, eos excluded (0 for empty texts)
+    max_lengths: list[int] = field(default_factory=list)  # per text, tokens it may generate (eos included)
+    groups: set = field(default_factory=set)  # the keys of the groups its sentences run in
+
+
+@dataclass
+class _Group:
+    search: ContinuousSearch | ContinuousDeviceSearch
+    waiting: deque = field(default_factory=deque)  # (call id, index, Sentence)
+
+    def room(self, max_sentences: int) -> int:
+        return min(max_sentences - len(self.search), self.search.room())
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+class EngineCore:
+    def __init__(self, models: dict[str, Translator], config: EngineConfig, *, model_meta: dict[str, dict] | None = None):
+        """model_meta: more to report per model id (checkpoint path, load time, tokenizer file)."""
+        self.models = models
+        self.model_meta = model_meta or {}
+        self._model_info: dict[str, dict] | None = None
+        if not config.max_batch_sentences:
+            on_cuda = any(t.device.type == "cuda" for t in models.values())
+            config = replace(config, max_batch_sentences=AUTO_BATCH_SENTENCES["cuda" if on_cuda else "cpu"])
+        self.config = config
+        self.incarnation = uuid.uuid4().hex
+        self.calls: dict[int, _Call] = {}
+        self.groups: dict[tuple[str, int, str], _Group] = {}  # (model, beam size, "device" or "eager")
+        self._device_searches: dict[tuple[str, int], DeviceSearch] = {}  # one static decoder per model and beam size
+        self.admission = Admission(rate=1.0, margin=config.admission_margin)
+        self._queued_sentences = 0  # sentences of the calls taken in and not finished (max_queue_sentences)
+        self._reserved: dict[Any, tuple[float, int]] = {}  # call id -> what screen() reserved, until handle() takes it
+        self.started = time.monotonic()
+        self._last_expiry_check = 0.0
+        self._window = [0.0, 0.0, 0, 0]  # engine seconds, units, source tokens, output tokens
+        self.model_stats = {mid: dict(source_tokens=0.0, generated_tokens=0.0, sentences=0.0) for mid in models}
+        self._recent = dict(at=time.monotonic(), busy=0.0, steps=0.0, step_seconds=0.0, rows_live=0.0, rows_computed=0.0)
+        self.stats: dict[str, float] = dict.fromkeys((
+            "busy_seconds", "steps", "step_seconds", "rows_computed", "rows_live", "joins", "sentences_joined", "sentences_done",
+            "admitted_units", "refused_units", "refused_calls", "expired_calls",
+            "failed_calls", "calls", "call_seconds", "result_seconds", "io_seconds",
+        ), 0.0)
+
+    # ------------------------------------------------------------------ status
+    def model_info(self) -> list[dict]:
+        """What the API learns of each model; the fixed part is made once (status goes out every 0.1 s)."""
+        if self._model_info is None:
+            self._model_info = {
+                mid: dict(id=mid, source=t.source_lang, target=t.target_lang, directions=t.directions,
+                          target_tags=t.info.target_tags, test_bleu=t.test_bleu(), parameters=t.num_parameters(), device=str(t.device),
+                          dtype=str(t.dtype).removeprefix("torch."), attention=attention_backend(t.device), quantization=t.quantization, step_mode=t.step_mode,
+                          n_decoder_layers=t.config.n_decoder_layers, n_encoder_layers=t.config.n_encoder_layers,
+                          n_heads=t.config.n_heads, **self.model_meta.get(mid, {}))
+                for mid, t in self.models.items()
+            }
+        # static decoders' graphs are captured as buckets are first used: their memory can grow
+        return [dict(info, static_decoder=self._static_memory(mid)) for mid, info in self._model_info.items()]
+
+    def _static_memory(self, model_id: str) -> dict | None:
+        """The static decoders of a model: its device searches' and the translator's own (attention maps)."""
+        parts = [m for m in (self.device_memory().get(model_id), self.models[model_id].static_memory()) if m]
+        return {name: sum(p[name] for p in parts) for name in parts[0]} if parts else None
+
+    def status(self) -> EngineStatus:
+        waiting = sum(len(g.waiting) for g in self.groups.values())
+        running = sum(len(g.search) for g in self.groups.values())
+        stats = dict(self.stats, waiting_sentences=waiting, running_sentences=running, calls_in_flight=len(self.calls),
+                     pending_units=self.admission.pending, rate_units_per_second=self.admission.rate,
+                     uptime_seconds=time.monotonic() - self.started, **self._recent_stats())
+        if torch.cuda.is_available() and any(t.device.type == "cuda" for t in self.models.values()):
+            stats["device_memory_bytes"] = float(torch.cuda.memory_allocated())
+        return EngineStatus(self.incarnation, True, self.model_info(), None, stats, self.model_stats)
+
+    def _recent_stats(self) -> dict[str, float]:
+        """Busy share, occupancy, padding and step time over the time since the last call (>= 1 s)."""
+        now, r, s = time.monotonic(), self._recent, self.stats
+        if now - r["at"] >= 1.0:
+            steps = s["steps"] - r["steps"]
+            computed = s["rows_computed"] - r["rows_computed"]
+            live = s["rows_live"] - r["rows_live"]
+            r["shown"] = dict(
+                busy_share=(s["busy_seconds"] - r["busy"]) / (now - r["at"]),
+                rows_per_step=live / steps if steps else 0.0,
+                padding_share=1 - live / computed if computed else 0.0,
+                step_ms=1000 * (s["step_seconds"] - r["step_seconds"]) / steps if steps else 0.0,
+            )
+            r.update(at=now, busy=s["busy_seconds"], steps=s["steps"], step_seconds=s["step_seconds"], rows_live=s["rows_live"],
+                     rows_computed=s["rows_computed"])
+        return r.get("shown", {})
+
+    @property
+    def busy(self) -> bool:
+        """Work is running or waiting: the caller should not block waiting for messages."""
+        return any(len(g.search) or g.waiting for g in self.groups.values())
+
+    # ------------------------------------------------------------------ calls
+    def screen(self, message: Any) -> list[Reply] | None:
+        """A first look at a call, safe to run on another thread while the main one steps (the engine
+        process runs it on its I/O thread, so that a refusal does not wait for the step in flight):
+        returns the replies that settle the call at once (unknown model, deadline passed, queue full,
+        refused by admission), or None when it goes on to handle(), its admitted work reserved."""
+        if not isinstance(message, Translate):
+            return None
+        self.stats["calls"] += 1
+        options = message.options
+        if message.model not in self.models:
+            return [Reply(message.id, error=INVALID, message=f"no model {message.model}")]
+        timeout = message.deadline - time.monotonic()
+        if timeout <= 0:
+            return [Reply(message.id, error=EXPIRED, message="the deadline passed before the engine got the call")]
+        counts = [len(ids) for ids in message.sources if ids]  # source tokens, eos excluded: the unit the rate was measured in
+        cost = 0.0
+        with self.admission.lock:  # the queue bound and the admitted work change together
+            if self._queued_sentences + len(counts) > self.config.max_queue_sentences:
+                self.stats["refused_calls"] += 1
+                return [Reply(message.id, error=REFUSED, message="the queue is full", retry_after=self.config.retry_after_s)]
+            if self.config.admission and counts:
+                cost = self.admission.cost(counts, options.beam_size)
+                retry_after = self.admission.admit(cost, timeout)
+                if retry_after is not None:
+                    self.stats["refused_units"] += cost
+                    self.stats["refused_calls"] += 1
+                    return [Reply(message.id, error=REFUSED, retry_after=retry_after, message=(
+                        "the server is busy: the work queued ahead would not finish before this request's deadline, retry later"))]
+                self.stats["admitted_units"] += cost
+            self._queued_sentences += len(counts)
+        self._reserved[message.id] = (cost, len(counts))
+        return None
+
+    def _release(self, reservation: tuple[float, int]) -> None:
+        cost, sentences = reservation
+        with self.admission.lock:
+            self.admission.release(cost)
+            self._queued_sentences -= sentences
+
+    def handle(self, message: Any) -> list[Reply]:
+        """Take a call on the main thread (screening it first unless screen() already let it through)."""
+        if isinstance(message, Translate):
+            started = time.perf_counter()
+            try:
+                if message.id not in self._reserved and (settled := self.screen(message)) is not None:
+                    return settled
+                return self._translate(message, self._reserved.pop(message.id))
+            finally:
+                self.stats["call_seconds"] += time.perf_counter() - started
+        if isinstance(message, Cancel):
+            return self._drop(message.id, None)
+        if isinstance(message, Attention):
+            return [self._attention(message)]
+        raise TypeError(f"unknown message {type(message).__name__}")
+
+    def _translate(self, call: Translate, reservation: tuple[float, int]) -> list[Reply]:
+        translator = self.models[call.model]
+        options = call.options
+        try:
+            sources = [translator.source_ids(ids) if ids else None for ids in call.sources]
+        except ValueError as exc:
+            self._release(reservation)
+            return [Reply(call.id, error=INVALID, message=str(exc))]
+        todo = [i for i, s in enumerate(sources) if s is not None]
+        # nothing to translate: an empty translation, not whatever the model says to a bare eos
+        empty = Translation("", 0.0 if options.return_scores else None, 0.0 if options.return_scores else None)
+        results: list[list[Translation] | None] = [None if s is not None else [empty] * options.num_hypotheses for s in sources]
+        if not todo:
+            self._release(reservation)
+            return [Reply(call.id, value=results)]
+        state = _Call(call, results, len(todo), reservation, [len(s) - 1 if s else 0 for s in sources])
+        self.calls[call.id] = state
+        search_options = SearchOptions(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses,
+                                       max_length=options.max_length, length_penalty=options.length_penalty)
+        limits = self._length_limits(translator, [sources[i] for i in todo], search_options)
+        state.max_lengths = [0] * len(sources)
+        for i, limit in zip(todo, limits):
+            state.max_lengths[i] = limit
+            sentence = Sentence((call.id, i), sources[i], limit, options.length_penalty, options.num_hypotheses)
+            key, group = self._group_for(call.model, options.beam_size, sentence)
+            state.groups.add(key)
+            group.waiting.append((call.id, i, sentence))
+        return []
+
+    # ------------------------------------------------------------------ searches
+    def _group_for(self, model_id: str, beam: int, sentence: Sentence) -> tuple[tuple, _Group]:
+        """The running group a sentence joins: the device search where the model has one and the
+        sentence fits it, else the eager search; made on first use."""
+        translator = self.models[model_id]
+        kind = "eager"
+        if translator.uses_static_decoder:
+            device = self.groups.get((model_id, beam, "device"))
+            search = device.search if device is not None else self._new_search(model_id, beam, "device")
+            if search.fits(sentence):
+                kind = "device"
+                if device is None:
+                    self.groups[(model_id, beam, kind)] = _Group(search)
+        key = (model_id, beam, kind)
+        if key not in self.groups:
+            self.groups[key] = _Group(self._new_search(model_id, beam, kind))
+        return key, self.groups[key]
+
+    def _new_search(self, model_id: str, beam: int, kind: str) -> ContinuousSearch | ContinuousDeviceSearch:
+        translator = self.models[model_id]
+        if kind == "eager":
+            return ContinuousSearch(translator.engine, beam_size=beam)
+        return ContinuousDeviceSearch(self._device_search(model_id, beam), beam_size=beam)
+
+    def _device_search(self, model_id: str, beam: int) -> DeviceSearch:
+        """The static decoder of one model and beam size, sized for max_batch_sentences sentences (a
+        decoder's buffers belong to one running search: beam sizes run side by side, so each has its own)."""
+        key = (model_id, beam)
+        if key not in self._device_searches:
+            t = self.models[model_id]
+            rows = min(t.static_rows, self.config.max_batch_sentences * beam)
+            self._device_searches[key] = DeviceSearch(StaticDecoder(t.engine, max_rows=max(rows, beam), max_length=t.static_length))
+        return self._device_searches[key]
+
+    def warmup(self) -> int:
+        """Capture the device searches' programs of every bucket for the common beam sizes, before any
+        call, so that no request pays for a capture. Returns the number of programs."""
+        count = 0
+        for model_id, translator in self.models.items():
+            if translator.uses_static_decoder:
+                for beam in WARMUP_BEAMS:
+                    count += self._device_search(model_id, beam).warmup(beam_sizes=(beam,))
+        return count
+
+    def device_memory(self) -> dict[str, dict]:
+        """Per model, what its device searches' static decoders hold (buffers and graph pools), summed."""
+        out: dict[str, dict] = {}
+        for (model_id, _), search in self._device_searches.items():
+            total = out.setdefault(model_id, dict(buffers_bytes=0, graphs=0, graph_pool_bytes=0))
+            for name, value in search.decoder.memory().items():
+                total[name] += value
+        return out
+
+    @staticmethod
+    def _length_limits(translator: Translator, sources: list[list[int]], options: SearchOptions) -> list[int]:
+        """Tokens each source may generate (search.max_length_of, the one formula)."""
+        cap = translator.config.max_positions - 1
+        return [max_length_of(len(ids), options, cap) for ids in sources]
+
+    def _attention(self, call: Attention) -> Reply:
+        translator = self.models.get(call.model)
+        if translator is None:
+            return Reply(call.id, error=INVALID, message=f"no model {call.model}")
+        if call.deadline < time.monotonic():
+            return Reply(call.id, error=EXPIRED, message="the deadline passed before the engine got the call")
+        try:
+            return Reply(call.id, value=attention_maps(translator, call))
+        except ValueError as exc:
+            return Reply(call.id, error=INVALID, message=str(exc))
+        except Exception as exc:  # noqa: BLE001 - one failing call must not stop the engine
+            log.exception("attention failed")
+            return Reply(call.id, error=OUT_OF_MEMORY if is_out_of_memory(exc) else FAILED, message=str(exc))
+
+    def _drop(self, call_id: int, reply: Reply | None) -> list[Reply]:
+        """The call leaves: its waiting sentences go, its running ones are cancelled, its work is freed."""
+        state = self.calls.pop(call_id, None)
+        if state is None:
+            return []
+        self._release(state.reservation)
+        for key in state.groups if state.left else ():
+            group = self.groups.get(key)
+            if group is not None:
+                group.waiting = deque(w for w in group.waiting if w[0] != call_id)
+                group.search.cancel({(call_id, i) for i in range(len(state.results))})
+        return [reply] if reply is not None else []
+
+    def _fail(self, call_id: int, kind: str, message: str) -> list[Reply]:
+        self.stats["failed_calls"] += 1
+        return self._drop(call_id, Reply(call_id, error=kind, message=message))
+
+    # ------------------------------------------------------------------ steps
+    def work(self) -> list[Reply]:
+        """Expire calls past their deadline, let waiting sentences join, and run one step of every batch."""
+        replies = self._expire()
+        for key, group in list(self.groups.items()):
+            replies += self._join(group)
+            if len(group.search):
+                replies += self._step(key, group)
+        return replies
+
+    def _expire(self) -> list[Reply]:
+        now = time.monotonic()
+        if now - self._last_expiry_check < EXPIRY_CHECK_S:
+            return []
+        self._last_expiry_check = now
+        replies = []
+        for call_id in [c for c, s in self.calls.items() if s.message.deadline < now]:
+            self.stats["expired_calls"] += 1
+            replies += self._drop(call_id, Reply(call_id, error=EXPIRED, message="the deadline passed"))
+        return replies
+
+    def _join(self, group: _Group) -> list[Reply]:
+        search, cfg = group.search, self.config
+        if not group.waiting:
+            return []
+        if not cfg.batching and len(search):  # one call at a time
+            return []
+        if not search.joinable():
+            return []
+        room = group.room(cfg.max_batch_sentences)
+        joining: list[Sentence] = []
+        tokens = 0
+        first_call = group.waiting[0][0]
+        while group.waiting and len(joining) < room:
+            call_id, _, sentence = group.waiting[0]
+            if joining and tokens + len(sentence.src) > cfg.max_batch_tokens:
+                break
+            if not cfg.batching and call_id != first_call:
+                break
+            group.waiting.popleft()
+            joining.append(sentence)
+            tokens += len(sentence.src)
+        if not joining:
+            return []
+        started = time.perf_counter()
+        try:
+            search.add(joining)
+        except Exception as exc:  # noqa: BLE001
+            return self._join_one_by_one(group, joining, exc)
+        finally:
+            self._count(time.perf_counter() - started, 0, 0, 0)
+        self.stats["joins"] += 1
+        self.stats["sentences_joined"] += len(joining)
+        return []
+
+    def _join_one_by_one(self, group: _Group, joining: list[Sentence], exc: Exception) -> list[Reply]:
+        """A join failed: find the sentence that breaks it, fail its call, let the others join."""
+        if len(joining) == 1 or is_out_of_memory(exc):
+            log.exception("a sentence failed to join", exc_info=exc)
+            kind = OUT_OF_MEMORY if is_out_of_memory(exc) else FAILED
+            replies = []
+            for call_id in dict.fromkeys(s.key[0] for s in joining):
+                replies += self._fail(call_id, kind, str(exc))
+            return replies
+        replies = []
+        for sentence in joining:
+            if sentence.key[0] not in self.calls:  # its call already failed
+                continue
+            try:
+                group.search.add([sentence])
+            except Exception as one:  # noqa: BLE001
+                replies += self._join_one_by_one(group, [sentence], one)
+        return replies
+
+    def _step(self, key: tuple[str, int, str], group: _Group) -> list[Reply]:
+        search = group.search
+        rows, live = search.rows, len(search) * search.K
+        started = time.perf_counter()
+        try:
+            done = search.step()
+        except Exception as exc:  # noqa: BLE001 - the batch is lost, the engine goes on
+            log.exception("a step failed")
+            kind = OUT_OF_MEMORY if is_out_of_memory(exc) else FAILED
+            replies = []
+            for call_id in dict.fromkeys(k[0] for k in search.keys()):
+                replies += self._fail(call_id, kind, str(exc))
+            self.groups[key] = _Group(self._new_search(*key), group.waiting)
+            return replies
+        finished = time.perf_counter()
+        seconds = finished - started
+        s = self.stats
+        s["steps"] += 1
+        s["step_seconds"] += seconds
+        s["rows_computed"] += rows
+        s["rows_live"] += live
+        replies = []
+        units = source = output = 0
+        for (call_id, index), hyps in done:
+            state = self.calls.get(call_id)
+            if state is None:
+                continue
+            translator = self.models[state.message.model]
+            options = state.message.options
+            state.results[index] = [self._translation(translator, h, options, state.max_lengths[index]) for h in hyps]
+            state.left -= 1
+            n_src = state.source_tokens[index]
+            n_out = len(hyps[0].tokens) + 1
+            units += Admission.units(1, n_src, n_out, options.beam_size)
+            source, output = source + n_src, output + n_out
+            s["sentences_done"] += 1
+            per_model = self.model_stats[state.message.model]
+            per_model["source_tokens"] += n_src
+            per_model["generated_tokens"] += n_out - 1
+            per_model["sentences"] += 1
+            if state.left == 0:
+                replies += self._drop(call_id, Reply(call_id, value=state.results))
+        self._count(seconds, units, source, output)
+        s["result_seconds"] += time.perf_counter() - finished
+        return replies
+
+    @staticmethod
+    def _translation(translator: Translator, h: Hypothesis, options: DecodeOptions, max_length: int) -> Translation:
+        scores = options.return_scores
+        # the search forces eos at max_length, so a hypothesis that used every position was cut there
+        return Translation(translator.tgt_tokenizer.decode(h.tokens), h.score if scores else None,
+                           h.normalized_score if scores else None, len(h.tokens), len(h.tokens) + 1 >= max_length)
+
+    def _count(self, seconds: float, units: float, source: int, output: int) -> None:
+        """Engine time and finished work, folded into the admission rate every RATE_WINDOW_S."""
+        self.stats["busy_seconds"] += seconds
+        w = self._window
+        w[0] += seconds
+        w[1] += units
+        w[2] += source
+        w[3] += output
+        if w[0] >= RATE_WINDOW_S and w[1] > 0:
+            self.admission.learn(w[1], w[0], w[2], w[3])
+            self._window = [0.0, 0.0, 0, 0]
+
+    # ------------------------------------------------------------------ start-up
+    def calibrate(self) -> None:
+        """Measure the rate on a small batch before the first call, so that admission starts from a
+        measured figure rather than a guess (it then follows the real work)."""
+        if not self.models:
+            return
+        model_id, translator = next(iter(self.models.items()))
+        beam = 4
+        src = translator.encode_source(CALIBRATION_TEXT, translator.directions[0].split("-")[1])
+        n = min(16, self.config.max_batch_sentences)
+        kind = "device" if translator.uses_static_decoder else "eager"
+        search = self._new_search(model_id, beam, kind)
+        [limit] = self._length_limits(translator, [src], SearchOptions(beam_size=beam))
+        started = time.perf_counter()
+        search.add([Sentence(i, src, limit) for i in range(n)])
+        done = []
+        while len(search):
+            done += search.step()
+        seconds = time.perf_counter() - started
+        output = sum(len(h[0].tokens) + 1 for _, h in done)
+        self.admission.rate = Admission.units(n, n * (len(src) - 1), output, beam) / seconds
+        self.admission.output_ratio = output / (n * (len(src) - 1))
+        log.info("admission: engine rate %.0f decode units/s (calibration batch of %d)", self.admission.rate, n)

@@ -1,0 +1,106 @@
+"""The models an engine serves: one Translator per language pair, found in the models directory."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nmt_serve.inference.translator import Translator
+
+log = logging.getLogger("nmt_serve.engine.loader")
+
+
+def discover(models_dir: str | Path) -> list[Path]:
+    """Checkpoint directories directly under models_dir (or models_dir itself if it is one)."""
+    root = Path(models_dir)
+    if (root / "config.json").is_file():
+        return [root]
+    if not root.exists():
+        raise FileNotFoundError(f"models directory not found: {root}")
+    if not root.is_dir():
+        raise NotADirectoryError(f"not a directory (nor a checkpoint's): {root}")
+    found = sorted(p for p in root.iterdir() if (p / "config.json").is_file())
+    if not found:
+        raise FileNotFoundError(f"no checkpoints (subdirectories with config.json) in {root}")
+    return found
+
+
+def nvidia_visible() -> str | None:
+    """Why this machine looks as if it has an NVIDIA GPU for us (a device node, or CUDA_VISIBLE_DEVICES
+    naming devices), or None: device=auto falling back to the CPU there is worth a warning."""
+    if Path("/dev/nvidia0").exists():
+        return "/dev/nvidia0 exists"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if visible and visible != "-1":
+        return f"CUDA_VISIBLE_DEVICES={visible}"
+    return None
+
+
+def device_problem(device: str) -> str | None:
+    """Why `device` (cuda or cuda:N) cannot serve, or None when it can (and always for cpu/auto)."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    # is_available() says only False; the reason (driver too old, no device) is in the warning it raises
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        available = torch.cuda.is_available()
+    if not available:
+        if torch.version.cuda is None:
+            return f"this torch build ({torch.__version__}) has no CUDA support"
+        reasons = [str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()]
+        return reasons[0] if reasons else (f"no CUDA device or NVIDIA driver found (torch {torch.__version__}, "
+                                              f"built for CUDA {torch.version.cuda})")
+    index = torch.device(device).index
+    if index is not None and index >= torch.cuda.device_count():
+        return f"{device}: only {torch.cuda.device_count()} CUDA device(s) visible"
+    return None
+
+
+def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none",
+                step_mode: str = "auto") -> dict[str, tuple[Translator, float, str]]:
+    """{"de-en": (translator, load seconds, checkpoint path)} for every checkpoint found that serves some
+    direction best (model.routing); a multilingual checkpoint's id is its directory's name (the API routes
+    its directions to it)."""
+    from nmt_serve.network.checkpoint import read_info
+    from nmt_serve.inference.attention import attention_backend
+    from nmt_serve.network.routing import route
+    from nmt_serve.inference.translator import Translator  # torch: only the engine process pays for it
+
+    if device.startswith("cuda") and (problem := device_problem(device)):
+        raise RuntimeError(f"device {device} is not usable: {problem}")
+    if device == "auto" and (gpu := nvidia_visible()) and (problem := device_problem("cuda")):
+        log.warning("device=auto: an NVIDIA GPU seems present (%s) but CUDA is not usable (%s); serving on the CPU", gpu, problem)
+    paths = discover(models_dir)
+    infos = {path: read_info(path) for path in paths}
+    names: dict[Path, str] = {}
+    for path, info in infos.items():
+        name = path.resolve().name if info.multilingual else f"{info.source_lang}-{info.target_lang}"
+        if name in names.values():
+            other = next(p for p, n in names.items() if n == name)
+            raise ValueError(f"two checkpoints for {name}: {other} and {path}")
+        names[path] = name
+    # a checkpoint whose every direction another one serves better would only take memory and load time
+    routes = route((names[p], d, info.test_bleu().get(d), info.multilingual) for p, info in infos.items() for d in info.served())
+    models: dict = {}
+    for path in paths:
+        if names[path] not in routes.values():
+            better = sorted({routes[d] for d in infos[path].served()})
+            log.info("not loading %s from %s: every direction it serves goes to %s (model.routing: the better recorded test BLEU)",
+                     names[path], path, ", ".join(better))
+            continue
+        t0 = time.perf_counter()
+        # no warm-up capture: the engine decodes with ContinuousSearch; the static decoder serves only
+        # the attention endpoint's searches and captures a bucket when one first needs it
+        translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode,
+                                     warmup=False)
+        model_id = names[path]
+        models[model_id] = (translator, time.perf_counter() - t0, str(path))
+        log.info("loaded %s from %s: device %s, dtype %s, attention %s (%.2fs)", model_id, path, translator.device,
+                 str(translator.dtype).removeprefix("torch."), attention_backend(translator.device), models[model_id][1])
+    return models

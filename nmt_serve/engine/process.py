@@ -1,0 +1,218 @@
+"""The engine process: `python -m nmt_serve.engine.process --config JSON` (started by the supervisor).
+
+It binds two ZeroMQ sockets in the directory it is given: `calls` (ROUTER: calls from any number of
+API processes, replies routed back to the caller) and `status` (PUB: an EngineStatus every
+STATUS_INTERVAL_S, from before the models load until it exits). Then it loads the models and runs
+two threads: the I/O thread (serve_calls) owns the calls socket, answers at once what needs no step
+(refusals by admission, a full queue, expired deadlines) and hands the rest over; the main thread
+takes what was handed over, lets the core run one step of every batch, passes the replies back, and
+blocks for calls only when nothing runs. On SIGTERM it stops taking calls, finishes
+what runs (up to `graceful_shutdown_s`) and exits; a load failure exits with LOAD_FAILED, which the
+supervisor does not restart.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import zmq
+
+from nmt_serve.engine.protocol import FAILED, SHUTTING_DOWN, Cancel, EngineStatus, Reply, dumps, loads
+
+log = logging.getLogger("engine")
+STATUS_INTERVAL_S = 0.1
+IDLE_POLL_MS = 50
+REPLIES_ADDRESS = "inproc://replies"
+LOAD_FAILED = 3  # exit code: the models cannot load; restarting would not help
+
+
+def addresses(directory: str | Path) -> tuple[str, str]:
+    """The calls and status socket addresses of the engine that uses `directory`."""
+    return f"ipc://{Path(directory) / 'calls'}", f"ipc://{Path(directory) / 'status'}"
+
+
+def serve_calls(calls: zmq.Socket, replies: zmq.Socket, core, inbox: queue.Queue, stopping: dict, done: threading.Event) -> None:
+    """The I/O thread: owns the calls socket. A call is screened here (core.screen: refusals, expired
+    deadlines, unknown models are answered at once, while the main thread is inside a step or a
+    join) and the rest go to the main thread through `inbox`; its replies come back on `replies` and
+    are routed to the API process that made the call. Blocked in zmq it holds no GIL, and the main
+    thread releases the GIL inside every torch op, so an answer waits for at most a few ms."""
+    routes: dict[str, bytes] = {}  # call id -> the caller's socket identity
+    poller = zmq.Poller()
+    poller.register(calls, zmq.POLLIN)
+    poller.register(replies, zmq.POLLIN)
+
+    def answer(reply: Reply) -> None:
+        identity = routes.pop(str(reply.id), None)
+        if identity is not None:
+            calls.send_multipart([identity, dumps(reply)])
+
+    while True:
+        last_round = done.is_set()  # replies pushed before `done` was set are drained below
+        events = dict(poller.poll(0 if last_round else IDLE_POLL_MS))
+        while calls in events:
+            try:
+                identity, payload = calls.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                message = loads(payload)
+            except Exception:  # noqa: BLE001 - not one of our messages: nothing to answer it with
+                log.exception("an unreadable call was dropped")
+                continue
+            if isinstance(message, Cancel):  # nothing is sent back for a cancelled call
+                routes.pop(str(message.id), None)
+                inbox.put(message)
+                continue
+            routes[str(message.id)] = identity
+            if stopping["at"] is not None:  # the main loop may already have taken its last call
+                answer(Reply(message.id, error=SHUTTING_DOWN, message="the engine is shutting down"))
+                continue
+            try:
+                settled = core.screen(message)
+            except Exception as exc:  # noqa: BLE001 - one bad call must not stop the thread every call goes through
+                log.exception("screening a call failed")
+                settled = [Reply(message.id, error=FAILED, message=str(exc))]
+            if settled is None:
+                inbox.put(message)
+            for reply in settled or ():
+                answer(reply)
+        while True:  # the core's replies (and at the end, what it sent before it stopped)
+            try:
+                call_id, payload = replies.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            identity = routes.pop(call_id.decode(), None)
+            if identity is not None:
+                calls.send_multipart([identity, payload])
+        if last_round:
+            return
+
+
+def run(config: dict) -> int:
+    from nmt_serve.engine.core import EngineConfig, EngineCore
+    from nmt_serve.engine.loader import load_models
+
+    if config.get("engine_nice"):
+        # lower priority than the API process: on a CPU the torch threads take every core they are
+        # given, and the API's small, latency-bound work (HTTP, health probes, refusals) would queue
+        # behind them; the engine loses only the CPU the API actually uses
+        os.nice(int(config["engine_nice"]))
+
+    context = zmq.Context()
+    calls_address, status_address = addresses(config["socket_dir"])
+    calls = context.socket(zmq.ROUTER)
+    calls.setsockopt(zmq.LINGER, 1000)
+    calls.bind(calls_address)
+    status = context.socket(zmq.PUB)
+    status.setsockopt(zmq.LINGER, 1000)
+    status.bind(status_address)
+    incarnation = uuid.uuid4().hex
+    stopping = {"at": None}
+
+    def on_sigterm(signum, frame):
+        stopping["at"] = stopping["at"] or time.monotonic()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the supervisor decides
+
+    def publish(message: EngineStatus) -> None:
+        status.send(dumps(message))
+
+    publish(EngineStatus(incarnation, ready=False))
+    try:
+        import torch
+
+        if config.get("threads"):
+            torch.set_num_threads(int(config["threads"]))
+        loaded = load_models(config["models_dir"], config["device"], config.get("dtype"), config.get("quantization", "none"),
+                             config.get("step_mode", "auto"))
+    except Exception as exc:  # noqa: BLE001 - reported to every API process, then exit
+        message = f"{type(exc).__name__}: {exc}"
+        log.error("model loading failed: %s", message)
+        for _ in range(int(2 / STATUS_INTERVAL_S)):  # long enough for the subscribers to hear it
+            publish(EngineStatus(incarnation, ready=False, load_error=message))
+            time.sleep(STATUS_INTERVAL_S)
+        return LOAD_FAILED
+    engine_config = EngineConfig(**{k: config[k] for k in EngineConfig.__dataclass_fields__ if k in config})
+    meta = {mid: dict(path=path, load_seconds=seconds, src_tokenizer=str(t.src_tokenizer.model_file),
+                      src_vocab=str(t.src_tokenizer.vocab_file) if t.src_tokenizer.vocab_file else None)
+            for mid, (t, seconds, path) in loaded.items()}
+    core = EngineCore({mid: t for mid, (t, _, _) in loaded.items()}, engine_config, model_meta=meta)
+    core.incarnation = incarnation
+    started = time.perf_counter()
+    if programs := core.warmup():
+        log.info("captured %d decoder programs in %.1fs", programs, time.perf_counter() - started)
+    if engine_config.admission:
+        core.calibrate()
+    log.info("engine ready: %s (pid %d)", ", ".join(sorted(core.models)), os.getpid())
+
+    inbox: queue.Queue = queue.Queue()  # calls screened by the I/O thread, for the core
+    replies_out = context.socket(zmq.PUSH)  # the core's replies, for the I/O thread to route
+    replies_out.bind(REPLIES_ADDRESS)
+    replies_in = context.socket(zmq.PULL)
+    replies_in.connect(REPLIES_ADDRESS)
+    io_done = threading.Event()
+    io = threading.Thread(target=serve_calls, args=(calls, replies_in, core, inbox, stopping, io_done), name="engine-io", daemon=True)
+    io.start()
+    last_status = 0.0
+    graceful = float(config.get("graceful_shutdown_s", 30.0))
+    while True:
+        now = time.monotonic()
+        if stopping["at"] is not None and inbox.empty() and (not core.calls or now - stopping["at"] > graceful):
+            break
+        if not io.is_alive():  # no call could reach the core any more: exit, and the supervisor restarts it
+            raise RuntimeError("the engine's I/O thread stopped")
+        replies: list[Reply] = []
+        try:
+            # block for calls only when nothing runs
+            message = inbox.get_nowait() if core.busy else inbox.get(timeout=IDLE_POLL_MS / 1000)
+        except queue.Empty:
+            message = None
+        while message is not None:
+            replies += core.handle(message)
+            try:
+                message = inbox.get_nowait()
+            except queue.Empty:
+                message = None
+        replies += core.work()
+        started = time.perf_counter()
+        for reply in replies:
+            replies_out.send_multipart([str(reply.id).encode(), dumps(reply)])
+        core.stats["io_seconds"] += time.perf_counter() - started
+        if now - last_status >= STATUS_INTERVAL_S:
+            publish(core.status())
+            last_status = now
+    for call_id in list(core.calls):  # past the grace period
+        replies_out.send_multipart([str(call_id).encode(), dumps(Reply(call_id, error=SHUTTING_DOWN, message="the engine shut down"))])
+    io_done.set()  # the I/O thread sends what is queued, then stops
+    io.join(timeout=5)
+    replies_out.close()
+    replies_in.close()
+    calls.close()
+    status.close()
+    context.term()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nmt_serve.engine.process", description=__doc__)
+    parser.add_argument("--config", required=True, help="JSON object: the engine's settings and socket_dir")
+    args = parser.parse_args(argv)
+    config = json.loads(args.config)
+    logging.basicConfig(level=str(config.get("log_level", "info")).upper(),
+                        format="%(asctime)s %(levelname)s %(name)s[engine]: %(message)s")
+    return run(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

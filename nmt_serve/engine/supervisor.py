@@ -1,0 +1,91 @@
+"""Starts the engine process and keeps it running.
+
+The process that owns the supervisor (the API server, or with several API workers their parent)
+starts `python -m nmt_serve.engine.process` with the engine's settings and a private socket directory, and a
+thread waits on it. If the engine dies (killed for memory, a CUDA error, a crash) the thread logs
+it, tells `on_exit` (so that the calls waiting on it fail at once) and starts a new one, with a
+growing pause if it keeps dying. An engine whose models cannot load is not restarted: `on_exit`
+hears the LOAD_FAILED code. `stop()` sends SIGTERM (the engine finishes what runs, see process.py).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from nmt_serve.engine.process import LOAD_FAILED, addresses
+
+log = logging.getLogger("nmt_serve.engine.supervisor")
+ROOT = Path(__file__).resolve().parents[2]
+RESTART_PAUSES_S = (0.0, 0.5, 1, 2, 5, 10)  # after the 1st, 2nd, ... death in a row
+STABLE_AFTER_S = 30.0  # an engine that ran this long resets the pause
+
+
+class EngineSupervisor:
+    def __init__(self, config: dict, *, on_exit: Callable[[int], None] | None = None):
+        """config: the engine's settings (see process.py); on_exit(code) hears every engine exit."""
+        self.socket_dir = tempfile.mkdtemp(prefix="nmt-engine-")  # private (0700): only this user reaches the sockets
+        self.config = dict(config, socket_dir=self.socket_dir)
+        self.on_exit = on_exit
+        self.process: subprocess.Popen | None = None
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def addresses(self) -> tuple[str, str]:
+        return addresses(self.socket_dir)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self) -> None:
+        self._spawn()
+        self._thread = threading.Thread(target=self._watch, name="engine-supervisor", daemon=True)
+        self._thread.start()
+
+    def _spawn(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "nmt_serve.engine.process", "--config", json.dumps(self.config)], cwd=ROOT,
+        )
+        self._spawned_at = time.monotonic()
+        log.info("engine process started (pid %d)", self.process.pid)
+
+    def _watch(self) -> None:
+        deaths = 0
+        while True:
+            code = self.process.wait()
+            if self._stopping.is_set():
+                return
+            if self.on_exit:
+                self.on_exit(code)
+            if code == LOAD_FAILED:
+                log.error("the engine could not load its models; not restarting it")
+                return
+            deaths = 1 if time.monotonic() - self._spawned_at > STABLE_AFTER_S else deaths + 1
+            pause = RESTART_PAUSES_S[min(deaths, len(RESTART_PAUSES_S)) - 1]
+            log.error("the engine process exited with code %s; restarting it in %.1fs", code, pause)
+            if self._stopping.wait(pause):
+                return
+            self.restarts += 1
+            self._spawn()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM, wait up to `timeout` for the engine to finish, then kill it."""
+        self._stopping.set()
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.socket_dir, ignore_errors=True)

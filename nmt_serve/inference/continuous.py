@@ -1,0 +1,267 @@
+"""Continuous (iteration-level) batching: a running search that sentences join and leave step by step.
+
+The batched searches of search.py take a fixed batch and run it to the end. A server fed one sentence
+per request would then either wait to gather a batch or leave the engine idle while the last long
+sentence of a batch finishes, and a short request arriving meanwhile would wait behind it. Here
+(as in Orca and vLLM) the batch is a running set of rows:
+
+    search = ContinuousSearch(engine, beam_size=4)
+    search.add([Sentence(key, src_ids, max_length=...)])   # encodes them, their cache rows join
+    finished = search.step()                               # one token for every row; [(key, n-best)]
+
+`add` runs the encoder of the new sentences only and appends their rows to the KV cache at the
+current step (see KVCache.join: their history starts there). `step` decodes one token for every
+row; a sentence that is done leaves at once, with its rows. The search of each sentence is the one
+of search.py (the same constraints, the same choice among the 2K best candidates, the same
+finished-hypothesis rule), run at the sentence's own step count, so its result is the one it gets
+when translated alone (the tests hold it to that).
+
+All sentences of one search share the beam size and min_length (they shape the rows and the eos
+rule); max_length, length_penalty and the n-best size are per sentence. Options that need the
+eager reference (n-gram blocking, no cache) are not supported here.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Hashable
+
+import torch
+
+from nmt_serve.inference.attention import attention_backends
+from nmt_serve.inference.cache import KVCache
+from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.search import GROUPED_BEAM_MIN_ROWS, Hypothesis, banned_tokens, normalize
+
+INITIAL_CAPACITY = 64  # decoder positions preallocated; the cache doubles it when needed
+
+
+@dataclass
+class Sentence:
+    """One sentence to translate: its caller's key, its source ids (eos included) and its options."""
+
+    key: Hashable
+    src: list[int]
+    max_length: int  # tokens it may generate, eos included (see search.max_lengths_for)
+    length_penalty: float = 1.0
+    num_hypotheses: int = 1
+
+
+@dataclass
+class _Running:
+    sentence: Sentence
+    beams: list[list[int]]  # generated tokens of each live beam (K of them once it has started)
+    step: int = 0  # tokens generated so far
+    finished: list[Hypothesis] = field(default_factory=list)
+    cancelled: bool = False
+
+
+# Positions before every running row's start are dropped once this many have piled up (a copy of the
+# cache, so not every step).
+DROP_POSITIONS_AT = 16
+
+
+class ContinuousSearch:
+    """Rows come in groups of K (the beams of one sentence): group g holds rows g*K .. g*K+K-1. A
+    sentence that finishes leaves its group empty rather than copying the cache to close the gap; the
+    next sentence to join takes it. Empty groups still run through the step (their output is
+    ignored) until they are refilled, trimmed off the end, or, once they are more than half of all
+    groups, compacted away."""
+
+    def __init__(self, engine: Engine, *, beam_size: int = 1, min_length: int = 0):
+        cfg = engine.config
+        self.engine, self.config = engine, cfg
+        self.K = beam_size
+        self.min_length = min_length
+        self.cache: KVCache | None = None
+        self.slots: list[_Running | None] = []  # the sentence in each group, None where one left
+        self.beam_scores = torch.zeros(0, self.K)  # (G, K) on the device, set in add()
+        self.last_tokens = torch.zeros(0, dtype=torch.long)  # (G*K,) newest token of each row
+        banned = banned_tokens(cfg)
+        self.banned = torch.tensor(banned, dtype=torch.long, device=engine.device) if banned else None
+        self.steps = 0  # decoder steps run so far (for metrics)
+
+    def __len__(self) -> int:
+        return sum(r is not None for r in self.slots)
+
+    @property
+    def rows(self) -> int:
+        """Rows a step computes, empty groups included."""
+        return len(self.slots) * self.K
+
+    def keys(self) -> list[Hashable]:
+        return [r.sentence.key for r in self.slots if r is not None]
+
+    def room(self) -> int:
+        """Sentences that may still join: the cache grows as they do, so no bound of its own."""
+        return sys.maxsize
+
+    def joinable(self) -> bool:
+        """Sentences may join at every step (see ContinuousDeviceSearch.joinable for why not always)."""
+        return True
+
+    # ------------------------------------------------------------------ joining
+    @torch.inference_mode()
+    def add(self, sentences: list[Sentence]) -> None:
+        """Encode the new sentences and add their rows to the running batch (a step boundary)."""
+        if not sentences:
+            return
+        cfg, device, K = self.config, self.engine.device, self.K
+        width = max(len(s.src) for s in sentences)
+        src = torch.full((len(sentences), width), cfg.pad_id, dtype=torch.long)
+        for i, s in enumerate(sentences):
+            src[i, : len(s.src)] = torch.tensor(s.src, dtype=torch.long)
+        with attention_backends(device):
+            states, src_mask = self.engine.encode(src.to(device))  # (n, S, C), (n, 1, 1, S)
+        kv = self.engine.source_kv(states)  # (n_layers, 2, n, H, S, D)
+        if K > 1:  # every sentence K times, beams of one sentence adjacent
+            kv, src_mask = kv.repeat_interleave(K, dim=2), src_mask.repeat_interleave(K, dim=0)
+        if self.cache is None:
+            grouped = K > 1 and kv.size(2) >= GROUPED_BEAM_MIN_ROWS
+            mask = None if bool(src_mask.all()) else src_mask
+            self.cache = KVCache(kv, mask, INITIAL_CAPACITY, group_size=K if grouped else 1)
+            groups = list(range(len(sentences)))
+            self.slots = [None] * len(sentences)
+            self.beam_scores = torch.zeros(len(sentences), K, device=device)
+            self.last_tokens = torch.zeros(len(sentences) * K, dtype=torch.long, device=device)
+        else:
+            free = [g for g, r in enumerate(self.slots) if r is None][: len(sentences)]
+            reused = len(free) * K
+            if free:
+                rows = (torch.tensor(free, device=device)[:, None] * K + torch.arange(K, device=device)).view(-1)
+                self.cache.join(kv[:, :, :reused], src_mask[:reused], rows)
+            if reused < kv.size(2):
+                self.cache.join(kv[:, :, reused:], src_mask[reused:])
+            added = len(sentences) - len(free)
+            groups = free + list(range(len(self.slots), len(self.slots) + added))
+            self.slots += [None] * added
+            self.beam_scores = torch.cat([self.beam_scores, self.beam_scores.new_zeros(added, K)])
+            self.last_tokens = torch.cat([self.last_tokens, self.last_tokens.new_zeros(added * K)])
+            if K > 1 and not self.cache.grouped and self.cache.batch_size >= GROUPED_BEAM_MIN_ROWS:
+                self.cache.group(K)
+        index = torch.tensor(groups, device=device)
+        # only beam 0 is live at the start, so the first step does not pick K copies of one token
+        fresh = torch.full((len(sentences), K), -math.inf, device=device)
+        fresh[:, 0] = 0.0
+        self.beam_scores.index_copy_(0, index, fresh)
+        self.last_tokens.view(-1, K).index_fill_(0, index, cfg.decoder_start_id)
+        for g, s in zip(groups, sentences):
+            self.slots[g] = _Running(s, [[] for _ in range(K)])
+
+    def cancel(self, keys: set[Hashable]) -> None:
+        """The sentences with these keys leave at the next step, without a result."""
+        for r in self.slots:
+            if r is not None and r.sentence.key in keys:
+                r.cancelled = True
+
+    # ------------------------------------------------------------------ housekeeping between steps
+    def _tidy(self) -> None:
+        """Trim empty groups off the end, compact when most groups are empty, and drop positions that
+        no running row reads any more."""
+        K, cache = self.K, self.cache
+        while self.slots and self.slots[-1] is None:
+            self.slots.pop()
+        if len(self.slots) * K < cache.batch_size:
+            cache.truncate(len(self.slots) * K)
+            self.beam_scores = self.beam_scores[: len(self.slots)]
+            self.last_tokens = self.last_tokens[: len(self.slots) * K]
+        live = [g for g, r in enumerate(self.slots) if r is not None]
+        if 2 * len(live) < len(self.slots):
+            groups = torch.tensor(live, device=self.last_tokens.device)
+            rows = (groups[:, None] * K + torch.arange(K, device=groups.device)).view(-1)
+            cache.reorder(rows, cross=True)
+            self.slots = [self.slots[g] for g in live]
+            self.beam_scores = self.beam_scores.index_select(0, groups)
+            self.last_tokens = self.last_tokens.index_select(0, rows)
+        elif cache.start is not None and cache.length >= 2 * DROP_POSITIONS_AT:
+            starts = cache.start.view(-1, K)[:, 0].tolist()
+            shift = min(starts[g] for g in live)
+            if shift >= DROP_POSITIONS_AT:
+                cache.drop_positions(shift)
+
+    # ------------------------------------------------------------------ one step
+    @torch.inference_mode()
+    def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+        """Decode one token for every row; return the sentences that finished, with their n-best
+        hypotheses (best first). Cancelled sentences leave without appearing here."""
+        for g, r in enumerate(self.slots):  # cancelled sentences leave before the step
+            if r is not None and r.cancelled:
+                self.slots[g] = None
+        if not len(self):
+            self._reset()
+            return []
+        self._tidy()
+        K, eos = self.K, self.config.eos_id
+        device = self.engine.device
+        with attention_backends(device):
+            logits = self.engine.step(self.last_tokens, self.cache)  # (G*K, V)
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        G, V = len(self.slots), lp.size(-1)
+        self.steps += 1
+        if self.banned is not None:
+            lp.index_fill_(1, self.banned, -math.inf)
+        steps = [r.step if r is not None else self.min_length for r in self.slots]
+        if self.min_length and min(steps) < self.min_length:  # eos not allowed yet
+            early = torch.tensor([s < self.min_length for s in steps], device=device).repeat_interleave(K)
+            lp[early, eos] = -math.inf
+        at_max = [r is not None and r.step + 1 >= r.sentence.max_length for r in self.slots]
+        if any(at_max):  # these must end now: eos is their only choice
+            rows = torch.tensor(at_max, device=device).repeat_interleave(K)
+            eos_lp = lp[rows, eos].clone()
+            lp[rows] = -math.inf
+            lp[rows, eos] = eos_lp
+        candidates = lp.view(G, K, V).add_(self.beam_scores[:, :, None]).view(G, K * V)
+        top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (G, 2K), best first
+
+        # the choice among the 2K candidates, per sentence, as in search.beam_search; an empty group
+        # keeps its rows as they are
+        parents: list[int] = []
+        next_tokens: list[int] = []
+        next_scores: list[float] = []
+        last = self.last_tokens.tolist()
+        done: list[tuple[Hashable, list[Hypothesis]]] = []
+        for g, (running, row_scores, row_index) in enumerate(zip(self.slots, top_scores.tolist(), top_index.tolist())):
+            if running is not None:
+                running.step += 1
+                s = running.sentence
+                chosen = 0
+                beams: list[list[int]] = []
+                for c, (score, index) in enumerate(zip(row_scores, row_index)):
+                    beam, token = divmod(index, V)
+                    if token == eos:
+                        if c < K and score > -math.inf:  # eos among the best K candidates ends a hypothesis
+                            tokens = running.beams[beam]
+                            running.finished.append(Hypothesis(list(tokens), score, normalize(score, running.step, s.length_penalty), True))
+                    elif chosen < K:  # the best K that continue become the next beams
+                        parents.append(g * K + beam)
+                        beams.append(running.beams[beam] + [token])
+                        next_tokens.append(token)
+                        next_scores.append(score)
+                        chosen += 1
+                if len(running.finished) < K and running.step < s.max_length:
+                    running.beams = beams
+                    continue
+                if chosen:  # its rows stay as they are until another sentence takes them
+                    del parents[-chosen:], next_tokens[-chosen:], next_scores[-chosen:]
+                hyps = sorted(running.finished, key=lambda h: h.normalized_score, reverse=True)
+                done.append((s.key, hyps[: s.num_hypotheses]))
+                self.slots[g] = None
+            rows = range(g * K, g * K + K)
+            parents += rows
+            next_tokens += [last[r] for r in rows]
+            next_scores += [0.0] * K
+        self.last_tokens = torch.tensor(next_tokens, device=device)
+        self.beam_scores = torch.tensor(next_scores, device=device).view(-1, K)
+        if K > 1:  # beams follow their parents, within their group
+            self.cache.reorder(torch.tensor(parents, device=device), cross=False)
+        if not len(self):
+            self._reset()
+        return done
+
+    def _reset(self) -> None:
+        """Nothing runs: the next sentences start a fresh cache, with no joined rows to mask."""
+        self.cache = None
+        self.slots = []
+        self.beam_scores = torch.zeros(0, self.K, device=self.engine.device)
+        self.last_tokens = torch.zeros(0, dtype=torch.long, device=self.engine.device)

@@ -1,0 +1,219 @@
+"""Continuous batching over the static decoder: sentences join and leave a search whose step is one
+captured program (CUDA graphs) and whose bookkeeping stays on the device.
+
+ContinuousSearch (continuous.py) runs the eager step: on a GPU its ~50 kernel launches, the
+log-softmax/top-k and the per-step read of every chosen token cost milliseconds of host time for
+a step whose kernels take a fraction of one. This search keeps the same interface,
+
+    search = ContinuousDeviceSearch(DeviceSearch(StaticDecoder(engine, max_rows=256)), beam_size=1)
+    search.add([Sentence(key, src_ids, max_length=...)])   # encodes them, their rows take free slots
+    finished = search.step()                               # one token for every row; [(key, n-best)]
+
+and runs each step as DeviceSearch's program for a (groups, positions) bucket: the decoder step, the
+constraints, the choice of tokens or beams, the finished hypotheses and the beam reorder, all in the
+decoder's fixed-address buffers. Rows come in groups of K (one sentence's beams) at fixed slots; in
+the static decoder every row has its own position and source length, so a sentence that joins late
+simply starts at position 0 in its slot, and its search is the one it gets alone.
+
+The host keeps what it can know without asking the device (which slots hold which sentence, how
+many steps each has run, hence the length bucket) and reads back one small tensor, which sentences
+are still searching, every `check_every` steps (at once when a sentence reaches its max_length):
+finished sentences are copied out and their slots freed for the next ones to join. Until then a
+finished sentence's rows keep being computed and ignored, a little work instead of a wait on the
+device each step. When the live sentences fit a smaller bucket they move to the front slots.
+
+Sentences must fit the decoder (`fits`): source and output within its max_length; the caller sends
+the others to the eager ContinuousSearch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import chain
+from typing import Hashable
+
+import torch
+
+from nmt_serve.inference.attention import attention_backends
+from nmt_serve.inference.continuous import Sentence
+from nmt_serve.inference.device_search import CHECK_EVERY, DeviceSearch, collect
+from nmt_serve.inference.search import Hypothesis
+from nmt_serve.inference.static_decoder import bucket_of
+
+
+@dataclass
+class _Slot:
+    sentence: Sentence
+    joined: int  # the search's step count when it joined: it has run `search.steps - joined` steps
+    cancelled: bool = False
+
+
+class ContinuousDeviceSearch:
+    def __init__(self, device_search: DeviceSearch, *, beam_size: int = 1, min_length: int = 0, check_every: int = CHECK_EVERY):
+        self.device_search = device_search
+        self.decoder = device_search.decoder
+        self.engine = self.decoder.engine
+        self.config = self.decoder.config
+        self.K = beam_size
+        self.min_length = min_length
+        self.check_every = check_every
+        self.state = device_search.slots(beam_size)  # the fixed-address search state its programs read
+        self.capacity = self.decoder.max_rows // beam_size  # sentences at once
+        self.slots: list[_Slot | None] = []  # the sentence in each group of K rows, None where free
+        self.steps = 0  # steps run
+        self._since_check = 0
+        # summaries of the running sentences, remade when they change (not every step)
+        self._running = 0
+        self._longest_source = 0  # source positions every step reads
+        self._first_joined = 0  # the step count when the oldest joined (bounds every row's position)
+        self._first_end = 0  # the step count by which some sentence reaches its max_length
+        self._cancelled = False
+
+    def __len__(self) -> int:
+        return self._running
+
+    @property
+    def rows(self) -> int:
+        """Rows a step computes: its bucket of groups, times K."""
+        return self._group_bucket() * self.K if self.slots else 0
+
+    def keys(self) -> list[Hashable]:
+        return [s.sentence.key for s in self.slots if s is not None]
+
+    def room(self) -> int:
+        return self.capacity - len(self)
+
+    def joinable(self) -> bool:
+        """Whether sentences should join now: when nothing runs, or right after a read of which
+        sentences finished. A join runs the encoder eagerly and copies rows into the decoder (about 5 ms
+        on an H100 host, against 0.5 ms for a replayed step: BENCHMARKS.md): joining once per check,
+        with everything that arrived meanwhile, pays that once instead of every step, at the cost of
+        waiting up to check_every - 1 steps."""
+        return self._running == 0 or self._since_check == 0
+
+    def fits(self, sentence: Sentence) -> bool:
+        """Whether the sentence's source and output fit the decoder's positions."""
+        return len(sentence.src) <= self.decoder.max_length and sentence.max_length < self.decoder.max_length
+
+    # ------------------------------------------------------------------ joining
+    @torch.inference_mode()
+    def add(self, sentences: list[Sentence]) -> None:
+        """Encode the new sentences and put them in free slots (a step boundary)."""
+        if not sentences:
+            return
+        if len(sentences) > self.room():
+            raise ValueError(f"{len(sentences)} sentences joining, room for {self.room()}")
+        if not all(self.fits(s) for s in sentences):
+            raise ValueError("a sentence does not fit the static decoder (see fits())")
+        dec, st, cfg, K = self.decoder, self.state, self.config, self.K
+        device, n = dec.device, len(sentences)
+        free = [g for g, s in enumerate(self.slots) if s is None][:n]
+        groups = free + list(range(len(self.slots), len(self.slots) + n - len(free)))
+        self.slots += [None] * (n - len(free))
+        # everything the host knows, in two copies to the device (each small copy is a launch and a wait);
+        # the ids go as one flat list (torch.tensor of nested lists costs microseconds per element)
+        lengths = torch.tensor([len(s.src) for s in sentences])
+        width = int(lengths.max())
+        src = torch.full((n, width), cfg.pad_id, dtype=torch.long)
+        src[torch.arange(width)[None, :] < lengths[:, None]] = torch.tensor(list(chain.from_iterable(s.src for s in sentences)))
+        host = torch.tensor([v for g, s in zip(groups, sentences) for v in (g, len(s.src), s.max_length)]).view(n, 3)
+        src, host = src.to(device), host.to(device)  # (n, S), (n, 3)
+        with attention_backends(device):
+            states, _ = self.engine.encode(src)  # (n, S, C)
+        kv = self.engine.source_kv(states)  # (n_layers, 2, n, H, S, D)
+        g_index = host[:, 0]
+        rows = (g_index[:, None] * K + torch.arange(K, device=device)).view(-1)  # (n*K,) beams of a sentence adjacent
+        per_row = host.repeat_interleave(K, dim=0) if K > 1 else host
+        dec.cross_kv[:, :, rows, :, :width] = kv.repeat_interleave(K, dim=2) if K > 1 else kv
+        dec.src_len[rows] = per_row[:, 1]
+        st.max_len[rows] = per_row[:, 2]
+        st.min_len[rows] = self.min_length
+        dec.pos[rows] = 0
+        dec.tokens[rows] = cfg.decoder_start_id
+        if K == 1:
+            st.score[rows] = 0.0
+        else:  # only beam 0 is live at the start, so the first step does not pick K copies of one token
+            fresh = torch.full((n, K), -math.inf, device=device)
+            fresh[:, 0] = 0.0
+            st.score[rows] = fresh.view(-1)
+            st.fin_count[g_index] = 0
+        st.alive[g_index] = True
+        for g, s in zip(groups, sentences):
+            self.slots[g] = _Slot(s, self.steps)
+        self._summarize()
+
+    def cancel(self, keys: set[Hashable]) -> None:
+        """The sentences with these keys leave at the next step, without a result."""
+        for s in self.slots:
+            if s is not None and s.sentence.key in keys:
+                s.cancelled = self._cancelled = True
+
+    def _summarize(self) -> None:
+        running = [s for s in self.slots if s is not None]
+        self._running = len(running)
+        if running:
+            self._longest_source = max(len(s.sentence.src) for s in running)
+            self._first_joined = min(s.joined for s in running)
+            self._first_end = min(s.joined + s.sentence.max_length for s in running)
+
+    # ------------------------------------------------------------------ one step
+    def _group_bucket(self) -> int:
+        return bucket_of(len(self.slots), self.state.group_buckets)
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+        """Decode one token for every row; return the sentences found finished, with their n-best
+        hypotheses (best first). Cancelled sentences leave without appearing here."""
+        dec, st = self.decoder, self.state
+        if self._cancelled:
+            self._cancelled = False
+            cancelled = [g for g, s in enumerate(self.slots) if s is not None and s.cancelled]
+            st.alive[torch.tensor(cancelled, device=dec.device)] = False
+            for g in cancelled:
+                self.slots[g] = None
+            self._trim()
+            self._summarize()
+        if not self._running:
+            self.slots = []
+            return []
+        # positions this step reads: every running row's source, and its target up to the new token;
+        # no row has run more steps than the oldest, nor past the decoder's positions
+        target = min(self.steps - self._first_joined + 1, dec.max_length)
+        dec.run(*self.device_search.program(self.K, self._group_bucket(), dec.length_bucket(max(self._longest_source, target))))
+        self.steps += 1
+        self._since_check += 1
+        if self._since_check < self.check_every and self.steps < self._first_end:
+            return []
+        return self._finished()
+
+    def _finished(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+        """Read which sentences still search; copy the others out and free their slots."""
+        self._since_check = 0
+        alive = self.state.alive[: len(self.slots)].tolist()  # the one read back from the device
+        done_groups = [g for g, s in enumerate(self.slots) if s is not None and not alive[g]]
+        found = collect(self.decoder, self.state, done_groups, [self.slots[g].sentence.length_penalty for g in done_groups],
+                        [self.slots[g].sentence.num_hypotheses for g in done_groups])
+        done = [(self.slots[g].sentence.key, hyps) for g, hyps in zip(done_groups, found)]
+        for g in done_groups:
+            self.slots[g] = None
+        self._trim()
+        self._summarize()
+        return done
+
+    def _trim(self) -> None:
+        """Drop free slots off the end; when the sentences left fit a smaller bucket, move them to the
+        front slots (a copy of their rows) so that steps compute fewer rows."""
+        while self.slots and self.slots[-1] is None:
+            self.slots.pop()
+        live = [g for g, s in enumerate(self.slots) if s is not None]
+        if not live or bucket_of(len(live), self.state.group_buckets) >= self._group_bucket():
+            return
+        K, device = self.K, self.decoder.device
+        groups = torch.tensor(live, device=device)
+        rows = (groups[:, None] * K + torch.arange(K, device=device)).view(-1)
+        self.decoder.keep_rows(rows)
+        self.state.keep(groups, rows)
+        self.slots = [self.slots[g] for g in live]
+        self._summarize()
+        # the slots past the live ones keep stale rows: not searching (they may be read, never used)
+        self.state.alive[len(live): self._group_bucket()] = False

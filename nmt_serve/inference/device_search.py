@@ -1,0 +1,281 @@
+"""Greedy and beam search with the bookkeeping on the device, over a StaticDecoder.
+
+Each step is one program (captured as one CUDA graph per bucket on CUDA): the decoder step, then the
+search's update, all in tensors: log-softmax, the constraints (banned ids, min/max length), the
+choice of tokens (greedy) or of beams among the top 2K of K x V candidates (beam), the finished
+hypotheses, and the reorder of the cache by beam parents. The host replays it and reads back one
+small tensor (which sentences still run) every `check_every` steps; it copies results out only when
+the running rows shrink to a smaller bucket and at the end. Finished rows keep being computed, masked
+out, until then: a little wasted work instead of a wait on the device every step.
+
+Results are those of the eager reference search (search.py), hypothesis for hypothesis: the same
+candidates are taken in the same order, and scores are the same float32 sums; only the attention
+kernels differ (masked over a bucket instead of exact lengths), so half-precision logits may differ
+in the last bits. no_repeat_ngram_size is not done here (search.py does it).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from nmt_serve.inference.search import Hypothesis, SearchOptions, banned_tokens, check_deadline, max_lengths_for, normalize
+from nmt_serve.inference.static_decoder import StaticDecoder, bucket_of, buckets
+
+CHECK_EVERY = 4  # steps between reads of which sentences still run
+
+
+class SearchSlots:
+    """Fixed-address search state for beams of size K: per row (max_rows) and per sentence (max_rows // K)."""
+
+    def __init__(self, decoder: StaticDecoder, K: int):
+        R, T, device = decoder.max_rows, decoder.max_length, decoder.device
+        G = R // K
+        self.K = K
+        self.group_buckets = buckets(G)
+        self.score = torch.zeros(R, device=device)  # greedy: the row's sum of log-probs; beam: the beam's score
+        self.history = torch.zeros(R, T, dtype=torch.long, device=device)  # tokens each row generated so far
+        self.min_len = torch.zeros(R, dtype=torch.long, device=device)
+        self.max_len = torch.ones(R, dtype=torch.long, device=device)
+        self.alive = torch.zeros(G, dtype=torch.bool, device=device)  # per sentence: still searching
+        if K > 1:
+            # finished hypotheses per sentence: at most 2K - 1 before it is done, plus a slot for discards
+            self.fin_score = torch.zeros(G, 2 * K + 1, device=device)
+            self.fin_len = torch.zeros(G, 2 * K + 1, dtype=torch.long, device=device)
+            self.fin_tokens = torch.zeros(G, 2 * K + 1, T, dtype=torch.long, device=device)
+            self.fin_count = torch.zeros(G, dtype=torch.long, device=device)
+            self.first_k = torch.arange(2 * K, device=device) < K
+            self.group_base = torch.arange(G, device=device)[:, None] * K
+
+    def keep(self, groups: torch.Tensor, rows: torch.Tensor) -> None:
+        n, m = rows.numel(), groups.numel()
+        for buffer in (self.score, self.history, self.min_len, self.max_len):
+            buffer[:n] = buffer[rows]
+        per_group = (self.alive,) + ((self.fin_score, self.fin_len, self.fin_tokens, self.fin_count) if self.K > 1 else ())
+        for buffer in per_group:
+            buffer[:m] = buffer[groups]
+
+
+@dataclass
+class _Constants:
+    banned: torch.Tensor  # (n,) ids never generated
+    not_eos: torch.Tensor  # (V,) bool
+    eos: int
+
+
+def _constrain(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, max_len: torch.Tensor, c: _Constants) -> None:
+    """In place on lp (N, V) for rows that generated `steps` tokens: what Constraints.apply does."""
+    if c.banned.numel():
+        lp.index_fill_(1, c.banned, -math.inf)
+    lp[:, c.eos].masked_fill_(steps < min_len, -math.inf)
+    at_max = steps + 1 >= max_len  # eos is the only choice left
+    lp.masked_fill_(at_max[:, None] & c.not_eos[None, :], -math.inf)
+
+
+def _greedy_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, B: int, L: int) -> None:
+    lp = torch.log_softmax(dec.step(B, L).float(), dim=-1)  # (B, V)
+    pos = dec.pos[:B]
+    _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], c)
+    token_lp, token = lp.max(dim=-1)  # (B,)
+    alive = slots.alive[:B]
+    score = slots.score[:B]
+    score.copy_(torch.where(alive, score + token_lp, score))
+    slots.history[dec.rows[:B], pos] = token
+    dec.tokens[:B] = token
+    pos.add_(alive)  # a finished row stays where it ended
+    alive.logical_and_(token != c.eos)
+
+
+def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, L: int) -> None:
+    K = slots.K
+    B = G * K
+    lp = torch.log_softmax(dec.step(B, L).float(), dim=-1)  # (B, V)
+    V = lp.size(-1)
+    pos = dec.pos[:B]
+    _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], c)
+    candidates = (lp.view(G, K, V) + slots.score[:B].view(G, K, 1)).view(G, K * V)
+    top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (G, 2K), best first
+    beam, token = top_index // V, top_index % V
+    is_eos = token == c.eos
+    step = pos.view(G, K)[:, 0] + 1  # tokens generated with this one, eos included: (G,)
+    alive = slots.alive[:G]
+    was_alive = alive.clone()
+
+    # eos among the best K candidates ends a hypothesis: it goes to its sentence's next free slot
+    ends = is_eos & slots.first_k & (top_scores > -math.inf) & alive[:, None]
+    count = slots.fin_count[:G]
+    slot = torch.where(ends, count[:, None] + ends.cumsum(1) - 1, 2 * K)  # (G, 2K); 2K: discarded
+    slots.fin_score[:G].scatter_(1, slot, top_scores)
+    slots.fin_len[:G].scatter_(1, slot, step[:, None].expand(G, 2 * K))
+    parents_of_candidates = (slots.group_base[:G] + beam).view(-1)  # (G * 2K,)
+    prefixes = slots.history[parents_of_candidates, :L].view(G, 2 * K, L)
+    slots.fin_tokens[:G, :, :L].scatter_(1, slot[:, :, None].expand(G, 2 * K, L), prefixes)
+    count.add_(ends.sum(1))
+
+    # the best K candidates that are not eos continue, in order (at most K of the 2K are eos)
+    continues = ~is_eos
+    rank = continues.cumsum(1) - 1
+    dest = torch.where(continues & (rank < K), rank, K)  # K: discarded
+    next_score = top_scores.new_empty(G, K + 1).scatter_(1, dest, top_scores)[:, :K]
+    next_beam = beam.new_empty(G, K + 1).scatter_(1, dest, beam)[:, :K]
+    next_token = token.new_empty(G, K + 1).scatter_(1, dest, token)[:, :K].reshape(B)
+    parent = (slots.group_base[:G] + next_beam).view(B)
+
+    alive.logical_and_(~((count >= K) | (step >= slots.max_len[:B].view(G, K)[:, 0])))
+    slots.score[:B] = next_score.reshape(B)
+    slots.history[:B, :L] = slots.history[parent, :L]
+    slots.history[dec.rows[:B], pos] = next_token
+    dec.reorder(parent, L)
+    dec.tokens[:B] = next_token
+    pos.add_(was_alive[:, None].expand(G, K).reshape(B))  # (no repeat_interleave: nothing here may wait on the device)
+
+
+def supports(decoder: StaticDecoder, src: torch.Tensor, options: SearchOptions) -> bool:
+    """Whether this search fits the decoder: rows, lengths and options (n-gram blocking is search.py's)."""
+    if options.no_repeat_ngram_size or not options.use_cache:
+        return False
+    if src.size(0) * options.beam_size > decoder.max_rows or src.size(1) > decoder.max_length:
+        return False
+    cap = decoder.config.max_positions - 1
+    longest = options.max_length if options.max_length is not None else int(src.size(1) * options.max_length_a + options.max_length_b)
+    return min(longest, cap) < decoder.max_length
+
+
+def _constants(decoder: StaticDecoder) -> _Constants:
+    cfg, device = decoder.config, decoder.device
+    V = decoder.engine.output.weight.size(0)
+    not_eos = torch.ones(V, dtype=torch.bool, device=device)
+    not_eos[cfg.eos_id] = False
+    return _Constants(torch.tensor(banned_tokens(cfg), dtype=torch.long, device=device), not_eos, cfg.eos_id)
+
+
+class DeviceSearch:
+    """Searches over one StaticDecoder; keeps the per-beam-size state between searches (fixed addresses
+    that its captured graphs read)."""
+
+    def __init__(self, decoder: StaticDecoder, check_every: int = CHECK_EVERY):
+        self.decoder = decoder
+        self.check_every = check_every
+        self.constants = _constants(decoder)
+        self._slots: dict[int, SearchSlots] = {}
+
+    def slots(self, K: int) -> SearchSlots:
+        if K not in self._slots:
+            self._slots[K] = SearchSlots(self.decoder, K)
+        return self._slots[K]
+
+    def program(self, K: int, G: int, L: int):
+        """The step of G groups of K rows over L positions: (its graph key, the function to run or capture)."""
+        dec, slots, c = self.decoder, self.slots(K), self.constants
+        if K == 1:
+            return ("greedy", G, L), lambda: _greedy_update(dec, slots, c, G, L)
+        return ("beam", K, G, L), lambda: _beam_update(dec, slots, c, G, L)
+
+    def warmup(self, beam_sizes=(1, 4), max_sentences: int | None = None, lengths: list[int] | None = None) -> int:
+        """Run (and on CUDA capture) the step of every bucket for these beam sizes, up to max_sentences
+        per step and these length buckets (all by default), so that no request pays for a first run.
+        Returns the number of programs."""
+        dec = self.decoder
+        count = 0
+        for K in beam_sizes:
+            slots = self.slots(K)
+            for G in slots.group_buckets:
+                if max_sentences is not None and G > bucket_of(min(max_sentences, slots.group_buckets[-1]), slots.group_buckets):
+                    break
+                for L in lengths or dec.length_buckets:
+                    # harmless rows: nothing alive, every row at position 0
+                    dec.pos[: G * K] = 0
+                    dec.src_len[: G * K] = 1
+                    slots.alive[:G] = False
+                    dec.run(*self.program(K, G, L))
+                    count += 1
+        if dec.device.type == "cuda":
+            torch.cuda.synchronize(dec.device)
+        return count
+
+    @torch.inference_mode()
+    def search(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
+        """src (B, S) right-padded ids -> per sentence the n-best hypotheses, as search.generate."""
+        dec, cfg = self.decoder, self.decoder.config
+        K = options.beam_size
+        B, S = src.shape
+        slots = self.slots(K)
+        device = dec.device
+        max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1)
+        max_steps = int(max_lens.max())
+        assert max_steps < dec.max_length, "call supports() first: this search does not fit the decoder"
+
+        G = B  # sentences in the running rows (finished ones included until they are copied out)
+        Gb = bucket_of(G, slots.group_buckets)
+        n = dec.load_sources(src, repeat=K, bucket_rows=Gb * K)
+        slots.max_len[:n] = max_lens.to(device).repeat_interleave(K)
+        slots.min_len[:n] = options.min_length
+        slots.alive[:B] = True
+        slots.alive[B:Gb] = False
+        if K == 1:
+            slots.score[:n] = 0.0
+        else:
+            slots.score[:n].view(B, K).fill_(-math.inf)[:, 0] = 0.0  # only beam 0 is live at first
+            slots.fin_count[:B] = 0
+        sentences = list(range(B))  # sentence index of each group of rows
+        results: list[list[Hypothesis] | None] = [None] * B
+
+        steps = 0
+        while True:
+            check_deadline(deadline)
+            dec.run(*self.program(K, Gb, dec.length_bucket(max(S, steps + 1))))
+            steps += 1
+            if steps % self.check_every and steps < max_steps:
+                continue
+            alive = slots.alive[:G].tolist()  # the one read back from the device
+            running = [g for g in range(G) if alive[g]]
+            if not running:
+                self._collect(slots, list(range(G)), sentences, results, options)
+                break
+            smaller = bucket_of(len(running), slots.group_buckets)
+            if smaller < Gb:  # the finished leave; the rest move to the front of a smaller bucket
+                self._collect(slots, [g for g in range(G) if not alive[g]], sentences, results, options)
+                groups = torch.tensor(running, device=device)
+                rows = (groups[:, None] * K + torch.arange(K, device=device)).view(-1)
+                dec.keep_rows(rows)
+                slots.keep(groups, rows)
+                sentences = [sentences[g] for g in running]
+                G, Gb = len(running), smaller
+                slots.alive[G:Gb] = False
+        return results  # type: ignore[return-value]
+
+    def _collect(self, slots: SearchSlots, groups: list[int], sentences: list[int], results: list, options: SearchOptions) -> None:
+        """Copy the hypotheses of finished sentences (groups of rows) out of the device."""
+        found = collect(self.decoder, slots, groups, [options.length_penalty] * len(groups), [options.num_hypotheses] * len(groups))
+        for g, hyps in zip(groups, found):
+            results[sentences[g]] = hyps
+
+
+def collect(decoder: StaticDecoder, slots: SearchSlots, groups: list[int], length_penalties: list[float],
+            num_hypotheses: list[int]) -> list[list[Hypothesis]]:
+    """The n-best hypotheses of finished sentences (groups of rows), copied out of the device: one read
+    per buffer for all of them."""
+    if not groups:
+        return []
+    K = slots.K
+    index = torch.tensor(groups, device=slots.score.device)
+    if K == 1:
+        lengths = decoder.pos[index].tolist()  # tokens generated, eos included
+        scores = slots.score[index].tolist()
+        histories = slots.history[index].tolist()
+        return [[Hypothesis(tokens[: length - 1], score, normalize(score, length, lp), True)]
+                for length, score, tokens, lp in zip(lengths, scores, histories, length_penalties)]
+    counts = slots.fin_count[index].tolist()
+    scores = slots.fin_score[index].tolist()
+    lengths = slots.fin_len[index].tolist()
+    tokens = slots.fin_tokens[index].tolist()
+    found = []
+    for i, (lp, n) in enumerate(zip(length_penalties, num_hypotheses)):
+        hyps = [
+            Hypothesis(tokens[i][j][: lengths[i][j] - 1], scores[i][j], normalize(scores[i][j], lengths[i][j], lp), True)
+            for j in range(counts[i])
+        ]
+        hyps.sort(key=lambda h: h.normalized_score, reverse=True)
+        found.append(hyps[:n])
+    return found

@@ -1,0 +1,300 @@
+"""The inference engine that search runs on: the encoder, and the decoder one new token at a time.
+
+It computes what `Transformer.encode` and `Transformer.decode` compute (the tests hold it to that),
+with the per-call work cut down. At batch 1 a decoder step is a few hundred small tensor operations,
+so their number matters as much as their size:
+- q/k/v come from one matmul on a fused (3C, C) weight, and the cross-attention keys/values of every
+  decoder layer from one matmul over the source (done once per search);
+- embedding tables are pre-scaled by sqrt(d_model), and the logits bias is the output matmul's bias;
+- layers call tensor functions directly rather than through nn.Module calls and closures;
+- a step writes its new keys/values to the cache in one copy per layer, and attention needs no mask
+  for one new token (nor for a source in which no row is padded).
+The nn.Module path (`Transformer.encode/decode`) stays the reference: it trains, it returns attention
+probabilities, and `SearchOptions(use_cache=False)` decodes with it.
+
+The engine is built from a model (`Engine(model)`, by the Translator or whoever searches); the model
+knows nothing of it. The fused weights are copies: `nmt_serve.engine.is_current()` says whether the model's
+parameters and buffers are still the ones it was made from (keyed on each tensor's storage and
+version counter), so an owner that trains between searches remakes it rather than decoding with
+stale weights.
+
+Linear layers may run in int8 (`quantization="int8"`, CPU only): weights quantized per output
+channel, activations quantized dynamically per call (fbgemm). It is an option with a measured BLEU
+cost (see the model cards and BENCHMARKS.md), never the default. Because an activation scale covers
+the whole batch, a sentence's int8 translation can depend on the other sentences in its batch (35 of
+200 test sentences differed between alone and batched, beam 4); in float32 it never does.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nmt_serve.network.masks import padding_mask
+from nmt_serve.network.transformer import Transformer
+from nmt_serve.inference.cache import KVCache
+
+QUANTIZATIONS = ("none", "int8")
+
+
+class FloatLinear:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+# Below this many multiply-adds per call (rows x weight size), a Linear of the int8 engine runs in float32:
+# fbgemm's per-call cost (quantizing the input, its scale) then outweighs the int8 matmul. Measured on
+# 2 cores: a 768x256 weight gains from int8 from about 8 rows on, 256x256 from about 40, the 8000x256
+# output layer always (7x at 1 row).
+INT8_MIN_MACS = 2_000_000
+
+
+class Int8Linear:
+    """y = x W^T + b with W in int8 (one scale per output channel) and x quantized on the fly; calls too
+    small for int8 to pay (INT8_MIN_MACS) use the float32 weight instead."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        self.float = FloatLinear(weight, bias)
+        self.min_rows = INT8_MIN_MACS // weight.numel()
+        if "fbgemm" not in torch.backends.quantized.supported_engines:
+            raise ValueError("int8 quantization needs PyTorch's fbgemm engine (x86 CPUs); it is not available here")
+        weight = weight.detach().float().cpu()
+        scale = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-8).double()
+        zero = torch.zeros(weight.size(0), dtype=torch.long)
+        with warnings.catch_warnings():
+            # quantized tensors are deprecated in favor of torchao; the fbgemm kernels are what we use
+            warnings.simplefilter("ignore")
+            qweight = torch.quantize_per_channel(weight, scale, zero, 0, torch.qint8)
+        b = bias.detach().float().cpu() if bias is not None else None
+        self.packed = torch.ops.quantized.linear_prepack(qweight, b)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() < self.min_rows * x.size(-1):
+            return self.float(x)
+        # reduce_range: 7-bit activations, which fbgemm needs on CPUs without VNNI to avoid overflow
+        return torch.ops.quantized.linear_dynamic(x, self.packed, True)
+
+
+Linear = FloatLinear | Int8Linear
+
+
+@dataclass
+class Norm:
+    weight: torch.Tensor
+    bias: torch.Tensor
+    eps: float
+
+    @classmethod
+    def of(cls, module: nn.Module) -> "Norm | None":
+        return cls(module.weight, module.bias, module.eps) if isinstance(module, nn.LayerNorm) else None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
+
+
+@dataclass
+class FeedForwardWeights:
+    fc1: Linear
+    fc2: Linear
+    norm: Norm
+
+
+@dataclass
+class EncoderLayerWeights:
+    qkv: Linear  # (3C, C): q, k, v stacked
+    out: Linear
+    attn_norm: Norm
+    ffn: FeedForwardWeights
+
+
+@dataclass
+class DecoderLayerWeights:
+    self_qkv: Linear  # (3C, C): q, k, v stacked
+    self_out: Linear
+    self_norm: Norm
+    cross_q: Linear
+    cross_out: Linear
+    cross_norm: Norm
+    ffn: FeedForwardWeights
+
+
+def weights_key(model: nn.Module) -> tuple:
+    """Changes whenever any parameter or buffer is replaced or modified in place."""
+    return tuple((t.data_ptr(), t._version) for t in (*model.parameters(), *model.buffers()))
+
+
+class Engine:
+    # plain tensors even when built under inference_mode, so that they may be used outside it too
+    @torch.inference_mode(False)
+    @torch.no_grad()
+    def __init__(self, model: Transformer, quantization: str = "none"):
+        if quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+        if quantization == "int8" and model.output_proj.weight.device.type != "cpu":
+            raise ValueError("int8 quantization runs on CPU only")
+        cfg = model.config
+        self.model = model  # the reference path (search without cache) and the staleness check
+        self.config = cfg
+        self.quantization = quantization
+        self.key = weights_key(model)
+        self.device = model.output_proj.weight.device
+        self.n_heads, self.head_dim, self.d_model = cfg.n_heads, cfg.head_dim, cfg.d_model
+        self.pre_norm = cfg.norm_placement == "pre"
+        self.activation = model.decoder_layers[0].ffn.activation
+        linear = Int8Linear if quantization == "int8" else FloatLinear
+
+        def of(*modules: nn.Linear) -> Linear:
+            """One Linear computing several that read the same input, outputs side by side."""
+            if len(modules) == 1:  # no copy
+                return linear(modules[0].weight, modules[0].bias)
+            return linear(torch.cat([m.weight for m in modules]), torch.cat([m.bias for m in modules]))
+
+        def ffn(layer) -> FeedForwardWeights:
+            return FeedForwardWeights(of(layer.ffn.fc1), of(layer.ffn.fc2), Norm.of(layer.ffn_block.norm))
+
+        def scaled(table: nn.Embedding) -> torch.Tensor:
+            return table.weight * model.embed_scale if model.embed_scale != 1.0 else table.weight
+
+        self.src_embedding = scaled(model.src_embed)  # (V_src, C)
+        self.tgt_embedding = self.src_embedding if model.tgt_embed is model.src_embed else scaled(model.tgt_embed)
+        self.positions = model.positions.to(self.tgt_embedding.dtype)  # (P, C)
+        self.encoder_layers = [
+            EncoderLayerWeights(
+                qkv=of(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+                out=of(layer.self_attn.out_proj),
+                attn_norm=Norm.of(layer.attn_block.norm),
+                ffn=ffn(layer),
+            )
+            for layer in model.encoder_layers
+        ]
+        self.encoder_norm = Norm.of(model.encoder_norm)
+        self.decoder_layers = [
+            DecoderLayerWeights(
+                self_qkv=of(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+                self_out=of(layer.self_attn.out_proj),
+                self_norm=Norm.of(layer.self_block.norm),
+                cross_q=of(layer.cross_attn.q_proj),
+                cross_out=of(layer.cross_attn.out_proj),
+                cross_norm=Norm.of(layer.cross_block.norm),
+                ffn=ffn(layer),
+            )
+            for layer in model.decoder_layers
+        ]
+        # keys and values of every decoder layer's cross-attention from one matmul: (n_layers * 2C, C)
+        self.cross_kv = of(*[m for layer in model.decoder_layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)])
+        self.decoder_norm = Norm.of(model.decoder_norm)
+        self.output = linear(model.output_proj.weight, model.logits_bias)
+
+    def is_current(self) -> bool:
+        """False once any parameter or buffer of the model was replaced or changed in place (writes
+        through `.data` bypass the version counters: remake the engine after those)."""
+        return self.key == weights_key(self.model)
+
+    # ------------------------------------------------------------------ shared pieces
+    def _residual(self, x: torch.Tensor, out: torch.Tensor, norm: Norm) -> torch.Tensor:
+        """The residual sum after a sublayer; post-norm normalizes it here, pre-norm did so before."""
+        return x + out if self.pre_norm else norm(x + out)
+
+    def _feed_forward(self, x: torch.Tensor, w: FeedForwardWeights) -> torch.Tensor:
+        h = w.norm(x) if self.pre_norm else x
+        return self._residual(x, w.fc2(self.activation(w.fc1(h))), w.norm)
+
+    # ------------------------------------------------------------------ encoder
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src (B, S) right-padded ids -> encoder states (B, S, C) and the source mask (B, 1, 1, S)."""
+        B, S = src.shape
+        C, H, D = self.d_model, self.n_heads, self.head_dim
+        assert S <= self.positions.size(0), f"sequence longer than max_positions={self.positions.size(0)}"
+        src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
+        attn_mask = None if bool(src_mask.all()) else src_mask
+        x = F.embedding(src, self.src_embedding) + self.positions[:S]  # (B, S, C)
+        for w in self.encoder_layers:
+            h = w.attn_norm(x) if self.pre_norm else x
+            q, k, v = w.qkv(h).view(B, S, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, S, D) each
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, H, S, D)
+            x = self._residual(x, w.out(a.transpose(1, 2).reshape(B, S, C)), w.attn_norm)
+            x = self._feed_forward(x, w.ffn)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, src_mask
+
+    # ------------------------------------------------------------------ decoder
+    def new_cache(self, states: torch.Tensor, src_mask: torch.Tensor, capacity: int = 32, group_size: int = 1) -> KVCache:
+        """Encoder states (B, S, C) and their mask -> a cache holding every layer's cross keys/values;
+        group_size K > 1: beams of K rows per sentence, reordered by ancestry (see cache.py)."""
+        # a source without padding needs no mask, and attention without one is faster
+        mask = None if bool(src_mask.all()) else src_mask
+        return KVCache(self.source_kv(states), mask, capacity, group_size)
+
+    def source_kv(self, states: torch.Tensor) -> torch.Tensor:
+        """Encoder states (B, S, C) -> every decoder layer's cross-attention keys/values, (n_layers, 2, B, H, S, D)."""
+        B, S, _ = states.shape
+        kv = self.cross_kv(states)  # (B, S, n_layers * 2 * C)
+        kv = kv.view(B, S, len(self.decoder_layers), 2, self.n_heads, self.head_dim).permute(2, 3, 0, 4, 1, 5)
+        return kv.contiguous()
+
+    def _grouped_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Self-attention of one new token per row when the cache reorders by ancestry.
+
+        q (N, H, 1, D); k, v (N, H, T, D) as stored: row r holds the positions that r itself wrote.
+        Every query is scored against every row of its group (K x K small matmuls instead of K), the
+        score of the row that holds each position of its own history is gathered, and after the softmax
+        the weights are scattered back so that one more matmul reads each value from its row.
+        Returns (N, C)."""
+        N, H, T, D = k.shape
+        K = cache.group_size
+        G = N // K
+        index = cache.gather_index()  # (G, 1, H, K, T)
+        # queries of each group, the same for each of its K rows of keys: (G * K * H, K, D)
+        queries = q.view(G, 1, K, H, D).transpose(2, 3).expand(G, K, H, K, D).reshape(G * K * H, K, D)
+        # the cache lays out rows and heads adjacently, so these reshapes are views, not copies
+        keys, values = k.reshape(N * H, T, D), v.reshape(N * H, T, D)
+        scores = torch.bmm(queries, keys.transpose(1, 2)).mul_(D ** -0.5).view(G, K, H, K, T)
+        own = scores.gather(1, index)  # (G, 1, H, K, T)
+        mask = cache.self_mask()  # (N, 1, 1, T): rows that joined later do not see what came before them
+        if mask is not None:
+            own = own.masked_fill(~mask.view(G, 1, 1, K, T), -math.inf)
+        weights = torch.softmax(own, dim=-1)
+        spread = torch.zeros_like(scores).scatter_(1, index, weights)  # (G, K rows, H, K queries, T)
+        out = torch.bmm(spread.view(G * K * H, K, T), values).view(G, K, H, K, D).sum(1)  # (G, H, K, D)
+        return out.transpose(1, 2).reshape(N, H * D)
+
+    def step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """tokens (N,): the newest token of each row -> logits (N, V) of the token after it."""
+        N, C, H, D = tokens.size(0), self.d_model, self.n_heads, self.head_dim
+        assert N == cache.batch_size, f"{N} tokens for a cache of {cache.batch_size} rows"
+        P = self.positions.size(0)
+        positions = cache.positions()
+        if isinstance(positions, int):
+            assert positions < P, f"target longer than max_positions={P}"
+        else:  # rows that joined later; rows that left and wait for reuse may run past the table
+            positions = positions.clamp(max=P - 1)
+        pre = self.pre_norm
+        x = F.embedding(tokens, self.tgt_embedding) + self.positions[positions]  # (N, C)
+        self_mask = cache.self_mask()  # None unless rows joined a running batch
+        for i, w in enumerate(self.decoder_layers):
+            # self-attention over every cached position and the new one
+            h = w.self_norm(x) if pre else x
+            qkv = w.self_qkv(h).view(N, 3, H, 1, D)
+            k, v = cache.append(i, qkv[:, 1:])  # (N, H, t+1, D) each
+            if cache.grouped:
+                a = self._grouped_attention(qkv[:, 0], k, v, cache)
+            else:
+                a = F.scaled_dot_product_attention(qkv[:, 0], k, v, attn_mask=self_mask).view(N, C)
+            x = self._residual(x, w.self_out(a), w.self_norm)
+            # cross-attention over the source
+            h = w.cross_norm(x) if pre else x
+            ck, cv = cache.cross(i)  # (N, H, S, D) each
+            a = F.scaled_dot_product_attention(w.cross_q(h).view(N, H, 1, D), ck, cv, attn_mask=cache.src_mask)
+            x = self._residual(x, w.cross_out(a.view(N, C)), w.cross_norm)
+            x = self._feed_forward(x, w.ffn)
+        cache.advance()
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return self.output(x)  # (N, V)

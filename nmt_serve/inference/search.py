@@ -1,0 +1,285 @@
+"""Batched greedy and beam search, the eager reference: one decoder step at a time, bookkeeping on the host.
+
+Both work on a batch of right-padded sources of different lengths. Sentences that are done leave the
+batch (their rows are dropped from the decoder state), so the last long sentence does not drag the
+whole batch along. `beam_size=1` takes the greedy fast path.
+
+This path runs any model on any device with every option. On CUDA the static decoder
+(static_decoder.py, device_search.py) runs the same searches as captured programs with the bookkeeping
+on the device; the tests hold the two to the same results.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from nmt_serve.network.config import ModelConfig
+from nmt_serve.network.transformer import EncoderOutput
+from nmt_serve.inference.attention import attention_backends
+from nmt_serve.inference.model_runner import Engine
+
+
+@dataclass
+class SearchOptions:
+    beam_size: int = 4  # 1 = greedy
+    num_hypotheses: int = 1  # n-best size, <= beam_size
+    max_length: int | None = None  # generated tokens (eos included); None: max_length_a * src_len + max_length_b
+    max_length_a: float = 1.5
+    max_length_b: int = 10
+    min_length: int = 0  # eos is not allowed before this many tokens
+    length_penalty: float = 1.0  # normalized score = sum log-prob / length ** length_penalty
+    no_repeat_ngram_size: int = 0  # 0: off; n: an n-gram never appears twice in one hypothesis
+    use_cache: bool = True  # False recomputes the whole prefix each step (reference / baseline)
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError("beam_size must be >= 1")
+        if not 1 <= self.num_hypotheses <= self.beam_size:
+            raise ValueError("num_hypotheses must be between 1 and beam_size")
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError("max_length must be >= 1")
+        if self.min_length < 0 or self.no_repeat_ngram_size < 0:
+            raise ValueError("min_length and no_repeat_ngram_size must be >= 0")
+
+
+# Beam search with at least this many rows (sentences x beams) keeps keys/values in place and follows
+# beam ancestry in attention (see cache.py): at 128 rows that saves the per-step copy of the whole
+# cache; with a few rows the extra attention work costs more than the copy it saves.
+GROUPED_BEAM_MIN_ROWS = 16
+
+
+class DeadlineExceeded(TimeoutError):
+    """The search passed its deadline (time.monotonic() value) and was abandoned."""
+
+
+def check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise DeadlineExceeded("search abandoned at its deadline")
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # generated ids, the final eos excluded
+    score: float  # sum of token log-probs (eos included when finished)
+    normalized_score: float  # score / length ** length_penalty; ranks the n-best list
+    finished: bool  # ended with eos (always true: eos is forced at max_length)
+
+
+def normalize(score: float, length: int, length_penalty: float) -> float:
+    return score / (max(length, 1) ** length_penalty)
+
+
+class DecoderState:
+    """Next-token log-probabilities for a set of running prefixes, with or without a KV cache."""
+
+    def __init__(self, engine: Engine, src: torch.Tensor, use_cache: bool, max_steps: int, beam_size: int = 1):
+        """src (B, S) right-padded ids; max_steps: the most tokens any row may generate (the cache is
+        preallocated for them). With the cache, the inference engine encodes and decodes; without it,
+        the nn.Module path recomputes the whole prefix each step (the reference)."""
+        self.model = engine.model
+        if use_cache:
+            self.engine = engine
+            grouped = beam_size > 1 and src.size(0) * beam_size >= GROUPED_BEAM_MIN_ROWS
+            self.cache = self.engine.new_cache(
+                *self.engine.encode(src), capacity=max_steps, group_size=beam_size if grouped else 1
+            )
+            self.encoder_out = None
+        else:
+            self.engine, self.cache = None, None
+            self.encoder_out = self.model.encode(src)
+
+    def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
+        """prefix (N, t) of decoder inputs -> log-probs (N, V) of the token after it (float32)."""
+        if self.cache is not None:
+            logits = self.engine.step(prefix[:, -1], self.cache)
+        else:
+            logits = self.model.decode(prefix, self.encoder_out).logits[:, -1]
+        return torch.log_softmax(logits.float(), dim=-1)
+
+    def reorder(self, indices: torch.Tensor, *, same_sources: bool = False) -> None:
+        """Rows follow `indices`; same_sources: each row keeps its source (beam parents of one sentence)."""
+        if self.cache is not None:
+            self.cache.reorder(indices, cross=not same_sources)
+        elif not same_sources:
+            self.encoder_out = EncoderOutput(
+                self.encoder_out.states.index_select(0, indices),
+                self.encoder_out.src_mask.index_select(0, indices),
+            )
+
+
+def max_length_of(src_len: int, options: SearchOptions, cap: int) -> int:
+    """The most tokens a sentence of src_len source tokens (eos included) may generate, eos included."""
+    length = options.max_length if options.max_length is not None else int(src_len * options.max_length_a + options.max_length_b)
+    return min(max(length, 1), cap)
+
+
+def max_lengths_for(src: torch.Tensor, pad_id: int, options: SearchOptions, cap: int) -> torch.Tensor:
+    """(B,) max_length_of every sentence of a right-padded batch."""
+    src_len = (src != pad_id).sum(1).tolist()
+    return torch.tensor([max_length_of(n, options, cap) for n in src_len], dtype=torch.long)
+
+
+def banned_tokens(config: ModelConfig) -> list[int]:
+    """Ids a search never generates: padding, bos and the decoder start (unless one of them is eos)."""
+    return sorted({i for i in (config.pad_id, config.bos_id, config.decoder_start_id) if 0 <= i and i != config.eos_id})
+
+
+class Constraints:
+    """Masks applied to next-token log-probs: never pad/bos, min_length, max_length, no-repeat n-grams."""
+
+    def __init__(self, config: ModelConfig, options: SearchOptions, max_lens: torch.Tensor):
+        """max_lens (B,): the most tokens each sentence may generate."""
+        self.eos = config.eos_id
+        banned = banned_tokens(config)
+        self.banned = torch.tensor(banned, dtype=torch.long, device=max_lens.device) if banned else None
+        self.min_length = options.min_length
+        self.ngram = options.no_repeat_ngram_size
+        self.max_lens = max_lens
+        self.shortest_cap = int(max_lens.min())  # before this step no row can be at its cap
+
+    def at_max(self, rows: torch.Tensor | list[int], step: int) -> torch.Tensor | None:
+        """(N,) bool: which of the running rows (sentence indices) must end with this step; None: none."""
+        return self.max_lens[rows] <= step + 1 if step + 1 >= self.shortest_cap else None
+
+    def apply(self, lp: torch.Tensor, step: int, at_max: torch.Tensor | None, generated: torch.Tensor) -> torch.Tensor:
+        """lp (N, V); step = tokens generated so far; at_max (N,) bool rows that must end now (None: no
+        row); generated (N, step) tokens so far."""
+        if self.banned is not None:
+            lp.index_fill_(1, self.banned, -math.inf)
+        if step < self.min_length:
+            lp[:, self.eos] = -math.inf
+        if self.ngram and step + 1 >= self.ngram:
+            n = self.ngram
+            rows = generated.tolist()
+            for r, toks in enumerate(rows):
+                tail = tuple(toks[step - n + 1 :]) if n > 1 else ()
+                banned = [toks[i + n - 1] for i in range(step - n + 1) if tuple(toks[i : i + n - 1]) == tail]
+                if banned:
+                    lp[r, banned] = -math.inf
+        if at_max is not None and at_max.any():
+            eos_lp = lp[at_max, self.eos].clone()
+            lp[at_max] = -math.inf
+            lp[at_max, self.eos] = eos_lp
+        return lp
+
+
+# the searches run in inference mode: cheaper per op than no_grad (no version counters or view tracking)
+@torch.inference_mode()
+def generate(engine: Engine, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
+    """src (B, S) right-padded token ids -> per sentence, the n-best hypotheses sorted by score.
+
+    Every search ends by max_length; `deadline` (a time.monotonic() value) also bounds it in time:
+    past it, DeadlineExceeded is raised instead of finishing work nobody waits for.
+    """
+    with attention_backends(src.device):
+        if options.beam_size == 1:
+            return [[h] for h in greedy_search(engine, src, options, deadline)]
+        return beam_search(engine, src, options, deadline)
+
+
+@torch.inference_mode()
+def greedy_search(engine: Engine, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[Hypothesis]:
+    cfg = engine.config
+    B = src.size(0)
+    device = src.device
+    max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
+    constraints = Constraints(cfg, options, max_lens)
+    state = DecoderState(engine, src, options.use_cache, int(max_lens.max()))
+
+    rows = torch.arange(B, device=device)  # sentence index of each running row
+    prefix = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (N, 1 + step)
+    scores = torch.zeros(B, device=device)
+    results: list[Hypothesis | None] = [None] * B
+    step = 0
+    while rows.numel() > 0:
+        check_deadline(deadline)
+        lp = state.log_probs(prefix)  # (N, V)
+        lp = constraints.apply(lp, step, constraints.at_max(rows, step), prefix[:, 1:])
+        token_lp, token = lp.max(dim=-1)  # (N,)
+        scores = scores + token_lp
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+        step += 1
+        done = token == cfg.eos_id
+        if done.any():
+            for r in done.nonzero().flatten().tolist():
+                s = scores[r].item()
+                results[rows[r].item()] = Hypothesis(
+                    prefix[r, 1:-1].tolist(), s, normalize(s, step, options.length_penalty), True
+                )
+            keep = (~done).nonzero().flatten()
+            rows, prefix, scores = rows[keep], prefix[keep], scores[keep]
+            if rows.numel() > 0:
+                state.reorder(keep)
+    return results  # type: ignore[return-value]
+
+
+@torch.inference_mode()
+def beam_search(engine: Engine, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
+    cfg = engine.config
+    B, K = src.size(0), options.beam_size
+    device = src.device
+    max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
+    constraints = Constraints(cfg, options, max_lens)
+    state = DecoderState(engine, src, options.use_cache, int(max_lens.max()), beam_size=K)
+    state.reorder(torch.arange(B, device=device).repeat_interleave(K))  # every sentence K times
+
+    sentences = list(range(B))  # sentence index of each running sentence
+    max_len_of = max_lens.tolist()
+    prefix = torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (Nb*K, 1+step)
+    # only beam 0 is live at the start, so the first step does not pick K copies of one token
+    beam_scores = torch.full((B, K), -math.inf, device=device)
+    beam_scores[:, 0] = 0.0
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    step = 0
+    while sentences:
+        check_deadline(deadline)
+        Nb = len(sentences)
+        lp = state.log_probs(prefix)  # (Nb*K, V)
+        V = lp.size(-1)
+        at_max = constraints.at_max(sentences, step)
+        lp = constraints.apply(lp, step, None if at_max is None else at_max.repeat_interleave(K), prefix[:, 1:])
+        candidates = lp.view(Nb, K, V).add_(beam_scores[:, :, None]).view(Nb, K * V)
+        top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (Nb, 2K), best first
+        step += 1
+
+        # The choice among these 2K candidates per sentence is bookkeeping on a few numbers: done in
+        # Python it costs less than the two dozen small tensor operations it would take per step.
+        parents: list[int] = []  # row of each next beam's parent
+        next_tokens: list[int] = []
+        next_scores: list[float] = []
+        for b, (row_scores, row_index) in enumerate(zip(top_scores.tolist(), top_index.tolist())):
+            sentence = sentences[b]
+            chosen = 0
+            for c, (score, index) in enumerate(zip(row_scores, row_index)):
+                beam, token = divmod(index, V)
+                if token == cfg.eos_id:
+                    if c < K and score > -math.inf:  # eos among the best K candidates ends a hypothesis
+                        tokens = prefix[b * K + beam, 1:].tolist()
+                        finished[sentence].append(Hypothesis(tokens, score, normalize(score, step, options.length_penalty), True))
+                elif chosen < K:  # the best K that continue become the next beams (at most K are eos)
+                    parents.append(b * K + beam)
+                    next_tokens.append(token)
+                    next_scores.append(score)
+                    chosen += 1
+            if len(finished[sentence]) >= K or max_len_of[sentence] <= step:
+                sentences[b] = -1  # done: its beams leave the batch
+                del parents[-K:], next_tokens[-K:], next_scores[-K:]
+        sentences_left = len(parents) < Nb * K
+        if sentences_left:
+            sentences = [s for s in sentences if s >= 0]
+        if not sentences:
+            break
+        parent = torch.tensor(parents, device=device)
+        prefix = torch.cat([prefix[parent], torch.tensor(next_tokens, device=device)[:, None]], dim=1)
+        beam_scores = torch.tensor(next_scores, dtype=beam_scores.dtype, device=device).view(-1, K)
+        # beams stay within their sentence, so the source side is copied only when sentences leave
+        state.reorder(parent, same_sources=not sentences_left)
+
+    results = []
+    for hyps in finished:
+        hyps.sort(key=lambda h: h.normalized_score, reverse=True)
+        results.append(hyps[: options.num_hypotheses])
+    return results

@@ -1,0 +1,183 @@
+"""The decoder's state in fixed-address buffers, and a one-token step whose shapes come from a few buckets.
+
+A decoder step of this model is ~80 small kernels whose work takes microseconds; launched one by one
+from Python, the launches cost more than the work. Here every tensor a step touches lives at a fixed
+address, sized once for `max_rows` rows and `max_length` positions:
+
+    self_kv, cross_kv  (n_layers, 2, max_rows, H, max_length, D)   keys/values of target and source
+    tokens, pos, src_len  (max_rows,)   each row's newest token, its position, its source length
+
+and a step reads the first B rows and the first L positions, B and L rounded up to buckets (powers of
+two). Rows past the real ones and positions past each row's own length are masked, so a row's result
+does not depend on the bucket. Each row carries its own position and source length: rows that joined
+at different times can decode in one step (continuous batching builds on this).
+
+`run(key, fn)` runs a function of these buffers. On CUDA the first call of each key runs it eagerly
+(the real step, which also warms cuBLAS up) and captures it as a CUDA graph; later calls replay the
+graph: one launch per step instead of dozens. All graphs share one memory pool, which holds the
+intermediates of the largest, so graph memory is bounded by the largest bucket, not by their number
+(`memory()` reports it). Elsewhere (CPU) `fn` runs eagerly every time: the same arithmetic, which
+the tests compare with the eager reference search.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from nmt_serve.inference.attention import attention_backends
+from nmt_serve.inference.model_runner import Engine
+
+
+def buckets(limit: int, first: int = 1) -> list[int]:
+    """Powers of two from `first` below `limit`, then `limit` itself."""
+    out = []
+    size = first
+    while size < limit:
+        out.append(size)
+        size *= 2
+    return out + [limit]
+
+
+def bucket_of(n: int, sizes: list[int]) -> int:
+    for size in sizes:
+        if size >= n:
+            return size
+    raise ValueError(f"{n} is past the largest bucket {sizes[-1]}")
+
+
+class StaticDecoder:
+    def __init__(self, engine: Engine, *, max_rows: int = 1024, max_length: int = 256, capture: bool | None = None):
+        """max_rows: rows one step may hold (sentences x beams); max_length: positions of target and
+        source; capture: use CUDA graphs (default: on CUDA devices)."""
+        cfg = engine.config
+        if engine.quantization != "none":
+            raise ValueError("the static decoder runs float weights only")
+        if max_length > cfg.max_positions:
+            raise ValueError(f"max_length {max_length} is past the model's max_positions {cfg.max_positions}")
+        self.engine, self.config = engine, cfg
+        self.device = engine.device
+        self.max_rows, self.max_length = max_rows, max_length
+        self.capture = self.device.type == "cuda" if capture is None else capture
+        if self.capture and self.device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device")
+        self.n_layers, self.n_heads, self.head_dim = len(engine.decoder_layers), cfg.n_heads, cfg.head_dim
+        dtype, device = engine.tgt_embedding.dtype, self.device
+        shape = (self.n_layers, 2, max_rows, self.n_heads, max_length, self.head_dim)
+        # zeros, not empty: masked positions still enter attention's matmul with weight 0, and 0 x NaN is NaN
+        self.self_kv = torch.zeros(shape, dtype=dtype, device=device)
+        self.cross_kv = torch.zeros(shape, dtype=dtype, device=device)
+        self.tokens = torch.full((max_rows,), cfg.decoder_start_id, dtype=torch.long, device=device)
+        self.pos = torch.zeros(max_rows, dtype=torch.long, device=device)  # position of each row's newest token
+        self.src_len = torch.ones(max_rows, dtype=torch.long, device=device)
+        self.rows = torch.arange(max_rows, device=device)
+        self.positions = torch.arange(max_length, device=device)
+        self.length_buckets = buckets(max_length, first=min(32, max_length))
+        self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self._pool = None
+        self._stream = torch.cuda.Stream(device) if self.capture else None
+        self._pool_bytes = 0
+
+    # ------------------------------------------------------------------ rows
+    def load_sources(self, src: torch.Tensor, repeat: int = 1, bucket_rows: int | None = None) -> int:
+        """Encode src (B, S) right-padded ids into rows [0, B * repeat), each sentence `repeat` times
+        (beams), every row at position 0; rows up to bucket_rows are reset to harmless values.
+        Returns the number of rows."""
+        e, cfg = self.engine, self.config
+        B, S = src.shape
+        n = B * repeat
+        assert n <= self.max_rows and S <= self.max_length
+        with attention_backends(self.device):
+            states, mask = e.encode(src)  # (B, S, C), (B, 1, 1, S)
+        kv = e.cross_kv(states).view(B, S, self.n_layers, 2, self.n_heads, self.head_dim).permute(2, 3, 0, 4, 1, 5)
+        if repeat > 1:
+            kv = kv.repeat_interleave(repeat, dim=2)
+        self.cross_kv[:, :, :n, :, :S] = kv  # (n_layers, 2, n, H, S, D)
+        self.src_len[:n] = mask.view(B, S).sum(1).repeat_interleave(repeat)
+        end = max(n, bucket_rows or n)
+        self.pos[:end] = 0
+        self.tokens[:end] = cfg.decoder_start_id
+        self.src_len[n:end] = 1
+        return n
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Rows [0, len(rows)) become the old rows `rows` (the ones still running); the rest are left as
+        they are and must be reset or masked by the caller."""
+        n = rows.numel()
+        for buffer in (self.self_kv, self.cross_kv):
+            buffer[:, :, :n] = buffer[:, :, rows]
+        for buffer in (self.tokens, self.pos, self.src_len):
+            buffer[:n] = buffer[rows]
+
+    def reorder(self, parent: torch.Tensor, length: int) -> None:
+        """Beam search: row i's self-attention history becomes row parent[i]'s (first `length` positions)."""
+        B = parent.numel()
+        self.self_kv[:, :, :B, :, :length] = self.self_kv[:, :, parent, :, :length]
+
+    def length_bucket(self, positions: int) -> int:
+        return bucket_of(positions, self.length_buckets)
+
+    # ------------------------------------------------------------------ the step
+    def step(self, B: int, L: int) -> torch.Tensor:
+        """Feed tokens[:B] at positions pos[:B] (their keys/values are stored there) -> logits (B, V).
+        Self-attention sees positions <= pos, cross-attention the first src_len source positions; L
+        must cover both."""
+        e = self.engine
+        C, H, D = e.d_model, self.n_heads, self.head_dim
+        pre = e.pre_norm
+        tokens, pos, rows = self.tokens[:B], self.pos[:B], self.rows[:B]
+        seen = self.positions[:L]
+        self_mask = (seen[None, :] <= pos[:, None])[:, None, None, :]  # (B, 1, 1, L)
+        cross_mask = (seen[None, :] < self.src_len[:B, None])[:, None, None, :]  # (B, 1, 1, L)
+        x = F.embedding(tokens, e.tgt_embedding) + e.positions[pos]  # (B, C)
+        for i, w in enumerate(e.decoder_layers):
+            h = w.self_norm(x) if pre else x
+            qkv = w.self_qkv(h).view(B, 3, H, D)
+            layer = self.self_kv[i]  # (2, max_rows, H, max_length, D)
+            layer[:, rows, :, pos] = qkv[:, 1:]  # row r's new key/value at its own position pos[r]
+            a = F.scaled_dot_product_attention(qkv[:, 0, :, None], layer[0, :B, :, :L], layer[1, :B, :, :L], attn_mask=self_mask)
+            x = e._residual(x, w.self_out(a.reshape(B, C)), w.self_norm)
+            h = w.cross_norm(x) if pre else x
+            q = w.cross_q(h).view(B, H, 1, D)
+            cross = self.cross_kv[i]
+            a = F.scaled_dot_product_attention(q, cross[0, :B, :, :L], cross[1, :B, :, :L], attn_mask=cross_mask)
+            x = e._residual(x, w.cross_out(a.reshape(B, C)), w.cross_norm)
+            x = e._feed_forward(x, w.ffn)
+        if e.decoder_norm is not None:
+            x = e.decoder_norm(x)
+        return e.output(x)  # (B, V)
+
+    # ------------------------------------------------------------------ running and capturing
+    def run(self, key: tuple, fn) -> None:
+        """Run fn(), a function of this decoder's buffers (and of other fixed-address tensors) whose work
+        depends only on `key`; on CUDA by replaying the graph captured on its first run."""
+        graph = self.graphs.get(key)
+        if graph is not None:
+            graph.replay()
+            return
+        with attention_backends(self.device):
+            fn()
+            if self.capture:
+                self.graphs[key] = self._capture(fn)
+
+    def _capture(self, fn) -> "torch.cuda.CUDAGraph":
+        # capture_begin/end rather than torch.cuda.graph(): that one runs gc.collect() and empties the
+        # allocator's cache on every capture, a stall we do not want when a new bucket shows up mid-request
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        before = torch.cuda.memory_reserved(self.device)
+        graph = torch.cuda.CUDAGraph()
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._stream):
+            graph.capture_begin(pool=self._pool)
+            try:
+                fn()
+            finally:
+                graph.capture_end()
+        torch.cuda.current_stream(self.device).wait_stream(self._stream)
+        self._pool_bytes += torch.cuda.memory_reserved(self.device) - before
+        return graph
+
+    def memory(self) -> dict:
+        """Bytes held: the fixed buffers, and what graph capture added to the allocator (their shared pool)."""
+        buffers = sum(t.numel() * t.element_size() for t in (self.self_kv, self.cross_kv, self.tokens, self.pos, self.src_len))
+        return {"buffers_bytes": buffers, "graphs": len(self.graphs), "graph_pool_bytes": self._pool_bytes}

@@ -1,0 +1,378 @@
+"""The one facade that the CLI, the service and the benchmarks use to run a checkpoint.
+
+    translator = Translator.load("checkpoints/de-en", device="auto")
+    results = translator.translate(["Ein Hund rennt."], beam_size=4, return_scores=True)
+    results[0].text, results[0].hypotheses[0].score
+
+A multilingual checkpoint serves several directions; its calls name the target language:
+`translate(texts, target_lang="fr")` (the source language needs no name: the encoder reads it).
+
+Options are keyword-only; optional result fields (scores, attention) stay None unless asked for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from nmt_serve.network.checkpoint import CheckpointInfo, load_checkpoint
+from nmt_serve.inference.attention import attention_backends
+from nmt_serve.inference.device_search import DeviceSearch, supports
+from nmt_serve.inference.model_runner import QUANTIZATIONS, Engine
+from nmt_serve.inference.search import Hypothesis, SearchOptions, generate
+from nmt_serve.inference.static_decoder import StaticDecoder
+from nmt_serve.network.tokenizer import Tokenizer
+from nmt_serve.network.transformer import Transformer
+
+ATTENTION_KINDS = ("cross", "decoder_self", "encoder_self")
+# auto: the static decoder (CUDA graphs, bookkeeping on the device) on CUDA, the eager search on CPU;
+# eager: always the eager reference search; static: the static decoder everywhere (on CPU it runs
+# op by op, for tests: it is slower there than the eager search)
+STEP_MODES = ("auto", "eager", "static")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for but no CUDA device is available")
+    return device
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """None picks float32 on CPU (half precision is slow there) and float16 on CUDA."""
+    if dtype is None:
+        return torch.float16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]
+
+
+@dataclass
+class AttentionMaps:
+    """Attention probabilities of one sentence pair, as float32 CPU tensors.
+
+    Rows are target positions: row t is the decoder step that produced target_tokens[t] (the last one
+    is the end-of-sentence token). Columns of cross and encoder_self are source_tokens (eos included).
+    """
+
+    source_tokens: list[str]
+    target_tokens: list[str]
+    cross: torch.Tensor  # (L, H, T, S)
+    decoder_self: torch.Tensor | None = None  # (L, H, T, T), zero above the diagonal
+    encoder_self: torch.Tensor | None = None  # (L, H, S, S)
+
+
+@dataclass
+class TranslationHypothesis:
+    text: str  # detokenized
+    tokens: list[str]  # target pieces, eos excluded
+    score: float | None = None  # sum of token log-probs, eos included (return_scores)
+    normalized_score: float | None = None  # score / length ** length_penalty (return_scores)
+
+
+@dataclass
+class TranslationResult:
+    hypotheses: list[TranslationHypothesis]  # best first; num_hypotheses of them
+    attention: AttentionMaps | None = None  # of the best hypothesis (return_attention)
+
+    @property
+    def text(self) -> str:
+        return self.hypotheses[0].text
+
+
+@dataclass
+class ForcedDecoding:
+    """A given target scored by the model, token by token (teacher forcing)."""
+
+    target_text: str
+    token_log_probs: list[float]  # one per target token, eos included
+    score: float  # their sum
+    attention: AttentionMaps
+
+
+class Translator:
+    def __init__(
+        self, model: Transformer, info: CheckpointInfo, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
+        device: str | torch.device = "auto", dtype: str | torch.dtype | None = None, quantization: str = "none",
+        step_mode: str = "auto", static_rows: int = 1024, static_length: int = 256, warmup: bool = True,
+    ):
+        """quantization "int8": Linear layers of search run in int8 (CPU, float32 only; faster, with a
+        small BLEU cost measured in the model cards); attention maps and forced decoding stay float.
+        step_mode: see STEP_MODES. static_rows, static_length: the static decoder's capacity (rows =
+        sentences x beams of one step, positions of source and target); searches past it run eagerly.
+        warmup: run (capture) the static decoder's greedy and beam-4 steps of every bucket at load, so
+        that the first request is as fast as the next ones."""
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        if quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+        if quantization == "int8" and (self.device.type != "cpu" or self.dtype != torch.float32):
+            raise ValueError("int8 quantization runs on CPU in float32 (use device='cpu', dtype='float32')")
+        if step_mode not in STEP_MODES:
+            raise ValueError(f"step_mode must be one of {STEP_MODES}, got {step_mode!r}")
+        self.quantization = quantization
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.step_mode = step_mode
+        self.static_rows, self.static_length = static_rows, min(static_length, model.config.max_positions)
+        self._engine = Engine(self.model, quantization)  # built now, so that a problem shows at load time
+        self._device_search: DeviceSearch | None = None
+        if warmup and self.uses_static_decoder:
+            self.device_search().warmup(beam_sizes=(1, 4))
+        self.info = info
+        self.config = model.config
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self._tags = self._target_tag_ids()
+
+    @classmethod
+    def load(
+        cls, checkpoint_dir: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
+        quantization: str = "none", **options,
+    ) -> "Translator":
+        """options: step_mode, static_rows, static_length, warmup (see __init__)."""
+        model, info, src_tok, tgt_tok = load_checkpoint(checkpoint_dir)
+        return cls(model, info, src_tok, tgt_tok, device=device, dtype=dtype, quantization=quantization, **options)
+
+    # ------------------------------------------------------------------ inference objects
+    @property
+    def engine(self) -> Engine:
+        """The fused-weight engine; remade (and the static decoder with it) if the model's weights changed."""
+        if not self._engine.is_current():
+            self._engine = Engine(self.model, self.quantization)
+            self._device_search = None
+        return self._engine
+
+    @property
+    def uses_static_decoder(self) -> bool:
+        if self.step_mode == "static":
+            return self.quantization == "none"
+        return self.step_mode == "auto" and self.device.type == "cuda"
+
+    def device_search(self) -> DeviceSearch:
+        """The static decoder's search, made on first use and again when the engine was remade."""
+        engine = self.engine
+        if self._device_search is None:
+            decoder = StaticDecoder(engine, max_rows=self.static_rows, max_length=self.static_length)
+            self._device_search = DeviceSearch(decoder)
+        return self._device_search
+
+    def static_memory(self) -> dict | None:
+        """The static decoder's memory (buffers, captured graphs and their pool), None if not built."""
+        return self._device_search.decoder.memory() if self._device_search is not None else None
+
+    def generate(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
+        """src (B, S) right-padded ids on this device -> per sentence, the n-best hypotheses: the static
+        decoder where it applies, else the eager search."""
+        if self.uses_static_decoder:
+            searcher = self.device_search()  # checks the engine is current (a walk over every parameter)
+            if supports(searcher.decoder, src, options):
+                return searcher.search(src, options, deadline)
+            return generate(searcher.decoder.engine, src, options, deadline)
+        return generate(self.engine, src, options, deadline)
+
+    @property
+    def source_lang(self) -> str:
+        return self.info.source_lang  # "mul" for a multilingual model
+
+    @property
+    def multilingual(self) -> bool:
+        return self.info.multilingual
+
+    @property
+    def directions(self) -> list[str]:
+        """The directions served: "de-en", ... (one for a bilingual model)."""
+        return self.info.served()
+
+    def test_bleu(self) -> dict[str, float]:
+        """{direction: sacreBLEU on test_2016_flickr, beam 4, float weights} as the model card recorded it."""
+        return self.info.test_bleu()
+
+    def _target_tag_ids(self) -> dict[str, int]:
+        if not self.multilingual:
+            return {}
+        tags = self.info.target_tags or {}
+        missing = sorted({d.split("-")[1] for d in self.info.directions} - set(tags))
+        if missing:
+            raise ValueError(f"multilingual checkpoint: no target tag for {missing}")
+        return self.src_tokenizer.symbol_ids(tags)
+
+    def prefix_ids(self, target_lang: str | None = None) -> list[int]:
+        """What goes before the source ids: a multilingual model's tag of the target language (required),
+        nothing for a bilingual one (target_lang, if given, must be its own)."""
+        if not self.multilingual:
+            if target_lang not in (None, self.target_lang):
+                raise ValueError(f"this model translates into {self.target_lang!r}, not {target_lang!r}")
+            return []
+        if target_lang not in self._tags:
+            raise ValueError(f"a multilingual model needs target_lang, one of {sorted(self._tags)}; got {target_lang!r}")
+        return [self._tags[target_lang]]
+
+    @property
+    def target_lang(self) -> str:
+        return self.info.target_lang
+
+    def num_parameters(self) -> int:
+        return self.model.num_parameters()
+
+    # ------------------------------------------------------------------ tokens
+    def encode_source(self, text: str, target_lang: str | None = None) -> list[int]:
+        return self.source_ids(self.prefix_ids(target_lang) + self.src_tokenizer.encode(text))
+
+    def source_ids(self, ids: list[int]) -> list[int]:
+        """Tokenized source (eos excluded) -> the ids the encoder reads: eos appended if the model wants
+        it, the length checked."""
+        if self.config.append_eos_to_source:
+            ids = ids + [self.src_tokenizer.eos_id]
+        limit = self.config.max_positions
+        if len(ids) > limit:
+            raise ValueError(f"source has {len(ids)} tokens; this model accepts at most {limit}")
+        return ids
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.src_tokenizer.encode(text))
+
+    def _pad(self, seqs: Sequence[Sequence[int]], prefix: int | None = None) -> torch.Tensor:
+        rows = [([prefix] if prefix is not None else []) + list(s) for s in seqs]
+        out = torch.full((len(rows), max(len(r) for r in rows)), self.config.pad_id, dtype=torch.long)
+        for i, r in enumerate(rows):
+            out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        return out.to(self.device)
+
+    @staticmethod
+    def _length_batches(lengths: list[int], max_batch_tokens: int, max_batch_size: int) -> Iterable[list[int]]:
+        """Indices sorted by length, cut into batches whose padded size stays under max_batch_tokens."""
+        order = sorted(range(len(lengths)), key=lengths.__getitem__)
+        batch: list[int] = []
+        for i in order:
+            if batch and (len(batch) + 1 > max_batch_size or (len(batch) + 1) * lengths[i] > max_batch_tokens):
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    # ------------------------------------------------------------------ translation
+    @torch.inference_mode()
+    def translate(
+        self,
+        texts: Sequence[str],
+        *,
+        beam_size: int = 4,
+        num_hypotheses: int = 1,
+        max_length: int | None = None,
+        min_length: int = 0,
+        length_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
+        return_scores: bool = False,
+        return_attention: bool = False,
+        attention_include: Sequence[str] = ("cross",),
+        use_cache: bool = True,
+        max_batch_tokens: int = 6000,
+        max_batch_size: int = 256,
+        deadline: float | None = None,
+        target_lang: str | None = None,
+    ) -> list[TranslationResult]:
+        """Translate texts (any lengths, any order); results come back in input order.
+
+        target_lang: the language to translate into; required by a multilingual model.
+
+        deadline: a time.monotonic() value; past it the search raises search.DeadlineExceeded.
+        """
+        if isinstance(texts, str):
+            raise TypeError("translate() takes a list of texts; wrap a single string in a list")
+        options = SearchOptions(
+            beam_size=beam_size, num_hypotheses=num_hypotheses, max_length=max_length, min_length=min_length,
+            length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size, use_cache=use_cache,
+        )
+        self._check_include(attention_include)
+        prefix = self.prefix_ids(target_lang)
+        results: list[TranslationResult | None] = [None] * len(texts)
+        sources: dict[int, list[int]] = {}
+        for i, text in enumerate(texts):
+            if not text.strip():
+                # nothing to translate: an empty translation, not whatever the model says to a bare eos
+                empty = TranslationHypothesis("", [], 0.0 if return_scores else None, 0.0 if return_scores else None)
+                results[i] = TranslationResult([empty] * num_hypotheses)
+            else:
+                sources[i] = self.source_ids(prefix + self.src_tokenizer.encode(text))
+        todo = list(sources)
+        lengths = [len(sources[i]) for i in todo]
+        for batch in self._length_batches(lengths, max_batch_tokens, max_batch_size):
+            indices = [todo[b] for b in batch]
+            src = self._pad([sources[i] for i in indices])
+            nbest = self.generate(src, options, deadline)
+            attention = (
+                self._attention(src, [h[0].tokens for h in nbest], attention_include) if return_attention else [None] * len(indices)
+            )
+            for i, hyps, attn in zip(indices, nbest, attention):
+                results[i] = TranslationResult([self._hypothesis(h, return_scores) for h in hyps], attn)
+        return results  # type: ignore[return-value]
+
+    def _hypothesis(self, h: Hypothesis, return_scores: bool) -> TranslationHypothesis:
+        return TranslationHypothesis(
+            text=self.tgt_tokenizer.decode(h.tokens),
+            tokens=self.tgt_tokenizer.pieces(h.tokens),
+            score=h.score if return_scores else None,
+            normalized_score=h.normalized_score if return_scores else None,
+        )
+
+    @staticmethod
+    def _check_include(include: Sequence[str]) -> None:
+        unknown = set(include) - set(ATTENTION_KINDS)
+        if unknown:
+            raise ValueError(f"unknown attention kinds {sorted(unknown)}; choose from {ATTENTION_KINDS}")
+
+    # ------------------------------------------------------------------ teacher forcing
+    def _teacher_forced(self, src: torch.Tensor, targets: list[list[int]], include: Sequence[str]):
+        """One forward pass over given targets (eos appended here): per-token log-probs and attention."""
+        cfg = self.config
+        with_eos = [t + [cfg.eos_id] for t in targets]
+        tgt_in = self._pad([t[:-1] for t in with_eos], prefix=cfg.decoder_start_id)
+        tgt_out = self._pad(with_eos)
+        with attention_backends(self.device):
+            encoder_out = self.model.encode(src, need_weights="encoder_self" in include)
+            decoded = self.model.decode(tgt_in, encoder_out, need_weights=True)
+        log_probs = torch.log_softmax(decoded.logits.float(), dim=-1).gather(-1, tgt_out[..., None])[..., 0]  # (B, T)
+        outputs = []
+        for b, target in enumerate(with_eos):
+            S = int((src[b] != cfg.pad_id).sum())
+            T = len(target)
+
+            def stack(maps, rows, cols):
+                return torch.stack([m[b, :, :rows, :cols] for m in maps]).float().cpu()  # (L, H, rows, cols)
+
+            attention = AttentionMaps(
+                source_tokens=self.src_tokenizer.pieces(src[b, :S].tolist()),
+                target_tokens=self.tgt_tokenizer.pieces(target),
+                cross=stack(decoded.cross_attention, T, S),
+                decoder_self=stack(decoded.self_attention, T, T) if "decoder_self" in include else None,
+                encoder_self=stack(encoder_out.self_attention, S, S) if "encoder_self" in include else None,
+            )
+            outputs.append((log_probs[b, :T].tolist(), attention))
+        return outputs
+
+    def _attention(self, src: torch.Tensor, targets: list[list[int]], include: Sequence[str]) -> list[AttentionMaps]:
+        return [attn for _, attn in self._teacher_forced(src, targets, include)]
+
+    @torch.inference_mode()
+    def force_decode(self, source: str, target: str, *, attention_include: Sequence[str] = ("cross",),
+                     target_lang: str | None = None) -> ForcedDecoding:
+        """Score a given translation of `source` and return the attention maps that produce it."""
+        self._check_include(attention_include)
+        src = self._pad([self.encode_source(source, target_lang)])
+        target_ids = self.tgt_tokenizer.encode(target)
+        [(log_probs, attention)] = self._teacher_forced(src, [target_ids], attention_include)
+        return ForcedDecoding(target, log_probs, float(sum(log_probs)), attention)
+
+    @torch.inference_mode()
+    def score_tokens(self, src_ids: list[int], target_ids: list[int]) -> float:
+        """Sum of log-probs of target_ids + eos given source ids (eos included): what beam scores mean."""
+        [(log_probs, _)] = self._teacher_forced(self._pad([src_ids]), [target_ids], ())
+        return float(sum(log_probs))

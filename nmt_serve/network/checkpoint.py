@@ -1,0 +1,206 @@
+"""Checkpoint format: a directory holding
+
+    config.json        {"format": ..., "model": ModelConfig fields, "source_lang", "target_lang",
+                        "src_tokenizer", "tgt_tokenizer", "metadata": {...}}
+    model.safetensors  weights (no pickle); tied tensors stored once
+    *.model            sentencepiece model(s) named in config.json
+    README.md          model card (optional for loading)
+
+Loading is strict: a missing file, unknown or missing tensor, wrong shape, or a tokenizer that does not
+match the config raises CheckpointError with a message saying what is wrong.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from nmt_serve.network.config import ModelConfig
+from nmt_serve.network.tokenizer import Tokenizer, TokenizerMismatch
+from nmt_serve.network.transformer import Transformer
+
+FORMAT = "nmt-checkpoint/1"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+@dataclass
+class CheckpointInfo:
+    config: ModelConfig
+    source_lang: str
+    target_lang: str
+    src_tokenizer: str  # sentencepiece model file name inside the checkpoint directory
+    tgt_tokenizer: str
+    metadata: dict = field(default_factory=dict)
+    src_vocab: str | None = None  # optional JSON piece -> id vocabulary (Marian models); None: sentencepiece ids
+    tgt_vocab: str | None = None
+    # a multilingual model: the directions it serves ("fr-cs", ...) and each target language's tag, the
+    # piece put before the source (nmt_serve/training/multiway.py); source_lang and target_lang are then "mul"
+    directions: list[str] | None = None
+    target_tags: dict[str, str] | None = None
+
+    @property
+    def multilingual(self) -> bool:
+        return bool(self.directions)
+
+    def served(self) -> list[str]:
+        """The directions served: "de-en", ... (one for a bilingual model)."""
+        return list(self.directions or [f"{self.source_lang}-{self.target_lang}"])
+
+    def test_bleu(self) -> dict[str, float]:
+        """{direction: sacreBLEU on test_2016_flickr, beam 4, float weights} as the model card recorded it."""
+        out = {}
+        for row in self.metadata.get("scores", []):
+            if (row.get("split"), row.get("beam_size"), row.get("quantization", "none")) == ("test_2016_flickr", 4, "none"):
+                out[row.get("direction") or self.served()[0]] = row["bleu"]
+        return out
+
+
+def _unique_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """State dict with tied tensors kept once (safetensors refuses shared storage)."""
+    seen: dict[int, str] = {}
+    out = {}
+    for name, tensor in model.state_dict().items():
+        key = tensor.data_ptr()
+        if key in seen:
+            continue
+        seen[key] = name
+        out[name] = tensor.detach().contiguous().cpu()
+    return out
+
+
+def save_checkpoint(
+    directory: str | Path,
+    model: Transformer,
+    info: CheckpointInfo,
+    tokenizer_files: dict[str, Path] | None = None,
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Write a checkpoint directory. tokenizer_files maps the names in info to files to copy in."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, src in (tokenizer_files or {}).items():
+        if Path(src).resolve() != (directory / name).resolve():
+            shutil.copyfile(src, directory / name)
+    tensors = _unique_state_dict(model)
+    if dtype is not None:
+        tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
+    tmp = directory / (WEIGHTS_FILE + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": FORMAT})
+    tmp.chmod(0o644)  # readable by a service running as another user
+    tmp.replace(directory / WEIGHTS_FILE)
+    payload = {
+        "format": FORMAT,
+        "source_lang": info.source_lang,
+        "target_lang": info.target_lang,
+        "src_tokenizer": info.src_tokenizer,
+        "tgt_tokenizer": info.tgt_tokenizer,
+        **({"src_vocab": info.src_vocab, "tgt_vocab": info.tgt_vocab} if info.src_vocab or info.tgt_vocab else {}),
+        **({"directions": info.directions, "target_tags": info.target_tags} if info.directions else {}),
+        "model": info.config.to_dict(),
+        "metadata": info.metadata,
+    }
+    (directory / CONFIG_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+    return directory
+
+
+def read_info(directory: str | Path) -> CheckpointInfo:
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"checkpoint directory not found: {directory}")
+    config_path = directory / CONFIG_FILE
+    if not config_path.is_file():
+        raise CheckpointError(f"{directory}: missing {CONFIG_FILE}")
+    try:
+        payload = json.loads(config_path.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{config_path}: not valid JSON ({e})") from e
+    if payload.get("format") != FORMAT:
+        raise CheckpointError(f"{config_path}: format {payload.get('format')!r}, expected {FORMAT!r}")
+    try:
+        config = ModelConfig.from_dict(payload["model"])
+        return CheckpointInfo(
+            config=config,
+            source_lang=payload["source_lang"],
+            target_lang=payload["target_lang"],
+            src_tokenizer=payload["src_tokenizer"],
+            tgt_tokenizer=payload["tgt_tokenizer"],
+            metadata=payload.get("metadata", {}),
+            src_vocab=payload.get("src_vocab"),
+            tgt_vocab=payload.get("tgt_vocab"),
+            directions=payload.get("directions"),
+            target_tags=payload.get("target_tags"),
+        )
+    except (KeyError, TypeError, ValueError, AssertionError) as e:
+        raise CheckpointError(f"{config_path}: invalid model config ({e})") from e
+
+
+def load_checkpoint(directory: str | Path) -> tuple[Transformer, CheckpointInfo, Tokenizer, Tokenizer]:
+    """Load model (float32, CPU, eval mode), info and (source, target) tokenizers, strictly."""
+    directory = Path(directory)
+    info = read_info(directory)
+    weights_path = directory / WEIGHTS_FILE
+    if not weights_path.is_file():
+        raise CheckpointError(f"{directory}: missing {WEIGHTS_FILE}")
+    tokenizers = []
+    for side, name, vocab_name, vocab in (
+        ("source", info.src_tokenizer, info.src_vocab, info.config.src_vocab_size),
+        ("target", info.tgt_tokenizer, info.tgt_vocab, info.config.tgt_vocab_size),
+    ):
+        path = directory / name
+        if not path.is_file():
+            raise CheckpointError(f"{directory}: missing {side} tokenizer {name}")
+        if vocab_name and not (directory / vocab_name).is_file():
+            raise CheckpointError(f"{directory}: missing {side} vocabulary {vocab_name}")
+        try:
+            tok = Tokenizer(path, directory / vocab_name if vocab_name else None)
+        except (OSError, RuntimeError, ValueError) as e:
+            raise CheckpointError(f"{directory}: cannot read {side} tokenizer {name} ({e})") from e
+        try:
+            tok.check_against(info.config, vocab, side)
+        except TokenizerMismatch as e:
+            raise CheckpointError(f"{directory}: {e}") from e
+        tokenizers.append(tok)
+
+    model = Transformer(info.config)
+    expected = _unique_state_dict(model)
+    try:
+        tensors = load_file(str(weights_path))
+    except Exception as e:  # safetensors raises its own error types for corrupt files
+        raise CheckpointError(f"{weights_path}: cannot read weights ({e})") from e
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{weights_path}: missing tensors {missing}, unexpected tensors {unexpected}")
+    for name, tensor in tensors.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise CheckpointError(
+                f"{weights_path}: tensor {name} has shape {tuple(tensor.shape)}, "
+                f"config needs {tuple(expected[name].shape)}"
+            )
+    state = {k: v.float() for k, v in tensors.items()}
+    # tied tensors were stored once: load_state_dict(strict=False) fills them through the shared storage
+    result = model.load_state_dict(state, strict=False)
+    still_missing = [k for k in result.missing_keys if k not in _tied_aliases(model)]
+    if still_missing or result.unexpected_keys:
+        raise CheckpointError(f"{weights_path}: could not load {still_missing or result.unexpected_keys}")
+    model.eval()
+    return model, info, tokenizers[0], tokenizers[1]
+
+
+def _tied_aliases(model: Transformer) -> set[str]:
+    """Names in the state dict that share storage with an earlier name."""
+    seen, aliases = set(), set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            aliases.add(name)
+        seen.add(tensor.data_ptr())
+    return aliases

@@ -1,0 +1,120 @@
+"""SentencePiece wrapper: text <-> ids, with special ids checked against the model config.
+
+Ids are the sentencepiece model's own, unless a vocabulary file (JSON piece -> id, as Marian/OPUS-MT
+models ship it) is given: then pieces are looked up there and missing ones become <unk>.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import sentencepiece as spm
+
+from nmt_serve.network.config import ModelConfig
+
+
+class TokenizerMismatch(ValueError):
+    pass
+
+
+class Tokenizer:
+    def __init__(self, model_file: str | Path, vocab_file: str | Path | None = None):
+        self.model_file = Path(model_file)
+        if not self.model_file.is_file():
+            raise FileNotFoundError(f"sentencepiece model not found: {self.model_file}")
+        self.sp = spm.SentencePieceProcessor(model_file=str(self.model_file))
+        self.vocab: dict[str, int] | None = None
+        self.vocab_file = Path(vocab_file) if vocab_file is not None else None
+        if vocab_file is not None:
+            self.vocab = json.loads(Path(vocab_file).read_text(encoding="utf-8"))
+            self.id_to_piece_table = {i: p for p, i in self.vocab.items()}
+            self.pad_id = self.vocab.get("<pad>", -1)
+            self.unk_id = self.vocab.get("<unk>", -1)
+            self.bos_id = self.vocab.get("<s>", -1)
+            self.eos_id = self.vocab.get("</s>", -1)
+        else:
+            self.pad_id = self.sp.pad_id()
+            self.unk_id = self.sp.unk_id()
+            self.bos_id = self.sp.bos_id()
+            self.eos_id = self.sp.eos_id()
+
+    @property
+    def vocab_size(self) -> int:
+        if self.vocab is not None:
+            return max(self.vocab.values()) + 1
+        return self.sp.get_piece_size()
+
+    def check_against(self, config: ModelConfig, vocab_size: int, side: str) -> None:
+        """Fail clearly when this tokenizer cannot be the one the model was trained with."""
+        if self.vocab_size != vocab_size:
+            raise TokenizerMismatch(
+                f"{side} tokenizer {self.model_file.name} has {self.vocab_size} pieces, model expects {vocab_size}"
+            )
+        for name in ("pad_id", "unk_id", "bos_id", "eos_id"):
+            ours, theirs = getattr(self, name), getattr(config, name)
+            if ours != theirs:
+                raise TokenizerMismatch(f"{side} tokenizer {name}={ours} but model config {name}={theirs}")
+
+    def symbol_ids(self, symbols: dict[str, str]) -> dict[str, int]:
+        """{key: piece} -> {key: id of that piece}, for symbols that must each be one whole piece
+        (a multilingual model's target tags); ValueError naming the ones this tokenizer lacks."""
+        if self.vocab is not None:
+            ids = {key: self.vocab.get(piece, self.unk_id) for key, piece in symbols.items()}
+        else:
+            ids = {key: self.sp.piece_to_id(piece) for key, piece in symbols.items()}
+        missing = sorted(symbols[key] for key, i in ids.items() if i == self.unk_id)
+        if missing:
+            raise ValueError(f"tokenizer {self.model_file.name} has no piece for {missing}")
+        return ids
+
+    def encode(self, text: str, add_eos: bool = False) -> list[int]:
+        """Text -> ids. Empty or whitespace-only text gives [] (plus eos when asked); unknown
+        characters become unk_id."""
+        text = text.strip()
+        if not text:
+            ids = []
+        elif self.vocab is not None:
+            ids = [self.vocab.get(p, self.unk_id) for p in self.sp.encode(text, out_type=str)]
+        else:
+            ids = self.sp.encode(text, out_type=int)
+        return ids + [self.eos_id] if add_eos else ids
+
+    def encode_batch(self, texts: list[str], add_eos: bool = False) -> list[list[int]]:
+        return [self.encode(t, add_eos) for t in texts]
+
+    def decode(self, ids: list[int]) -> str:
+        """Ids -> text; special ids (pad, bos, eos) are dropped."""
+        specials = {self.pad_id, self.bos_id, self.eos_id}
+        kept = [i for i in ids if i not in specials]
+        if self.vocab is not None:
+            return self.sp.decode_pieces(self.pieces(kept))
+        return self.sp.decode(kept)
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        """Ids -> surface pieces, for attention-map labels."""
+        if self.vocab is not None:
+            return [self.id_to_piece_table.get(i, "<unk>") for i in ids]
+        return [self.sp.id_to_piece(i) for i in ids]
+
+
+def train_sentencepiece(
+    text_files: list[Path], model_prefix: Path, vocab_size: int, model_type: str = "bpe",
+    character_coverage: float = 1.0, input_sentence_size: int = 2_000_000, user_defined_symbols: list[str] | None = None,
+) -> Path:
+    """Train a sentencepiece model with the project's fixed special ids: pad=0 unk=1 bos=2 eos=3, then
+    the user-defined symbols (target-language tags: always one piece each)."""
+    model_prefix.parent.mkdir(parents=True, exist_ok=True)
+    spm.SentencePieceTrainer.train(
+        input=",".join(str(f) for f in text_files),
+        model_prefix=str(model_prefix),
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3,
+        input_sentence_size=input_sentence_size,
+        shuffle_input_sentence=True,
+        num_threads=2,
+        minloglevel=2,
+        user_defined_symbols=user_defined_symbols or [],
+    )
+    return model_prefix.with_suffix(".model")

@@ -1,0 +1,125 @@
+"""App factory: settings -> FastAPI app whose lifespan connects to the engine process (starting and
+supervising it, unless a parent process runs it for several API workers)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from typing import Callable
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from nmt_serve.engine.process import addresses
+from nmt_serve.engine.protocol import EngineStatus
+from nmt_serve.engine.supervisor import EngineSupervisor
+
+from nmt_serve.service.engine_calls import Engine
+from nmt_serve.service.docs import install_docs
+from nmt_serve.service.engine_client import EngineClient
+from nmt_serve.service.errors import install_handlers
+from nmt_serve.text.language_detection import detector_for
+from nmt_serve.service.middleware import BodySizeLimit, MetricsMiddleware
+from nmt_serve.service.directions import served_directions
+from nmt_serve.service.routers import health, libretranslate, ui, v1
+from nmt_serve.service.settings import Settings
+from nmt_serve.service.state import ServiceState
+
+log = logging.getLogger("service")
+
+
+def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | None) -> Callable[[EngineStatus], None]:
+    """What the API process learns from each engine status: models, load failure, statistics."""
+    seen = {"incarnation": None, "failed": False}
+
+    def on_status(status: EngineStatus) -> None:
+        collector = state.metrics.engine
+        collector.stats, collector.model_stats = status.stats, status.model_stats
+        collector.up = status.ready
+        collector.restarts = state.engine.client.losses if state.engine else 0
+        if status.load_error and not seen["failed"]:
+            seen["failed"] = True
+            state.load_error = status.load_error
+            log.error("model loading failed: %s", status.load_error)
+            if on_load_failure:  # a server without its models should stop, not answer 503 forever
+                on_load_failure()
+        if status.ready and status.incarnation != seen["incarnation"]:
+            seen["incarnation"] = status.incarnation
+            models = served_directions(status.models)
+            # the language detector takes seconds to build and holds the GIL meanwhile: build it before
+            # readiness, not on the first "auto" request
+            detector_for(frozenset(m.source for m in models.values()))
+            state.models = models
+            for m in status.models:
+                state.metrics.model_load_seconds.labels(model=m["id"]).set(m.get("load_seconds", 0.0))
+            log.info("ready: %s", ", ".join(sorted(state.models)))
+
+    return on_status
+
+
+def start_engine(settings: Settings, on_exit: Callable[[int], None] | None = None) -> EngineSupervisor:
+    supervisor = EngineSupervisor(settings.engine_config(), on_exit=on_exit)
+    supervisor.start()
+    return supervisor
+
+
+def create_app(settings: Settings | None = None, on_load_failure: Callable[[], None] | None = None) -> FastAPI:
+    state = ServiceState(settings or Settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        s = state.settings
+        loop = asyncio.get_running_loop()
+        client: EngineClient | None = None
+
+        def engine_exited(code: int) -> None:  # on the supervisor's thread
+            if client is not None:
+                loop.call_soon_threadsafe(lambda: client.engine_lost(f"the engine process exited (code {code})", down=True))
+
+        if s.engine_socket_dir:  # a parent process runs the engine for several API workers
+            calls, status = addresses(s.engine_socket_dir)
+        else:
+            state.supervisor = start_engine(s, engine_exited)
+            calls, status = state.supervisor.addresses
+        client = EngineClient(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,
+                              on_status=follow_status(state, on_load_failure))
+        await client.start()
+        state.engine = Engine(client)
+        if s.engine_socket_dir:
+            # a worker joining a running engine: until its first status it would answer 503 to
+            # traffic its siblings serve; uvicorn accepts connections only once this returns
+            await client.wait_for_status(s.engine_heartbeat_timeout_s)
+        yield
+        state.draining = True
+        await client.stop()
+        if state.supervisor:
+            await loop.run_in_executor(None, state.supervisor.stop, s.graceful_shutdown_s)
+
+    app = FastAPI(
+        title="nmt-serve",
+        version="0.1.0",
+        description="Translation with from-scratch Transformer models: continuous batching in an engine process, "
+        "attention maps, LibreTranslate-compatible endpoints, health and Prometheus metrics. Every error has the shape "
+        '{"error": {"type", "message", "param"}}, except on the LibreTranslate-compatible routes, which answer '
+        'LibreTranslate\'s {"error": "message"}.',
+        lifespan=lifespan, docs_url=None, redoc_url=None,  # install_docs serves them without a CDN
+    )
+    app.state.service = state
+    install_handlers(app)
+    app.include_router(v1.router)
+    app.include_router(libretranslate.router)
+    app.include_router(health.router)
+    app.include_router(ui.router)
+    ui.mount_viewer(app)
+    install_docs(app)
+
+    # the last added is the outermost: CORS, then metrics (sees every status), then the body limit
+    app.add_middleware(BodySizeLimit, max_bytes=state.settings.max_body_bytes,
+                       plain_error_paths=frozenset(r.path for r in libretranslate.router.routes))
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    if state.settings.origins():
+        app.add_middleware(
+            CORSMiddleware, allow_origins=state.settings.origins(), allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "x-request-timeout"],
+        )
+    return app

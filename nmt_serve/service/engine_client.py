@@ -1,0 +1,152 @@
+"""The API process's one way to the model: a client of the engine process over ZeroMQ.
+
+Every call gets an id unique to this client, goes out on a DEALER socket and is answered once on it;
+the awaiting coroutine gets the reply, or an EngineUnavailable error when the engine is lost first.
+Cancelling the coroutine (timeout, client gone) tells the engine to drop the call's work.
+The engine's status (readiness, models, statistics for /metrics) arrives a few times a second on a
+SUB socket; a status from a new incarnation, or none for `heartbeat_timeout_s`, means the engine that
+held the waiting calls is gone: they fail at once with 503 rather than wait for their deadline.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from typing import Any, Callable
+
+import zmq
+import zmq.asyncio
+
+from nmt_serve.engine.protocol import Cancel, EngineStatus, Reply, dumps, loads
+
+log = logging.getLogger("nmt_serve.service.engine_calls")
+
+
+class EngineUnavailable(Exception):
+    """The engine is not running (starting, restarting, or it died with the call)."""
+
+
+class EngineClient:
+    def __init__(self, calls_address: str, status_address: str, *, heartbeat_timeout_s: float = 3.0,
+                 on_status: Callable[[EngineStatus], None] | None = None):
+        self.calls_address, self.status_address = calls_address, status_address
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.on_status = on_status
+        self.status: EngineStatus | None = None
+        self.last_status_at = 0.0
+        self.losses = 0  # times the engine was lost while this client ran
+        self._ids = itertools.count()
+        self._prefix = f"{os.getpid()}-{id(self):x}"
+        self._pending: dict[Any, asyncio.Future] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._context: zmq.asyncio.Context | None = None
+        self._heard = asyncio.Event()  # set at the first status
+
+    # ------------------------------------------------------------------ life
+    async def start(self) -> None:
+        self._context = zmq.asyncio.Context()
+        self._calls = self._context.socket(zmq.DEALER)
+        self._calls.setsockopt(zmq.LINGER, 0)
+        self._calls.connect(self.calls_address)
+        self._status = self._context.socket(zmq.SUB)
+        self._status.setsockopt(zmq.SUBSCRIBE, b"")
+        self._status.setsockopt(zmq.LINGER, 0)
+        self._status.connect(self.status_address)
+        self._tasks = [asyncio.create_task(self._read_replies(), name="engine-replies"),
+                       asyncio.create_task(self._read_status(), name="engine-status"),
+                       asyncio.create_task(self._watch(), name="engine-watch")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        self.engine_lost("the server is shutting down")
+        if self._context is not None:
+            self._calls.close()
+            self._status.close()
+            self._context.term()
+            self._context = None
+
+    async def wait_for_status(self, timeout: float) -> bool:
+        """Wait (up to timeout seconds) until the engine's first status has been heard."""
+        try:
+            await asyncio.wait_for(self._heard.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    @property
+    def alive(self) -> bool:
+        return self.status is not None and time.monotonic() - self.last_status_at < self.heartbeat_timeout_s
+
+    @property
+    def ready(self) -> bool:
+        return self.alive and self.status.ready
+
+    def engine_lost(self, why: str, *, down: bool = False) -> None:
+        """Fail every waiting call at once (the engine that held them is gone); down: the engine
+        process is known to have exited, so not ready until a new one reports."""
+        if down:
+            self.last_status_at = 0.0
+            self.losses += 1
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(EngineUnavailable(why))
+
+    # ------------------------------------------------------------------ calls
+    def new_id(self) -> str:
+        return f"{self._prefix}-{next(self._ids)}"
+
+    async def call(self, message: Any) -> Reply:
+        """Send a call (its id from new_id()) and await its reply."""
+        if not self.ready:
+            raise EngineUnavailable("the engine is not ready")
+        future = asyncio.get_running_loop().create_future()
+        self._pending[message.id] = future
+        try:
+            await self._calls.send(dumps(message))
+            return await future
+        except asyncio.CancelledError:
+            if self._pending.pop(message.id, None) is not None and self._context is not None:
+                await self._calls.send(dumps(Cancel(message.id)))  # the engine drops its work
+            raise
+        finally:
+            self._pending.pop(message.id, None)
+
+    async def _read_replies(self) -> None:
+        while True:
+            reply: Reply = loads(await self._calls.recv())
+            future = self._pending.pop(reply.id, None)
+            if future is not None and not future.done():
+                future.set_result(reply)
+
+    async def _read_status(self) -> None:
+        while True:
+            status: EngineStatus = loads(await self._status.recv())
+            previous = self.status
+            if previous is not None and previous.incarnation != status.incarnation and self.alive:
+                self.losses += 1  # a restart nobody had noticed yet
+                self.engine_lost("the engine restarted; the call was lost with it")
+            self.status = status
+            self.last_status_at = time.monotonic()
+            if self.on_status:
+                self.on_status(status)
+            self._heard.set()
+
+    async def _watch(self) -> None:
+        """No status for heartbeat_timeout_s: the engine is gone (or stuck); fail what waits on it."""
+        lost = False
+        while True:
+            await asyncio.sleep(self.heartbeat_timeout_s / 4)
+            if self.status is not None and not self.alive and not lost and self.last_status_at:
+                self.losses += 1
+                log.error("no status from the engine for %.1fs", time.monotonic() - self.last_status_at)
+                self.engine_lost("the engine stopped answering")
+            lost = self.status is not None and not self.alive

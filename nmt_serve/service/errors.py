@@ -1,0 +1,65 @@
+"""One error shape for every failure: {"error": {"type", "message", "param"}}."""
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+log = logging.getLogger("nmt_serve.service.errors")
+
+
+class APIError(Exception):
+    def __init__(self, status: int, type_: str, message: str, param: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.type, self.message, self.param, self.headers = status, type_, message, param, headers
+
+
+def error_body(type_: str, message: str, param: str | None = None) -> dict:
+    return {"error": {"type": type_, "message": message, "param": param}}
+
+
+def bad_request(message: str, param: str | None = None) -> APIError:
+    return APIError(400, "invalid_request", message, param)
+
+
+def too_large(message: str, param: str | None = None) -> APIError:
+    return APIError(413, "request_too_large", message, param)
+
+
+def overloaded(retry_after_s: int, message: str = "the server is busy: the queue is full, retry later") -> APIError:
+    return APIError(503, "overloaded", message, None, {"Retry-After": str(retry_after_s)})
+
+
+def not_ready(message: str = "models are still loading") -> APIError:
+    return APIError(503, "not_ready", message, None, {"Retry-After": "1"})
+
+
+def timed_out(seconds: float) -> APIError:
+    return APIError(504, "timeout", f"the request did not finish within {seconds:g}s")
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError):
+        return JSONResponse(error_body(exc.type, exc.message, exc.param), exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query")]
+        message = first.get("msg", "invalid request")
+        return JSONResponse(error_body("validation_error", message, ".".join(loc) or None), 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException):
+        return JSONResponse(error_body("http_error", str(exc.detail)), exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception):
+        # the details go to the log, not to the client: no stack traces or file paths in error bodies
+        log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        return JSONResponse(error_body("internal_error", "the server failed to process this request"), 500)

@@ -1,0 +1,254 @@
+"""The translation path every endpoint shares: texts as users send them (paragraphs, HTML, an unnamed
+source language) in, whole translated texts out.
+
+Each text is cut into the sentences the models were trained on (model.segmentation), every sentence of
+the request goes to the engine in one call per model (so they are batched together and with other
+requests'), and each text is put back together around its own whitespace and markup. For HTML, only
+the text between tags is translated; sentences that hold inline tags are aligned word by word
+(the engine's attention, by forced decoding of the translation) so that the tags land on the right
+words. Doubtful sentences are flagged (quality.py).
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+
+from fastapi import Request
+
+from nmt_serve.engine.protocol import DecodeOptions, Hypothesis
+from nmt_serve.text.segmentation import Segmented, segment
+
+from nmt_serve.service.deadlines import request_timeout, with_deadline
+from nmt_serve.service.errors import bad_request, too_large
+from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
+from nmt_serve.text.language_detection import Detection, language_name
+from nmt_serve.service.directions import ServedModel
+from nmt_serve.text.quality_flags import SentenceFlags, flags_for
+from nmt_serve.service.state import ServiceState
+from nmt_serve.text.word_alignment import word_alignment
+
+AUTO = "auto"
+INLINE_PREPARE_CHARS = 2000  # above this many characters a request is prepared on a thread
+
+
+@dataclass
+class TextResult:
+    text: str  # the whole text translated: sentences re-joined, markup kept
+    alternatives: list[str]  # the 2nd..n-th best whole texts (each sentence's k-th best)
+    detected: Detection | None  # the source language found, when source was "auto"
+    model: str
+    score: float | None = None  # sum over its sentences (return_scores)
+    normalized_score: float | None = None  # mean over its sentences (return_scores)
+    hypothesis_scores: list[float | None] = field(default_factory=list)  # per n-best entry, summed over sentences
+    flags: list[SentenceFlags] = field(default_factory=list)
+    source_tokens: int = 0
+    generated_tokens: int = 0
+    sentences: int = 0
+
+
+@dataclass
+class _Unit:
+    """One run of text to translate: the whole text, or one text segment of an HTML document."""
+
+    segmented: Segmented
+    first: int  # index of its first sentence in its model's batch
+    needs_alignment: bool = False
+
+
+@dataclass
+class _Text:
+    model: ServedModel | None  # None: nothing to translate (source "auto" found the target language)
+    detected: Detection | None
+    units: list[_Unit]
+    document: HtmlDocument | None
+    original: str
+
+
+def _language_name(code: str) -> str:
+    return f"{language_name(code)} ({code})"
+
+
+def resolve_model(state: ServiceState, source: str, target: str, text: str, param: str) -> tuple[ServedModel | None, Detection | None]:
+    """The model for a text; with source "auto", the detected language picks it (None: the text is
+    already in the target language)."""
+    if source != AUTO:
+        return state.model_for(source, target), None
+    detector = state.detector()
+    found = detector.identify(text)
+    served = {m.source for m in state.models.values()}
+    if found is not None and found.language not in served:
+        raise bad_request(f"the text looks like {_language_name(found.language)}, which no loaded model translates; "
+                          f"served source languages: {', '.join(sorted(served))}", param)
+    candidates = detector.detect(text)
+    if not candidates:
+        raise bad_request("the source language could not be detected (is there any text?); name it in 'source'", param)
+    best = candidates[0]
+    if best.language == target:  # already in the target language: given back as is (as LibreTranslate does)
+        return None, best
+    if f"{best.language}-{target}" not in state.models:
+        raise bad_request(f"the text looks like {_language_name(best.language)}, but no loaded model translates "
+                          f"{best.language}->{target}; loaded pairs: {', '.join(sorted(state.models))}", param)
+    return state.models[f"{best.language}-{target}"], best
+
+
+def _plain_text(document: HtmlDocument | None, text: str) -> str:
+    return " ".join(s.text for s in document.segments) if document is not None else text
+
+
+def _prepare(state: ServiceState, source: str, target: str, texts: list[str], param: str, format: str,
+             split_sentences: bool) -> tuple[list[_Text], dict[str, list[list[int]]], dict[str, list[str]]]:
+    """Each text parsed (HTML), its model found (auto), cut into sentences and tokenized; every sentence
+    of the request in one batch per model."""
+    s = state.settings
+    batches: dict[str, list[list[int]]] = {}  # model id -> sentence ids, every text's together
+    sentence_texts: dict[str, list[str]] = {}
+    prepared: list[_Text] = []
+    for i, text in enumerate(texts):
+        document = parse_html(text) if format == "html" else None
+        model, detected = resolve_model(state, source, target, _plain_text(document, text), param)
+        if model is None:
+            prepared.append(_Text(None, detected, [], None, text))
+            continue
+        batch = batches.setdefault(model.id, [])
+        sources = sentence_texts.setdefault(model.id, [])
+        units, tokens = [], 0
+        encoded: dict[str, list[int]] = {}  # segment() counts each sentence's tokens: encode it once
+
+        def encode(sentence: str) -> list[int]:
+            if sentence not in encoded:
+                encoded[sentence] = model.encode(sentence)
+            return encoded[sentence]
+
+        pieces = [(seg.text, seg.has_inline) for seg in document.segments] if document is not None else [(text, False)]
+        for piece, inline in pieces:
+            segmented = segment(piece, model.source, split_sentences=split_sentences, count=lambda t: len(encode(t)),
+                                max_tokens=s.max_sentence_tokens)
+            units.append(_Unit(segmented, len(batch), inline))
+            for sentence in segmented.texts:
+                ids = encode(sentence)
+                tokens += len(ids)
+                batch.append(ids)
+                sources.append(sentence)
+        if tokens > s.max_tokens_per_text:
+            raise too_large(f"text {i} has {tokens} tokens; the limit is {s.max_tokens_per_text}", param)
+        prepared.append(_Text(model, detected, units, document, text))
+    return prepared, batches, sentence_texts
+
+
+async def translate_texts(state: ServiceState, request: Request, *, source: str, target: str, texts: list[str],
+                          options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True) -> list[TextResult]:
+    """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError."""
+    engine = state.require_ready()
+    timeout = request_timeout(state, request)
+    if state.settings.admission and (refusal := engine.refusal(timeout, state.settings.admission_margin)):
+        state.metrics.refused_early.inc()
+        raise refusal
+    state.check_sizes(texts, param)
+    prepare = lambda: _prepare(state, source, target, texts, param, format, split_sentences)  # noqa: E731
+    # cutting, parsing and tokenizing a long text takes tens of milliseconds (a 20,000-character page:
+    # ~80 ms): on a thread, so that health probes and other requests are answered meanwhile
+    big = sum(len(t) for t in texts) > INLINE_PREPARE_CHARS
+    prepared, batches, sentence_texts = await asyncio.to_thread(prepare) if big else prepare()
+
+    async def run() -> tuple[dict[str, list[list[Hypothesis]]], dict]:
+        ids = list(batches)
+        # scores always: the low-confidence flag reads them (the response shows them only when asked)
+        scored = replace(options, return_scores=True)
+        served = {t.model.id: t.model for t in prepared if t.model is not None}
+        results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout)
+                                                       for m in ids))))
+        alignments = await _align(state, engine, prepared, sentence_texts, results, timeout)
+        return results, alignments
+
+    results, alignments = await with_deadline(state, request, timeout, run())
+    return [_assemble(state, t, results[t.model.id], sentence_texts[t.model.id], batches[t.model.id], alignments, options)
+            if t.model is not None else _as_is(t, options) for t in prepared]
+
+
+def _as_is(text: _Text, options: DecodeOptions) -> TextResult:
+    score = 0.0 if options.return_scores else None
+    return TextResult(text=text.original, alternatives=[text.original] * (options.num_hypotheses - 1), detected=text.detected,
+                      model="", score=score, normalized_score=score, hypothesis_scores=[score] * options.num_hypotheses)
+
+
+async def _align(state: ServiceState, engine, prepared: list[_Text], sentence_texts: dict[str, list[str]],
+                 results: dict[str, list[list[Hypothesis]]], timeout: float) -> dict[tuple[str, int], list]:
+    """Word alignments of the sentences inside HTML segments that hold inline tags (only those pay
+    for it): the engine's attention over the chosen translation, by forced decoding."""
+    wanted = [(t.model, unit.first + k) for t in prepared if t.model for unit in t.units if unit.needs_alignment
+              for k in range(len(unit.segmented.sentences))]
+    wanted = [(m, k) for m, k in wanted if results[m.id][k][0].text]
+    if not wanted:
+        return {}
+
+    async def one(model: ServedModel, k: int):
+        source, target = sentence_texts[model.id][k], results[model.id][k][0].text
+        maps = await engine.attention(model.engine_model, timeout, text=source, target_text=target, target=model.target,
+                                      beam_size=1, include=("cross",),
+                                      layers=list(range(model.info["n_decoder_layers"])), heads=list(range(model.info["n_heads"])),
+                                      encoder_layers=[], average_heads=True)
+        return word_alignment(source, target, maps["source_tokens"], maps["target_tokens"], maps["alignment"])
+
+    found = await asyncio.gather(*(one(m, k) for m, k in wanted))
+    return {(m.id, k): a for (m, k), a in zip(wanted, found)}
+
+
+def _assemble(state: ServiceState, text: _Text, hyps: list[list[Hypothesis]], sources: list[str], ids: list[list[int]],
+              alignments: dict, options: DecodeOptions) -> TextResult:
+    n = options.num_hypotheses
+    rebuilt: list[list[str]] = [[] for _ in range(n)]  # per n-best rank, per unit
+    aligned: list[AlignedText] = []
+    flags: list[SentenceFlags] = []
+    scores = [0.0] * n
+    normalized, generated, source_tokens, count = [], 0, 0, 0
+    for unit in text.units:
+        seg, first = unit.segmented, unit.first
+        mine = [hyps[first + k] for k in range(len(seg.sentences))]
+        best_text, target_spans = seg.rebuild_with_spans([nbest[0].text for nbest in mine])
+        rebuilt[0].append(best_text)
+        for rank in range(1, n):
+            rebuilt[rank].append(seg.rebuild([nbest[min(rank, len(nbest) - 1)].text for nbest in mine]))
+        if text.document is not None:
+            aligned.append(AlignedText(best_text, _unit_alignment(unit, target_spans, alignments, text.model.id)))
+        for k, nbest in enumerate(mine):
+            best = nbest[0]
+            found = flags_for(sources[first + k], best.text, truncated=best.truncated, split=k in seg.long_sentences,
+                              long=len(ids[first + k]) > state.settings.max_sentence_tokens,
+                              mean_logprob=best.score / (best.tokens + 1) if best.score is not None else None)
+            if found:
+                flags.append(SentenceFlags(count, sources[first + k], best.text, found))
+                for flag in found:
+                    state.metrics.flags.labels(flag=flag).inc()
+            for rank in range(n):
+                h = nbest[min(rank, len(nbest) - 1)]
+                scores[rank] += h.score or 0.0
+            if best.normalized_score is not None:
+                normalized.append(best.normalized_score)
+            generated += best.tokens
+            source_tokens += len(ids[first + k])
+            count += 1
+    if text.document is not None:
+        whole = [text.document.rebuild(aligned)] + [
+            text.document.rebuild([AlignedText(t) for t in rebuilt[rank]]) for rank in range(1, n)]
+    else:
+        whole = [rebuilt[rank][0] for rank in range(n)]
+    with_scores = options.return_scores
+    return TextResult(
+        text=whole[0], alternatives=whole[1:], detected=text.detected, model=text.model.engine_model,
+        score=scores[0] if with_scores else None,
+        normalized_score=(sum(normalized) / len(normalized) if normalized else 0.0) if with_scores else None,
+        hypothesis_scores=[sc if with_scores else None for sc in scores], flags=flags,
+        source_tokens=source_tokens, generated_tokens=generated, sentences=count,
+    )
+
+
+def _unit_alignment(unit: _Unit, target_spans: list[tuple[int, int]], alignments: dict, model_id: str):
+    """The sentences' word alignments moved into the unit's coordinates (None when not aligned);
+    target_spans: where each sentence's translation sits in the unit's translation."""
+    if not unit.needs_alignment:
+        return None
+    out = []
+    for k, (src_span, tgt_span) in enumerate(zip(unit.segmented.source_spans(), target_spans)):
+        for (ts, te), (ss, se) in alignments.get((model_id, unit.first + k), []):
+            out.append(((tgt_span[0] + ts, tgt_span[0] + te), (src_span[0] + ss, src_span[0] + se)))
+    return out

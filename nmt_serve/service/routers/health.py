@@ -1,0 +1,53 @@
+"""GET /health (liveness), GET /health/ready (readiness), GET /metrics (Prometheus)."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from nmt_serve.service.errors import error_body
+from nmt_serve.service.schemas import Health
+from nmt_serve.service.security import require_metrics_token
+from nmt_serve.service.state import ServiceState, get_state
+
+router = APIRouter(tags=["operations"])
+
+
+def example(body) -> dict:
+    return {"content": {"application/json": {"example": body}}}
+
+
+@router.get("/health", response_model=Health, responses={200: example({"status": "ok", "models": ["de-en", "en-de"]})})
+async def health(state: ServiceState = Depends(get_state)) -> Health:
+    return Health(status="ok", models=sorted(state.models))
+
+
+@router.get(
+    "/health/ready", response_model=Health,
+    responses={
+        200: example({"status": "ready", "models": ["de-en", "en-de"]}),
+        503: {"description": "models not loaded yet (or failed to load)",
+              **example({"error": {"type": "not_ready", "message": "models are still loading", "param": None}})},
+    },
+)
+async def ready(state: ServiceState = Depends(get_state)):
+    if state.ready:
+        return Health(status="ready", models=sorted(state.models))
+    # the cause (with file names) is in the server log, not in a public response
+    if state.load_error:
+        message = "model loading failed; see the server log"
+    elif state.draining:
+        message = "the server is shutting down"
+    elif state.engine is not None and state.engine.client.losses:
+        message = "the engine is restarting"
+    else:
+        message = "models are still loading"
+    return JSONResponse(error_body("not_ready", message), 503, headers={"Retry-After": "1"})
+
+
+@router.get(
+    "/metrics", response_class=Response, dependencies=[Depends(require_metrics_token)],
+    responses={200: {"content": {"text/plain": {"example": "nmt_requests_total{endpoint=\"/v1/translate\",status=\"200\"} 42.0"}}}},
+)
+async def metrics(state: ServiceState = Depends(get_state)) -> Response:
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,401 @@
+"""LibreTranslate's API, so its clients and front-ends work unchanged: POST /translate, /detect,
+/translate_file and /suggest, GET /languages, /frontend/settings and /download_file/<id>.
+
+As upstream, every parameter may come in the query string, a form (urlencoded or multipart) or a JSON
+body (the body wins over the query string), and errors are {"error": "message"}: 400 for a bad
+parameter (where our own endpoints say 422), 403 for a missing or wrong API key (ours: 401), and our
+413, 429, 500, 503 and 504 with their headers (Retry-After).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from typing import Any, Callable, Literal
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, Field
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from nmt_serve.service.errors import APIError, bad_request, too_large
+from nmt_serve.service.file_store import MEDIA_TYPES, FileStore
+from nmt_serve.text.language_detection import language_name
+from nmt_serve.service.schemas import Language
+from nmt_serve.service.security import authorize
+from nmt_serve.service.state import ServiceState, get_state
+from nmt_serve.service.pipeline import AUTO, translate_texts
+from nmt_serve.service.routers.v1 import decode_options
+
+log = logging.getLogger("nmt_serve.service.libretranslate")
+
+FILE_FORMATS = tuple(MEDIA_TYPES)  # .txt, .html, .htm
+FRONTEND_TIMEOUT_MS = 500  # upstream's default: how long its front-end waits after typing before it translates
+
+
+def libretranslate_error(request: Request, exc: Exception) -> JSONResponse:
+    """Any failure on these endpoints, as LibreTranslate reports it."""
+    headers = None
+    if isinstance(exc, APIError):
+        status, message, headers = exc.status, exc.message, dict(exc.headers or {})
+        if status == 401:  # LibreTranslate's clients take 403 for "bad key" (deep-translator raises on it)
+            status = 403
+            headers.pop("WWW-Authenticate", None)
+        elif status == 422:
+            status = 400
+            message = f"Invalid request: {message}" + (f" ({exc.param})" if exc.param else "")
+    elif isinstance(exc, RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
+        status, message = 400, f"Invalid request: {first.get('msg', 'invalid parameters')}" + (f" ({loc})" if loc else "")
+    elif isinstance(exc, StarletteHTTPException):
+        status, message, headers = exc.status_code, str(exc.detail), getattr(exc, "headers", None)
+    else:
+        # the details go to the log, not to the client
+        log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        status, message = 500, "the server failed to process this request"
+    return JSONResponse({"error": message}, status, headers=headers or None)
+
+
+class LibreTranslateRoute(APIRoute):
+    """Catches what the handler raises (its parameters' validation and the body limit included), so
+    that these routes answer in LibreTranslate's shape while the app's handlers keep ours everywhere else."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes an error response
+                return libretranslate_error(request, exc)
+
+        return answer
+
+
+router = APIRouter(tags=["LibreTranslate compatible"], route_class=LibreTranslateRoute)
+
+
+# ---------------------------------------------------------------------------------------- parameters
+
+
+async def read_params(request: Request) -> dict[str, Any]:
+    """The query string's parameters, overridden by the body's: a form or a JSON object. A repeated
+    q is a list of texts."""
+    params = _multi(request.query_params)
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        form = _multi(await request.form())
+        # browsers send a textarea's line breaks as CRLF; count and translate them as upstream does, as LF
+        for key in ("q", "s"):
+            if isinstance(form.get(key), str):
+                form[key] = form[key].replace("\r\n", "\n")
+            elif isinstance(form.get(key), list):
+                form[key] = [v.replace("\r\n", "\n") if isinstance(v, str) else v for v in form[key]]
+        params.update(form)
+    else:
+        body = await request.body()
+        if body.strip():
+            try:
+                data = json.loads(body)
+            except ValueError:
+                raise bad_request("Invalid request: the body is neither a form nor valid JSON") from None
+            if not isinstance(data, dict):
+                raise bad_request("Invalid request: the JSON body must be an object")
+            params.update(data)
+    return params
+
+
+def _multi(items) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(items.keys()):
+        values = items.getlist(key)
+        out[key] = values if key == "q" and len(values) > 1 else values[-1]
+    return out
+
+
+def text_param(params: dict, name: str, required: bool = True, default: str | None = None) -> str | None:
+    value = params.get(name)
+    if value is None or value == "":
+        if required:
+            raise bad_request(f"Invalid request: missing {name} parameter", name)
+        return default
+    if not isinstance(value, str):
+        raise bad_request(f"Invalid request: {name} must be a string", name)
+    return value
+
+
+def texts_param(params: dict) -> str | list[str]:
+    q = params.get("q")
+    if isinstance(q, list):
+        if not q or not all(isinstance(t, str) for t in q):
+            raise bad_request("Invalid request: q must be a text or a non-empty list of texts", "q")
+        return q
+    return text_param(params, "q")
+
+
+def authorize_libretranslate(state: ServiceState, request: Request, params: dict) -> None:
+    """The key from the api_key parameter (or an Authorization: Bearer header); 403 as upstream."""
+    key = params.get("api_key")
+    key = key if isinstance(key, str) and key else None
+    try:
+        authorize(state, request, key)
+    except APIError as exc:
+        if exc.status != 401:
+            raise
+        message = "Invalid API key" if key else "Please provide an API key (the api_key parameter)"
+        raise APIError(403, "forbidden", message) from None
+
+
+def check_source(state: ServiceState, source: str, param: str = "source") -> None:
+    if source != AUTO and source not in {m.source for m in state.models.values()}:
+        raise bad_request(f"{source} is not supported", param)
+
+
+def check_target(state: ServiceState, target: str) -> None:
+    if target not in {m.target for m in state.models.values()}:
+        raise bad_request(f"{target} is not supported", "target")
+
+
+def detected_language(result) -> dict:
+    return {"confidence": round(result.detected.confidence * 100, 2), "language": result.detected.language}
+
+
+# ---------------------------------------------------------------------------------------- documentation
+
+
+class LibreDetectedLanguage(BaseModel):
+    confidence: float = Field(description="0-100")
+    language: str
+
+
+class LibreTranslation(BaseModel):
+    translatedText: str | list[str]
+    alternatives: list[str] | list[list[str]] | None = Field(None, description="with alternatives > 0")
+    detectedLanguage: LibreDetectedLanguage | list[LibreDetectedLanguage] | None = Field(None, description='with source "auto"')
+
+
+class LibreTranslateParams(BaseModel):
+    q: str | list[str] = Field(description="text(s) to translate")
+    source: str = Field(description='source language code, or "auto" to detect it')
+    target: str
+    format: Literal["text", "html"] = "text"
+    alternatives: int = Field(0, ge=0, description="alternative translations to return as well")
+    api_key: str | None = None
+
+
+class DetectParams(BaseModel):
+    q: str = Field(description="text whose language to detect")
+    api_key: str | None = None
+
+
+class SuggestParams(BaseModel):
+    q: str
+    s: str = Field(description="the suggested translation")
+    source: str
+    target: str
+
+
+class TranslateFileParams(BaseModel):
+    file: bytes = Field(json_schema_extra={"format": "binary"}, description=f"the file: {', '.join(FILE_FORMATS)}, UTF-8")
+    source: str = Field(description='source language code, or "auto"')
+    target: str
+    api_key: str | None = None
+
+
+def body_doc(model: type[BaseModel], example: dict, content_types: tuple[str, ...]) -> dict:
+    schema = model.model_json_schema()
+    return {"requestBody": {"required": True, "content": {
+        ct: {"schema": schema, "example": example} for ct in content_types}}}
+
+
+def example(body: Any, description: str = "") -> dict:
+    return {"description": description or "OK", "content": {"application/json": {"example": body}}}
+
+
+FORMS = ("application/json", "application/x-www-form-urlencoded", "multipart/form-data")
+FORBIDDEN = {403: example({"error": "Invalid API key"}, "API keys are required (--api-keys) and this one is missing or wrong")}
+
+
+# ---------------------------------------------------------------------------------------- endpoints
+
+
+@router.post(
+    "/translate", response_model=LibreTranslation, response_model_exclude_none=True,
+    openapi_extra=body_doc(LibreTranslateParams, {"q": "Ein Hund rennt.", "source": "auto", "target": "en", "format": "text",
+                                                  "alternatives": 2}, FORMS),
+    responses={200: example({"translatedText": "A dog runs.", "alternatives": ["A dog is running.", "One dog runs."],
+                             "detectedLanguage": {"confidence": 92.5, "language": "de"}}), **FORBIDDEN},
+)
+async def translate(request: Request, state: ServiceState = Depends(get_state)):
+    params = await read_params(request)
+    authorize_libretranslate(state, request, params)
+    q = texts_param(params)
+    source, target = text_param(params, "source"), text_param(params, "target")
+    format_ = text_param(params, "format", required=False, default="text")
+    if format_ not in ("text", "html"):
+        raise bad_request(f"{format_} format is not supported", "format")
+    alternatives = params.get("alternatives", 0)
+    try:
+        alternatives = max(0, int(alternatives or 0))
+    except (TypeError, ValueError, OverflowError):
+        raise bad_request("Invalid request: alternatives parameter is not a number", "alternatives") from None
+    limit = state.settings.max_beam_size - 1
+    if alternatives > limit:
+        raise bad_request(f"Invalid request: alternatives parameter must be <= {limit}", "alternatives")
+    state.require_ready()
+    check_source(state, source)
+    check_target(state, target)
+    n = alternatives + 1
+    texts = [q] if isinstance(q, str) else q
+    results = await translate_texts(state, request, source=source, target=target, texts=texts,
+                                    options=decode_options(state, max(4, n), n, None), param="q", format=format_)
+    body: dict[str, Any] = {"translatedText": results[0].text if isinstance(q, str) else [r.text for r in results]}
+    if source == AUTO:
+        body["detectedLanguage"] = detected_language(results[0]) if isinstance(q, str) else [detected_language(r) for r in results]
+    if alternatives:
+        alts = [list(dict.fromkeys(a for a in r.alternatives if a != r.text)) for r in results]
+        body["alternatives"] = alts[0] if isinstance(q, str) else alts
+    return body
+
+
+@router.post(
+    "/detect", response_model=list[LibreDetectedLanguage],
+    openapi_extra=body_doc(DetectParams, {"q": "Ein Hund rennt über die Wiese."}, FORMS),
+    responses={200: example([{"confidence": 97.8, "language": "de"}, {"confidence": 2.2, "language": "en"}],
+                            "the served source languages the text may be in, best first"), **FORBIDDEN},
+)
+async def detect(request: Request, state: ServiceState = Depends(get_state)):
+    params = await read_params(request)
+    authorize_libretranslate(state, request, params)
+    q = texts_param(params)
+    texts = [q] if isinstance(q, str) else q
+    state.require_ready()
+    state.check_sizes(texts, "q")
+    found = state.detector().detect("\n".join(texts))
+    if not found:
+        # nothing to tell languages apart by (digits, punctuation): upstream answers English with no confidence
+        served = sorted({m.source for m in state.models.values()})
+        return [{"confidence": 0.0, "language": "en" if "en" in served else served[0]}]
+    return [{"confidence": round(d.confidence * 100, 2), "language": d.language} for d in found]
+
+
+@router.get(
+    "/languages", response_model=list[Language],
+    responses={200: example([{"code": "de", "name": "German", "targets": ["en"]}, {"code": "en", "name": "English", "targets": ["de"]}])},
+)
+async def languages(state: ServiceState = Depends(get_state)) -> list[Language]:
+    targets: dict[str, list[str]] = {}
+    for m in state.models.values():
+        targets.setdefault(m.source, []).append(m.target)
+    return [Language(code=c, name=language_name(c), targets=sorted(t)) for c, t in sorted(targets.items())]
+
+
+@router.get(
+    "/frontend/settings",
+    responses={200: example({
+        "charLimit": 20000, "frontendTimeout": FRONTEND_TIMEOUT_MS, "apiKeys": False, "keyRequired": False, "suggestions": False,
+        "filesTranslation": True, "supportedFilesFormat": list(FILE_FORMATS),
+        "language": {"source": {"code": "auto", "name": "Auto Detect"}, "target": {"code": "en", "name": "English"}},
+    }, "what LibreTranslate's front-end and clients read")},
+)
+async def frontend_settings(state: ServiceState = Depends(get_state)) -> dict:
+    targets = sorted({m.target for m in state.models.values()})
+    target = "en" if "en" in targets else (targets[0] if targets else "en")
+    return {
+        "charLimit": state.settings.max_chars_per_text,
+        "frontendTimeout": FRONTEND_TIMEOUT_MS,
+        "apiKeys": state.keys.enabled,
+        "keyRequired": state.keys.enabled,
+        "suggestions": False,
+        "filesTranslation": True,
+        "supportedFilesFormat": list(FILE_FORMATS),
+        "language": {"source": {"code": AUTO, "name": "Auto Detect"},
+                     "target": {"code": target, "name": language_name(target)}},
+    }
+
+
+@router.post(
+    "/suggest",
+    openapi_extra=body_doc(SuggestParams, {"q": "Ein Hund rennt.", "s": "A dog runs.", "source": "de", "target": "en"}, FORMS),
+    responses={403: example({"error": "Suggestions are disabled on this server."}, "always: this server takes no suggestions")},
+)
+async def suggest() -> dict:
+    raise APIError(403, "forbidden", "Suggestions are disabled on this server.")
+
+
+def file_store(request: Request, state: ServiceState) -> FileStore:
+    store = getattr(request.app.state, "libretranslate_files", None)
+    if store is None:
+        # the engine's socket directory: shared by all API workers, private, removed at shutdown
+        base = state.settings.engine_socket_dir or (state.supervisor.socket_dir if state.supervisor else "")
+        store = FileStore(os.path.join(base, "files") if base else tempfile.mkdtemp(prefix="nmt-files-"))
+        request.app.state.libretranslate_files = store
+    return store
+
+
+def url_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "file"
+
+
+@router.post(
+    "/translate_file",
+    openapi_extra=body_doc(TranslateFileParams, {"source": "de", "target": "en"}, ("multipart/form-data",)),
+    responses={200: example({"translatedFileUrl": "http://127.0.0.1:8000/download_file/3f2a9c0e5b7d4e1f8a6b2c9d0e1f2a3b.bericht_en.txt"},
+                            "where to download the translated file (for 30 minutes)"), **FORBIDDEN},
+)
+async def translate_file(request: Request, state: ServiceState = Depends(get_state)):
+    params = await read_params(request)
+    authorize_libretranslate(state, request, params)
+    upload = params.get("file")
+    if not isinstance(upload, UploadFile):
+        raise bad_request("Invalid request: missing file parameter", "file")
+    source, target = text_param(params, "source"), text_param(params, "target")
+    name = os.path.basename((upload.filename or "").replace("\\", "/"))
+    stem, ext = os.path.splitext(name)
+    if not name:
+        raise bad_request("Invalid request: empty file", "file")
+    if ext.lower() not in FILE_FORMATS:
+        raise bad_request(f"Invalid request: file format not supported ({ext or 'no extension'}); supported: {', '.join(FILE_FORMATS)}", "file")
+    state.require_ready()
+    check_source(state, source)
+    check_target(state, target)
+    try:
+        text = (await upload.read()).decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise bad_request("Invalid request: the file is not UTF-8 text", "file") from None
+    finally:
+        await upload.close()
+    limit = state.settings.max_chars_per_text
+    if len(text) > limit:
+        raise too_large(f"the file has {len(text)} characters; the limit is {limit} (max_chars_per_text)", "file")
+    html = ext.lower() in (".html", ".htm")
+    results = await translate_texts(state, request, source=source, target=target, texts=[text],
+                                    options=decode_options(state, 4, 1, None), param="file", format="html" if html else "text")
+    # named as upstream names it: the original name with the target language before the extension
+    translated_name = f"{stem}_{target}{ext}"
+    file_id = file_store(request, state).put(translated_name, results[0].text.encode())
+    url = str(request.url_for("download_file", file=f"{file_id}.{url_safe(translated_name)}"))
+    return {"translatedFileUrl": url}
+
+
+@router.get(
+    "/download_file/{file}", response_class=Response,
+    responses={200: {"description": "the translated file, as an attachment", "content": {"text/plain": {"example": "A dog runs."}}},
+               404: example({"error": "no such file: it was never stored or has expired"}, "unknown or expired")},
+)
+async def download_file(file: str, request: Request, state: ServiceState = Depends(get_state)) -> Response:
+    stored = file_store(request, state).get(file.split(".", 1)[0])
+    if stored is None:
+        raise APIError(404, "not_found", "no such file: it was never stored or has expired")
+    ascii_name = stored.name.encode("ascii", "replace").decode().replace("?", "_").replace('"', "_")
+    disposition = f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(stored.name)}"
+    # an uploaded page served from this origin: downloaded, never rendered or sniffed into something else
+    return Response(stored.data, media_type=stored.media_type,
+                    headers={"Content-Disposition": disposition, "X-Content-Type-Options": "nosniff"})

@@ -1,0 +1,95 @@
+"""POST /v1/translate and POST /v1/attention, GET /v1/models."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+
+from nmt_serve.engine.protocol import DecodeOptions
+
+from nmt_serve.service.deadlines import request_timeout, with_deadline
+from nmt_serve.service.errors import APIError, bad_request
+from nmt_serve.service.schemas import (
+    AttentionRequest, AttentionResponse, DetectedLanguage, Hypothesis, ModelInfo, ModelList, SentenceFlag, TranslateRequest,
+    TranslateResponse, Translation, Usage,
+)
+from nmt_serve.service.security import require_api_key
+from nmt_serve.service.state import ServiceState, get_state
+from nmt_serve.service.pipeline import translate_texts
+
+router = APIRouter(prefix="/v1", tags=["translation"], dependencies=[Depends(require_api_key)])
+
+
+def decode_options(state: ServiceState, beam_size: int, num_hypotheses: int, max_length: int | None,
+                   length_penalty: float = 1.0, return_scores: bool = False) -> DecodeOptions:
+    s = state.settings
+    if beam_size > s.max_beam_size:
+        raise APIError(422, "validation_error", f"beam_size must be at most {s.max_beam_size}", "beam_size")
+    if num_hypotheses > beam_size:
+        raise APIError(422, "validation_error", "num_hypotheses must be at most beam_size", "num_hypotheses")
+    if max_length is not None and max_length > s.max_output_length:
+        raise APIError(422, "validation_error", f"max_length must be at most {s.max_output_length}", "max_length")
+    return DecodeOptions(beam_size, num_hypotheses, max_length, length_penalty, return_scores)
+
+
+@router.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True)
+async def translate(body: TranslateRequest, request: Request, state: ServiceState = Depends(get_state)) -> TranslateResponse:
+    texts = [body.text] if isinstance(body.text, str) else body.text
+    options = decode_options(state, body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
+    results = await translate_texts(state, request, source=body.source, target=body.target, texts=texts, options=options,
+                                    param="text", format=body.format, split_sentences=body.split_sentences)
+    translations = [Translation(
+        text=r.text, score=r.score, normalized_score=r.normalized_score,
+        hypotheses=[Hypothesis(text=t, score=sc) for t, sc in zip([r.text, *r.alternatives], r.hypothesis_scores)]
+        if body.num_hypotheses > 1 else None,
+        detected_language=DetectedLanguage(language=r.detected.language, confidence=round(r.detected.confidence, 4))
+        if r.detected else None,
+        flags=[SentenceFlag(sentence=f.sentence, source=f.source, text=f.text, flags=list(f.flags)) for f in r.flags] or None,
+    ) for r in results]
+    usage = Usage(source_tokens=sum(r.source_tokens for r in results), generated_tokens=sum(r.generated_tokens for r in results),
+                  sentences=sum(r.sentences for r in results))
+    return TranslateResponse(model=",".join(dict.fromkeys(r.model for r in results if r.model)), translations=translations, usage=usage)
+
+
+def _indices(requested: list[int] | None, count: int, name: str) -> list[int]:
+    if requested is None:
+        return list(range(count))
+    bad = [i for i in requested if not 0 <= i < count]
+    if bad or not requested:
+        raise bad_request(f"{name} must be a non-empty list of indices in 0..{count - 1}", name)
+    return requested
+
+
+@router.post("/attention", response_model=AttentionResponse, response_model_exclude_none=True)
+async def attention(body: AttentionRequest, request: Request, state: ServiceState = Depends(get_state)) -> AttentionResponse:
+    engine = state.require_ready()
+    model = state.model_for(body.source, body.target)
+    state.check_texts(model, [body.text])
+    if body.target_text is not None:
+        state.check_texts(model, [body.target_text], "target_text")
+    info = model.info
+    decode_options(state, body.beam_size, 1, None)
+    layers = _indices(body.layers, info["n_decoder_layers"], "layers")
+    heads = _indices(body.heads, info["n_heads"], "heads")
+    encoder_layers = _indices(body.layers, info["n_encoder_layers"], "layers") if "encoder_self" in body.include else []
+    timeout = request_timeout(state, request)
+    maps = await with_deadline(state, request, timeout, engine.attention(
+        model.engine_model, timeout, text=body.text, target_text=body.target_text, target=model.target,
+        beam_size=body.beam_size, include=tuple(body.include),
+        layers=layers, heads=heads, encoder_layers=encoder_layers, average_heads=body.average_heads,
+    ))
+    return AttentionResponse(
+        model=model.id, layers=layers, heads=None if body.average_heads else heads,
+        num_layers=info["n_decoder_layers"], num_heads=info["n_heads"], **maps,
+    )
+
+
+@router.get(
+    "/models", response_model=ModelList,
+    responses={200: {"content": {"application/json": {"example": {"models": [
+        {"id": "de-en", "source": "de", "target": "en", "model": "de-en", "multilingual": False, "parameters": 7583744,
+         "device": "cpu", "dtype": "float32", "quantization": "none",
+         "step_mode": "auto", "static_decoder": None, "path": "checkpoints/de-en"},
+    ]}}}}},
+)
+async def models(state: ServiceState = Depends(get_state)) -> ModelList:
+    return ModelList(models=[ModelInfo(**{k: v for k, v in m.describe().items() if k in ModelInfo.model_fields})
+                             for m in state.models.values()])

@@ -1,0 +1,81 @@
+"""All service settings in one place: flags of `python -m nmt_serve.service`, or environment variables NMT_*."""
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NMT_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on (0 = any free port)")
+    models_dir: str = Field("checkpoints", description="directory whose subdirectories are checkpoints, one per language pair")
+    device: str = Field("auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$", description="auto | cpu | cuda")
+    dtype: str | None = Field(None, pattern="^(float32|float16|bfloat16)$", description="default: float32 on CPU, float16 on CUDA")
+    quantization: str = Field("none", pattern="^(none|int8)$",
+                              description="int8: quantized Linear layers (CPU, float32), faster at a small BLEU cost")
+    step_mode: str = Field("auto", pattern="^(auto|eager|static)$",
+                           description="auto: the static decoder (CUDA graphs, search on the device) on CUDA, the eager search on CPU; "
+                                       "eager: always the eager search")
+    threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
+    engine_nice: int = Field(10, ge=0, le=19, description="scheduling niceness of the engine process: where the engine's "
+                                                         "threads fill the CPU, the API process (HTTP, health probes, "
+                                                         "refusals) still gets it at once when it needs it")
+
+    # processes
+    workers: int = Field(1, ge=1, description="API worker processes in front of the one engine process")
+    engine_socket_dir: str = Field("", description="internal: the socket directory of an engine run by a parent process "
+                                                   "(set for the workers when workers > 1)")
+    engine_heartbeat_timeout_s: float = Field(3.0, gt=0, description="no status from the engine for this long: it is "
+                                                                     "lost, waiting requests get 503")
+
+    # continuous batching (in the engine process)
+    max_batch_sentences: int = Field(0, ge=0, description="sentences running at once per model and beam size "
+                                                          "(0: 64 on CPU, 256 on CUDA)")
+    max_batch_tokens: int = Field(4096, ge=1, description="source tokens that may join the running batch at one step")
+    max_queue_sentences: int = Field(2048, ge=1, description="sentences waiting or running at most; beyond it requests get 503")
+    batching: bool = Field(True, description="false: a batch runs one request at a time (for comparison)")
+    admission: bool = Field(True, description="refuse (503) requests whose predicted wait, from the work queued ahead and the "
+                                              "measured engine rate, would pass their deadline; false: bound the queue by sentences only")
+    admission_margin: float = Field(0.8, gt=0, le=1, description="share of a request's deadline the predicted wait may take")
+
+    # limits per request
+    max_texts_per_request: int = Field(64, ge=1)
+    max_chars_per_text: int = Field(20000, ge=1, description="characters per text (a text may be paragraphs or an HTML page)")
+    max_tokens_per_text: int = Field(8192, ge=1, description="source tokens per text, all its sentences together")
+    max_sentence_tokens: int = Field(48, ge=4, description="a sentence longer than this many source tokens is cut at clause "
+                                                           "punctuation, else between words, and translated in pieces "
+                                                           "(the shipped models saw at most ~40 in training and stop early past it)")
+    max_beam_size: int = Field(8, ge=1)
+    max_output_length: int = Field(512, ge=1, description="upper bound for max_length in a request")
+    request_timeout_s: float = Field(30.0, gt=0, description="a request still waiting after this gets 504")
+    retry_after_s: int = Field(1, ge=0, description="Retry-After header sent with 503")
+    max_body_bytes: int = Field(1_000_000, ge=1, description="request bodies larger than this get 413")
+    graceful_shutdown_s: float = Field(30.0, ge=0, description="on SIGTERM, how long in-flight requests may take to finish")
+
+    # access control
+    api_keys: str = Field("", description="comma-separated API keys; empty = no authentication")
+    api_keys_file: str = Field("", description="file with one API key per line (keeps keys out of the process list)")
+    metrics_token: str = Field("", description="if set, /metrics needs 'Authorization: Bearer <token>'")
+    rate_limit_per_minute: int = Field(0, ge=0, description="requests per minute per API key (or client address without keys); 0 = off")
+    cors_origins: str = Field("", description="comma-separated origins allowed by CORS; empty = none (closed)")
+
+    def engine_config(self) -> dict:
+        """What the engine process needs (plain JSON; no keys or other secrets)."""
+        import logging
+
+        names = ("models_dir", "device", "dtype", "quantization", "step_mode", "threads", "engine_nice", "max_batch_sentences",
+                 "max_batch_tokens", "max_queue_sentences", "batching", "admission", "admission_margin", "retry_after_s",
+                 "graceful_shutdown_s")
+        return dict({n: getattr(self, n) for n in names}, log_level=logging.getLevelName(logging.getLogger().level).lower())
+
+    def keys(self) -> list[str]:
+        keys = [k.strip() for k in self.api_keys.split(",") if k.strip()]
+        if self.api_keys_file:
+            with open(self.api_keys_file, encoding="utf-8") as f:
+                keys += [line.strip() for line in f if line.strip() and not line.startswith("#")]
+        return keys
+
+    def origins(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]

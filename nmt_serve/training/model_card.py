@@ -1,0 +1,259 @@
+"""Measure a checkpoint and write its model card (README.md) and scores into the checkpoint.
+
+    python -m nmt_serve.training.model_card --model checkpoints/de-en --data ../shared/data/multi30k
+
+Scores sacreBLEU (cased, 13a, detokenized) and chrF on the validation and test sets with greedy and
+beam search, in float32 and with int8 Linear layers (`--quantization int8`), counts runaway outputs
+(longer than 3x the source), and records them in config.json (metadata.scores) and README.md.
+A multilingual checkpoint is measured in every direction it serves (float32 weights unless
+--quantizations says otherwise), and each direction between two languages other than English also
+through English with the same model (pivot), the baseline its direct translation should beat.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+from nmt_serve.network.checkpoint import CONFIG_FILE, read_info
+from nmt_serve.training.data import read_lines
+from nmt_serve.training.evaluate import evaluate
+from nmt_serve.training.multiway import LANGUAGE_NAMES
+from nmt_serve.inference.translator import Translator
+
+SPLITS = {"val": "val", "test_2016_flickr": "test_2016_flickr"}
+
+
+def measure(translator: Translator, data: Path, beam_sizes: list[int]) -> list[dict]:
+    rows = []
+    src, tgt = translator.source_lang, translator.target_lang
+    weights = "int8" if translator.quantization == "int8" else "float32"
+    for split in SPLITS.values():
+        sources = read_lines(data / f"{split}.{src}.gz")
+        references = read_lines(data / f"{split}.{tgt}.gz")
+        for beam in beam_sizes:
+            report = evaluate(translator, sources, references, beam_size=beam)
+            del report["hypotheses"]
+            report["split"] = split
+            report["quantization"] = translator.quantization
+            rows.append(report)
+            print(f"{split} beam {beam} {weights}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
+    return rows
+
+
+def measure_directions(translator: Translator, data: Path, beam_sizes: list[int], pivot: str = "en") -> list[dict]:
+    """A multilingual model's rows: every direction, split and beam size; then, for each direction that
+    does not touch the pivot language, the test set through it with beam 4."""
+    rows = []
+    for direction in translator.directions:
+        src, tgt = direction.split("-")
+        for split in SPLITS.values():
+            sources, references = read_lines(data / f"{split}.{src}.gz"), read_lines(data / f"{split}.{tgt}.gz")
+            for beam in beam_sizes:
+                report = evaluate(translator, sources, references, beam_size=beam, target_lang=tgt)
+                del report["hypotheses"]
+                rows.append({"direction": direction, "split": split, "quantization": translator.quantization, **report})
+                print(f"{direction} {split} beam {beam}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} "
+                      f"runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
+    served = set(translator.directions)
+    for direction in translator.directions:
+        src, tgt = direction.split("-")
+        if pivot in (src, tgt) or not {f"{src}-{pivot}", f"{pivot}-{tgt}"} <= served:
+            continue
+        split = "test_2016_flickr"
+        sources, references = read_lines(data / f"{split}.{src}.gz"), read_lines(data / f"{split}.{tgt}.gz")
+        report = evaluate(translator, sources, references, beam_size=4, target_lang=tgt, pivot=pivot)
+        del report["hypotheses"]
+        rows.append({"direction": direction, "split": split, "quantization": translator.quantization, **report})
+        print(f"{direction} {split} beam 4 through {pivot}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f}", flush=True)
+    return rows
+
+
+def render_multilingual_card(directory: Path, payload: dict, rows: list[dict], hardware: str) -> str:
+    cfg = payload["model"]
+    training = payload.get("metadata", {}).get("training", {})
+    tcfg = training.get("config", {})
+    params = Translator.load(directory, device="cpu").num_parameters()
+    directions = payload["directions"]
+    languages = sorted({lang for d in directions for lang in d.split("-")})
+    names = ", ".join(f"{LANGUAGE_NAMES.get(lang, lang)} ({lang})" for lang in languages)
+
+    def cell(direction: str, split: str, beam: int, pivot: str | None = None) -> str:
+        found = [r for r in rows if r.get("direction") == direction and r["split"] == split and r["beam_size"] == beam
+                 and r.get("pivot") == pivot and r.get("quantization", "none") == "none"]
+        return f"{found[0]['bleu']:.2f} / {found[0]['chrf']:.2f}" if found else "-"
+
+    table = "\n".join(
+        f"| {d} | {cell(d, 'val', 1)} | {cell(d, 'val', 4)} | {cell(d, 'test_2016_flickr', 1)} | {cell(d, 'test_2016_flickr', 4)} "
+        f"| {cell(d, 'test_2016_flickr', 4, 'en')} |" for d in directions)
+    runaway = sum(r["runaway_outputs"] for r in rows)
+    hours = training.get("train_seconds", 0) / 3600
+    averaged = training.get("averaged", [])
+    return f"""# Multilingual Transformer, Multi30k: {len(directions)} directions
+
+Translates image captions between {names}: every direction listed below, with one set of weights.
+Trained from scratch with this project's pipeline (`python -m nmt_serve.training.train --languages ...`).
+The target language is a tag before the source (`{payload['target_tags'][languages[0]]}` ...); the service
+adds it from the request's `target`, and one batch mixes directions.
+
+## Scores
+
+sacreBLEU (cased, 13a) / chrF, detokenized output, one reference. Measured with `python -m nmt_serve.training.model_card`.
+"through en" is the same model translating into English and from English into the target (pivoting):
+the baseline a direct direction should beat. Outputs over 3x the source length, all rows: {runaway}.
+
+| direction | val greedy | val beam 4 | test greedy | test beam 4 | test beam 4 through en |
+| --- | --- | --- | --- | --- | --- |
+{table}
+
+BLEU signature: `{rows[0]['bleu_signature']}`
+chrF signature: `{rows[0]['chrf_signature']}`
+
+## Data
+
+Multi30k task 1 (Elliott et al., 2016), raw cased text, multi-way parallel: the 29,000 `train` captions
+in all four languages give {len(directions)} x 29,000 training pairs (and the tokenizer's text), `val`
+(1,014) model selection (the mean greedy BLEU over the directions, on its first
+{tcfg.get('valid_max_sentences') or 'all'} lines), `test_2016_flickr` (1,000) the reported score.
+Partly derived from Flickr30K: for non-commercial research and educational use.
+
+## Model
+
+| | |
+| --- | --- |
+| architecture | encoder-decoder Transformer, {cfg['n_encoder_layers']}+{cfg['n_decoder_layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, {cfg['activation']}, {cfg['norm_placement']}-norm |
+| parameters | {params:,} |
+| vocabulary | joint sentencepiece {tcfg.get('spm_type', 'bpe')} over the four languages, {cfg['src_vocab_size']} pieces (the target tags among them), shared embeddings tied to the output layer |
+| weights | float16 safetensors |
+
+## Training
+
+| | |
+| --- | --- |
+| steps / epochs | {training.get('steps', '?')} / {training.get('epochs', '?')} (an epoch: every direction's pairs once) |
+| batch | {tcfg.get('max_tokens', '?')} padded tokens, directions mixed |
+| optimizer | Adam (0.9, 0.98), peak lr {tcfg.get('lr', '?')}, {tcfg.get('warmup_steps', '?')} warmup steps, inverse square root decay |
+| regularization | dropout {cfg['dropout']}, label smoothing {tcfg.get('label_smoothing', '?')}, gradient clipping {tcfg.get('clip_norm', '?')} |
+| checkpoint | {'average of steps ' + ', '.join(map(str, averaged)) if len(averaged) > 1 else 'best single checkpoint by validation BLEU'} |
+| training time | {hours:.2f} h on {training.get('device') or hardware}, {training.get('threads', '?')} thread(s) |
+
+## Limitations
+
+Multi30k is small and narrow: short descriptions of photos. Expect good output on such sentences and
+poor output on news, dialogue, technical text or long sentences. A multilingual model shares its
+capacity between directions; the table above is the evidence per direction.
+"""
+
+
+def render_card(directory: Path, payload: dict, rows: list[dict], hardware: str) -> str:
+    cfg = payload["model"]
+    meta = payload.get("metadata", {})
+    training = meta.get("training", {})
+    tcfg = training.get("config", {})
+    src, tgt = payload["source_lang"], payload["target_lang"]
+    params = Translator.load(directory, device="cpu").num_parameters()
+    table = "\n".join(
+        f"| {r['split']} | {'greedy' if r['beam_size'] == 1 else 'beam ' + str(r['beam_size'])} "
+        f"| {'int8' if r.get('quantization') == 'int8' else 'float32'} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['runaway_outputs']} |"
+        for r in rows
+    )
+    hours = training.get("train_seconds", 0) / 3600
+    return f"""# {src}->{tgt} Transformer, Multi30k
+
+Translates {LANGUAGE_NAMES.get(src, src)} image captions into {LANGUAGE_NAMES.get(tgt, tgt)}.
+Trained from scratch with this project's pipeline (`python -m nmt_serve.training.train`).
+
+## Scores
+
+sacreBLEU, cased, detokenized output, one reference. Measured with `python -m nmt_serve.training.model_card`.
+"Linear layers" int8 is the `--quantization int8` option (CPU): faster, at the cost shown here.
+
+| split | search | Linear layers | BLEU | chrF | outputs > 3x source |
+| --- | --- | --- | --- | --- | --- |
+{table}
+
+BLEU signature: `{rows[0]['bleu_signature']}`
+chrF signature: `{rows[0]['chrf_signature']}`
+
+## Data
+
+Multi30k task 1 (Elliott et al., 2016), raw cased text: `train` (29,000 sentence pairs) for the
+tokenizer and the model, `val` (1,014) for model selection, `test_2016_flickr` (1,000) for the
+reported score. Partly derived from Flickr30K: for non-commercial research and educational use.
+
+## Model
+
+| | |
+| --- | --- |
+| architecture | encoder-decoder Transformer, {cfg['n_encoder_layers']}+{cfg['n_decoder_layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, {cfg['activation']}, {cfg['norm_placement']}-norm |
+| parameters | {params:,} |
+| vocabulary | joint sentencepiece {tcfg.get('spm_type', 'bpe')}, {cfg['src_vocab_size']} pieces, shared embeddings tied to the output layer |
+| weights | float16 safetensors |
+
+## Training
+
+| | |
+| --- | --- |
+| steps / epochs | {training.get('steps', '?')} / {training.get('epochs', '?')} |
+| batch | {tcfg.get('max_tokens', '?')} padded tokens |
+| optimizer | Adam (0.9, 0.98), peak lr {tcfg.get('lr', '?')}, {tcfg.get('warmup_steps', '?')} warmup steps, inverse square root decay |
+| regularization | dropout {cfg['dropout']}, label smoothing {tcfg.get('label_smoothing', '?')}, gradient clipping {tcfg.get('clip_norm', '?')} |
+| checkpoint | {'average of steps ' + ', '.join(map(str, training.get('averaged', []))) if len(training.get('averaged', [])) > 1 else 'best single checkpoint by validation BLEU'} |
+| training time | {hours:.2f} h on {hardware}, {training.get('threads', '?')} thread(s) |
+
+## Limitations
+
+Multi30k is small and narrow: short descriptions of photos. Expect good output on such sentences and
+poor output on news, dialogue, technical text or long sentences. Names and rare words are split into
+sentencepiece pieces and may be transliterated oddly.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nmt-model-card", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, type=Path)
+    parser.add_argument("--data", type=Path, help="directory with {val,test_2016_flickr}.{lang}.gz (to measure)")
+    parser.add_argument("--beam-sizes", default="1,4")
+    parser.add_argument("--quantizations", default="none,int8", help="comma-separated: none, int8")
+    parser.add_argument("--hardware", default=f"{platform.machine()} CPU")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--notes", type=Path, help="a markdown file put after the card's introduction (a model's status, "
+                        "caveats): kept when the card is measured again")
+    parser.add_argument("--render-only", action="store_true", help="write the card from the scores config.json holds")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    beam_sizes = [int(b) for b in args.beam_sizes.split(",")]
+    multilingual = read_info(args.model).multilingual
+    config_path = args.model / CONFIG_FILE
+    payload = json.loads(config_path.read_text())
+    if args.render_only:
+        rows = payload.get("metadata", {}).get("scores")
+        if not rows:
+            parser.error(f"{config_path} holds no scores: measure them first (leave out --render-only)")
+    else:
+        if args.data is None:
+            parser.error("--data is needed to measure the scores")
+        rows = []
+        for quantization in args.quantizations.split(","):
+            translator = Translator.load(args.model, device="cpu", quantization=quantization)
+            rows += (measure_directions(translator, args.data, beam_sizes) if multilingual
+                     else measure(translator, args.data, beam_sizes))
+        payload.setdefault("metadata", {})["scores"] = rows
+        config_path.write_text(json.dumps(payload, indent=2) + "\n")
+    render = render_multilingual_card if multilingual else render_card
+    card = render(args.model, payload, rows, args.hardware)
+    if args.notes:
+        # after the introduction, before the first section
+        intro, heading, sections = card.partition("\n## ")
+        card = f"{intro.rstrip()}\n\n{args.notes.read_text().strip()}\n{heading}{sections}"
+    (args.model / "README.md").write_text(card)
+    print(f"wrote {args.model / 'README.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,89 @@
+"""One model, many directions: the target language is a token put before the source.
+
+The encoder input of a multilingual model starts with a tag naming the language to translate into
+(`<2fr> A dog runs .</s>`, as Johnson et al., 2017 do), so sentences of different directions share
+one batch and the decoder needs nothing per row. Training data is multi-way parallel text: files
+`train.{lang}.gz` whose lines are translations of each other, one pair per direction and line.
+"""
+from __future__ import annotations
+
+from itertools import permutations
+
+from nmt_serve.training.data import ParallelData, read_lines
+from nmt_serve.network.tokenizer import Tokenizer
+
+TAG_FORMAT = "<2{}>"
+# the languages of the shipped models (Multi30k's), by ISO 639-1 code
+LANGUAGE_NAMES = {"cs": "Czech", "de": "German", "en": "English", "fr": "French"}
+
+
+def target_tag(language: str) -> str:
+    return TAG_FORMAT.format(language)
+
+
+def parse_languages(spec: str) -> list[str]:
+    """"en,de,fr" -> ["en", "de", "fr"], in the given order, each once."""
+    languages = [s.strip() for s in spec.split(",") if s.strip()]
+    if len(languages) < 2 or len(set(languages)) != len(languages):
+        raise ValueError(f"languages {spec!r}: name two or more different languages, comma-separated")
+    return languages
+
+
+def parse_directions(spec: str, languages: list[str]) -> list[tuple[str, str]]:
+    """"all" -> every ordered pair of languages; "en-de,de-en" -> those pairs (each of known languages)."""
+    if spec.strip() in ("", "all"):
+        return list(permutations(languages, 2))
+    directions = []
+    for item in spec.split(","):
+        src, sep, tgt = item.strip().partition("-")
+        if not sep or src not in languages or tgt not in languages or src == tgt:
+            raise ValueError(f"direction {item.strip()!r}: expected SRC-TGT of two different languages among {languages}")
+        directions.append((src, tgt))
+    return list(dict.fromkeys(directions))
+
+
+def read_multiway(pattern: str, languages: list[str]) -> dict[str, list[str]]:
+    """{lang: lines} from a path pattern with `{lang}`; every file must have the same number of lines."""
+    if "{lang}" not in pattern:
+        raise ValueError(f"{pattern!r}: a multilingual data path needs {{lang}} where the language code goes")
+    texts = {lang: read_lines(pattern.format(lang=lang)) for lang in languages}
+    counts = {lang: len(lines) for lang, lines in texts.items()}
+    if len(set(counts.values())) != 1:
+        raise ValueError(f"{pattern}: the languages' files differ in length {counts}; they must be line-aligned")
+    return texts
+
+
+def target_tags(languages) -> dict[str, str]:
+    """{lang: its tag}, as a checkpoint's config.json records them."""
+    return {lang: target_tag(lang) for lang in sorted(languages)}
+
+
+def tag_ids(tokenizer: Tokenizer, languages: list[str]) -> dict[str, int]:
+    """{lang: id of its tag}; the tokenizer must hold every tag as one piece (a user-defined symbol)."""
+    return tokenizer.symbol_ids(target_tags(languages))
+
+
+def multiway_pairs(
+    texts: dict[str, list[str]], directions: list[tuple[str, str]], tokenizer: Tokenizer, tags: dict[str, int],
+    max_tokens_per_sentence: int | None = None, drop_empty: bool = True,
+) -> dict[tuple[str, str], ParallelData]:
+    """Per direction its pairs: source = tag of the target + source ids + eos, target = ids + eos. Each
+    sentence is tokenized once and shared by the directions that use it."""
+    ids = {lang: [tokenizer.encode(line, add_eos=True) for line in lines] for lang, lines in texts.items()
+           if any(lang in d for d in directions)}
+    out = {}
+    for src, tgt in directions:
+        src_ids, tgt_ids = [], []
+        for s, t, s_text, t_text in zip(ids[src], ids[tgt], texts[src], texts[tgt]):
+            if drop_empty and (not s_text.strip() or not t_text.strip()):
+                continue
+            if max_tokens_per_sentence and max(len(s) + 1, len(t)) > max_tokens_per_sentence:
+                continue
+            src_ids.append([tags[tgt]] + s)
+            tgt_ids.append(t)
+        out[(src, tgt)] = ParallelData(src_ids, tgt_ids)
+    return out
+
+
+def concatenate(parts: list[ParallelData]) -> ParallelData:
+    return ParallelData([s for p in parts for s in p.src], [t for p in parts for t in p.tgt])
