@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import emit, ROOT, machine, table, test_sources, timed, marian_twin
+from bench.common import ROOT, emit, machine, marian_twin, table, test_sources, timed
 from nmt_serve.convert.marian import import_marian
 from nmt_serve.inference.search import SearchOptions, generate
 from nmt_serve.inference.translator import Translator
@@ -37,7 +37,7 @@ def run_ours(translator: Translator, ids: list[list[int]], batch: int, beam: int
     outputs = []
     for chunk in batches(ids, batch):
         src = translator._pad(chunk)
-        for hyps in generate(translator.engine, src, SearchOptions(beam_size=beam, max_length=max_new, use_cache=use_cache)):
+        for hyps in generate(translator.runner, src, SearchOptions(beam_size=beam, max_length=max_new, use_cache=use_cache)):
             outputs.append(hyps[0].tokens)
     return outputs
 
@@ -174,7 +174,7 @@ def cache_table(n: int) -> str:
                 for chunk in batches(ids, 32):
                     opts = SearchOptions(beam_size=beam, use_cache=use_cache, max_length=length or None,
                                          min_length=(length - 1) if length else 0)
-                    outs += [h[0].tokens for h in generate(translator.engine, translator._pad(chunk), opts)]
+                    outs += [h[0].tokens for h in generate(translator.runner, translator._pad(chunk), opts)]
                 return outs
 
             t_cache, a = timed(lambda: run(True))

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from bench.common import ROOT, emit, machine, marian_twin, table, test_sources
-from nmt_serve.inference.search import SearchOptions
 from nmt_serve.convert.marian import import_marian
+from nmt_serve.inference.search import SearchOptions
 from nmt_serve.inference.translator import Translator
 
 CHECKPOINT = ROOT / "checkpoints" / "de-en"
@@ -79,8 +79,8 @@ def run_batches(translator: Translator, batches: list, beam: int, max_length: in
 
 # ---------------------------------------------------------------------------------------------- sections
 def attention_section(quick: bool) -> str:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     rows = []
     H, D = 4, 64
@@ -159,8 +159,8 @@ def throughput_section(quick: bool, results: dict) -> str:
 
 
 def hugging_face_section(quick: bool, results: dict) -> str:
-    from transformers import MarianMTModel
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    from transformers import MarianMTModel
 
     work = Path(tempfile.mkdtemp(prefix="bench-gpu-"))
     twin = marian_twin(CHECKPOINT, work / "marian")

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from nmt_serve.training.data import read_lines
 from nmt_serve.inference.translator import Translator
 from nmt_serve.text.language_detection import detector_for
+from nmt_serve.training.data import read_lines
 
 SPLIT = "test_2016_flickr"
 

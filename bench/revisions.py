@@ -24,7 +24,7 @@ import tempfile
 from io import BytesIO
 from pathlib import Path
 
-from bench.common import emit, ROOT, machine, table
+from bench.common import ROOT, emit, machine, table
 
 SETTINGS = [(1, 1), (1, 4), (32, 1), (32, 4)]  # (batch size, beam size)
 

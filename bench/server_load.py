@@ -326,9 +326,9 @@ def engine(args, offline: Offline) -> str:
         srcs = [t.encode_source(x) for x in texts]
         caps = [int(max_lengths_for(torch.tensor([s]), t.config.pad_id, SearchOptions(beam_size=beam), t.config.max_positions - 1)[0])
                 for s in srcs]
-        searches = {"eager": lambda: ContinuousSearch(t.engine, beam_size=beam)}
+        searches = {"eager": lambda: ContinuousSearch(t.runner, beam_size=beam)}
         if t.uses_static_decoder:
-            device_search = DeviceSearch(StaticDecoder(t.engine, max_rows=args.concurrency * beam, max_length=t.static_length))
+            device_search = DeviceSearch(StaticDecoder(t.runner, max_rows=args.concurrency * beam, max_length=t.static_length))
             device_search.warmup(beam_sizes=(beam,))
             searches["device"] = lambda: ContinuousDeviceSearch(device_search, beam_size=beam)
         for kind, make in searches.items():

@@ -12,13 +12,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT
 
 from nmt_serve.cli import translate
+from nmt_serve.cli.translate import DEMO_SENTENCES
 from nmt_serve.convert import marian
 from nmt_serve.training import evaluate, train
-from nmt_serve.cli.translate import DEMO_SENTENCES
-
-from conftest import ROOT
 
 DE_EN = str(ROOT / "checkpoints" / "de-en")  # pre-norm, so MarianMT export refuses it
 EN_DE = str(ROOT / "checkpoints" / "en-de")

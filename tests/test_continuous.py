@@ -8,30 +8,29 @@ import random
 
 import pytest
 import torch
+from conftest import random_model, random_sources
 
 import nmt_serve.inference.continuous as continuous
 from nmt_serve.inference.continuous import ContinuousSearch, Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
 from nmt_serve.inference.device_search import DeviceSearch
-from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import SearchOptions, generate, max_lengths_for
 from nmt_serve.inference.static_decoder import StaticDecoder
-
-from conftest import random_model, random_sources
 
 SHAPES = [dict(), dict(norm_placement="post"), dict(n_heads=2, d_model=48, d_ff=96, n_decoder_layers=3)]
 KINDS = ["eager", "device"]
 
 
-def make_search(kind: str, engine: Engine, beam: int, min_length: int = 0, check_every: int = 4, max_rows: int = 64):
+def make_search(kind: str, runner: ModelRunner, beam: int, min_length: int = 0, check_every: int = 4, max_rows: int = 64):
     if kind == "eager":
-        return ContinuousSearch(engine, beam_size=beam, min_length=min_length)
-    decoder = StaticDecoder(engine, max_rows=max_rows, max_length=64)
+        return ContinuousSearch(runner, beam_size=beam, min_length=min_length)
+    decoder = StaticDecoder(runner, max_rows=max_rows, max_length=64)
     return ContinuousDeviceSearch(DeviceSearch(decoder), beam_size=beam, min_length=min_length, check_every=check_every)
 
 
-def alone(engine: Engine, src: list[int], options: SearchOptions):
-    return generate(engine, torch.tensor([src], device=engine.device), options)[0]
+def alone(runner: ModelRunner, src: list[int], options: SearchOptions):
+    return generate(runner, torch.tensor([src], device=runner.device), options)[0]
 
 
 def sources(n: int, seed: int, vocab: int = 64) -> list[list[int]]:
@@ -63,7 +62,7 @@ def assert_same(got, want) -> None:
 @pytest.mark.parametrize("beam", [1, 2, 4])
 def test_staggered_joins_match_each_sentence_alone(kind, shape, beam):
     model = random_model(seed=shape, **SHAPES[shape])
-    engine = Engine(model)
+    runner = ModelRunner(model)
     rng = random.Random(shape * 10 + beam)
     srcs = sources(11, seed=shape + beam)
     options = []
@@ -74,21 +73,21 @@ def test_staggered_joins_match_each_sentence_alone(kind, shape, beam):
     for i, (src, o) in enumerate(zip(srcs, options)):
         cap = int(max_lengths_for(torch.tensor([src]), 0, o, model.config.max_positions - 1)[0])
         sentences.append(Sentence(i, src, cap, o.length_penalty, o.num_hypotheses))
-    search = make_search(kind, engine, beam, check_every=1 + shape)
+    search = make_search(kind, runner, beam, check_every=1 + shape)
     results = run_staggered(search, [sentences[:3], sentences[3:4], sentences[4:8], sentences[8:]], [0, 2, 1, 5])
     assert sorted(results) == list(range(len(srcs)))
     for i, src in enumerate(srcs):
-        assert_same(results[i], alone(engine, src, options[i]))
+        assert_same(results[i], alone(runner, src, options[i]))
 
 
 def test_rows_switch_to_grouped_beams_mid_run(monkeypatch):
     """A beam batch that starts small (physical reorders) and grows past the threshold switches to
     reordering by ancestry without changing any result."""
     monkeypatch.setattr(continuous, "GROUPED_BEAM_MIN_ROWS", 8)
-    engine = Engine(random_model(seed=5))
+    runner = ModelRunner(random_model(seed=5))
     srcs = sources(6, seed=9)
     options = SearchOptions(beam_size=4, max_length=10)
-    search = ContinuousSearch(engine, beam_size=4)
+    search = ContinuousSearch(runner, beam_size=4)
     batches = [[Sentence(i, srcs[i], 10)] for i in range(len(srcs))]
     search.add(batches[0])
     assert not search.cache.grouped
@@ -97,15 +96,15 @@ def test_rows_switch_to_grouped_beams_mid_run(monkeypatch):
     assert search.cache.grouped
     results.update(run_staggered(search, batches[2:], [1, 0, 3, 2]))
     for i, src in enumerate(srcs):
-        assert_same(results[i], alone(engine, src, options))
+        assert_same(results[i], alone(runner, src, options))
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_cancelled_sentences_leave_and_the_rest_are_unchanged(kind):
-    engine = Engine(random_model(seed=2))
+    runner = ModelRunner(random_model(seed=2))
     srcs = sources(5, seed=4)
     options = SearchOptions(beam_size=2, max_length=12)
-    search = make_search(kind, engine, 2)
+    search = make_search(kind, runner, 2)
     search.add([Sentence(i, s, 12) for i, s in enumerate(srcs)])
     search.step()
     search.cancel({1, 3})
@@ -114,26 +113,26 @@ def test_cancelled_sentences_leave_and_the_rest_are_unchanged(kind):
         results.update(dict(search.step()))
     assert sorted(results) == [0, 2, 4]
     for i in results:
-        assert_same(results[i], alone(engine, srcs[i], options))
+        assert_same(results[i], alone(runner, srcs[i], options))
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_min_length_is_kept_per_sentence(kind):
-    engine = Engine(random_model(seed=6))
+    runner = ModelRunner(random_model(seed=6))
     srcs = sources(4, seed=1)
     options = SearchOptions(beam_size=2, min_length=4, max_length=8)
-    search = make_search(kind, engine, 2, min_length=4)
+    search = make_search(kind, runner, 2, min_length=4)
     results = run_staggered(search, [[Sentence(0, srcs[0], 8)], [Sentence(i, srcs[i], 8) for i in (1, 2, 3)]], [0, 3])
     for i, src in enumerate(srcs):
-        assert_same(results[i], alone(engine, src, options))
+        assert_same(results[i], alone(runner, src, options))
         assert all(len(h.tokens) + 1 >= 4 for h in results[i])
 
 
 def test_a_steady_stream_of_joins_keeps_the_cache_short():
     """Positions that no remaining row reads are dropped as rows leave: under a stream of joins the
     cache length stays near the longest sentence instead of growing with every step."""
-    engine = Engine(random_model(seed=7))
-    search = ContinuousSearch(engine, beam_size=1)
+    runner = ModelRunner(random_model(seed=7))
+    search = ContinuousSearch(runner, beam_size=1)
     longest = 0
     finished = 0
     for step in range(200):
@@ -148,14 +147,14 @@ def test_a_steady_stream_of_joins_keeps_the_cache_short():
 def test_device_slots_are_reused_and_compacted(beam):
     """Under a stream of joins the device search reuses the slots sentences leave, so the rows a step
     computes stay near the sentences running; when most leave, the rest move to the front slots."""
-    engine = Engine(random_model(seed=11))
-    search = make_search("device", engine, beam, check_every=2, max_rows=64 * beam)
+    runner = ModelRunner(random_model(seed=11))
+    search = make_search("device", runner, beam, check_every=2, max_rows=64 * beam)
     want = {}
     results = {}
     for step in range(60):
         src = sources(1, seed=100 + step)[0]
         cap = 4 + step % 6
-        want[step] = alone(engine, src, SearchOptions(beam_size=beam, max_length=cap))
+        want[step] = alone(runner, src, SearchOptions(beam_size=beam, max_length=cap))
         search.add([Sentence(step, src, cap)])
         results.update(dict(search.step()))
         assert search.rows <= 16 * beam  # at most ~9 running: the bucket of 16 groups
@@ -176,14 +175,14 @@ def test_device_slots_are_reused_and_compacted(beam):
     while len(search):
         results.update(dict(search.step()))
     for i, src in enumerate(srcs):
-        assert_same(results[i], alone(engine, src, SearchOptions(beam_size=beam, max_length=caps[i])))
+        assert_same(results[i], alone(runner, src, SearchOptions(beam_size=beam, max_length=caps[i])))
 
 
 def test_device_search_takes_joins_right_after_a_check():
     """Joins cost an encoder run: the device search takes them when nothing runs or right after it read
     which sentences finished, once every check_every steps."""
-    engine = Engine(random_model(seed=13))
-    search = make_search("device", engine, 1, check_every=3)
+    runner = ModelRunner(random_model(seed=13))
+    search = make_search("device", runner, 1, check_every=3)
     assert search.joinable()
     search.add([Sentence(0, [5, 6, 3], 20)])
     assert search.joinable()  # nothing has run since
@@ -192,12 +191,12 @@ def test_device_search_takes_joins_right_after_a_check():
         search.step()
         pattern.append(search.joinable())
     assert pattern == [False, False, True, False, False, True]
-    assert ContinuousSearch(engine).joinable()
+    assert ContinuousSearch(runner).joinable()
 
 
 def test_device_search_refuses_what_does_not_fit():
-    engine = Engine(random_model(seed=12))
-    search = make_search("device", engine, 2, max_rows=8)  # 4 sentences of 2 beams
+    runner = ModelRunner(random_model(seed=12))
+    search = make_search("device", runner, 2, max_rows=8)  # 4 sentences of 2 beams
     assert search.room() == 4
     assert not search.fits(Sentence(0, [5] * 65, 10)) and not search.fits(Sentence(0, [5, 3], 64))
     with pytest.raises(ValueError):
@@ -213,11 +212,11 @@ def test_staggered_joins_match_each_sentence_alone_on_cuda(kind, beam):
     """The same on a GPU (the device search's steps captured as CUDA graphs), in float32 (float16
     rounding may break near-ties differently per batch shape)."""
     model = random_model(seed=7).cuda()
-    engine = Engine(model)
+    runner = ModelRunner(model)
     srcs = sources(11, seed=8)
     options = SearchOptions(beam_size=beam, max_length=9)
     sentences = [Sentence(i, src, 9) for i, src in enumerate(srcs)]
-    search = make_search(kind, engine, beam)
+    search = make_search(kind, runner, beam)
     results = run_staggered(search, [sentences[:3], sentences[3:4], sentences[4:8], sentences[8:]], [0, 2, 1, 5])
     for i, src in enumerate(srcs):
-        assert_same(results[i], alone(engine, src, options))
+        assert_same(results[i], alone(runner, src, options))

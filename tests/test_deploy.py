@@ -11,12 +11,11 @@ import copy
 import re
 
 import pytest
+from conftest import ROOT
 
 from nmt_serve.service.app import create_app
 from nmt_serve.service.metrics import ENGINE_GAUGES, EngineCollector
 from nmt_serve.service.settings import Settings
-
-from conftest import ROOT
 
 yaml = pytest.importorskip("yaml")
 helm = pytest.importorskip("helm_python")

@@ -4,14 +4,13 @@ itself against full recomputation, with rows at different positions. On CPU the 
 op; the CUDA tests at the end also capture them as CUDA graphs."""
 import pytest
 import torch
+from conftest import random_model, random_sources
 
 from nmt_serve.inference.device_search import DeviceSearch, supports
-from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import SearchOptions, generate
 from nmt_serve.inference.static_decoder import StaticDecoder, bucket_of, buckets
 from nmt_serve.inference.translator import Translator
-
-from conftest import random_model, random_sources
 
 SHAPES = [
     dict(),
@@ -21,7 +20,7 @@ SHAPES = [
 
 
 def device_search(model, max_rows=64, max_length=64, check_every=4, device="cpu"):
-    decoder = StaticDecoder(Engine(model), max_rows=max_rows, max_length=max_length)
+    decoder = StaticDecoder(ModelRunner(model), max_rows=max_rows, max_length=max_length)
     return DeviceSearch(decoder, check_every=check_every)
 
 
@@ -48,7 +47,7 @@ def test_device_search_gives_the_reference_results(overrides, beam_size, check_e
     model = random_model(seed=21, **overrides)
     src = random_sources(11, 9, model.config.src_vocab_size, seed=22)  # 11 sentences: a bucket of 16
     opts = SearchOptions(beam_size=beam_size, num_hypotheses=beam_size, max_length=20)
-    reference = generate(Engine(model), src, opts)
+    reference = generate(ModelRunner(model), src, opts)
     assert_same_results(device_search(model, check_every=check_every).search(src, opts), reference)
 
 
@@ -65,7 +64,7 @@ def test_device_search_options(beam_size, options):
     model = random_model(seed=23)
     src = random_sources(7, 8, model.config.src_vocab_size, seed=24)
     opts = SearchOptions(beam_size=beam_size, **options)
-    assert_same_results(device_search(model).search(src, opts), generate(Engine(model), src, opts))
+    assert_same_results(device_search(model).search(src, opts), generate(ModelRunner(model), src, opts))
 
 
 def test_rows_leave_and_the_bucket_shrinks():
@@ -78,12 +77,12 @@ def test_rows_leave_and_the_bucket_shrinks():
     for beam_size in (1, 2):
         opts = SearchOptions(beam_size=beam_size, max_length=40, num_hypotheses=beam_size)
         searcher = device_search(model, max_rows=128, check_every=1)
-        reference = generate(Engine(model), src, opts)
+        reference = generate(ModelRunner(model), src, opts)
         lengths = {len(h[0].tokens) for h in reference}
         assert len(lengths) > 3  # really finishing at different steps
         assert_same_results(searcher.search(src, opts), reference)
         # the decoder is reused: a second, different search over the same buffers
-        assert_same_results(searcher.search(src[:5], opts), generate(Engine(model), src[:5], opts))
+        assert_same_results(searcher.search(src[:5], opts), generate(ModelRunner(model), src[:5], opts))
 
 
 def test_step_rows_at_different_positions_match_recomputation():
@@ -91,7 +90,7 @@ def test_step_rows_at_different_positions_match_recomputation():
     source length) gives each row the logits of decoding its own prefix alone."""
     model = random_model(seed=27)
     cfg = model.config
-    decoder = StaticDecoder(Engine(model), max_rows=8, max_length=32)
+    decoder = StaticDecoder(ModelRunner(model), max_rows=8, max_length=32)
     src = random_sources(3, 7, cfg.src_vocab_size, seed=28)
     prefixes = torch.randint(4, cfg.tgt_vocab_size, (3, 12))
     prefixes[:, 0] = cfg.decoder_start_id
@@ -112,7 +111,7 @@ def test_step_rows_at_different_positions_match_recomputation():
 
 def test_supports_leaves_what_it_cannot_do_to_the_eager_search():
     model = random_model(seed=29)
-    decoder = StaticDecoder(Engine(model), max_rows=8, max_length=32)
+    decoder = StaticDecoder(ModelRunner(model), max_rows=8, max_length=32)
     src = random_sources(2, 6, 64, seed=30)
     assert supports(decoder, src, SearchOptions(beam_size=4, max_length=20))
     assert not supports(decoder, src, SearchOptions(beam_size=4, max_length=40))  # past max_length
@@ -120,7 +119,7 @@ def test_supports_leaves_what_it_cannot_do_to_the_eager_search():
     assert not supports(decoder, src, SearchOptions(beam_size=2, no_repeat_ngram_size=2))
     assert not supports(decoder, src, SearchOptions(beam_size=2, use_cache=False))
     with pytest.raises(ValueError, match="max_positions"):
-        StaticDecoder(Engine(model), max_length=10_000)
+        StaticDecoder(ModelRunner(model), max_length=10_000)
 
 
 def test_translator_step_modes_agree(tiny_checkpoint):
@@ -156,10 +155,10 @@ def test_captured_graphs_give_the_eager_static_results_on_cuda(dtype, beam_size)
     model = random_model(seed=31).to("cuda", dtype)
     src = random_sources(13, 9, 64, seed=32).cuda()
     opts = SearchOptions(beam_size=beam_size, num_hypotheses=beam_size, max_length=20)
-    engine = Engine(model)
-    captured = DeviceSearch(StaticDecoder(engine, max_rows=64, max_length=64), check_every=1)
+    runner = ModelRunner(model)
+    captured = DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64), check_every=1)
     assert captured.decoder.capture
-    eager = DeviceSearch(StaticDecoder(engine, max_rows=64, max_length=64, capture=False), check_every=1)
+    eager = DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64, capture=False), check_every=1)
     first = captured.search(src, opts)  # captures as it goes
     again = captured.search(src, opts)  # replays
     reference = eager.search(src, opts)
@@ -168,13 +167,13 @@ def test_captured_graphs_give_the_eager_static_results_on_cuda(dtype, beam_size)
     memory = captured.decoder.memory()
     assert memory["graphs"] > 0 and memory["buffers_bytes"] > 0
     if dtype == torch.float32:
-        assert_same_results(first, generate(engine, src, opts), abs_tol=1e-3)
+        assert_same_results(first, generate(runner, src, opts), abs_tol=1e-3)
 
 
 @cuda
 def test_warmup_captures_every_bucket_on_cuda():
     model = random_model(seed=33).to("cuda", torch.float16)
-    searcher = DeviceSearch(StaticDecoder(Engine(model), max_rows=64, max_length=64))
+    searcher = DeviceSearch(StaticDecoder(ModelRunner(model), max_rows=64, max_length=64))
     programs = searcher.warmup(beam_sizes=(1, 4))
     assert programs == len(searcher.decoder.graphs) == (7 + 5) * 2
     src = random_sources(3, 9, 64, seed=34).cuda()

@@ -10,9 +10,9 @@ import re
 from urllib.parse import urlsplit
 
 import pytest
+from conftest import ROOT, headless_chromium, running_server
 from fastapi.testclient import TestClient
 
-from conftest import ROOT, headless_chromium, running_server
 from nmt_serve.service.app import create_app
 from nmt_serve.service.settings import Settings
 

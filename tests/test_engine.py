@@ -10,15 +10,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from conftest import free_port, post_json, processes, running_server
 
 from nmt_serve.engine.core import EngineConfig, EngineCore
 from nmt_serve.engine.protocol import (
-    EXPIRED, FAILED, OUT_OF_MEMORY, REFUSED, Attention, Cancel, DecodeOptions, Reply, Translate,
+    EXPIRED,
+    FAILED,
+    OUT_OF_MEMORY,
+    REFUSED,
+    Attention,
+    Cancel,
+    DecodeOptions,
+    Reply,
+    Translate,
 )
 from nmt_serve.inference.continuous import ContinuousSearch
 from nmt_serve.inference.translator import Translator
-
-from conftest import free_port, post_json, processes, running_server
 
 GERMAN = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch im Park.", "Hallo",
           "Ein kleines Kind sitzt auf einer Bank.", "Drei Leute warten auf den Bus."]
@@ -258,12 +265,12 @@ def test_several_api_workers_share_one_engine(models_dir):
 
 
 def test_engine_errors_map_to_statuses():
-    from nmt_serve.service.engine_calls import Engine
+    from nmt_serve.service.engine_client import EngineClient
     from nmt_serve.service.errors import APIError
 
     for kind, status in [(REFUSED, 503), (EXPIRED, 504), (OUT_OF_MEMORY, 503), (FAILED, 500), ("invalid", 400), ("shutting_down", 503)]:
         with pytest.raises(APIError) as caught:
-            Engine._value(Reply(1, error=kind, message="m", retry_after=2.5), 1.0)
+            EngineClient._value(Reply(1, error=kind, message="m", retry_after=2.5), 1.0)
         assert caught.value.status == status
         if kind == REFUSED:
             assert caught.value.headers["Retry-After"] == "3"

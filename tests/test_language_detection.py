@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from nmt_serve.text.language_detection import Detection, LanguageDetector, detector_for, language_name
+from nmt_serve.text.language_detection import (
+    Detection,
+    LanguageDetector,
+    detector_for,
+    language_name,
+)
 
 GERMAN = ["Ein Mann fährt mit dem Fahrrad durch die Stadt.", "Zwei Hunde spielen im Schnee.", "Wo ist der Bahnhof?",
           "Kannst du mir bitte helfen?", "Die Kinder spielen im Garten hinter dem Haus."]

@@ -12,9 +12,9 @@ import urllib.error
 
 import httpx
 import pytest
+from conftest import running_server
 from fastapi.testclient import TestClient
 
-from conftest import running_server
 from nmt_serve.service.app import create_app
 from nmt_serve.service.file_store import FileStore
 from nmt_serve.service.settings import Settings
@@ -280,7 +280,7 @@ def test_api_keys(secured, http):
 
 
 def test_rate_limit_and_overload_in_libretranslates_shape(models_dir, monkeypatch):
-    from nmt_serve.service.engine_calls import Engine
+    from nmt_serve.service.engine_client import EngineClient
 
     with TestClient(create_app(Settings(models_dir=str(models_dir), device="cpu", rate_limit_per_minute=2, max_body_bytes=4000)),
                     raise_server_exceptions=False) as c:
@@ -298,7 +298,7 @@ def test_rate_limit_and_overload_in_libretranslates_shape(models_dir, monkeypatc
         # announced by Content-Length: refused before routing, in the same shape
         assert "4000 bytes" in error_of(c.post("/translate", json={"q": "x" * 5000, "source": "de", "target": "en"}), 413)
 
-    monkeypatch.setattr(Engine, "backlog_seconds", lambda self: 100.0)
+    monkeypatch.setattr(EngineClient, "backlog_seconds", lambda self: 100.0)
     with TestClient(create_app(Settings(models_dir=str(models_dir), device="cpu")), raise_server_exceptions=False) as c:
         wait_ready(c)
         refused = c.post("/translate", json={"q": GERMAN, "source": "de", "target": "en"})

@@ -10,15 +10,14 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+from conftest import make_checkpoint, random_sources  # noqa: E402
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # noqa: E402
 
-from nmt_serve.network.checkpoint import load_checkpoint  # noqa: E402
 from nmt_serve.convert.marian import export_marian, import_marian  # noqa: E402
-from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import SearchOptions, generate  # noqa: E402
 from nmt_serve.inference.translator import Translator  # noqa: E402
-
-from conftest import make_checkpoint, random_sources  # noqa: E402
+from nmt_serve.network.checkpoint import load_checkpoint  # noqa: E402
 
 SHAPES = [
     dict(d_model=32, heads=4, ffn=64, enc=2, dec=2, activation="swish", shared=True, tie=True, scale=True),
@@ -118,7 +117,7 @@ def test_search_matches_hugging_face_generate(converted, beam_size, beam_cache_m
                 input_ids=src, attention_mask=(src != cfg.pad_id).long(), num_beams=beam_size, do_sample=False,
                 max_new_tokens=12, early_stopping=True, length_penalty=1.0, bad_words_ids=[[cfg.pad_id]],
             )
-        mine = generate(Engine(ours), src, SearchOptions(beam_size=beam_size, max_length=12, length_penalty=1.0))
+        mine = generate(ModelRunner(ours), src, SearchOptions(beam_size=beam_size, max_length=12, length_penalty=1.0))
         for row, hyps in zip(theirs, mine):
             assert hyps[0].tokens == hf_tokens(row, cfg.eos_id, cfg.pad_id)
 

@@ -8,19 +8,30 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import make_checkpoint, random_model
 
 from nmt_serve.engine.loader import load_models
-from nmt_serve.training import model_card
-from nmt_serve.network.checkpoint import CheckpointInfo, load_checkpoint, read_info, save_checkpoint
-from nmt_serve.training.evaluate import evaluate
-from nmt_serve.training.multiway import multiway_pairs, parse_directions, parse_languages, read_multiway, tag_ids, target_tag
+from nmt_serve.inference.translator import Translator
+from nmt_serve.network.checkpoint import (
+    CheckpointInfo,
+    load_checkpoint,
+    read_info,
+    save_checkpoint,
+)
 from nmt_serve.network.routing import route
 from nmt_serve.network.tokenizer import Tokenizer, train_sentencepiece
-from nmt_serve.training.train import TrainConfig, Trainer
-from nmt_serve.inference.translator import Translator
 from nmt_serve.service.directions import served_directions
-
-from conftest import make_checkpoint, random_model
+from nmt_serve.training import model_card
+from nmt_serve.training.evaluate import evaluate
+from nmt_serve.training.multiway import (
+    multiway_pairs,
+    parse_directions,
+    parse_languages,
+    read_multiway,
+    tag_ids,
+    target_tag,
+)
+from nmt_serve.training.train import TrainConfig, Trainer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent

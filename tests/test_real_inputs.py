@@ -7,14 +7,13 @@ import time
 import lxml.html
 import pytest
 import sacrebleu
+from conftest import ROOT
 from fastapi.testclient import TestClient
 
-from nmt_serve.training.data import read_lines
-from nmt_serve.text.segmentation import segment
 from nmt_serve.service.app import create_app
 from nmt_serve.service.settings import Settings
-
-from conftest import ROOT
+from nmt_serve.text.segmentation import segment
+from nmt_serve.training.data import read_lines
 
 DATA = ROOT.parent / "shared" / "data" / "multi30k"
 PARAGRAPH = ("Ein Mann steht auf einer Leiter. Er streicht die Wand eines Hauses. Zwei Kinder spielen im Garten daneben. "

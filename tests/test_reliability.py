@@ -17,12 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, free_port, post_json, running_server, wait_until_ready
 from fastapi.testclient import TestClient
 
 from nmt_serve.service.app import create_app
 from nmt_serve.service.settings import Settings
-
-from conftest import ROOT, free_port, post_json, running_server, wait_until_ready
 
 FAST = {"beam_size": 1, "max_length": 6}
 

@@ -1,11 +1,16 @@
 """Greedy and beam search: equivalences, scores, constraints, finished rows leaving the batch."""
 import pytest
 import torch
-
-from nmt_serve.inference.model_runner import Engine
-from nmt_serve.inference.search import DecoderState, SearchOptions, beam_search, generate, greedy_search
-
 from conftest import random_model, random_sources
+
+from nmt_serve.inference.model_runner import ModelRunner
+from nmt_serve.inference.search import (
+    DecoderState,
+    SearchOptions,
+    beam_search,
+    generate,
+    greedy_search,
+)
 
 
 def teacher_forced_score(model, src_row: torch.Tensor, tokens: list[int]) -> float:
@@ -22,8 +27,8 @@ def test_beam_size_one_is_exactly_greedy(seed):
     model = random_model(seed=seed)
     src = random_sources(5, 10, 64, seed=seed)
     opts = SearchOptions(beam_size=1, max_length=14)
-    greedy = greedy_search(Engine(model), src, opts)
-    beam = beam_search(Engine(model), src, opts)
+    greedy = greedy_search(ModelRunner(model), src, opts)
+    beam = beam_search(ModelRunner(model), src, opts)
     for g, b in zip(greedy, beam):
         assert g.tokens == b[0].tokens
         assert g.score == pytest.approx(b[0].score, abs=1e-5)
@@ -35,7 +40,7 @@ def test_beam_hypotheses_sorted_distinct_and_scored_by_teacher_forcing(seed, len
     model = random_model(seed=seed)
     src = random_sources(4, 9, 64, seed=seed)
     opts = SearchOptions(beam_size=5, num_hypotheses=5, max_length=12, length_penalty=length_penalty)
-    for i, hyps in enumerate(generate(Engine(model), src, opts)):
+    for i, hyps in enumerate(generate(ModelRunner(model), src, opts)):
         assert len(hyps) == 5
         normalized = [h.normalized_score for h in hyps]
         assert normalized == sorted(normalized, reverse=True)
@@ -49,8 +54,8 @@ def test_beam_hypotheses_sorted_distinct_and_scored_by_teacher_forcing(seed, len
 def test_beam_finds_at_least_the_greedy_score():
     model = random_model(seed=5)
     src = random_sources(6, 8, 64, seed=6)
-    greedy = generate(Engine(model), src, SearchOptions(beam_size=1, max_length=10, length_penalty=0.0))
-    beam = generate(Engine(model), src, SearchOptions(beam_size=6, max_length=10, length_penalty=0.0))
+    greedy = generate(ModelRunner(model), src, SearchOptions(beam_size=1, max_length=10, length_penalty=0.0))
+    beam = generate(ModelRunner(model), src, SearchOptions(beam_size=6, max_length=10, length_penalty=0.0))
     for g, b in zip(greedy, beam):
         assert b[0].score >= g[0].score - 1e-5
 
@@ -59,9 +64,9 @@ def test_max_and_min_length_are_respected():
     model = random_model(seed=7)
     src = random_sources(4, 8, 64, seed=8)
     for beam_size in (1, 3):
-        for hyps in generate(Engine(model), src, SearchOptions(beam_size=beam_size, max_length=5)):
+        for hyps in generate(ModelRunner(model), src, SearchOptions(beam_size=beam_size, max_length=5)):
             assert all(len(h.tokens) + 1 <= 5 for h in hyps)
-        for hyps in generate(Engine(model), src, SearchOptions(beam_size=beam_size, min_length=6, max_length=9)):
+        for hyps in generate(ModelRunner(model), src, SearchOptions(beam_size=beam_size, min_length=6, max_length=9)):
             assert all(len(h.tokens) >= 6 for h in hyps)
 
 
@@ -70,8 +75,8 @@ def test_default_max_length_grows_with_the_source():
     short = random_sources(1, 3, 64, seed=1)
     long = random_sources(1, 20, 64, seed=1)
     opts = SearchOptions(beam_size=1)
-    n_short = len(generate(Engine(model), short, opts)[0][0].tokens) + 1
-    n_long = len(generate(Engine(model), long, opts)[0][0].tokens) + 1
+    n_short = len(generate(ModelRunner(model), short, opts)[0][0].tokens) + 1
+    n_long = len(generate(ModelRunner(model), long, opts)[0][0].tokens) + 1
     assert n_short <= int(1.5 * 3 + 10) and n_long <= int(1.5 * 20 + 10)
     assert n_long > n_short
 
@@ -80,7 +85,7 @@ def test_default_max_length_grows_with_the_source():
 def test_no_repeat_ngram(beam_size, beam_cache_mode):
     model = random_model(seed=10)
     src = random_sources(3, 6, 64, seed=11)
-    for hyps in generate(Engine(model), src, SearchOptions(beam_size=beam_size, max_length=30, no_repeat_ngram_size=2)):
+    for hyps in generate(ModelRunner(model), src, SearchOptions(beam_size=beam_size, max_length=30, no_repeat_ngram_size=2)):
         for h in hyps:
             bigrams = list(zip(h.tokens, h.tokens[1:]))
             assert len(bigrams) == len(set(bigrams))
@@ -90,7 +95,7 @@ def test_pad_and_start_tokens_are_never_generated():
     model = random_model(seed=12, final_logits_bias=True)
     model.logits_bias[[0, 2]] = 1e4  # pad and bos would win everywhere if they were allowed
     src = random_sources(3, 6, 64, seed=13)
-    for hyps in generate(Engine(model), src, SearchOptions(beam_size=2, num_hypotheses=2, max_length=8)):
+    for hyps in generate(ModelRunner(model), src, SearchOptions(beam_size=2, num_hypotheses=2, max_length=8)):
         for h in hyps:
             assert 0 not in h.tokens and 2 not in h.tokens
 
@@ -110,7 +115,7 @@ def test_finished_sentences_leave_the_batch(beam_size, monkeypatch, beam_cache_m
         return original(self, prefix)
 
     monkeypatch.setattr(DecoderState, "log_probs", spy)
-    results = generate(Engine(model), src, SearchOptions(beam_size=beam_size, num_hypotheses=beam_size))
+    results = generate(ModelRunner(model), src, SearchOptions(beam_size=beam_size, num_hypotheses=beam_size))
     for hyps, cap in zip(results, max_lens.tolist()):
         assert all(len(h.tokens) + 1 == cap for h in hyps)
     expected = [beam_size * int((max_lens > step).sum()) for step in range(int(max_lens.max()))]
@@ -138,5 +143,5 @@ def test_a_degenerate_model_is_bounded_by_the_deadline(beam_size):
     src = random_sources(4, 8, 64, seed=19)
     started = time.monotonic()
     with pytest.raises(DeadlineExceeded):
-        generate(Engine(model), src, SearchOptions(beam_size=beam_size, max_length=1000), deadline=started + 0.2)
+        generate(ModelRunner(model), src, SearchOptions(beam_size=beam_size, max_length=1000), deadline=started + 0.2)
     assert time.monotonic() - started < 2.0

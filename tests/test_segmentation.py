@@ -3,8 +3,8 @@ sentences cut where they can be, and the segmenter right on the project's gold s
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIXTURES
+
 from nmt_serve.text.segmentation import segment, split_long
 
 

@@ -11,12 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import running_server
 from fastapi.testclient import TestClient
 
 from nmt_serve.service.app import create_app
 from nmt_serve.service.settings import Settings
-
-from conftest import running_server
 
 ROOT = Path(__file__).resolve().parent.parent
 GERMAN = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch im Park.", "Hallo"]
@@ -158,9 +157,9 @@ def test_queue_full_is_503_with_retry_after(models_dir):
 def test_overload_seen_in_the_engine_status_is_refused_before_the_engine(models_dir, monkeypatch):
     """The engine's last status says its admitted work takes 100 s: a request with a 30 s deadline
     is refused by the API process itself (no tokenizing, no round trip); with admission off it is not."""
-    from nmt_serve.service.engine_calls import Engine
+    from nmt_serve.service.engine_client import EngineClient
 
-    monkeypatch.setattr(Engine, "backlog_seconds", lambda self: 100.0)
+    monkeypatch.setattr(EngineClient, "backlog_seconds", lambda self: 100.0)
     with make_client(models_dir) as c:
         wait_ready(c)
         r = c.post("/v1/translate", json={"text": "Hallo", **FAST})
@@ -176,11 +175,11 @@ def test_overload_seen_in_the_engine_status_is_refused_before_the_engine(models_
 def test_backlog_is_read_from_the_engine_status():
     from types import SimpleNamespace
 
-    from nmt_serve.service.engine_calls import Engine
+    from nmt_serve.service.engine_client import EngineClient
 
-    engine = Engine(SimpleNamespace(status=None))
+    engine = EngineClient(SimpleNamespace(status=None))
     assert engine.backlog_seconds() == 0.0 and engine.refusal(30.0, 0.8) is None
-    engine.client.status = SimpleNamespace(stats={"pending_units": 2500.0, "rate_units_per_second": 100.0})
+    engine.connection.status = SimpleNamespace(stats={"pending_units": 2500.0, "rate_units_per_second": 100.0})
     assert engine.backlog_seconds() == 25.0
     assert engine.refusal(30.0, 0.8).status == 503 and engine.refusal(30.0, 0.9) is None  # 25 s > 24 s, not > 27 s
 

@@ -3,11 +3,10 @@ import json
 
 import pytest
 import sacrebleu
-
-from nmt_serve.training.data import read_lines
-from nmt_serve.inference.translator import Translator
-
 from conftest import ROOT
+
+from nmt_serve.inference.translator import Translator
+from nmt_serve.training.data import read_lines
 
 DATA = ROOT.parent / "shared" / "data" / "multi30k"
 # the first sentences of test_2016_flickr, so the test also runs where the data is absent

@@ -4,12 +4,11 @@ import json
 
 import pytest
 import sacrebleu
+from conftest import ROOT
 
-from nmt_serve.training.data import read_lines
 from nmt_serve.inference.translator import Translator
 from nmt_serve.text.language_detection import detector_for
-
-from conftest import ROOT
+from nmt_serve.training.data import read_lines
 
 MODEL = ROOT / "checkpoints" / "multi30k"
 DATA = ROOT.parent / "shared" / "data" / "multi30k"

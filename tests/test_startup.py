@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import free_port, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,14 +1,13 @@
 """The whole stack learns: a tiny model trained here reverses random digit strings."""
 import torch
 import torch.nn.functional as F
-
-from nmt_serve.training.data import pad_batch
-from nmt_serve.inference.model_runner import Engine
-from nmt_serve.inference.search import SearchOptions, generate
-from nmt_serve.training.train import inverse_sqrt_lr
-from nmt_serve.network.transformer import Transformer
-
 from conftest import tiny_config
+
+from nmt_serve.inference.model_runner import ModelRunner
+from nmt_serve.inference.search import SearchOptions, generate
+from nmt_serve.network.transformer import Transformer
+from nmt_serve.training.data import pad_batch
+from nmt_serve.training.train import inverse_sqrt_lr
 
 DIGITS = list(range(4, 14))  # ids 4..13 are the digits 0..9; 0-3 are pad, unk, bos, eos
 
@@ -45,6 +44,6 @@ def test_tiny_model_learns_to_reverse_digit_strings():
     test = reverse_pairs(200, torch.Generator().manual_seed(123))
     src = pad_batch([s for s, _ in test], cfg.pad_id)
     for beam_size in (1, 4):
-        results = generate(Engine(model), src, SearchOptions(beam_size=beam_size))
+        results = generate(ModelRunner(model), src, SearchOptions(beam_size=beam_size))
         exact = sum(r[0].tokens == t[:-1] for r, (_, t) in zip(results, test)) / len(test)
         assert exact >= 0.95, f"beam {beam_size}: exact match {exact:.2f}"

@@ -4,9 +4,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nmt_serve.inference.translator import Translator
 from nmt_serve.training.evaluate import evaluate
 from nmt_serve.training.train import TrainConfig, Trainer, inverse_sqrt_lr
-from nmt_serve.inference.translator import Translator
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent

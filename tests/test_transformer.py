@@ -1,13 +1,12 @@
 """Model invariants: KV cache equals recomputation, causality, padding, attention normalization."""
 import pytest
 import torch
+from conftest import random_model, random_sources
 
 import nmt_serve.inference.model_runner as engine_module
-from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import SearchOptions, generate
 from nmt_serve.network.transformer import causal_mask, padding_mask, sinusoidal_table
-
-from conftest import random_model, random_sources
 
 SHAPES = [
     dict(),
@@ -20,9 +19,9 @@ SHAPES = [
 
 def teacher_forced_and_cached(model, src, tgt_in):
     full = model(src, tgt_in)
-    engine = Engine(model)
-    cache = engine.new_cache(*engine.encode(src))
-    steps = [engine.step(tgt_in[:, t], cache)[:, None] for t in range(tgt_in.size(1))]
+    runner = ModelRunner(model)
+    cache = runner.new_cache(*runner.encode(src))
+    steps = [runner.step(tgt_in[:, t], cache)[:, None] for t in range(tgt_in.size(1))]
     return full, torch.cat(steps, dim=1)
 
 
@@ -44,8 +43,8 @@ def test_cached_search_gives_same_outputs(overrides, beam_size, beam_cache_mode)
     model = random_model(seed=4, **overrides)
     src = random_sources(5, 8, model.config.src_vocab_size, seed=5)
     opts = dict(beam_size=beam_size, num_hypotheses=beam_size, max_length=12)
-    cached = generate(Engine(model), src, SearchOptions(**opts, use_cache=True))
-    recomputed = generate(Engine(model), src, SearchOptions(**opts, use_cache=False))
+    cached = generate(ModelRunner(model), src, SearchOptions(**opts, use_cache=True))
+    recomputed = generate(ModelRunner(model), src, SearchOptions(**opts, use_cache=False))
     for a, b in zip(cached, recomputed):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
@@ -56,13 +55,13 @@ def test_cache_reorder_follows_indices():
     src = random_sources(3, 6, model.config.src_vocab_size, seed=7)
     tgt_in = torch.randint(4, 64, (3, 5))
     with torch.no_grad():
-        engine = Engine(model)
-        cache = engine.new_cache(*engine.encode(src))
+        runner = ModelRunner(model)
+        cache = runner.new_cache(*runner.encode(src))
         for t in range(3):
-            engine.step(tgt_in[:, t], cache)
+            runner.step(tgt_in[:, t], cache)
         order = torch.tensor([2, 0, 0])  # a beam-like reorder that also duplicates a row
         cache.reorder(order)
-        after = torch.stack([engine.step(tgt_in[order, t], cache) for t in range(3, 5)], 1)
+        after = torch.stack([runner.step(tgt_in[order, t], cache) for t in range(3, 5)], 1)
         reference = model(src[order], tgt_in[order])[:, 3:5]
     assert (after - reference).abs().max().item() <= 1e-5
     assert cache.batch_size == 3 and cache.length == 5
@@ -98,10 +97,10 @@ def test_sentence_alone_and_in_a_batch_give_identical_tokens(beam_size):
     model = random_model(seed=12)
     src = random_sources(6, 12, 64, seed=13)
     opts = SearchOptions(beam_size=beam_size, max_length=15)
-    batched = generate(Engine(model), src, opts)
+    batched = generate(ModelRunner(model), src, opts)
     for i in range(src.size(0)):
         length = int((src[i] != 0).sum())
-        alone = generate(Engine(model), src[i : i + 1, :length], opts)
+        alone = generate(ModelRunner(model), src[i : i + 1, :length], opts)
         assert alone[0][0].tokens == batched[i][0].tokens
 
 
@@ -145,11 +144,11 @@ def test_engine_encoder_matches_the_module_encoder(overrides, padded):
     model = random_model(seed=3, **overrides)
     cfg = model.config
     src = random_sources(4, 9, cfg.src_vocab_size, seed=4)
-    if not padded:  # every row full length: the engine then attends without a mask
+    if not padded:  # every row full length: the runner then attends without a mask
         src = torch.randint(4, cfg.src_vocab_size, (4, 9))
     with torch.inference_mode():
         reference = model.encode(src)
-        states, src_mask = Engine(model).encode(src)
+        states, src_mask = ModelRunner(model).encode(src)
     assert torch.equal(src_mask, reference.src_mask)
     assert (states - reference.states).abs().max().item() <= 1e-5
 
@@ -158,15 +157,15 @@ def test_engine_knows_when_the_weights_changed_in_place():
     model = random_model(seed=11)
     src = random_sources(3, 7, model.config.src_vocab_size, seed=12)
     opts = dict(beam_size=2, max_length=10)
-    engine = Engine(model)
-    assert engine.is_current()  # while nothing changes
-    before = generate(engine, src, SearchOptions(**opts))
+    runner = ModelRunner(model)
+    assert runner.is_current()  # while nothing changes
+    before = generate(runner, src, SearchOptions(**opts))
     with torch.no_grad():  # as an optimizer step or load_state_dict changes weights
         model.decoder_layers[0].self_attn.k_proj.weight.mul_(-4.0)
         model.encoder_layers[0].ffn.fc1.bias.add_(1.0)
-    assert not engine.is_current()
-    after = generate(Engine(model), src, SearchOptions(**opts))
-    reference = generate(engine, src, SearchOptions(**opts, use_cache=False))  # the module path reads the model
+    assert not runner.is_current()
+    after = generate(ModelRunner(model), src, SearchOptions(**opts))
+    reference = generate(runner, src, SearchOptions(**opts, use_cache=False))  # the module path reads the model
     assert [h[0].tokens for h in after] == [h[0].tokens for h in reference]
     assert [h[0].tokens for h in after] != [h[0].tokens for h in before]
 
@@ -179,13 +178,13 @@ def test_int8_engine_stays_close_to_float(overrides, monkeypatch):
     src = random_sources(4, 9, cfg.src_vocab_size, seed=14)
     tokens = torch.randint(4, cfg.tgt_vocab_size, (4,))
     with torch.inference_mode():
-        float_engine = Engine(model)
-        int8_engine = Engine(model, "int8")
+        float_engine = ModelRunner(model)
+        int8_engine = ModelRunner(model, "int8")
         assert int8_engine.quantization == "int8"
         logits = []
-        for engine in (float_engine, int8_engine):
-            cache = engine.new_cache(*engine.encode(src), capacity=4)
-            logits.append(engine.step(tokens, cache))
+        for runner in (float_engine, int8_engine):
+            cache = runner.new_cache(*runner.encode(src), capacity=4)
+            logits.append(runner.step(tokens, cache))
     f, q = logits
     assert not torch.equal(f, q)  # really quantized
     assert (f - q).abs().max().item() <= 0.1 * f.abs().max().item()
@@ -194,7 +193,7 @@ def test_int8_engine_stays_close_to_float(overrides, monkeypatch):
 def test_quantization_is_validated():
     model = random_model(seed=15)
     with pytest.raises(ValueError, match="quantization must be one of"):
-        Engine(model, "int4")
+        ModelRunner(model, "int4")
 
 
 def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
@@ -206,15 +205,15 @@ def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
     src = random_sources(G, 6, cfg.src_vocab_size, seed=17).repeat_interleave(K, 0)  # K rows per sentence
     g = torch.Generator().manual_seed(18)
     with torch.inference_mode():
-        engine = Engine(model)
-        grouped = engine.new_cache(*engine.encode(src), capacity=steps, group_size=K)
-        physical = engine.new_cache(*engine.encode(src), capacity=steps)
+        runner = ModelRunner(model)
+        grouped = runner.new_cache(*runner.encode(src), capacity=steps, group_size=K)
+        physical = runner.new_cache(*runner.encode(src), capacity=steps)
         assert grouped.grouped and not physical.grouped
         prefix = torch.full((G * K, 1), cfg.decoder_start_id)
         for t in range(steps):
             reference = model.decode(prefix, model.encode(src)).logits[:, -1]
             for cache in (grouped, physical):
-                assert (engine.step(prefix[:, -1], cache) - reference).abs().max().item() <= 1e-5
+                assert (runner.step(prefix[:, -1], cache) - reference).abs().max().item() <= 1e-5
             rows = prefix.size(0)
             parents = (torch.arange(rows) // K) * K + torch.randint(0, K, (rows,), generator=g)  # within the group
             leaving = t == 3

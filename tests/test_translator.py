@@ -9,9 +9,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from nmt_serve.network.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from nmt_serve.network.tokenizer import Tokenizer
 from nmt_serve.inference.translator import Translator
+from nmt_serve.network.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
+from nmt_serve.network.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee auf einer großen Wiese.", "Hallo"]
@@ -191,16 +195,17 @@ def test_runs_unchanged_on_cuda(tiny_checkpoint):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_kv_cache_matches_recomputation_on_cuda():
     from conftest import random_model, random_sources
-    from nmt_serve.inference.model_runner import Engine
+
+    from nmt_serve.inference.model_runner import ModelRunner
 
     model = random_model(seed=1).cuda()
     src = random_sources(4, 9, 64, seed=2).cuda()
     tgt = torch.randint(4, 64, (4, 20), device="cuda")
     with torch.no_grad():
         full = model(src, tgt)
-        engine = Engine(model)
-        cache = engine.new_cache(*engine.encode(src))
-        inc = torch.stack([engine.step(tgt[:, t], cache) for t in range(20)], 1)
+        runner = ModelRunner(model)
+        cache = runner.new_cache(*runner.encode(src))
+        inc = torch.stack([runner.step(tgt[:, t], cache) for t in range(20)], 1)
     assert (full - inc).abs().max().item() <= 1e-4
 
 

@@ -9,7 +9,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import CHROMIUM, ROOT, headless_chromium, running_server
 
 playwright_api = pytest.importorskip("playwright.sync_api")

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
-    from nmt_serve.network.checkpoint import CheckpointInfo
     from nmt_serve.inference.translator import Translator
+    from nmt_serve.network.checkpoint import CheckpointInfo
 
 
 def fail(parser: argparse.ArgumentParser, message: str) -> NoReturn:
@@ -106,8 +106,8 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
 
 
 def load_translator(parser: argparse.ArgumentParser, args: argparse.Namespace) -> "Translator":
-    from nmt_serve.network.checkpoint import CheckpointError
     from nmt_serve.inference.translator import Translator
+    from nmt_serve.network.checkpoint import CheckpointError
 
     # CheckpointError: a missing or broken checkpoint; ValueError: options it cannot run with (cuda on a CPU machine)
     with user_errors(parser, CheckpointError, ValueError):

@@ -15,7 +15,14 @@ import sys
 
 from tqdm import tqdm
 
-from nmt_serve.cli.common import add_load_options, check_model, fail, load_translator, non_negative_int, positive_int
+from nmt_serve.cli.common import (
+    add_load_options,
+    check_model,
+    fail,
+    load_translator,
+    non_negative_int,
+    positive_int,
+)
 from nmt_serve.text.segmentation import segment
 
 # the shipped models saw sentences of at most ~40 tokens in training; longer ones are cut at clauses

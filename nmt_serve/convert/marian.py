@@ -20,8 +20,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from nmt_serve.network.checkpoint import CheckpointError, CheckpointInfo, load_checkpoint, save_checkpoint
 from nmt_serve.cli.common import user_errors
+from nmt_serve.network.checkpoint import (
+    CheckpointError,
+    CheckpointInfo,
+    load_checkpoint,
+    save_checkpoint,
+)
 from nmt_serve.network.config import ModelConfig
 from nmt_serve.network.transformer import Transformer, sinusoidal_table
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from nmt_serve.inference.translator import Translator
-
 from nmt_serve.engine.protocol import Attention
+from nmt_serve.inference.translator import Translator
 
 
 def select(maps: torch.Tensor, layers: list[int], heads: list[int], average: bool) -> list:

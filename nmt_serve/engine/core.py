@@ -27,20 +27,29 @@ from typing import Any
 
 import torch
 
+from nmt_serve.engine.admission import Admission
+from nmt_serve.engine.attention_maps import attention_maps
+from nmt_serve.engine.protocol import (
+    EXPIRED,
+    FAILED,
+    INVALID,
+    OUT_OF_MEMORY,
+    REFUSED,
+    Attention,
+    Cancel,
+    DecodeOptions,
+    EngineHypothesis,
+    EngineStatus,
+    Reply,
+    Translate,
+)
 from nmt_serve.inference.attention import attention_backend
 from nmt_serve.inference.continuous import ContinuousSearch, Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
 from nmt_serve.inference.device_search import DeviceSearch
-from nmt_serve.inference.search import Hypothesis, SearchOptions, max_length_of
+from nmt_serve.inference.search import SearchHypothesis, SearchOptions, max_length_of
 from nmt_serve.inference.static_decoder import StaticDecoder
 from nmt_serve.inference.translator import Translator
-
-from nmt_serve.engine.admission import Admission
-from nmt_serve.engine.attention_maps import attention_maps
-from nmt_serve.engine.protocol import (
-    EXPIRED, FAILED, INVALID, OUT_OF_MEMORY, REFUSED, Attention, Cancel, DecodeOptions, EngineStatus, Hypothesis as Translation,
-    Reply, Translate,
-)
 
 log = logging.getLogger("engine")
 CALIBRATION_TEXT = "Ein Mann mit einer roten Jacke fährt mit dem Fahrrad durch die Straßen der Stadt."
@@ -68,7 +77,7 @@ class EngineConfig:
 @dataclass
 class _Call:
     message: Translate
-    results: list[list[Translation] | None]  # per text, its n-best
+    results: list[list[EngineHypothesis] | None]  # per text, its n-best
     left: int  # sentences not finished
     reservation: tuple[float, int]  # admitted work units and sentences, released when the call leaves
     source_tokens: list[int]  # per text, eos excluded (0 for empty texts)
@@ -235,8 +244,8 @@ class EngineCore:
             return [Reply(call.id, error=INVALID, message=str(exc))]
         todo = [i for i, s in enumerate(sources) if s is not None]
         # nothing to translate: an empty translation, not whatever the model says to a bare eos
-        empty = Translation("", 0.0 if options.return_scores else None, 0.0 if options.return_scores else None)
-        results: list[list[Translation] | None] = [None if s is not None else [empty] * options.num_hypotheses for s in sources]
+        empty = EngineHypothesis("", 0.0 if options.return_scores else None, 0.0 if options.return_scores else None)
+        results: list[list[EngineHypothesis] | None] = [None if s is not None else [empty] * options.num_hypotheses for s in sources]
         if not todo:
             self._release(reservation)
             return [Reply(call.id, value=results)]
@@ -275,7 +284,7 @@ class EngineCore:
     def _new_search(self, model_id: str, beam: int, kind: str) -> ContinuousSearch | ContinuousDeviceSearch:
         translator = self.models[model_id]
         if kind == "eager":
-            return ContinuousSearch(translator.engine, beam_size=beam)
+            return ContinuousSearch(translator.runner, beam_size=beam)
         return ContinuousDeviceSearch(self._device_search(model_id, beam), beam_size=beam)
 
     def _device_search(self, model_id: str, beam: int) -> DeviceSearch:
@@ -285,7 +294,7 @@ class EngineCore:
         if key not in self._device_searches:
             t = self.models[model_id]
             rows = min(t.static_rows, self.config.max_batch_sentences * beam)
-            self._device_searches[key] = DeviceSearch(StaticDecoder(t.engine, max_rows=max(rows, beam), max_length=t.static_length))
+            self._device_searches[key] = DeviceSearch(StaticDecoder(t.runner, max_rows=max(rows, beam), max_length=t.static_length))
         return self._device_searches[key]
 
     def warmup(self) -> int:
@@ -465,10 +474,10 @@ class EngineCore:
         return replies
 
     @staticmethod
-    def _translation(translator: Translator, h: Hypothesis, options: DecodeOptions, max_length: int) -> Translation:
+    def _translation(translator: Translator, h: SearchHypothesis, options: DecodeOptions, max_length: int) -> EngineHypothesis:
         scores = options.return_scores
         # the search forces eos at max_length, so a hypothesis that used every position was cut there
-        return Translation(translator.tgt_tokenizer.decode(h.tokens), h.score if scores else None,
+        return EngineHypothesis(translator.tgt_tokenizer.decode(h.tokens), h.score if scores else None,
                            h.normalized_score if scores else None, len(h.tokens), len(h.tokens) + 1 >= max_length)
 
     def _count(self, seconds: float, units: float, source: int, output: int) -> None:

@@ -67,10 +67,12 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
     """{"de-en": (translator, load seconds, checkpoint path)} for every checkpoint found that serves some
     direction best (model.routing); a multilingual checkpoint's id is its directory's name (the API routes
     its directions to it)."""
-    from nmt_serve.network.checkpoint import read_info
     from nmt_serve.inference.attention import attention_backend
+    from nmt_serve.inference.translator import (
+        Translator,  # torch: only the engine process pays for it
+    )
+    from nmt_serve.network.checkpoint import read_info
     from nmt_serve.network.routing import route
-    from nmt_serve.inference.translator import Translator  # torch: only the engine process pays for it
 
     if device.startswith("cuda") and (problem := device_problem(device)):
         raise RuntimeError(f"device {device} is not usable: {problem}")

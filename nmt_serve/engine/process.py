@@ -26,7 +26,15 @@ from pathlib import Path
 
 import zmq
 
-from nmt_serve.engine.protocol import FAILED, SHUTTING_DOWN, Cancel, EngineStatus, Reply, dumps, loads
+from nmt_serve.engine.protocol import (
+    FAILED,
+    SHUTTING_DOWN,
+    Cancel,
+    EngineStatus,
+    Reply,
+    dumps,
+    loads,
+)
 
 log = logging.getLogger("engine")
 STATUS_INTERVAL_S = 0.1

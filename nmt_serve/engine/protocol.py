@@ -33,7 +33,7 @@ class DecodeOptions:
 
 
 @dataclass
-class Hypothesis:
+class EngineHypothesis:
     """One translation of one text (plain data: the API process needs no torch to read it)."""
 
     text: str
@@ -79,7 +79,7 @@ class Cancel:
 @dataclass
 class Reply:
     id: int
-    value: Any = None  # translate: per text its n-best list[Hypothesis], best first; attention: a dict
+    value: Any = None  # translate: per text its n-best list[EngineHypothesis], best first; attention: a dict
     error: str | None = None  # one of the kinds above
     message: str = ""
     retry_after: float | None = None

@@ -14,7 +14,7 @@ is carried out in one of two ways:
   sentence adjacent): keys/values never move. Row r writes position t into its own row, and
   `ancestors[r, t]` records which row of its group (0..K-1) holds position t of r's history. A beam
   reorder then re-indexes that small (B, capacity) table instead of copying the keys/values, and
-  attention reads each row's history through it (see Engine._grouped_attention). When sentences
+  attention reads each row's history through it (see ModelRunner._grouped_attention). When sentences
   leave, their groups leave whole (a physical copy of the groups that stay), and since the table
   holds positions within the group, it stays valid.
 

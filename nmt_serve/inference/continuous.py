@@ -5,7 +5,7 @@ per request would then either wait to gather a batch or leave the engine idle wh
 sentence of a batch finishes, and a short request arriving meanwhile would wait behind it. Here
 (as in Orca and vLLM) the batch is a running set of rows:
 
-    search = ContinuousSearch(engine, beam_size=4)
+    search = ContinuousSearch(runner, beam_size=4)
     search.add([Sentence(key, src_ids, max_length=...)])   # encodes them, their cache rows join
     finished = search.step()                               # one token for every row; [(key, n-best)]
 
@@ -31,8 +31,13 @@ import torch
 
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.cache import KVCache
-from nmt_serve.inference.model_runner import Engine
-from nmt_serve.inference.search import GROUPED_BEAM_MIN_ROWS, Hypothesis, banned_tokens, normalize
+from nmt_serve.inference.model_runner import ModelRunner
+from nmt_serve.inference.search import (
+    GROUPED_BEAM_MIN_ROWS,
+    SearchHypothesis,
+    banned_tokens,
+    normalize,
+)
 
 INITIAL_CAPACITY = 64  # decoder positions preallocated; the cache doubles it when needed
 
@@ -53,7 +58,7 @@ class _Running:
     sentence: Sentence
     beams: list[list[int]]  # generated tokens of each live beam (K of them once it has started)
     step: int = 0  # tokens generated so far
-    finished: list[Hypothesis] = field(default_factory=list)
+    finished: list[SearchHypothesis] = field(default_factory=list)
     cancelled: bool = False
 
 
@@ -69,9 +74,9 @@ class ContinuousSearch:
     ignored) until they are refilled, trimmed off the end, or, once they are more than half of all
     groups, compacted away."""
 
-    def __init__(self, engine: Engine, *, beam_size: int = 1, min_length: int = 0):
-        cfg = engine.config
-        self.engine, self.config = engine, cfg
+    def __init__(self, runner: ModelRunner, *, beam_size: int = 1, min_length: int = 0):
+        cfg = runner.config
+        self.runner, self.config = runner, cfg
         self.K = beam_size
         self.min_length = min_length
         self.cache: KVCache | None = None
@@ -79,7 +84,7 @@ class ContinuousSearch:
         self.beam_scores = torch.zeros(0, self.K)  # (G, K) on the device, set in add()
         self.last_tokens = torch.zeros(0, dtype=torch.long)  # (G*K,) newest token of each row
         banned = banned_tokens(cfg)
-        self.banned = torch.tensor(banned, dtype=torch.long, device=engine.device) if banned else None
+        self.banned = torch.tensor(banned, dtype=torch.long, device=runner.device) if banned else None
         self.steps = 0  # decoder steps run so far (for metrics)
 
     def __len__(self) -> int:
@@ -107,14 +112,14 @@ class ContinuousSearch:
         """Encode the new sentences and add their rows to the running batch (a step boundary)."""
         if not sentences:
             return
-        cfg, device, K = self.config, self.engine.device, self.K
+        cfg, device, K = self.config, self.runner.device, self.K
         width = max(len(s.src) for s in sentences)
         src = torch.full((len(sentences), width), cfg.pad_id, dtype=torch.long)
         for i, s in enumerate(sentences):
             src[i, : len(s.src)] = torch.tensor(s.src, dtype=torch.long)
         with attention_backends(device):
-            states, src_mask = self.engine.encode(src.to(device))  # (n, S, C), (n, 1, 1, S)
-        kv = self.engine.source_kv(states)  # (n_layers, 2, n, H, S, D)
+            states, src_mask = self.runner.encode(src.to(device))  # (n, S, C), (n, 1, 1, S)
+        kv = self.runner.source_kv(states)  # (n_layers, 2, n, H, S, D)
         if K > 1:  # every sentence K times, beams of one sentence adjacent
             kv, src_mask = kv.repeat_interleave(K, dim=2), src_mask.repeat_interleave(K, dim=0)
         if self.cache is None:
@@ -182,7 +187,7 @@ class ContinuousSearch:
 
     # ------------------------------------------------------------------ one step
     @torch.inference_mode()
-    def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+    def step(self) -> list[tuple[Hashable, list[SearchHypothesis]]]:
         """Decode one token for every row; return the sentences that finished, with their n-best
         hypotheses (best first). Cancelled sentences leave without appearing here."""
         for g, r in enumerate(self.slots):  # cancelled sentences leave before the step
@@ -193,9 +198,9 @@ class ContinuousSearch:
             return []
         self._tidy()
         K, eos = self.K, self.config.eos_id
-        device = self.engine.device
+        device = self.runner.device
         with attention_backends(device):
-            logits = self.engine.step(self.last_tokens, self.cache)  # (G*K, V)
+            logits = self.runner.step(self.last_tokens, self.cache)  # (G*K, V)
         lp = torch.log_softmax(logits.float(), dim=-1)
         G, V = len(self.slots), lp.size(-1)
         self.steps += 1
@@ -220,7 +225,7 @@ class ContinuousSearch:
         next_tokens: list[int] = []
         next_scores: list[float] = []
         last = self.last_tokens.tolist()
-        done: list[tuple[Hashable, list[Hypothesis]]] = []
+        done: list[tuple[Hashable, list[SearchHypothesis]]] = []
         for g, (running, row_scores, row_index) in enumerate(zip(self.slots, top_scores.tolist(), top_index.tolist())):
             if running is not None:
                 running.step += 1
@@ -232,7 +237,7 @@ class ContinuousSearch:
                     if token == eos:
                         if c < K and score > -math.inf:  # eos among the best K candidates ends a hypothesis
                             tokens = running.beams[beam]
-                            running.finished.append(Hypothesis(list(tokens), score, normalize(score, running.step, s.length_penalty), True))
+                            running.finished.append(SearchHypothesis(list(tokens), score, normalize(score, running.step, s.length_penalty), True))
                     elif chosen < K:  # the best K that continue become the next beams
                         parents.append(g * K + beam)
                         beams.append(running.beams[beam] + [token])
@@ -263,5 +268,5 @@ class ContinuousSearch:
         """Nothing runs: the next sentences start a fresh cache, with no joined rows to mask."""
         self.cache = None
         self.slots = []
-        self.beam_scores = torch.zeros(0, self.K, device=self.engine.device)
-        self.last_tokens = torch.zeros(0, dtype=torch.long, device=self.engine.device)
+        self.beam_scores = torch.zeros(0, self.K, device=self.runner.device)
+        self.last_tokens = torch.zeros(0, dtype=torch.long, device=self.runner.device)

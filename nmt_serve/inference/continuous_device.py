@@ -5,7 +5,7 @@ ContinuousSearch (continuous.py) runs the eager step: on a GPU its ~50 kernel la
 log-softmax/top-k and the per-step read of every chosen token cost milliseconds of host time for
 a step whose kernels take a fraction of one. This search keeps the same interface,
 
-    search = ContinuousDeviceSearch(DeviceSearch(StaticDecoder(engine, max_rows=256)), beam_size=1)
+    search = ContinuousDeviceSearch(DeviceSearch(StaticDecoder(runner, max_rows=256)), beam_size=1)
     search.add([Sentence(key, src_ids, max_length=...)])   # encodes them, their rows take free slots
     finished = search.step()                               # one token for every row; [(key, n-best)]
 
@@ -37,7 +37,7 @@ import torch
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.continuous import Sentence
 from nmt_serve.inference.device_search import CHECK_EVERY, DeviceSearch, collect
-from nmt_serve.inference.search import Hypothesis
+from nmt_serve.inference.search import SearchHypothesis
 from nmt_serve.inference.static_decoder import bucket_of
 
 
@@ -52,7 +52,7 @@ class ContinuousDeviceSearch:
     def __init__(self, device_search: DeviceSearch, *, beam_size: int = 1, min_length: int = 0, check_every: int = CHECK_EVERY):
         self.device_search = device_search
         self.decoder = device_search.decoder
-        self.engine = self.decoder.engine
+        self.runner = self.decoder.runner
         self.config = self.decoder.config
         self.K = beam_size
         self.min_length = min_length
@@ -119,8 +119,8 @@ class ContinuousDeviceSearch:
         host = torch.tensor([v for g, s in zip(groups, sentences) for v in (g, len(s.src), s.max_length)]).view(n, 3)
         src, host = src.to(device), host.to(device)  # (n, S), (n, 3)
         with attention_backends(device):
-            states, _ = self.engine.encode(src)  # (n, S, C)
-        kv = self.engine.source_kv(states)  # (n_layers, 2, n, H, S, D)
+            states, _ = self.runner.encode(src)  # (n, S, C)
+        kv = self.runner.source_kv(states)  # (n_layers, 2, n, H, S, D)
         g_index = host[:, 0]
         rows = (g_index[:, None] * K + torch.arange(K, device=device)).view(-1)  # (n*K,) beams of a sentence adjacent
         per_row = host.repeat_interleave(K, dim=0) if K > 1 else host
@@ -161,7 +161,7 @@ class ContinuousDeviceSearch:
         return bucket_of(len(self.slots), self.state.group_buckets)
 
     @torch.inference_mode()
-    def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+    def step(self) -> list[tuple[Hashable, list[SearchHypothesis]]]:
         """Decode one token for every row; return the sentences found finished, with their n-best
         hypotheses (best first). Cancelled sentences leave without appearing here."""
         dec, st = self.decoder, self.state
@@ -186,7 +186,7 @@ class ContinuousDeviceSearch:
             return []
         return self._finished()
 
-    def _finished(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+    def _finished(self) -> list[tuple[Hashable, list[SearchHypothesis]]]:
         """Read which sentences still search; copy the others out and free their slots."""
         self._since_check = 0
         alive = self.state.alive[: len(self.slots)].tolist()  # the one read back from the device

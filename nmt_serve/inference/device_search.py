@@ -20,7 +20,14 @@ from dataclasses import dataclass
 
 import torch
 
-from nmt_serve.inference.search import Hypothesis, SearchOptions, banned_tokens, check_deadline, max_lengths_for, normalize
+from nmt_serve.inference.search import (
+    SearchHypothesis,
+    SearchOptions,
+    banned_tokens,
+    check_deadline,
+    max_lengths_for,
+    normalize,
+)
 from nmt_serve.inference.static_decoder import StaticDecoder, bucket_of, buckets
 
 CHECK_EVERY = 4  # steps between reads of which sentences still run
@@ -144,7 +151,7 @@ def supports(decoder: StaticDecoder, src: torch.Tensor, options: SearchOptions) 
 
 def _constants(decoder: StaticDecoder) -> _Constants:
     cfg, device = decoder.config, decoder.device
-    V = decoder.engine.output.weight.size(0)
+    V = decoder.runner.output.weight.size(0)
     not_eos = torch.ones(V, dtype=torch.bool, device=device)
     not_eos[cfg.eos_id] = False
     return _Constants(torch.tensor(banned_tokens(cfg), dtype=torch.long, device=device), not_eos, cfg.eos_id)
@@ -195,7 +202,7 @@ class DeviceSearch:
         return count
 
     @torch.inference_mode()
-    def search(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
+    def search(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[SearchHypothesis]]:
         """src (B, S) right-padded ids -> per sentence the n-best hypotheses, as search.generate."""
         dec, cfg = self.decoder, self.decoder.config
         K = options.beam_size
@@ -219,7 +226,7 @@ class DeviceSearch:
             slots.score[:n].view(B, K).fill_(-math.inf)[:, 0] = 0.0  # only beam 0 is live at first
             slots.fin_count[:B] = 0
         sentences = list(range(B))  # sentence index of each group of rows
-        results: list[list[Hypothesis] | None] = [None] * B
+        results: list[list[SearchHypothesis] | None] = [None] * B
 
         steps = 0
         while True:
@@ -253,7 +260,7 @@ class DeviceSearch:
 
 
 def collect(decoder: StaticDecoder, slots: SearchSlots, groups: list[int], length_penalties: list[float],
-            num_hypotheses: list[int]) -> list[list[Hypothesis]]:
+            num_hypotheses: list[int]) -> list[list[SearchHypothesis]]:
     """The n-best hypotheses of finished sentences (groups of rows), copied out of the device: one read
     per buffer for all of them."""
     if not groups:
@@ -264,7 +271,7 @@ def collect(decoder: StaticDecoder, slots: SearchSlots, groups: list[int], lengt
         lengths = decoder.pos[index].tolist()  # tokens generated, eos included
         scores = slots.score[index].tolist()
         histories = slots.history[index].tolist()
-        return [[Hypothesis(tokens[: length - 1], score, normalize(score, length, lp), True)]
+        return [[SearchHypothesis(tokens[: length - 1], score, normalize(score, length, lp), True)]
                 for length, score, tokens, lp in zip(lengths, scores, histories, length_penalties)]
     counts = slots.fin_count[index].tolist()
     scores = slots.fin_score[index].tolist()
@@ -273,7 +280,7 @@ def collect(decoder: StaticDecoder, slots: SearchSlots, groups: list[int], lengt
     found = []
     for i, (lp, n) in enumerate(zip(length_penalties, num_hypotheses)):
         hyps = [
-            Hypothesis(tokens[i][j][: lengths[i][j] - 1], scores[i][j], normalize(scores[i][j], lengths[i][j], lp), True)
+            SearchHypothesis(tokens[i][j][: lengths[i][j] - 1], scores[i][j], normalize(scores[i][j], lengths[i][j], lp), True)
             for j in range(counts[i])
         ]
         hyps.sort(key=lambda h: h.normalized_score, reverse=True)

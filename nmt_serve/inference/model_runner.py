@@ -1,4 +1,4 @@
-"""The inference engine that search runs on: the encoder, and the decoder one new token at a time.
+"""The model runner that search runs on: the encoder, and the decoder one new token at a time.
 
 It computes what `Transformer.encode` and `Transformer.decode` compute (the tests hold it to that),
 with the per-call work cut down. At batch 1 a decoder step is a few hundred small tensor operations,
@@ -12,8 +12,8 @@ so their number matters as much as their size:
 The nn.Module path (`Transformer.encode/decode`) stays the reference: it trains, it returns attention
 probabilities, and `SearchOptions(use_cache=False)` decodes with it.
 
-The engine is built from a model (`Engine(model)`, by the Translator or whoever searches); the model
-knows nothing of it. The fused weights are copies: `nmt_serve.engine.is_current()` says whether the model's
+The runner is built from a model (`ModelRunner(model)`, by the Translator or whoever searches); the model
+knows nothing of it. The fused weights are copies: `ModelRunner.is_current()` says whether the model's
 parameters and buffers are still the ones it was made from (keyed on each tensor's storage and
 version counter), so an owner that trains between searches remakes it rather than decoding with
 stale weights.
@@ -29,13 +29,14 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nmt_serve.inference.cache import KVCache
 from nmt_serve.network.masks import padding_mask
 from nmt_serve.network.transformer import Transformer
-from nmt_serve.inference.cache import KVCache
 
 QUANTIZATIONS = ("none", "int8")
 
@@ -129,7 +130,7 @@ def weights_key(model: nn.Module) -> tuple:
     return tuple((t.data_ptr(), t._version) for t in (*model.parameters(), *model.buffers()))
 
 
-class Engine:
+class ModelRunner:
     # plain tensors even when built under inference_mode, so that they may be used outside it too
     @torch.inference_mode(False)
     @torch.no_grad()
@@ -193,7 +194,7 @@ class Engine:
 
     def is_current(self) -> bool:
         """False once any parameter or buffer of the model was replaced or changed in place (writes
-        through `.data` bypass the version counters: remake the engine after those)."""
+        through `.data` bypass the version counters: remake the runner after those)."""
         return self.key == weights_key(self.model)
 
     # ------------------------------------------------------------------ shared pieces

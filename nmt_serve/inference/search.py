@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
+from nmt_serve.inference.attention import attention_backends
+from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.network.config import ModelConfig
 from nmt_serve.network.transformer import EncoderOutput
-from nmt_serve.inference.attention import attention_backends
-from nmt_serve.inference.model_runner import Engine
 
 
 @dataclass
@@ -61,7 +61,7 @@ def check_deadline(deadline: float | None) -> None:
 
 
 @dataclass
-class Hypothesis:
+class SearchHypothesis:
     tokens: list[int]  # generated ids, the final eos excluded
     score: float  # sum of token log-probs (eos included when finished)
     normalized_score: float  # score / length ** length_penalty; ranks the n-best list
@@ -75,26 +75,26 @@ def normalize(score: float, length: int, length_penalty: float) -> float:
 class DecoderState:
     """Next-token log-probabilities for a set of running prefixes, with or without a KV cache."""
 
-    def __init__(self, engine: Engine, src: torch.Tensor, use_cache: bool, max_steps: int, beam_size: int = 1):
+    def __init__(self, runner: ModelRunner, src: torch.Tensor, use_cache: bool, max_steps: int, beam_size: int = 1):
         """src (B, S) right-padded ids; max_steps: the most tokens any row may generate (the cache is
-        preallocated for them). With the cache, the inference engine encodes and decodes; without it,
+        preallocated for them). With the cache, the model runner encodes and decodes; without it,
         the nn.Module path recomputes the whole prefix each step (the reference)."""
-        self.model = engine.model
+        self.model = runner.model
         if use_cache:
-            self.engine = engine
+            self.runner = runner
             grouped = beam_size > 1 and src.size(0) * beam_size >= GROUPED_BEAM_MIN_ROWS
-            self.cache = self.engine.new_cache(
-                *self.engine.encode(src), capacity=max_steps, group_size=beam_size if grouped else 1
+            self.cache = self.runner.new_cache(
+                *self.runner.encode(src), capacity=max_steps, group_size=beam_size if grouped else 1
             )
             self.encoder_out = None
         else:
-            self.engine, self.cache = None, None
+            self.runner, self.cache = None, None
             self.encoder_out = self.model.encode(src)
 
     def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
         """prefix (N, t) of decoder inputs -> log-probs (N, V) of the token after it (float32)."""
         if self.cache is not None:
-            logits = self.engine.step(prefix[:, -1], self.cache)
+            logits = self.runner.step(prefix[:, -1], self.cache)
         else:
             logits = self.model.decode(prefix, self.encoder_out).logits[:, -1]
         return torch.log_softmax(logits.float(), dim=-1)
@@ -168,7 +168,7 @@ class Constraints:
 
 # the searches run in inference mode: cheaper per op than no_grad (no version counters or view tracking)
 @torch.inference_mode()
-def generate(engine: Engine, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
+def generate(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[SearchHypothesis]]:
     """src (B, S) right-padded token ids -> per sentence, the n-best hypotheses sorted by score.
 
     Every search ends by max_length; `deadline` (a time.monotonic() value) also bounds it in time:
@@ -176,23 +176,23 @@ def generate(engine: Engine, src: torch.Tensor, options: SearchOptions, deadline
     """
     with attention_backends(src.device):
         if options.beam_size == 1:
-            return [[h] for h in greedy_search(engine, src, options, deadline)]
-        return beam_search(engine, src, options, deadline)
+            return [[h] for h in greedy_search(runner, src, options, deadline)]
+        return beam_search(runner, src, options, deadline)
 
 
 @torch.inference_mode()
-def greedy_search(engine: Engine, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[Hypothesis]:
-    cfg = engine.config
+def greedy_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[SearchHypothesis]:
+    cfg = runner.config
     B = src.size(0)
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
     constraints = Constraints(cfg, options, max_lens)
-    state = DecoderState(engine, src, options.use_cache, int(max_lens.max()))
+    state = DecoderState(runner, src, options.use_cache, int(max_lens.max()))
 
     rows = torch.arange(B, device=device)  # sentence index of each running row
     prefix = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (N, 1 + step)
     scores = torch.zeros(B, device=device)
-    results: list[Hypothesis | None] = [None] * B
+    results: list[SearchHypothesis | None] = [None] * B
     step = 0
     while rows.numel() > 0:
         check_deadline(deadline)
@@ -206,7 +206,7 @@ def greedy_search(engine: Engine, src: torch.Tensor, options: SearchOptions, dea
         if done.any():
             for r in done.nonzero().flatten().tolist():
                 s = scores[r].item()
-                results[rows[r].item()] = Hypothesis(
+                results[rows[r].item()] = SearchHypothesis(
                     prefix[r, 1:-1].tolist(), s, normalize(s, step, options.length_penalty), True
                 )
             keep = (~done).nonzero().flatten()
@@ -217,13 +217,13 @@ def greedy_search(engine: Engine, src: torch.Tensor, options: SearchOptions, dea
 
 
 @torch.inference_mode()
-def beam_search(engine: Engine, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
-    cfg = engine.config
+def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[SearchHypothesis]]:
+    cfg = runner.config
     B, K = src.size(0), options.beam_size
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
     constraints = Constraints(cfg, options, max_lens)
-    state = DecoderState(engine, src, options.use_cache, int(max_lens.max()), beam_size=K)
+    state = DecoderState(runner, src, options.use_cache, int(max_lens.max()), beam_size=K)
     state.reorder(torch.arange(B, device=device).repeat_interleave(K))  # every sentence K times
 
     sentences = list(range(B))  # sentence index of each running sentence
@@ -232,7 +232,7 @@ def beam_search(engine: Engine, src: torch.Tensor, options: SearchOptions, deadl
     # only beam 0 is live at the start, so the first step does not pick K copies of one token
     beam_scores = torch.full((B, K), -math.inf, device=device)
     beam_scores[:, 0] = 0.0
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    finished: list[list[SearchHypothesis]] = [[] for _ in range(B)]
     step = 0
     while sentences:
         check_deadline(deadline)
@@ -258,7 +258,7 @@ def beam_search(engine: Engine, src: torch.Tensor, options: SearchOptions, deadl
                 if token == cfg.eos_id:
                     if c < K and score > -math.inf:  # eos among the best K candidates ends a hypothesis
                         tokens = prefix[b * K + beam, 1:].tolist()
-                        finished[sentence].append(Hypothesis(tokens, score, normalize(score, step, options.length_penalty), True))
+                        finished[sentence].append(SearchHypothesis(tokens, score, normalize(score, step, options.length_penalty), True))
                 elif chosen < K:  # the best K that continue become the next beams (at most K are eos)
                     parents.append(b * K + beam)
                     next_tokens.append(token)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from nmt_serve.inference.attention import attention_backends
-from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.model_runner import ModelRunner
 
 
 def buckets(limit: int, first: int = 1) -> list[int]:
@@ -46,22 +46,22 @@ def bucket_of(n: int, sizes: list[int]) -> int:
 
 
 class StaticDecoder:
-    def __init__(self, engine: Engine, *, max_rows: int = 1024, max_length: int = 256, capture: bool | None = None):
+    def __init__(self, runner: ModelRunner, *, max_rows: int = 1024, max_length: int = 256, capture: bool | None = None):
         """max_rows: rows one step may hold (sentences x beams); max_length: positions of target and
         source; capture: use CUDA graphs (default: on CUDA devices)."""
-        cfg = engine.config
-        if engine.quantization != "none":
+        cfg = runner.config
+        if runner.quantization != "none":
             raise ValueError("the static decoder runs float weights only")
         if max_length > cfg.max_positions:
             raise ValueError(f"max_length {max_length} is past the model's max_positions {cfg.max_positions}")
-        self.engine, self.config = engine, cfg
-        self.device = engine.device
+        self.runner, self.config = runner, cfg
+        self.device = runner.device
         self.max_rows, self.max_length = max_rows, max_length
         self.capture = self.device.type == "cuda" if capture is None else capture
         if self.capture and self.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")
-        self.n_layers, self.n_heads, self.head_dim = len(engine.decoder_layers), cfg.n_heads, cfg.head_dim
-        dtype, device = engine.tgt_embedding.dtype, self.device
+        self.n_layers, self.n_heads, self.head_dim = len(runner.decoder_layers), cfg.n_heads, cfg.head_dim
+        dtype, device = runner.tgt_embedding.dtype, self.device
         shape = (self.n_layers, 2, max_rows, self.n_heads, max_length, self.head_dim)
         # zeros, not empty: masked positions still enter attention's matmul with weight 0, and 0 x NaN is NaN
         self.self_kv = torch.zeros(shape, dtype=dtype, device=device)
@@ -82,7 +82,7 @@ class StaticDecoder:
         """Encode src (B, S) right-padded ids into rows [0, B * repeat), each sentence `repeat` times
         (beams), every row at position 0; rows up to bucket_rows are reset to harmless values.
         Returns the number of rows."""
-        e, cfg = self.engine, self.config
+        e, cfg = self.runner, self.config
         B, S = src.shape
         n = B * repeat
         assert n <= self.max_rows and S <= self.max_length
@@ -121,7 +121,7 @@ class StaticDecoder:
         """Feed tokens[:B] at positions pos[:B] (their keys/values are stored there) -> logits (B, V).
         Self-attention sees positions <= pos, cross-attention the first src_len source positions; L
         must cover both."""
-        e = self.engine
+        e = self.runner
         C, H, D = e.d_model, self.n_heads, self.head_dim
         pre = e.pre_norm
         tokens, pos, rows = self.tokens[:B], self.pos[:B], self.rows[:B]

@@ -17,12 +17,12 @@ from typing import Iterable, Sequence
 
 import torch
 
-from nmt_serve.network.checkpoint import CheckpointInfo, load_checkpoint
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.device_search import DeviceSearch, supports
-from nmt_serve.inference.model_runner import QUANTIZATIONS, Engine
-from nmt_serve.inference.search import Hypothesis, SearchOptions, generate
+from nmt_serve.inference.model_runner import QUANTIZATIONS, ModelRunner
+from nmt_serve.inference.search import SearchHypothesis, SearchOptions, generate
 from nmt_serve.inference.static_decoder import StaticDecoder
+from nmt_serve.network.checkpoint import CheckpointInfo, load_checkpoint
 from nmt_serve.network.tokenizer import Tokenizer
 from nmt_serve.network.transformer import Transformer
 
@@ -121,7 +121,7 @@ class Translator:
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.step_mode = step_mode
         self.static_rows, self.static_length = static_rows, min(static_length, model.config.max_positions)
-        self._engine = Engine(self.model, quantization)  # built now, so that a problem shows at load time
+        self._runner = ModelRunner(self.model, quantization)  # built now, so that a problem shows at load time
         self._device_search: DeviceSearch | None = None
         if warmup and self.uses_static_decoder:
             self.device_search().warmup(beam_sizes=(1, 4))
@@ -142,12 +142,12 @@ class Translator:
 
     # ------------------------------------------------------------------ inference objects
     @property
-    def engine(self) -> Engine:
-        """The fused-weight engine; remade (and the static decoder with it) if the model's weights changed."""
-        if not self._engine.is_current():
-            self._engine = Engine(self.model, self.quantization)
+    def runner(self) -> ModelRunner:
+        """The fused-weight runner; remade (and the static decoder with it) if the model's weights changed."""
+        if not self._runner.is_current():
+            self._runner = ModelRunner(self.model, self.quantization)
             self._device_search = None
-        return self._engine
+        return self._runner
 
     @property
     def uses_static_decoder(self) -> bool:
@@ -156,10 +156,10 @@ class Translator:
         return self.step_mode == "auto" and self.device.type == "cuda"
 
     def device_search(self) -> DeviceSearch:
-        """The static decoder's search, made on first use and again when the engine was remade."""
-        engine = self.engine
+        """The static decoder's search, made on first use and again when the runner was remade."""
+        runner = self.runner
         if self._device_search is None:
-            decoder = StaticDecoder(engine, max_rows=self.static_rows, max_length=self.static_length)
+            decoder = StaticDecoder(runner, max_rows=self.static_rows, max_length=self.static_length)
             self._device_search = DeviceSearch(decoder)
         return self._device_search
 
@@ -167,15 +167,15 @@ class Translator:
         """The static decoder's memory (buffers, captured graphs and their pool), None if not built."""
         return self._device_search.decoder.memory() if self._device_search is not None else None
 
-    def generate(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[Hypothesis]]:
+    def generate(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[SearchHypothesis]]:
         """src (B, S) right-padded ids on this device -> per sentence, the n-best hypotheses: the static
         decoder where it applies, else the eager search."""
         if self.uses_static_decoder:
-            searcher = self.device_search()  # checks the engine is current (a walk over every parameter)
+            searcher = self.device_search()  # checks the runner is current (a walk over every parameter)
             if supports(searcher.decoder, src, options):
                 return searcher.search(src, options, deadline)
-            return generate(searcher.decoder.engine, src, options, deadline)
-        return generate(self.engine, src, options, deadline)
+            return generate(searcher.decoder.runner, src, options, deadline)
+        return generate(self.runner, src, options, deadline)
 
     @property
     def source_lang(self) -> str:
@@ -315,7 +315,7 @@ class Translator:
                 results[i] = TranslationResult([self._hypothesis(h, return_scores) for h in hyps], attn)
         return results  # type: ignore[return-value]
 
-    def _hypothesis(self, h: Hypothesis, return_scores: bool) -> TranslationHypothesis:
+    def _hypothesis(self, h: SearchHypothesis, return_scores: bool) -> TranslationHypothesis:
         return TranslationHypothesis(
             text=self.tgt_tokenizer.decode(h.tokens),
             tokens=self.tgt_tokenizer.pieces(h.tokens),

@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from nmt_serve.network.config import ModelConfig
 from nmt_serve.network.masks import causal_mask, padding_mask
 
-
 # ----------------------------------------------------------------------------------------------
 # building blocks
 

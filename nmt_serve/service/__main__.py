@@ -12,9 +12,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from nmt_serve.engine.loader import discover
 from nmt_serve.cli.common import describe, fail
-
+from nmt_serve.engine.loader import discover
 from nmt_serve.service.settings import Settings
 
 PROG = "python -m nmt_serve.service"

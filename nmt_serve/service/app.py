@@ -13,17 +13,15 @@ from fastapi.middleware.cors import CORSMiddleware
 from nmt_serve.engine.process import addresses
 from nmt_serve.engine.protocol import EngineStatus
 from nmt_serve.engine.supervisor import EngineSupervisor
-
-from nmt_serve.service.engine_calls import Engine
-from nmt_serve.service.docs import install_docs
-from nmt_serve.service.engine_client import EngineClient
-from nmt_serve.service.errors import install_handlers
-from nmt_serve.text.language_detection import detector_for
-from nmt_serve.service.middleware import BodySizeLimit, MetricsMiddleware
 from nmt_serve.service.directions import served_directions
+from nmt_serve.service.docs import install_docs
+from nmt_serve.service.engine_client import EngineClient, EngineConnection
+from nmt_serve.service.errors import install_handlers
+from nmt_serve.service.middleware import BodySizeLimit, MetricsMiddleware
 from nmt_serve.service.routers import health, libretranslate, ui, v1
 from nmt_serve.service.settings import Settings
 from nmt_serve.service.state import ServiceState
+from nmt_serve.text.language_detection import detector_for
 
 log = logging.getLogger("service")
 
@@ -36,7 +34,7 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
         collector = state.metrics.engine
         collector.stats, collector.model_stats = status.stats, status.model_stats
         collector.up = status.ready
-        collector.restarts = state.engine.client.losses if state.engine else 0
+        collector.restarts = state.engine.connection.losses if state.engine else 0
         if status.load_error and not seen["failed"]:
             seen["failed"] = True
             state.load_error = status.load_error
@@ -70,28 +68,28 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
     async def lifespan(app: FastAPI):
         s = state.settings
         loop = asyncio.get_running_loop()
-        client: EngineClient | None = None
+        connection: EngineConnection | None = None
 
         def engine_exited(code: int) -> None:  # on the supervisor's thread
-            if client is not None:
-                loop.call_soon_threadsafe(lambda: client.engine_lost(f"the engine process exited (code {code})", down=True))
+            if connection is not None:
+                loop.call_soon_threadsafe(lambda: connection.engine_lost(f"the engine process exited (code {code})", down=True))
 
         if s.engine_socket_dir:  # a parent process runs the engine for several API workers
             calls, status = addresses(s.engine_socket_dir)
         else:
             state.supervisor = start_engine(s, engine_exited)
             calls, status = state.supervisor.addresses
-        client = EngineClient(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,
+        connection = EngineConnection(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,
                               on_status=follow_status(state, on_load_failure))
-        await client.start()
-        state.engine = Engine(client)
+        await connection.start()
+        state.engine = EngineClient(connection)
         if s.engine_socket_dir:
             # a worker joining a running engine: until its first status it would answer 503 to
             # traffic its siblings serve; uvicorn accepts connections only once this returns
-            await client.wait_for_status(s.engine_heartbeat_timeout_s)
+            await connection.wait_for_status(s.engine_heartbeat_timeout_s)
         yield
         state.draining = True
-        await client.stop()
+        await connection.stop()
         if state.supervisor:
             await loop.run_in_executor(None, state.supervisor.stop, s.graceful_shutdown_s)
 

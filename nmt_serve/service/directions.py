@@ -16,7 +16,7 @@ from nmt_serve.network.tokenizer import Tokenizer
 
 
 @dataclass
-class ServedModel:
+class ServedDirection:
     id: str  # the direction: "de-en"
     info: dict  # as the engine reports the model serving it: parameters, device, dtype, path, ...
     tokenizer: Tokenizer
@@ -39,10 +39,10 @@ def _test_bleu(info: dict, direction: str) -> float | None:
     return (info.get("test_bleu") or {}).get(direction)
 
 
-def served_directions(infos: list[dict]) -> dict[str, ServedModel]:
-    """{direction: ServedModel} over every model the engine reports, each direction routed to one model."""
+def served_directions(infos: list[dict]) -> dict[str, ServedDirection]:
+    """{direction: ServedDirection} over every model the engine reports, each direction routed to one model."""
     tokenizers: dict[str, Tokenizer] = {}
-    candidates: dict[str, list[ServedModel]] = {}
+    candidates: dict[str, list[ServedDirection]] = {}
     for info in infos:
         tokenizer = tokenizers.setdefault(info["id"], Tokenizer(info["src_tokenizer"], info.get("src_vocab")))
         tags = tokenizer.symbol_ids(info.get("target_tags") or {})
@@ -50,9 +50,9 @@ def served_directions(infos: list[dict]) -> dict[str, ServedModel]:
             source, target = direction.split("-", 1)
             prefix = [tags[target]] if tags else []
             candidates.setdefault(direction, []).append(
-                ServedModel(direction, info, tokenizer, source, target, info["id"], prefix))
+                ServedDirection(direction, info, tokenizer, source, target, info["id"], prefix))
 
-    def rank(m: ServedModel) -> tuple:
+    def rank(m: ServedDirection) -> tuple:
         return preference(_test_bleu(m.info, m.id), bool(m.prefix), m.engine_model)
 
     return {d: max(found, key=rank) for d, found in sorted(candidates.items())}

@@ -1,6 +1,7 @@
-"""The API process's one way to the model: a client of the engine process over ZeroMQ.
+"""The API process's one way to the model: the client of the engine process.
 
-Every call gets an id unique to this client, goes out on a DEALER socket and is answered once on it;
+EngineConnection is what the routers use: translate and attention calls, and the engine's failures turned
+into the service's errors (one shape, errors.py). Under it, EngineConnection talks ZeroMQ. Every call gets an id unique to this client, goes out on a DEALER socket and is answered once on it;
 the awaiting coroutine gets the reply, or an EngineUnavailable error when the engine is lost first.
 Cancelling the coroutine (timeout, client gone) tells the engine to drop the call's work.
 The engine's status (readiness, models, statistics for /metrics) arrives a few times a second on a
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import os
 import time
 from typing import Any, Callable
@@ -19,7 +21,23 @@ from typing import Any, Callable
 import zmq
 import zmq.asyncio
 
-from nmt_serve.engine.protocol import Cancel, EngineStatus, Reply, dumps, loads
+from nmt_serve.engine.protocol import (
+    EXPIRED,
+    INVALID,
+    OUT_OF_MEMORY,
+    REFUSED,
+    SHUTTING_DOWN,
+    Attention,
+    Cancel,
+    DecodeOptions,
+    EngineHypothesis,
+    EngineStatus,
+    Reply,
+    Translate,
+    dumps,
+    loads,
+)
+from nmt_serve.service.errors import APIError, bad_request, overloaded, timed_out
 
 log = logging.getLogger("nmt_serve.service.engine_calls")
 
@@ -28,7 +46,7 @@ class EngineUnavailable(Exception):
     """The engine is not running (starting, restarting, or it died with the call)."""
 
 
-class EngineClient:
+class EngineConnection:
     def __init__(self, calls_address: str, status_address: str, *, heartbeat_timeout_s: float = 3.0,
                  on_status: Callable[[EngineStatus], None] | None = None):
         self.calls_address, self.status_address = calls_address, status_address
@@ -150,3 +168,64 @@ class EngineClient:
                 log.error("no status from the engine for %.1fs", time.monotonic() - self.last_status_at)
                 self.engine_lost("the engine stopped answering")
             lost = self.status is not None and not self.alive
+
+
+class EngineClient:
+    """Calls to the engine with the request's deadline; every failure comes back as an APIError."""
+
+    def __init__(self, connection: EngineConnection):
+        self.connection = connection
+
+    @property
+    def ready(self) -> bool:
+        return self.connection.ready
+
+    def backlog_seconds(self) -> float:
+        """How long the work the engine had admitted at its last status (at most a status interval
+        old) takes at its measured rate; 0 when not known."""
+        stats = self.connection.status.stats if self.connection.status is not None else {}
+        rate = stats.get("rate_units_per_second", 0.0)
+        return stats.get("pending_units", 0.0) / rate if rate > 0 else 0.0
+
+    def refusal(self, timeout: float, margin: float) -> APIError | None:
+        """The 503 the engine's admission would give any request with this deadline, known here
+        without tokenizing it or a round trip: the work already admitted does not finish within
+        `margin` of it. Under a flood most refusals are made here, for a fraction of the CPU (and
+        the engine's I/O thread decides the rest, exactly)."""
+        backlog = self.backlog_seconds()
+        if backlog > margin * timeout:
+            return overloaded(max(1, math.ceil(backlog)), "the server is busy: the work queued ahead would not finish before "
+                                                          "this request's deadline, retry later")
+        return None
+
+    async def translate(self, model_id: str, sources: list[list[int]], options: DecodeOptions, timeout: float) -> list[list[EngineHypothesis]]:
+        """Per text (its source ids, eos excluded), its n-best translations (best first)."""
+        call = Translate(self.connection.new_id(), model_id, sources, options, time.monotonic() + timeout)
+        return self._value(await self._call(call), timeout)
+
+    async def attention(self, model_id: str, timeout: float, **fields) -> dict:
+        call = Attention(self.connection.new_id(), model_id, deadline=time.monotonic() + timeout, **fields)
+        return self._value(await self._call(call), timeout)
+
+    async def _call(self, message) -> Reply:
+        try:
+            return await self.connection.call(message)
+        except EngineUnavailable as exc:
+            raise APIError(503, "engine_unavailable", f"{exc}; retry shortly", None, {"Retry-After": "1"}) from None
+
+    @staticmethod
+    def _value(reply: Reply, timeout: float):
+        if reply.error is None:
+            return reply.value
+        if reply.error == REFUSED:
+            raise overloaded(max(1, math.ceil(reply.retry_after or 1)), reply.message)
+        if reply.error == EXPIRED:
+            raise timed_out(timeout)
+        if reply.error == INVALID:
+            raise bad_request(reply.message, "text")
+        if reply.error == OUT_OF_MEMORY:
+            raise APIError(503, "out_of_memory", "the model ran out of memory on this batch; retry with fewer or shorter texts",
+                           None, {"Retry-After": "1"})
+        if reply.error == SHUTTING_DOWN:
+            raise APIError(503, "shutting_down", "the server is shutting down; retry on another replica", None, {"Retry-After": "1"})
+        raise APIError(500, "internal_error", "the server failed to process this request")

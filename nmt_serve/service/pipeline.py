@@ -15,16 +15,15 @@ from dataclasses import dataclass, field, replace
 
 from fastapi import Request
 
-from nmt_serve.engine.protocol import DecodeOptions, Hypothesis
-from nmt_serve.text.segmentation import Segmented, segment
-
+from nmt_serve.engine.protocol import DecodeOptions, EngineHypothesis
 from nmt_serve.service.deadlines import request_timeout, with_deadline
+from nmt_serve.service.directions import ServedDirection
 from nmt_serve.service.errors import bad_request, too_large
+from nmt_serve.service.state import ServiceState
 from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
 from nmt_serve.text.language_detection import Detection, language_name
-from nmt_serve.service.directions import ServedModel
 from nmt_serve.text.quality_flags import SentenceFlags, flags_for
-from nmt_serve.service.state import ServiceState
+from nmt_serve.text.segmentation import Segmented, segment
 from nmt_serve.text.word_alignment import word_alignment
 
 AUTO = "auto"
@@ -57,7 +56,7 @@ class _Unit:
 
 @dataclass
 class _Text:
-    model: ServedModel | None  # None: nothing to translate (source "auto" found the target language)
+    model: ServedDirection | None  # None: nothing to translate (source "auto" found the target language)
     detected: Detection | None
     units: list[_Unit]
     document: HtmlDocument | None
@@ -68,7 +67,7 @@ def _language_name(code: str) -> str:
     return f"{language_name(code)} ({code})"
 
 
-def resolve_model(state: ServiceState, source: str, target: str, text: str, param: str) -> tuple[ServedModel | None, Detection | None]:
+def resolve_model(state: ServiceState, source: str, target: str, text: str, param: str) -> tuple[ServedDirection | None, Detection | None]:
     """The model for a text; with source "auto", the detected language picks it (None: the text is
     already in the target language)."""
     if source != AUTO:
@@ -150,7 +149,7 @@ async def translate_texts(state: ServiceState, request: Request, *, source: str,
     big = sum(len(t) for t in texts) > INLINE_PREPARE_CHARS
     prepared, batches, sentence_texts = await asyncio.to_thread(prepare) if big else prepare()
 
-    async def run() -> tuple[dict[str, list[list[Hypothesis]]], dict]:
+    async def run() -> tuple[dict[str, list[list[EngineHypothesis]]], dict]:
         ids = list(batches)
         # scores always: the low-confidence flag reads them (the response shows them only when asked)
         scored = replace(options, return_scores=True)
@@ -172,7 +171,7 @@ def _as_is(text: _Text, options: DecodeOptions) -> TextResult:
 
 
 async def _align(state: ServiceState, engine, prepared: list[_Text], sentence_texts: dict[str, list[str]],
-                 results: dict[str, list[list[Hypothesis]]], timeout: float) -> dict[tuple[str, int], list]:
+                 results: dict[str, list[list[EngineHypothesis]]], timeout: float) -> dict[tuple[str, int], list]:
     """Word alignments of the sentences inside HTML segments that hold inline tags (only those pay
     for it): the engine's attention over the chosen translation, by forced decoding."""
     wanted = [(t.model, unit.first + k) for t in prepared if t.model for unit in t.units if unit.needs_alignment
@@ -181,7 +180,7 @@ async def _align(state: ServiceState, engine, prepared: list[_Text], sentence_te
     if not wanted:
         return {}
 
-    async def one(model: ServedModel, k: int):
+    async def one(model: ServedDirection, k: int):
         source, target = sentence_texts[model.id][k], results[model.id][k][0].text
         maps = await engine.attention(model.engine_model, timeout, text=source, target_text=target, target=model.target,
                                       beam_size=1, include=("cross",),
@@ -193,7 +192,7 @@ async def _align(state: ServiceState, engine, prepared: list[_Text], sentence_te
     return {(m.id, k): a for (m, k), a in zip(wanted, found)}
 
 
-def _assemble(state: ServiceState, text: _Text, hyps: list[list[Hypothesis]], sources: list[str], ids: list[list[int]],
+def _assemble(state: ServiceState, text: _Text, hyps: list[list[EngineHypothesis]], sources: list[str], ids: list[list[int]],
               alignments: dict, options: DecodeOptions) -> TextResult:
     n = options.num_hypotheses
     rebuilt: list[list[str]] = [[] for _ in range(n)]  # per n-best rank, per unit

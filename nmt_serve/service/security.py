@@ -7,10 +7,9 @@ import math
 import threading
 import time
 
-from fastapi import Depends, Request
+from fastapi import Request
 
 from nmt_serve.service.errors import APIError
-from nmt_serve.service.state import ServiceState, get_state
 
 
 def unauthorized(message: str = "a valid API key is required: send 'Authorization: Bearer <key>'") -> APIError:
@@ -71,21 +70,3 @@ def client_id(request: Request, key: str | None) -> str:
     if key:
         return "key:" + hashlib.sha256(key.encode()).hexdigest()[:16]
     return "addr:" + (request.client.host if request.client else "unknown")
-
-
-def authorize(state: ServiceState, request: Request, body_key: str | None = None) -> None:
-    """Check the API key (header, or LibreTranslate's api_key field) and the rate limit."""
-    key = bearer_token(request) or body_key
-    if state.keys.enabled and not state.keys.valid(key):
-        raise unauthorized()
-    state.rate_limiter.check(client_id(request, key if state.keys.enabled else None))
-
-
-async def require_api_key(request: Request, state: ServiceState = Depends(get_state)) -> None:
-    authorize(state, request)
-
-
-async def require_metrics_token(request: Request, state: ServiceState = Depends(get_state)) -> None:
-    token = state.settings.metrics_token
-    if token and not hmac.compare_digest((bearer_token(request) or "").encode(), token.encode()):
-        raise unauthorized("/metrics needs 'Authorization: Bearer <metrics token>'")

@@ -4,36 +4,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fastapi import Request
-
+from nmt_serve.service.directions import ServedDirection
 from nmt_serve.service.errors import bad_request, not_ready, too_large
 from nmt_serve.service.metrics import Metrics
-from nmt_serve.service.directions import ServedModel
+from nmt_serve.service.security import KeyChecker, RateLimiter
 from nmt_serve.service.settings import Settings
 
 if TYPE_CHECKING:
     from nmt_serve.engine.supervisor import EngineSupervisor
-
-    from nmt_serve.service.engine_calls import Engine
+    from nmt_serve.service.engine_client import EngineClient
     from nmt_serve.text.language_detection import LanguageDetector
-    from nmt_serve.service.security import KeyChecker, RateLimiter
 
 
 @dataclass
 class ServiceState:
     settings: Settings
     metrics: Metrics = field(default_factory=Metrics)
-    models: dict[str, ServedModel] = field(default_factory=dict)
-    engine: "Engine | None" = None
+    models: dict[str, ServedDirection] = field(default_factory=dict)
+    engine: "EngineClient | None" = None
     supervisor: "EngineSupervisor | None" = None  # when this process started the engine
     draining: bool = False  # SIGTERM: readiness 503, in-flight requests finish
     load_error: str | None = None
-    keys: "KeyChecker" = None  # type: ignore[assignment]
-    rate_limiter: "RateLimiter" = None  # type: ignore[assignment]
+    keys: KeyChecker = None  # type: ignore[assignment]
+    rate_limiter: RateLimiter = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
-        from nmt_serve.service.security import KeyChecker, RateLimiter
-
         self.keys = KeyChecker(self.settings.keys())
         self.rate_limiter = RateLimiter(self.settings.rate_limit_per_minute)
 
@@ -41,14 +36,14 @@ class ServiceState:
     def ready(self) -> bool:
         return not self.draining and self.engine is not None and self.engine.ready and bool(self.models)
 
-    def require_ready(self) -> "Engine":
+    def require_ready(self) -> "EngineClient":
         if not self.ready:
-            if self.engine is not None and self.engine.client.losses and not self.engine.client.ready:
+            if self.engine is not None and self.engine.connection.losses and not self.engine.connection.ready:
                 raise not_ready("the engine is restarting")
             raise not_ready()
         return self.engine
 
-    def model_for(self, source: str, target: str) -> ServedModel:
+    def model_for(self, source: str, target: str) -> ServedDirection:
         model = self.models.get(f"{source}-{target}")
         if model is None:
             pairs = ", ".join(sorted(self.models)) or "none loaded yet"
@@ -72,7 +67,7 @@ class ServiceState:
             if len(text) > s.max_chars_per_text:
                 raise too_large(f"text {i} has {len(text)} characters; the limit is {s.max_chars_per_text}", param)
 
-    def check_texts(self, model: ServedModel, texts: list[str], param: str = "text") -> list[list[int]]:
+    def check_texts(self, model: ServedDirection, texts: list[str], param: str = "text") -> list[list[int]]:
         """Apply the per-request limits; return each text's source ids (eos excluded)."""
         s = self.settings
         self.check_sizes(texts, param)
@@ -83,8 +78,3 @@ class ServiceState:
                 raise too_large(f"text {i} has {len(ids)} tokens; the limit is {s.max_tokens_per_text}", param)
             sources.append(ids)
         return sources
-
-
-async def get_state(request: Request) -> ServiceState:
-    # async: FastAPI runs a plain def dependency on its thread pool, two thread hops per request
-    return request.app.state.service

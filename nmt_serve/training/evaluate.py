@@ -15,10 +15,18 @@ import json
 import sys
 import time
 
-
-from nmt_serve.cli.common import add_load_options, check_files, check_model, fail, load_translator, positive_int, require_eval_extra, user_errors
-from nmt_serve.training.data import read_lines
+from nmt_serve.cli.common import (
+    add_load_options,
+    check_files,
+    check_model,
+    fail,
+    load_translator,
+    positive_int,
+    require_eval_extra,
+    user_errors,
+)
 from nmt_serve.inference.translator import Translator
+from nmt_serve.training.data import read_lines
 
 
 def evaluate(translator: Translator, sources: list[str], references: list[str], *, beam_size: int, batch_size: int = 64,

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
+from nmt_serve.inference.translator import Translator
 from nmt_serve.network.checkpoint import CONFIG_FILE, read_info
 from nmt_serve.training.data import read_lines
 from nmt_serve.training.evaluate import evaluate
 from nmt_serve.training.multiway import LANGUAGE_NAMES
-from nmt_serve.inference.translator import Translator
 
 SPLITS = {"val": "val", "test_2016_flickr": "test_2016_flickr"}
 

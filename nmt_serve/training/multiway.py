@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from itertools import permutations
 
-from nmt_serve.training.data import ParallelData, read_lines
 from nmt_serve.network.tokenizer import Tokenizer
+from nmt_serve.training.data import ParallelData, read_lines
 
 TAG_FORMAT = "<2{}>"
 # the languages of the shipped models (Multi30k's), by ISO 639-1 code

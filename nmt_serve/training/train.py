@@ -38,17 +38,33 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from nmt_serve.network.checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint
 from nmt_serve.cli.common import check_files, fail, require_eval_extra, user_errors
-from nmt_serve.network.config import ModelConfig
-from nmt_serve.training.data import collate, read_parallel, token_batches, tokenize_parallel
-from nmt_serve.inference.model_runner import Engine
+from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import SearchOptions, generate
-from nmt_serve.training.multiway import (
-    concatenate, multiway_pairs, parse_directions, parse_languages, read_multiway, tag_ids, target_tag, target_tags,
+from nmt_serve.network.checkpoint import (
+    CheckpointInfo,
+    load_checkpoint,
+    save_checkpoint,
 )
+from nmt_serve.network.config import ModelConfig
 from nmt_serve.network.tokenizer import Tokenizer, train_sentencepiece
 from nmt_serve.network.transformer import Transformer
+from nmt_serve.training.data import (
+    collate,
+    read_parallel,
+    token_batches,
+    tokenize_parallel,
+)
+from nmt_serve.training.multiway import (
+    concatenate,
+    multiway_pairs,
+    parse_directions,
+    parse_languages,
+    read_multiway,
+    tag_ids,
+    target_tag,
+    target_tags,
+)
 
 log = logging.getLogger("train")
 
@@ -188,7 +204,7 @@ def say(message: str) -> None:
 def translate_ids(model: Transformer, sources: list[list[int]], options: SearchOptions, max_tokens: int = 4000) -> list[list[int]]:
     """Search over pre-tokenized sources (eos included), batched by length; results in input order."""
     model.eval()
-    engine = Engine(model)  # fused copies of the weights as they are now
+    runner = ModelRunner(model)  # fused copies of the weights as they are now
     out: list[list[int]] = [[] for _ in sources]
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     start = 0
@@ -202,7 +218,7 @@ def translate_ids(model: Transformer, sources: list[list[int]], options: SearchO
         src = torch.full((len(idx), width), model.config.pad_id, dtype=torch.long)
         for r, i in enumerate(idx):
             src[r, : len(sources[i])] = torch.tensor(sources[i])
-        for i, hyps in zip(idx, generate(engine, src.to(engine.device), options)):
+        for i, hyps in zip(idx, generate(runner, src.to(runner.device), options)):
             out[i] = hyps[0].tokens
         start = end
     return out

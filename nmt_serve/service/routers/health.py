@@ -5,10 +5,10 @@ from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from nmt_serve.service.dependencies import get_state, require_metrics_token
 from nmt_serve.service.errors import error_body
 from nmt_serve.service.schemas import Health
-from nmt_serve.service.security import require_metrics_token
-from nmt_serve.service.state import ServiceState, get_state
+from nmt_serve.service.state import ServiceState
 
 router = APIRouter(tags=["operations"])
 
@@ -38,7 +38,7 @@ async def ready(state: ServiceState = Depends(get_state)):
         message = "model loading failed; see the server log"
     elif state.draining:
         message = "the server is shutting down"
-    elif state.engine is not None and state.engine.client.losses:
+    elif state.engine is not None and state.engine.connection.losses:
         message = "the engine is restarting"
     else:
         message = "models are still loading"

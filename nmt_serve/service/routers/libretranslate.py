@@ -24,14 +24,14 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from nmt_serve.service.dependencies import authorize, get_state
 from nmt_serve.service.errors import APIError, bad_request, too_large
 from nmt_serve.service.file_store import MEDIA_TYPES, FileStore
-from nmt_serve.text.language_detection import language_name
-from nmt_serve.service.schemas import Language
-from nmt_serve.service.security import authorize
-from nmt_serve.service.state import ServiceState, get_state
 from nmt_serve.service.pipeline import AUTO, translate_texts
 from nmt_serve.service.routers.v1 import decode_options
+from nmt_serve.service.schemas import Language
+from nmt_serve.service.state import ServiceState
+from nmt_serve.text.language_detection import language_name
 
 log = logging.getLogger("nmt_serve.service.libretranslate")
 

@@ -4,16 +4,24 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from nmt_serve.engine.protocol import DecodeOptions
-
 from nmt_serve.service.deadlines import request_timeout, with_deadline
+from nmt_serve.service.dependencies import get_state, require_api_key
 from nmt_serve.service.errors import APIError, bad_request
-from nmt_serve.service.schemas import (
-    AttentionRequest, AttentionResponse, DetectedLanguage, Hypothesis, ModelInfo, ModelList, SentenceFlag, TranslateRequest,
-    TranslateResponse, Translation, Usage,
-)
-from nmt_serve.service.security import require_api_key
-from nmt_serve.service.state import ServiceState, get_state
 from nmt_serve.service.pipeline import translate_texts
+from nmt_serve.service.schemas import (
+    AttentionRequest,
+    AttentionResponse,
+    DetectedLanguage,
+    Hypothesis,
+    ModelInfo,
+    ModelList,
+    SentenceFlag,
+    TranslateRequest,
+    TranslateResponse,
+    Translation,
+    Usage,
+)
+from nmt_serve.service.state import ServiceState
 
 router = APIRouter(prefix="/v1", tags=["translation"], dependencies=[Depends(require_api_key)])
 
