@@ -123,7 +123,7 @@ class Offline:
         return p50(seconds)
 
     def count(self, text: str) -> int:
-        return self.translator.count_tokens(text)
+        return self.translator.inputs.count(text)
 
 
 def health_prober(url: str):

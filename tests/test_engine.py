@@ -176,7 +176,7 @@ def test_attention_runs_between_steps(any_translator):
     core = core_of(any_translator)
     core.handle(call(1, GERMAN[:2]))
     core.work()
-    [reply] = core.handle(Attention(2, "de-en", "Ein Hund", None, 2, ("cross",), [0, 1], [0, 1, 2, 3], [], True, time.monotonic() + 5))
+    [reply] = core.handle(Attention(2, "de-en", any_translator.inputs.tokens("Ein Hund"), None, 2, ("cross",), [0, 1], [0, 1, 2, 3], [], True, time.monotonic() + 5))
     assert reply.error is None and len(reply.value["cross"]) == 2 and len(reply.value["cross"][0]) == 1
     assert texts_of(run(core)[1])
 

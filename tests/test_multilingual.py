@@ -158,7 +158,7 @@ def test_translator_needs_and_uses_the_target_language(tmp_path, tagged_spm, tin
     forced = translator.force_decode("Un chien.", "Ein Hund.", target_lang="de")
     assert forced.attention.source_tokens[0] == "<2de>"
     bilingual = Translator.load(tiny_checkpoint, device="cpu")
-    assert bilingual.prefix_ids("en") == [] and bilingual.directions == ["de-en"]
+    assert bilingual.inputs.prefix("en") == [] and bilingual.directions == ["de-en"]
     with pytest.raises(ValueError, match="translates into 'en'"):
         bilingual.translate(["Ein Hund."], target_lang="fr")
 
@@ -186,7 +186,7 @@ def test_each_direction_goes_to_the_model_with_the_best_recorded_score(tmp_path,
     bilingual = _info("de-en", tiny_checkpoint, ["de-en"], None, {"de-en": 40.1}, "de", "en")
     served = served_directions([bilingual, _info("multi", mul, every, tags, {"de-en": 39.0, "fr-de": 30.0})])
     assert sorted(served) == sorted(every)
-    assert served["de-en"].engine_model == "de-en" and served["de-en"].prefix == []
+    assert served["de-en"].engine_model == "de-en" and not served["de-en"].multilingual
     fr_de = served["fr-de"]
     assert fr_de.engine_model == "multi" and fr_de.source == "fr" and fr_de.target == "de"
     assert fr_de.encode("Un chien.")[0] == Tokenizer(tagged_spm).sp.piece_to_id("<2de>")

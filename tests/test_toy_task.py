@@ -5,8 +5,8 @@ from conftest import tiny_config
 
 from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import SearchOptions, generate
+from nmt_serve.network.masks import pad_batch
 from nmt_serve.network.transformer import Transformer
-from nmt_serve.training.data import pad_batch
 from nmt_serve.training.train import inverse_sqrt_lr
 
 DIGITS = list(range(4, 14))  # ids 4..13 are the digits 0..9; 0-3 are pad, unk, bos, eos

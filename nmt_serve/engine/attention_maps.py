@@ -18,12 +18,15 @@ def select(maps: torch.Tensor, layers: list[int], heads: list[int], average: boo
 
 def attention_maps(translator: Translator, call: Attention) -> dict:
     include = tuple(dict.fromkeys(["cross", *call.include]))
+    if not call.source:
+        raise ValueError("the text is empty")
+    source = translator.inputs.source_ids(call.source)
     if call.target_text is not None:
-        forced = translator.force_decode(call.text, call.target_text, attention_include=include, target_lang=call.target)
+        forced = translator.force_decode_ids(source, call.target_text, attention_include=include)
         text, score, maps = call.target_text, forced.score, forced.attention
     else:
-        [result] = translator.translate([call.text], beam_size=call.beam_size, return_scores=True,
-                                        return_attention=True, attention_include=include, target_lang=call.target)
+        [result] = translator.translate_ids([source], beam_size=call.beam_size, return_scores=True,
+                                            return_attention=True, attention_include=include)
         text, score, maps = result.text, result.hypotheses[0].score, result.attention
     layers, heads, average = call.layers, call.heads, call.average_heads
     return dict(

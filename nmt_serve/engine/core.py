@@ -47,7 +47,12 @@ from nmt_serve.inference.attention import attention_backend
 from nmt_serve.inference.continuous import ContinuousSearch, Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
 from nmt_serve.inference.device_search import DeviceSearch
-from nmt_serve.inference.search import SearchHypothesis, SearchOptions, max_length_of
+from nmt_serve.inference.search import (
+    EMPTY,
+    SearchHypothesis,
+    SearchOptions,
+    max_length_of,
+)
 from nmt_serve.inference.static_decoder import StaticDecoder
 from nmt_serve.inference.translator import Translator
 
@@ -114,7 +119,8 @@ class EngineCore:
         self._device_searches: dict[tuple[str, int], DeviceSearch] = {}  # one static decoder per model and beam size
         self.admission = Admission(rate=1.0, margin=config.admission_margin)
         self._queued_sentences = 0  # sentences of the calls taken in and not finished (max_queue_sentences)
-        self._reserved: dict[Any, tuple[float, int]] = {}  # call id -> what screen() reserved, until handle() takes it
+        # call id -> what screen() reserved (work units, sentences) and the sources it checked, until handle() takes them
+        self._reserved: dict[Any, tuple[float, int, list]] = {}
         self.started = time.monotonic()
         self._last_expiry_check = 0.0
         self._window = [0.0, 0.0, 0, 0]  # engine seconds, units, source tokens, output tokens
@@ -135,7 +141,8 @@ class EngineCore:
                           target_tags=t.info.target_tags, test_bleu=t.test_bleu(), parameters=t.num_parameters(), device=str(t.device),
                           dtype=str(t.dtype).removeprefix("torch."), attention=attention_backend(t.device), quantization=t.quantization, step_mode=t.step_mode,
                           n_decoder_layers=t.config.n_decoder_layers, n_encoder_layers=t.config.n_encoder_layers,
-                          n_heads=t.config.n_heads, **self.model_meta.get(mid, {}))
+                          n_heads=t.config.n_heads, max_positions=t.config.max_positions,
+                          append_eos_to_source=t.config.append_eos_to_source, **self.model_meta.get(mid, {}))
                 for mid, t in self.models.items()
             }
         # static decoders' graphs are captured as buckets are first used: their memory can grow
@@ -193,6 +200,10 @@ class EngineCore:
         timeout = message.deadline - time.monotonic()
         if timeout <= 0:
             return [Reply(message.id, error=EXPIRED, message="the deadline passed before the engine got the call")]
+        try:  # the model's own limit (eos added, positions): every check of a call is made here, once
+            sources = [self.models[message.model].inputs.source_ids(ids) if ids else None for ids in message.sources]
+        except ValueError as exc:
+            return [Reply(message.id, error=INVALID, message=str(exc))]
         counts = [len(ids) for ids in message.sources if ids]  # source tokens, eos excluded: the unit the rate was measured in
         cost = 0.0
         with self.admission.lock:  # the queue bound and the admitted work change together
@@ -209,7 +220,7 @@ class EngineCore:
                         "the server is busy: the work queued ahead would not finish before this request's deadline, retry later"))]
                 self.stats["admitted_units"] += cost
             self._queued_sentences += len(counts)
-        self._reserved[message.id] = (cost, len(counts))
+        self._reserved[message.id] = (cost, len(counts), sources)
         return None
 
     def _release(self, reservation: tuple[float, int]) -> None:
@@ -225,7 +236,8 @@ class EngineCore:
             try:
                 if message.id not in self._reserved and (settled := self.screen(message)) is not None:
                     return settled
-                return self._translate(message, self._reserved.pop(message.id))
+                cost, count, sources = self._reserved.pop(message.id)
+                return self._translate(message, (cost, count), sources)
             finally:
                 self.stats["call_seconds"] += time.perf_counter() - started
         if isinstance(message, Cancel):
@@ -234,17 +246,12 @@ class EngineCore:
             return [self._attention(message)]
         raise TypeError(f"unknown message {type(message).__name__}")
 
-    def _translate(self, call: Translate, reservation: tuple[float, int]) -> list[Reply]:
+    def _translate(self, call: Translate, reservation: tuple[float, int], sources: list[list[int] | None]) -> list[Reply]:
+        """The screened call's sentences (their encoder ids, None for an empty text) join their groups' queues."""
         translator = self.models[call.model]
         options = call.options
-        try:
-            sources = [translator.source_ids(ids) if ids else None for ids in call.sources]
-        except ValueError as exc:
-            self._release(reservation)
-            return [Reply(call.id, error=INVALID, message=str(exc))]
         todo = [i for i, s in enumerate(sources) if s is not None]
-        # nothing to translate: an empty translation, not whatever the model says to a bare eos
-        empty = EngineHypothesis("", 0.0 if options.return_scores else None, 0.0 if options.return_scores else None)
+        empty = self._translation(translator, EMPTY, options, max_length=1 << 30)
         results: list[list[EngineHypothesis] | None] = [None if s is not None else [empty] * options.num_hypotheses for s in sources]
         if not todo:
             self._release(reservation)

@@ -45,7 +45,7 @@ class EngineHypothesis:
 
 @dataclass
 class Translate:
-    id: int
+    id: str  # unique per API process: "<pid>-<client>-<n>"
     model: str  # the engine's model id: "de-en", or a multilingual checkpoint's name
     sources: list[list[int]]  # per text its source ids, eos excluded, a multilingual model's target tag first (the API
     # tokenized it to check its limits)
@@ -57,9 +57,9 @@ class Translate:
 class Attention:
     """Attention maps of a translation (or of a given target_text, by forced decoding)."""
 
-    id: int
+    id: str
     model: str
-    text: str
+    source: list[int]  # the source's ids as for Translate (the API tokenized it: input_processor.py)
     target_text: str | None
     beam_size: int
     include: tuple[str, ...]
@@ -68,17 +68,16 @@ class Attention:
     encoder_layers: list[int]
     average_heads: bool
     deadline: float
-    target: str | None = None  # the target language: a multilingual model's tag
 
 
 @dataclass
 class Cancel:
-    id: int  # the caller gave up (timeout, client disconnected): drop its sentences
+    id: str  # the caller gave up (timeout, client disconnected): drop its sentences
 
 
 @dataclass
 class Reply:
-    id: int
+    id: str
     value: Any = None  # translate: per text its n-best list[EngineHypothesis], best first; attention: a dict
     error: str | None = None  # one of the kinds above
     message: str = ""

@@ -36,6 +36,7 @@ from nmt_serve.inference.search import (
     GROUPED_BEAM_MIN_ROWS,
     SearchHypothesis,
     banned_tokens,
+    choose_beams,
     normalize,
 )
 
@@ -219,8 +220,8 @@ class ContinuousSearch:
         candidates = lp.view(G, K, V).add_(self.beam_scores[:, :, None]).view(G, K * V)
         top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (G, 2K), best first
 
-        # the choice among the 2K candidates, per sentence, as in search.beam_search; an empty group
-        # keeps its rows as they are
+        # the choice among the 2K candidates, per sentence (search.choose_beams); an empty group keeps
+        # its rows as they are
         parents: list[int] = []
         next_tokens: list[int] = []
         next_scores: list[float] = []
@@ -230,20 +231,17 @@ class ContinuousSearch:
             if running is not None:
                 running.step += 1
                 s = running.sentence
-                chosen = 0
+                ended, continuing = choose_beams(row_scores, row_index, K, V, eos)
+                for beam, score in ended:
+                    running.finished.append(SearchHypothesis(list(running.beams[beam]), score,
+                                                             normalize(score, running.step, s.length_penalty), True))
                 beams: list[list[int]] = []
-                for c, (score, index) in enumerate(zip(row_scores, row_index)):
-                    beam, token = divmod(index, V)
-                    if token == eos:
-                        if c < K and score > -math.inf:  # eos among the best K candidates ends a hypothesis
-                            tokens = running.beams[beam]
-                            running.finished.append(SearchHypothesis(list(tokens), score, normalize(score, running.step, s.length_penalty), True))
-                    elif chosen < K:  # the best K that continue become the next beams
-                        parents.append(g * K + beam)
-                        beams.append(running.beams[beam] + [token])
-                        next_tokens.append(token)
-                        next_scores.append(score)
-                        chosen += 1
+                for beam, token, score in continuing:
+                    parents.append(g * K + beam)
+                    beams.append(running.beams[beam] + [token])
+                    next_tokens.append(token)
+                    next_scores.append(score)
+                chosen = len(continuing)
                 if len(running.finished) < K and running.step < s.max_length:
                     running.beams = beams
                     continue

@@ -68,8 +68,32 @@ class SearchHypothesis:
     finished: bool  # ended with eos (always true: eos is forced at max_length)
 
 
+# an empty source gets the empty translation, not whatever the model says to a bare eos
+EMPTY = SearchHypothesis([], 0.0, 0.0, True)
+
+
 def normalize(score: float, length: int, length_penalty: float) -> float:
     return score / (max(length, 1) ** length_penalty)
+
+
+def choose_beams(scores: list[float], indices: list[int], K: int, V: int, eos: int
+                 ) -> tuple[list[tuple[int, float]], list[tuple[int, int, float]]]:
+    """One sentence's step of beam search, from its 2K best candidates (scores and flat beam * V + token
+    indices, best first): the hypotheses that end, (beam, score), an eos among the best K; and the
+    best K that continue, (beam, token, score), in order (at most K of the 2K are eos, so K remain).
+    The choice is bookkeeping on a few numbers: in Python it costs less than the two dozen small tensor
+    operations it would take per step (device_search.py has the same choice in tensor form, for
+    CUDA graphs; the tests hold the two to the same results)."""
+    ended: list[tuple[int, float]] = []
+    continuing: list[tuple[int, int, float]] = []
+    for c, (score, index) in enumerate(zip(scores, indices)):
+        beam, token = divmod(index, V)
+        if token == eos:
+            if c < K and score > -math.inf:
+                ended.append((beam, score))
+        elif len(continuing) < K:
+            continuing.append((beam, token, score))
+    return ended, continuing
 
 
 class DecoderState:
@@ -245,25 +269,19 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
         top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (Nb, 2K), best first
         step += 1
 
-        # The choice among these 2K candidates per sentence is bookkeeping on a few numbers: done in
-        # Python it costs less than the two dozen small tensor operations it would take per step.
         parents: list[int] = []  # row of each next beam's parent
         next_tokens: list[int] = []
         next_scores: list[float] = []
         for b, (row_scores, row_index) in enumerate(zip(top_scores.tolist(), top_index.tolist())):
             sentence = sentences[b]
-            chosen = 0
-            for c, (score, index) in enumerate(zip(row_scores, row_index)):
-                beam, token = divmod(index, V)
-                if token == cfg.eos_id:
-                    if c < K and score > -math.inf:  # eos among the best K candidates ends a hypothesis
-                        tokens = prefix[b * K + beam, 1:].tolist()
-                        finished[sentence].append(SearchHypothesis(tokens, score, normalize(score, step, options.length_penalty), True))
-                elif chosen < K:  # the best K that continue become the next beams (at most K are eos)
-                    parents.append(b * K + beam)
-                    next_tokens.append(token)
-                    next_scores.append(score)
-                    chosen += 1
+            ended, continuing = choose_beams(row_scores, row_index, K, V, cfg.eos_id)
+            for beam, score in ended:
+                tokens = prefix[b * K + beam, 1:].tolist()
+                finished[sentence].append(SearchHypothesis(tokens, score, normalize(score, step, options.length_penalty), True))
+            for beam, token, score in continuing:
+                parents.append(b * K + beam)
+                next_tokens.append(token)
+                next_scores.append(score)
             if len(finished[sentence]) >= K or max_len_of[sentence] <= step:
                 sentences[b] = -1  # done: its beams leave the batch
                 del parents[-K:], next_tokens[-K:], next_scores[-K:]

@@ -19,10 +19,12 @@ import torch
 
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.device_search import DeviceSearch, supports
+from nmt_serve.inference.input_processor import InputProcessor
 from nmt_serve.inference.model_runner import QUANTIZATIONS, ModelRunner
-from nmt_serve.inference.search import SearchHypothesis, SearchOptions, generate
+from nmt_serve.inference.search import EMPTY, SearchHypothesis, SearchOptions, generate
 from nmt_serve.inference.static_decoder import StaticDecoder
 from nmt_serve.network.checkpoint import CheckpointInfo, load_checkpoint
+from nmt_serve.network.masks import pad_batch
 from nmt_serve.network.tokenizer import Tokenizer
 from nmt_serve.network.transformer import Transformer
 
@@ -129,7 +131,9 @@ class Translator:
         self.config = model.config
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
-        self._tags = self._target_tag_ids()
+        self.inputs = InputProcessor(src_tokenizer, target_lang=info.target_lang, directions=info.served(),
+                                     target_tags=(info.target_tags or {}) if info.multilingual else None,
+                                     append_eos=self.config.append_eos_to_source, max_positions=self.config.max_positions)
 
     @classmethod
     def load(
@@ -194,26 +198,6 @@ class Translator:
         """{direction: sacreBLEU on test_2016_flickr, beam 4, float weights} as the model card recorded it."""
         return self.info.test_bleu()
 
-    def _target_tag_ids(self) -> dict[str, int]:
-        if not self.multilingual:
-            return {}
-        tags = self.info.target_tags or {}
-        missing = sorted({d.split("-")[1] for d in self.info.directions} - set(tags))
-        if missing:
-            raise ValueError(f"multilingual checkpoint: no target tag for {missing}")
-        return self.src_tokenizer.symbol_ids(tags)
-
-    def prefix_ids(self, target_lang: str | None = None) -> list[int]:
-        """What goes before the source ids: a multilingual model's tag of the target language (required),
-        nothing for a bilingual one (target_lang, if given, must be its own)."""
-        if not self.multilingual:
-            if target_lang not in (None, self.target_lang):
-                raise ValueError(f"this model translates into {self.target_lang!r}, not {target_lang!r}")
-            return []
-        if target_lang not in self._tags:
-            raise ValueError(f"a multilingual model needs target_lang, one of {sorted(self._tags)}; got {target_lang!r}")
-        return [self._tags[target_lang]]
-
     @property
     def target_lang(self) -> str:
         return self.info.target_lang
@@ -223,27 +207,11 @@ class Translator:
 
     # ------------------------------------------------------------------ tokens
     def encode_source(self, text: str, target_lang: str | None = None) -> list[int]:
-        return self.source_ids(self.prefix_ids(target_lang) + self.src_tokenizer.encode(text))
-
-    def source_ids(self, ids: list[int]) -> list[int]:
-        """Tokenized source (eos excluded) -> the ids the encoder reads: eos appended if the model wants
-        it, the length checked."""
-        if self.config.append_eos_to_source:
-            ids = ids + [self.src_tokenizer.eos_id]
-        limit = self.config.max_positions
-        if len(ids) > limit:
-            raise ValueError(f"source has {len(ids)} tokens; this model accepts at most {limit}")
-        return ids
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.src_tokenizer.encode(text))
+        """Text -> the encoder's ids (input_processor.py)."""
+        return self.inputs.encode(text, target_lang)
 
     def _pad(self, seqs: Sequence[Sequence[int]], prefix: int | None = None) -> torch.Tensor:
-        rows = [([prefix] if prefix is not None else []) + list(s) for s in seqs]
-        out = torch.full((len(rows), max(len(r) for r in rows)), self.config.pad_id, dtype=torch.long)
-        for i, r in enumerate(rows):
-            out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        return out.to(self.device)
+        return pad_batch(seqs, self.config.pad_id, prefix).to(self.device)
 
     @staticmethod
     def _length_batches(lengths: list[int], max_batch_tokens: int, max_batch_size: int) -> Iterable[list[int]]:
@@ -287,22 +255,44 @@ class Translator:
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of texts; wrap a single string in a list")
+        prefix = self.inputs.prefix(target_lang)
+        sources = [self.inputs.source_ids(prefix + tokens) if (tokens := self.inputs.tokenizer.encode(text)) else None
+                   for text in texts]
+        return self.translate_ids(
+            sources, beam_size=beam_size, num_hypotheses=num_hypotheses, max_length=max_length, min_length=min_length,
+            length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size, return_scores=return_scores,
+            return_attention=return_attention, attention_include=attention_include, use_cache=use_cache,
+            max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size, deadline=deadline)
+
+    @torch.inference_mode()
+    def translate_ids(
+        self,
+        sources: Sequence[list[int] | None],
+        *,
+        beam_size: int = 4,
+        num_hypotheses: int = 1,
+        max_length: int | None = None,
+        min_length: int = 0,
+        length_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
+        return_scores: bool = False,
+        return_attention: bool = False,
+        attention_include: Sequence[str] = ("cross",),
+        use_cache: bool = True,
+        max_batch_tokens: int = 6000,
+        max_batch_size: int = 256,
+        deadline: float | None = None,
+    ) -> list[TranslationResult]:
+        """translate() on the encoder's ids (InputProcessor.encode/source_ids); None: an empty text."""
         options = SearchOptions(
             beam_size=beam_size, num_hypotheses=num_hypotheses, max_length=max_length, min_length=min_length,
             length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size, use_cache=use_cache,
         )
         self._check_include(attention_include)
-        prefix = self.prefix_ids(target_lang)
-        results: list[TranslationResult | None] = [None] * len(texts)
-        sources: dict[int, list[int]] = {}
-        for i, text in enumerate(texts):
-            if not text.strip():
-                # nothing to translate: an empty translation, not whatever the model says to a bare eos
-                empty = TranslationHypothesis("", [], 0.0 if return_scores else None, 0.0 if return_scores else None)
-                results[i] = TranslationResult([empty] * num_hypotheses)
-            else:
-                sources[i] = self.source_ids(prefix + self.src_tokenizer.encode(text))
-        todo = list(sources)
+        results: list[TranslationResult | None] = [
+            None if ids is not None else TranslationResult([self._hypothesis(EMPTY, return_scores)] * num_hypotheses)
+            for ids in sources]
+        todo = [i for i, ids in enumerate(sources) if ids is not None]
         lengths = [len(sources[i]) for i in todo]
         for batch in self._length_batches(lengths, max_batch_tokens, max_batch_size):
             indices = [todo[b] for b in batch]
@@ -365,8 +355,13 @@ class Translator:
     def force_decode(self, source: str, target: str, *, attention_include: Sequence[str] = ("cross",),
                      target_lang: str | None = None) -> ForcedDecoding:
         """Score a given translation of `source` and return the attention maps that produce it."""
+        return self.force_decode_ids(self.encode_source(source, target_lang), target, attention_include=attention_include)
+
+    @torch.inference_mode()
+    def force_decode_ids(self, source_ids: list[int], target: str, *, attention_include: Sequence[str] = ("cross",)) -> ForcedDecoding:
+        """force_decode() on the encoder's ids of the source."""
         self._check_include(attention_include)
-        src = self._pad([self.encode_source(source, target_lang)])
+        src = self._pad([source_ids])
         target_ids = self.tgt_tokenizer.encode(target)
         [(log_probs, attention)] = self._teacher_forced(src, [target_ids], attention_include)
         return ForcedDecoding(target, log_probs, float(sum(log_probs)), attention)

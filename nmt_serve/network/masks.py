@@ -1,7 +1,10 @@
-"""The one mask convention, built in one place: a bool tensor where True means "may attend",
+"""Padding and the one mask convention, built in one place. Batches of ids are right-padded
+(pad_batch: training, the Translator); masks are bool tensors where True means "may attend",
 broadcast against attention scores of shape (B, H, Tq, Tk). Both the nn.Module path
-(transformer.py) and the inference engine (engine.py) build their masks here."""
+(transformer.py) and the model runner (inference/model_runner.py) build their masks here."""
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -14,3 +17,14 @@ def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
 def causal_mask(length: int, device: torch.device) -> torch.Tensor:
     """(1, 1, T, T) bool, True on and below the diagonal: position t sees positions <= t."""
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, prefix: int | None = None) -> torch.Tensor:
+    """Right-padded (B, T) tensor; `prefix` is put before every sequence (decoder start token)."""
+    if prefix is not None:
+        seqs = [[prefix, *s] for s in seqs]
+    width = max(len(s) for s in seqs)
+    out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out

@@ -1,6 +1,6 @@
 """What the API process knows of the models the engine serves: the directions it routes to them, what
-the engine reports of them, and their source tokenizer (sentencepiece only, no torch): the API tokenizes
-each text once, checks the limits on the ids and sends them to the engine.
+the engine reports of them, and their input processor (sentencepiece only, no torch): the API tokenizes
+each text once, checks its limits on the ids and sends them to the engine.
 
 A direction ("fr-cs") is served by a bilingual checkpoint of that pair or by a multilingual checkpoint
 listing it; the API then puts the model's target-language tag before the ids. Where several models
@@ -9,8 +9,9 @@ engine did when it left the others unloaded.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from nmt_serve.inference.input_processor import InputProcessor
 from nmt_serve.network.routing import preference
 from nmt_serve.network.tokenizer import Tokenizer
 
@@ -19,20 +20,27 @@ from nmt_serve.network.tokenizer import Tokenizer
 class ServedDirection:
     id: str  # the direction: "de-en"
     info: dict  # as the engine reports the model serving it: parameters, device, dtype, path, ...
-    tokenizer: Tokenizer
+    inputs: InputProcessor  # the model's, shared by its directions
     source: str
     target: str
     engine_model: str  # the engine's id of the model: "de-en", or a multilingual checkpoint's name
-    prefix: list[int] = field(default_factory=list)  # ids before the source: a multilingual model's target tag
+
+    @property
+    def multilingual(self) -> bool:
+        return self.inputs.multilingual
 
     def encode(self, text: str) -> list[int]:
         """Source ids as the engine takes them (eos excluded, the tag first for a multilingual model)."""
-        return self.prefix + self.tokenizer.encode(text)
+        return self.inputs.tokens(text, self.target)
+
+    def count(self, text: str) -> int:
+        """Source pieces of a text (no tag): what sentence segmentation holds to max_sentence_tokens."""
+        return self.inputs.count(text)
 
     def describe(self) -> dict:
         """The engine's report of the model, as this direction's entry of /v1/models."""
         return {**self.info, "id": self.id, "source": self.source, "target": self.target, "model": self.engine_model,
-                "multilingual": bool(self.prefix), "test_bleu": _test_bleu(self.info, self.id)}
+                "multilingual": self.multilingual, "test_bleu": _test_bleu(self.info, self.id)}
 
 
 def _test_bleu(info: dict, direction: str) -> float | None:
@@ -41,18 +49,17 @@ def _test_bleu(info: dict, direction: str) -> float | None:
 
 def served_directions(infos: list[dict]) -> dict[str, ServedDirection]:
     """{direction: ServedDirection} over every model the engine reports, each direction routed to one model."""
-    tokenizers: dict[str, Tokenizer] = {}
     candidates: dict[str, list[ServedDirection]] = {}
     for info in infos:
-        tokenizer = tokenizers.setdefault(info["id"], Tokenizer(info["src_tokenizer"], info.get("src_vocab")))
-        tags = tokenizer.symbol_ids(info.get("target_tags") or {})
-        for direction in info.get("directions") or [f"{info['source']}-{info['target']}"]:
+        directions = info.get("directions") or [f"{info['source']}-{info['target']}"]
+        inputs = InputProcessor(Tokenizer(info["src_tokenizer"], info.get("src_vocab")), target_lang=info["target"],
+                                directions=directions, target_tags=info.get("target_tags"),
+                                append_eos=info.get("append_eos_to_source", True), max_positions=info.get("max_positions"))
+        for direction in directions:
             source, target = direction.split("-", 1)
-            prefix = [tags[target]] if tags else []
-            candidates.setdefault(direction, []).append(
-                ServedDirection(direction, info, tokenizer, source, target, info["id"], prefix))
+            candidates.setdefault(direction, []).append(ServedDirection(direction, info, inputs, source, target, info["id"]))
 
     def rank(m: ServedDirection) -> tuple:
-        return preference(_test_bleu(m.info, m.id), bool(m.prefix), m.engine_model)
+        return preference(_test_bleu(m.info, m.id), m.multilingual, m.engine_model)
 
     return {d: max(found, key=rank) for d, found in sorted(candidates.items())}

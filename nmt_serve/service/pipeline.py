@@ -18,7 +18,7 @@ from fastapi import Request
 from nmt_serve.engine.protocol import DecodeOptions, EngineHypothesis
 from nmt_serve.service.deadlines import request_timeout, with_deadline
 from nmt_serve.service.directions import ServedDirection
-from nmt_serve.service.errors import bad_request, too_large
+from nmt_serve.service.errors import bad_request
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
 from nmt_serve.text.language_detection import Detection, language_name
@@ -128,8 +128,7 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
                 tokens += len(ids)
                 batch.append(ids)
                 sources.append(sentence)
-        if tokens > s.max_tokens_per_text:
-            raise too_large(f"text {i} has {tokens} tokens; the limit is {s.max_tokens_per_text}", param)
+        state.limits.check_tokens(i, tokens, param)
         prepared.append(_Text(model, detected, units, document, text))
     return prepared, batches, sentence_texts
 
@@ -142,7 +141,7 @@ async def translate_texts(state: ServiceState, request: Request, *, source: str,
     if state.settings.admission and (refusal := engine.refusal(timeout, state.settings.admission_margin)):
         state.metrics.refused_early.inc()
         raise refusal
-    state.check_sizes(texts, param)
+    state.limits.check_texts(texts, param)
     prepare = lambda: _prepare(state, source, target, texts, param, format, split_sentences)  # noqa: E731
     # cutting, parsing and tokenizing a long text takes tens of milliseconds (a 20,000-character page:
     # ~80 ms): on a thread, so that health probes and other requests are answered meanwhile
@@ -156,7 +155,7 @@ async def translate_texts(state: ServiceState, request: Request, *, source: str,
         served = {t.model.id: t.model for t in prepared if t.model is not None}
         results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout)
                                                        for m in ids))))
-        alignments = await _align(state, engine, prepared, sentence_texts, results, timeout)
+        alignments = await _align(state, engine, prepared, batches, sentence_texts, results, timeout)
         return results, alignments
 
     results, alignments = await with_deadline(state, request, timeout, run())
@@ -170,7 +169,7 @@ def _as_is(text: _Text, options: DecodeOptions) -> TextResult:
                       model="", score=score, normalized_score=score, hypothesis_scores=[score] * options.num_hypotheses)
 
 
-async def _align(state: ServiceState, engine, prepared: list[_Text], sentence_texts: dict[str, list[str]],
+async def _align(state: ServiceState, engine, prepared: list[_Text], batches: dict[str, list[list[int]]], sentence_texts: dict[str, list[str]],
                  results: dict[str, list[list[EngineHypothesis]]], timeout: float) -> dict[tuple[str, int], list]:
     """Word alignments of the sentences inside HTML segments that hold inline tags (only those pay
     for it): the engine's attention over the chosen translation, by forced decoding."""
@@ -182,7 +181,7 @@ async def _align(state: ServiceState, engine, prepared: list[_Text], sentence_te
 
     async def one(model: ServedDirection, k: int):
         source, target = sentence_texts[model.id][k], results[model.id][k][0].text
-        maps = await engine.attention(model.engine_model, timeout, text=source, target_text=target, target=model.target,
+        maps = await engine.attention(model.engine_model, timeout, source=batches[model.id][k], target_text=target,
                                       beam_size=1, include=("cross",),
                                       layers=list(range(model.info["n_decoder_layers"])), heads=list(range(model.info["n_heads"])),
                                       encoder_layers=[], average_heads=True)

@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nmt_serve.service.directions import ServedDirection
-from nmt_serve.service.errors import bad_request, not_ready, too_large
+from nmt_serve.service.errors import bad_request, not_ready
+from nmt_serve.service.limits import RequestLimits
 from nmt_serve.service.metrics import Metrics
 from nmt_serve.service.security import KeyChecker, RateLimiter
 from nmt_serve.service.settings import Settings
@@ -27,10 +28,12 @@ class ServiceState:
     load_error: str | None = None
     keys: KeyChecker = None  # type: ignore[assignment]
     rate_limiter: RateLimiter = None  # type: ignore[assignment]
+    limits: RequestLimits = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         self.keys = KeyChecker(self.settings.keys())
         self.rate_limiter = RateLimiter(self.settings.rate_limit_per_minute)
+        self.limits = RequestLimits(self.settings)
 
     @property
     def ready(self) -> bool:
@@ -55,26 +58,3 @@ class ServiceState:
         from nmt_serve.text.language_detection import detector_for
 
         return detector_for(frozenset(m.source for m in self.models.values()))
-
-    def check_sizes(self, texts: list[str], param: str = "text") -> None:
-        """The limits known before tokenizing: how many texts, how many characters each."""
-        s = self.settings
-        if not texts:
-            raise bad_request("the list of texts is empty", param)
-        if len(texts) > s.max_texts_per_request:
-            raise too_large(f"{len(texts)} texts in one request; the limit is {s.max_texts_per_request}", param)
-        for i, text in enumerate(texts):
-            if len(text) > s.max_chars_per_text:
-                raise too_large(f"text {i} has {len(text)} characters; the limit is {s.max_chars_per_text}", param)
-
-    def check_texts(self, model: ServedDirection, texts: list[str], param: str = "text") -> list[list[int]]:
-        """Apply the per-request limits; return each text's source ids (eos excluded)."""
-        s = self.settings
-        self.check_sizes(texts, param)
-        sources = []
-        for i, text in enumerate(texts):
-            ids = model.encode(text)
-            if len(ids) > s.max_tokens_per_text:
-                raise too_large(f"text {i} has {len(ids)} tokens; the limit is {s.max_tokens_per_text}", param)
-            sources.append(ids)
-        return sources

@@ -6,8 +6,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
+from nmt_serve.network.masks import pad_batch
 from nmt_serve.network.tokenizer import Tokenizer
 
 
@@ -74,17 +73,6 @@ def token_batches(data: ParallelData, max_tokens: int, seed: int, shuffle: bool 
     if shuffle:
         rng.shuffle(batches)
     return batches
-
-
-def pad_batch(seqs: list[list[int]], pad_id: int, prefix: int | None = None) -> torch.Tensor:
-    """Right-padded (B, T) tensor; `prefix` is put before every sequence (decoder start token)."""
-    if prefix is not None:
-        seqs = [[prefix] + s for s in seqs]
-    width = max(len(s) for s in seqs)
-    out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return out
 
 
 def collate(data: ParallelData, indices: list[int], pad_id: int, start_id: int):

@@ -51,7 +51,7 @@ def evaluate(translator: Translator, sources: list[str], references: list[str], 
     chrf_score = chrf.corpus_score(hypotheses, [references])
     runaway = sum(
         1 for s, r in zip(sources, results)
-        if len(r.hypotheses[0].tokens) > 3 * max(translator.count_tokens(s), 1)
+        if len(r.hypotheses[0].tokens) > 3 * max(translator.inputs.count(s), 1)
     )
     return {
         "bleu": round(bleu_score.score, 2),

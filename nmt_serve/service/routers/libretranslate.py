@@ -25,10 +25,9 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nmt_serve.service.dependencies import authorize, get_state
-from nmt_serve.service.errors import APIError, bad_request, too_large
+from nmt_serve.service.errors import APIError, bad_request
 from nmt_serve.service.file_store import MEDIA_TYPES, FileStore
 from nmt_serve.service.pipeline import AUTO, translate_texts
-from nmt_serve.service.routers.v1 import decode_options
 from nmt_serve.service.schemas import Language
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.language_detection import language_name
@@ -255,7 +254,7 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)):
     n = alternatives + 1
     texts = [q] if isinstance(q, str) else q
     results = await translate_texts(state, request, source=source, target=target, texts=texts,
-                                    options=decode_options(state, max(4, n), n, None), param="q", format=format_)
+                                    options=state.limits.decode_options(max(4, n), n, None), param="q", format=format_)
     body: dict[str, Any] = {"translatedText": results[0].text if isinstance(q, str) else [r.text for r in results]}
     if source == AUTO:
         body["detectedLanguage"] = detected_language(results[0]) if isinstance(q, str) else [detected_language(r) for r in results]
@@ -277,7 +276,7 @@ async def detect(request: Request, state: ServiceState = Depends(get_state)):
     q = texts_param(params)
     texts = [q] if isinstance(q, str) else q
     state.require_ready()
-    state.check_sizes(texts, "q")
+    state.limits.check_texts(texts, "q")
     found = state.detector().detect("\n".join(texts))
     if not found:
         # nothing to tell languages apart by (digits, punctuation): upstream answers English with no confidence
@@ -372,12 +371,10 @@ async def translate_file(request: Request, state: ServiceState = Depends(get_sta
         raise bad_request("Invalid request: the file is not UTF-8 text", "file") from None
     finally:
         await upload.close()
-    limit = state.settings.max_chars_per_text
-    if len(text) > limit:
-        raise too_large(f"the file has {len(text)} characters; the limit is {limit} (max_chars_per_text)", "file")
+    state.limits.check_file(text)
     html = ext.lower() in (".html", ".htm")
     results = await translate_texts(state, request, source=source, target=target, texts=[text],
-                                    options=decode_options(state, 4, 1, None), param="file", format="html" if html else "text")
+                                    options=state.limits.decode_options(4, 1, None), param="file", format="html" if html else "text")
     # named as upstream names it: the original name with the target language before the extension
     translated_name = f"{stem}_{target}{ext}"
     file_id = file_store(request, state).put(translated_name, results[0].text.encode())

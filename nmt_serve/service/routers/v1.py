@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from nmt_serve.engine.protocol import DecodeOptions
 from nmt_serve.service.deadlines import request_timeout, with_deadline
 from nmt_serve.service.dependencies import get_state, require_api_key
-from nmt_serve.service.errors import APIError, bad_request
+from nmt_serve.service.errors import bad_request
 from nmt_serve.service.pipeline import translate_texts
 from nmt_serve.service.schemas import (
     AttentionRequest,
@@ -26,22 +25,10 @@ from nmt_serve.service.state import ServiceState
 router = APIRouter(prefix="/v1", tags=["translation"], dependencies=[Depends(require_api_key)])
 
 
-def decode_options(state: ServiceState, beam_size: int, num_hypotheses: int, max_length: int | None,
-                   length_penalty: float = 1.0, return_scores: bool = False) -> DecodeOptions:
-    s = state.settings
-    if beam_size > s.max_beam_size:
-        raise APIError(422, "validation_error", f"beam_size must be at most {s.max_beam_size}", "beam_size")
-    if num_hypotheses > beam_size:
-        raise APIError(422, "validation_error", "num_hypotheses must be at most beam_size", "num_hypotheses")
-    if max_length is not None and max_length > s.max_output_length:
-        raise APIError(422, "validation_error", f"max_length must be at most {s.max_output_length}", "max_length")
-    return DecodeOptions(beam_size, num_hypotheses, max_length, length_penalty, return_scores)
-
-
 @router.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True)
 async def translate(body: TranslateRequest, request: Request, state: ServiceState = Depends(get_state)) -> TranslateResponse:
     texts = [body.text] if isinstance(body.text, str) else body.text
-    options = decode_options(state, body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
+    options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
     results = await translate_texts(state, request, source=body.source, target=body.target, texts=texts, options=options,
                                     param="text", format=body.format, split_sentences=body.split_sentences)
     translations = [Translation(
@@ -70,17 +57,17 @@ def _indices(requested: list[int] | None, count: int, name: str) -> list[int]:
 async def attention(body: AttentionRequest, request: Request, state: ServiceState = Depends(get_state)) -> AttentionResponse:
     engine = state.require_ready()
     model = state.model_for(body.source, body.target)
-    state.check_texts(model, [body.text])
+    [source] = state.limits.encode(model.encode, [body.text])
     if body.target_text is not None:
-        state.check_texts(model, [body.target_text], "target_text")
+        state.limits.encode(model.encode, [body.target_text], "target_text")
     info = model.info
-    decode_options(state, body.beam_size, 1, None)
+    state.limits.decode_options(body.beam_size, 1, None)
     layers = _indices(body.layers, info["n_decoder_layers"], "layers")
     heads = _indices(body.heads, info["n_heads"], "heads")
     encoder_layers = _indices(body.layers, info["n_encoder_layers"], "layers") if "encoder_self" in body.include else []
     timeout = request_timeout(state, request)
     maps = await with_deadline(state, request, timeout, engine.attention(
-        model.engine_model, timeout, text=body.text, target_text=body.target_text, target=model.target,
+        model.engine_model, timeout, source=source, target_text=body.target_text,
         beam_size=body.beam_size, include=tuple(body.include),
         layers=layers, heads=heads, encoder_layers=encoder_layers, average_heads=body.average_heads,
     ))

@@ -1,0 +1,74 @@
+"""A model's source side in one place: text -> the ids its encoder reads.
+
+Every path into a model goes through an InputProcessor: the API process (which tokenizes each text
+once, counts its limits on the ids and sends them to the engine), the engine (which finishes them
+and checks them against the model), the offline Translator and the benchmarks. It holds
+
+- tokenization (sentencepiece, or a Marian vocabulary file: network/tokenizer.py);
+- the language tag: a multilingual model's source starts with the tag of the target language
+  (`<2fr> A dog runs .</s>`), a bilingual model takes none (and only its own target);
+- eos, appended where the model was trained with it (`append_eos_to_source`);
+- the length limit: at most `max_positions` ids reach the encoder.
+
+`tokens()` is what crosses the process boundary (tag first, eos excluded: what the API's limits count);
+`source_ids()` finishes such ids for the encoder and is where the model's own limit is checked.
+It imports no torch: the API process uses it too.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from nmt_serve.network.tokenizer import Tokenizer
+
+
+class InputProcessor:
+    def __init__(self, tokenizer: Tokenizer, *, target_lang: str, directions: list[str], target_tags: Mapping[str, str] | None,
+                 append_eos: bool = True, max_positions: int | None = None):
+        """target_lang: a bilingual model's target ("mul" for a multilingual one); directions: "de-en", ...;
+        target_tags: {language: its tag piece} of a multilingual model, None for a bilingual one."""
+        self.tokenizer = tokenizer
+        self.target_lang = target_lang
+        self.append_eos = append_eos
+        self.max_positions = max_positions
+        self.tags: dict[str, int] = {}
+        if target_tags is not None:
+            missing = sorted({d.split("-")[1] for d in directions} - set(target_tags))
+            if missing:
+                raise ValueError(f"multilingual checkpoint: no target tag for {missing}")
+            self.tags = tokenizer.symbol_ids(dict(target_tags))
+
+    @property
+    def multilingual(self) -> bool:
+        return bool(self.tags)
+
+    def prefix(self, target_lang: str | None = None) -> list[int]:
+        """What goes before the source ids: a multilingual model's tag of the target language (required),
+        nothing for a bilingual one (target_lang, if given, must be its own)."""
+        if not self.tags:
+            if target_lang not in (None, self.target_lang):
+                raise ValueError(f"this model translates into {self.target_lang!r}, not {target_lang!r}")
+            return []
+        if target_lang not in self.tags:
+            raise ValueError(f"a multilingual model needs target_lang, one of {sorted(self.tags)}; got {target_lang!r}")
+        return [self.tags[target_lang]]
+
+    def count(self, text: str) -> int:
+        """Source pieces of a text, no tag and no eos (what sentence segmentation compares to its limit)."""
+        return len(self.tokenizer.encode(text))
+
+    def tokens(self, text: str, target_lang: str | None = None) -> list[int]:
+        """Text -> tag + pieces, eos excluded ([] for an empty text: it is not translated at all)."""
+        pieces = self.tokenizer.encode(text)
+        return self.prefix(target_lang) + pieces if pieces else []
+
+    def source_ids(self, tokens: list[int]) -> list[int]:
+        """tokens() -> the ids the encoder reads: eos appended if the model wants it, the length checked
+        (ValueError past max_positions)."""
+        ids = tokens + [self.tokenizer.eos_id] if self.append_eos else list(tokens)
+        if self.max_positions is not None and len(ids) > self.max_positions:
+            raise ValueError(f"source has {len(ids)} tokens; this model accepts at most {self.max_positions}")
+        return ids
+
+    def encode(self, text: str, target_lang: str | None = None) -> list[int]:
+        """Text -> the encoder's ids (tokens() then source_ids())."""
+        return self.source_ids(self.prefix(target_lang) + self.tokenizer.encode(text))

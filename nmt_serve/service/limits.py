@@ -1,0 +1,61 @@
+"""Every limit the API process holds a request to, in one place, before the engine sees it: how many
+texts, how many characters and tokens each, and the decoding options' bounds (settings.py names them).
+
+The engine checks the rest on its side of the process boundary, once per call (engine/core.py,
+`EngineCore.screen`): the deadline, the queue, admission by predicted work and each model's own
+length limit. A refusal here is a 400, 413 or 422 in the service's one error shape (errors.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from nmt_serve.engine.protocol import DecodeOptions
+from nmt_serve.service.errors import APIError, bad_request, too_large
+from nmt_serve.service.settings import Settings
+
+
+class RequestLimits:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    def check_texts(self, texts: list[str], param: str = "text") -> None:
+        """The limits known before tokenizing: how many texts, how many characters each."""
+        s = self.settings
+        if not texts:
+            raise bad_request("the list of texts is empty", param)
+        if len(texts) > s.max_texts_per_request:
+            raise too_large(f"{len(texts)} texts in one request; the limit is {s.max_texts_per_request}", param)
+        for i, text in enumerate(texts):
+            if len(text) > s.max_chars_per_text:
+                raise too_large(f"text {i} has {len(text)} characters; the limit is {s.max_chars_per_text}", param)
+
+    def check_file(self, text: str, param: str = "file") -> None:
+        limit = self.settings.max_chars_per_text
+        if len(text) > limit:
+            raise too_large(f"the file has {len(text)} characters; the limit is {limit} (max_chars_per_text)", param)
+
+    def check_tokens(self, index: int, tokens: int, param: str = "text") -> None:
+        """A text's tokens, all its sentences together."""
+        if tokens > self.settings.max_tokens_per_text:
+            raise too_large(f"text {index} has {tokens} tokens; the limit is {self.settings.max_tokens_per_text}", param)
+
+    def encode(self, encode: Callable[[str], list[int]], texts: list[str], param: str = "text") -> list[list[int]]:
+        """Texts sent whole (no segmentation): checked, then each text's source ids (eos excluded)."""
+        self.check_texts(texts, param)
+        sources = []
+        for i, text in enumerate(texts):
+            ids = encode(text)
+            self.check_tokens(i, len(ids), param)
+            sources.append(ids)
+        return sources
+
+    def decode_options(self, beam_size: int, num_hypotheses: int, max_length: int | None, length_penalty: float = 1.0,
+                       return_scores: bool = False) -> DecodeOptions:
+        s = self.settings
+        if beam_size > s.max_beam_size:
+            raise APIError(422, "validation_error", f"beam_size must be at most {s.max_beam_size}", "beam_size")
+        if num_hypotheses > beam_size:
+            raise APIError(422, "validation_error", "num_hypotheses must be at most beam_size", "num_hypotheses")
+        if max_length is not None and max_length > s.max_output_length:
+            raise APIError(422, "validation_error", f"max_length must be at most {s.max_output_length}", "max_length")
+        return DecodeOptions(beam_size, num_hypotheses, max_length, length_penalty, return_scores)
