@@ -28,6 +28,16 @@ ROOT = Path(__file__).resolve().parent.parent
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `cuda` skip where no CUDA device is usable."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 def tiny_config(**overrides) -> ModelConfig:
     values = dict(
         src_vocab_size=64, tgt_vocab_size=64, d_model=32, n_heads=4, d_ff=64,
@@ -64,6 +74,16 @@ def spm_model(tmp_path_factory) -> Path:
     text = out / "joint.txt"
     text.write_text((FIXTURES / "train300.de").read_text() + (FIXTURES / "train300.en").read_text())
     return train_sentencepiece([text], out / "spm", vocab_size=400)
+
+
+@pytest.fixture(scope="session")
+def tagged_spm(tmp_path_factory) -> Path:
+    """A joint sentencepiece model of de, en and fr with their target tags as single pieces."""
+    languages = ["de", "en", "fr"]
+    out = tmp_path_factory.mktemp("mspm")
+    text = out / "joint.txt"
+    text.write_text("".join((FIXTURES / f"train300.{lang}").read_text() for lang in languages))
+    return train_sentencepiece([text], out / "spm", vocab_size=500, user_defined_symbols=[f"<2{lang}>" for lang in languages])
 
 
 def make_checkpoint(directory: Path, spm_model: Path, source: str, target: str, seed: int, **overrides) -> Path:

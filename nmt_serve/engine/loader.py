@@ -97,8 +97,8 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
                      names[path], path, ", ".join(better))
             continue
         t0 = time.perf_counter()
-        # no warm-up capture: the engine decodes with ContinuousSearch; the static decoder serves only
-        # the attention endpoint's searches and captures a bucket when one first needs it
+        # no warm-up capture here: the engine captures its own device searches' graphs (EngineCore.warmup);
+        # the translator's static decoder serves only attention maps and captures a bucket when one first needs it
         translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode,
                                      warmup=False)
         model_id = names[path]

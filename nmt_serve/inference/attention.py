@@ -2,13 +2,12 @@
 
 Left to itself, PyTorch (2.11, CUDA 13) picks the cuDNN backend on Hopper, and cuDNN builds an
 execution plan for every new shape (batch, source length, cache length) it meets: about a second
-each on an H100 (the figure in the GPU engine issue), and a translation service meets new shapes all
+each on an H100, and a translation service meets new shapes all
 the time. The backends below need no per-shape planning: flash attention where it applies (no mask),
 memory-efficient attention where a mask is needed (padded sources, the static decoder's masked
 step), the math kernels last. PyTorch takes the first in the list that supports a call.
-`python -m bench.gpu --sections attention` times each backend alone for the encoder and the
-one-token step; that comparison has not been run on a GPU yet (see BENCHMARKS.md), so this order is
-the documented behaviour of the kernels, not a measurement of ours.
+The order follows the kernels' documented behaviour; `python -m bench.gpu --sections attention`
+times each backend alone for the encoder and the one-token step.
 """
 from __future__ import annotations
 

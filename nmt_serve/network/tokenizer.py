@@ -79,9 +79,6 @@ class Tokenizer:
             ids = self.sp.encode(text, out_type=int)
         return ids + [self.eos_id] if add_eos else ids
 
-    def encode_batch(self, texts: list[str], add_eos: bool = False) -> list[list[int]]:
-        return [self.encode(t, add_eos) for t in texts]
-
     def decode(self, ids: list[int]) -> str:
         """Ids -> text; special ids (pad, bos, eos) are dropped."""
         specials = {self.pad_id, self.bos_id, self.eos_id}

@@ -137,24 +137,6 @@ class Health(BaseModel):
     models: list[str] = []
 
 
-class LibreTranslateRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="ignore",
-        json_schema_extra={"examples": [{"q": "Ein Hund rennt.", "source": "de", "target": "en", "format": "text", "alternatives": 2}]},
-    )
-    q: str | list[str]
-    source: str
-    target: str
-    format: Literal["text", "html"] = "text"
-    alternatives: int = Field(0, ge=0, le=7)
-    api_key: str | None = None
-
-
-class LibreTranslateResponse(BaseModel):
-    translatedText: str | list[str]
-    alternatives: list[str] | list[list[str]] | None = None
-
-
 class Language(BaseModel):
     code: str
     name: str

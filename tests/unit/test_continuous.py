@@ -205,7 +205,7 @@ def test_device_search_refuses_what_does_not_fit():
     assert search.room() == 0
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 @pytest.mark.parametrize("beam", [1, 4])
 @pytest.mark.parametrize("kind", KINDS)
 def test_staggered_joins_match_each_sentence_alone_on_cuda(kind, beam):

@@ -145,7 +145,7 @@ def test_static_decoder_is_remade_when_the_weights_change(tiny_checkpoint):
     assert translator.device_search() is not first
 
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+cuda = pytest.mark.cuda
 
 
 @cuda

@@ -17,7 +17,7 @@ from nmt_serve.network.checkpoint import (
 )
 from nmt_serve.network.tokenizer import Tokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SENTENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee auf einer großen Wiese.", "Hallo"]
 
 
@@ -180,7 +180,7 @@ def test_command_line_translator_keeps_input_order(tiny_checkpoint, translator):
     assert "sent" in proc.stderr  # the progress bar, on stderr
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_runs_unchanged_on_cuda(tiny_checkpoint):
     cpu = Translator.load(tiny_checkpoint, device="cpu", dtype="float32")
     gpu = Translator.load(tiny_checkpoint, device="cuda", dtype="float32")
@@ -192,7 +192,7 @@ def test_runs_unchanged_on_cuda(tiny_checkpoint):
     assert len(half.translate(SENTENCES, beam_size=3, max_length=8, return_attention=True)) == 3
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_kv_cache_matches_recomputation_on_cuda():
     from conftest import random_model, random_sources
 

@@ -133,15 +133,34 @@ def test_options_are_validated():
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_a_degenerate_model_is_bounded_by_the_deadline(beam_size):
-    import time
+def test_a_degenerate_model_is_bounded_by_the_deadline(beam_size, monkeypatch):
+    """A model that never says eos, a search allowed 1,000 steps, and a deadline 20 clock ticks away:
+    the search gives up at the deadline. The clock is the test's own (one tick per reading), so the
+    outcome is the same on a slow machine and a fast one."""
+    from types import SimpleNamespace
 
+    import nmt_serve.inference.search as search
     from nmt_serve.inference.search import DeadlineExceeded
 
+    ticks = [0.0]
+
+    def monotonic() -> float:
+        ticks[0] += 1.0
+        return ticks[0]
+
+    monkeypatch.setattr(search, "time", SimpleNamespace(monotonic=monotonic))
     model = random_model(seed=18, final_logits_bias=True, max_positions=1024)
     model.logits_bias[3] = -1e4  # never says eos on its own
+    runner = ModelRunner(model)
+    steps = [0]
+    step = runner.step
+
+    def counted(*args, **kwargs):
+        steps[0] += 1
+        return step(*args, **kwargs)
+
+    runner.step = counted
     src = random_sources(4, 8, 64, seed=19)
-    started = time.monotonic()
     with pytest.raises(DeadlineExceeded):
-        generate(ModelRunner(model), src, SearchOptions(beam_size=beam_size, max_length=1000), deadline=started + 0.2)
-    assert time.monotonic() - started < 2.0
+        generate(runner, src, SearchOptions(beam_size=beam_size, max_length=1000), deadline=20.0)
+    assert 0 < steps[0] <= 20  # the deadline is read before every step

@@ -19,7 +19,7 @@ pytest.importorskip("aiohttp")
 
 from bench.loadgen import LoadResult, Outcome, run_load  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class EchoServer(ThreadingHTTPServer):

@@ -8,8 +8,8 @@ from nmt_serve.inference.translator import Translator
 from nmt_serve.training.evaluate import evaluate
 from nmt_serve.training.train import TrainConfig, Trainer, inverse_sqrt_lr
 
-FIXTURES = Path(__file__).parent / "fixtures"
-ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_run(run_dir: Path, **overrides) -> TrainConfig:

@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import free_port, wait_until_ready
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import pytest
 
 from nmt_serve.text.html_markup import AlignedText, parse_html
 
-SNIPPETS = sorted((Path(__file__).parent / "fixtures" / "html").glob("*.html"))
+SNIPPETS = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "html").glob("*.html"))
 WORD = re.compile(r"[^ \t\n\r\f]+")
 
 

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from nmt_serve.service.app import create_app
 from nmt_serve.service.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GERMAN = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch im Park.", "Hallo"]
 FAST = {"beam_size": 2, "max_length": 8}  # random models: keep outputs short
 

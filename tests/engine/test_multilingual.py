@@ -19,7 +19,7 @@ from nmt_serve.network.checkpoint import (
     save_checkpoint,
 )
 from nmt_serve.network.routing import route
-from nmt_serve.network.tokenizer import Tokenizer, train_sentencepiece
+from nmt_serve.network.tokenizer import Tokenizer
 from nmt_serve.service.directions import served_directions
 from nmt_serve.training import model_card
 from nmt_serve.training.evaluate import evaluate
@@ -33,17 +33,9 @@ from nmt_serve.training.multiway import (
 )
 from nmt_serve.training.train import TrainConfig, Trainer
 
-FIXTURES = Path(__file__).parent / "fixtures"
-ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
 LANGS = ["de", "en", "fr"]
-
-
-@pytest.fixture(scope="module")
-def tagged_spm(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("mspm")
-    text = out / "joint.txt"
-    text.write_text("".join((FIXTURES / f"train300.{lang}").read_text() for lang in LANGS))
-    return train_sentencepiece([text], out / "spm", vocab_size=500, user_defined_symbols=[target_tag(lang) for lang in LANGS])
 
 
 def make_multilingual(directory: Path, spm: Path, seed: int = 5, directions=None, metadata=None) -> Path:
@@ -298,7 +290,9 @@ def test_service_serves_every_direction_of_both_models(mixed_models):
         with ThreadPoolExecutor(len(mine)) as pool:
             steps_together, together = steps_of(lambda: list(pool.map(post, mine)))
         assert [r.json()["translations"][0]["text"] for r in together] == [alone[d] for d in mine]
-        assert steps_together < steps_alone / 2, (steps_together, steps_alone)
+        # how many of them meet in one batch depends on when each arrives (the engine test below shows
+        # the sharing without a race); sharing never costs a step
+        assert steps_together <= steps_alone, (steps_together, steps_alone)
         # the French text found by detection, then routed to the multilingual model
         auto = client.post("/v1/translate", json={"text": "Un homme en chemise bleue est debout sur une échelle.",
                                                   "source": "auto", "target": "de", **fast})
@@ -314,3 +308,41 @@ def test_service_serves_every_direction_of_both_models(mixed_models):
         assert html.json()["translatedText"].startswith("<p>")
         missing = client.post("/v1/translate", json={"text": "Un chien.", "source": "fr", "target": "cs"})
         assert missing.status_code == 400 and "fr-de" in missing.json()["error"]["message"]
+
+
+def test_the_directions_of_a_multilingual_model_share_one_running_batch(mixed_models):
+    """Calls of four directions, all waiting before the first step, join one running batch: one join,
+    and fewer steps than the same calls one after the other; each gets what it gets alone."""
+    import time
+
+    from nmt_serve.engine.core import EngineConfig, EngineCore
+    from nmt_serve.engine.protocol import DecodeOptions, Translate
+    from nmt_serve.inference.translator import Translator
+
+    translator = Translator.load(mixed_models / "multi", device="cpu")
+    directions = [("fr", "de"), ("fr", "en"), ("de", "fr"), ("en", "fr")]
+
+    def calls(first: int) -> list[Translate]:
+        return [Translate(str(first + i), "multi", [translator.inputs.tokens("Un chien court.", target)],
+                          DecodeOptions(beam_size=2, max_length=6), time.monotonic() + 60) for i, (_, target) in enumerate(directions)]
+
+    def run(core: EngineCore, messages: list[Translate], together: bool) -> dict[str, str]:
+        """together: every call is taken before the first step; else each after the previous one finished."""
+        replies, queue = {}, list(messages)
+        while queue or core.busy:
+            if not core.busy:
+                taking, queue = (queue, []) if together else (queue[:1], queue[1:])
+                for message in taking:
+                    assert core.handle(message) == []
+            for reply in core.work():
+                replies[reply.id] = reply.value[0][0].text
+        return replies
+
+    alone, together = EngineCore({"multi": translator}, EngineConfig()), EngineCore({"multi": translator}, EngineConfig())
+    for core in (alone, together):
+        core.admission.rate = 1e9
+    one_by_one = run(alone, calls(0), together=False)
+    at_once = run(together, calls(0), together=True)
+    assert at_once == one_by_one and len(at_once) == len(directions)
+    assert together.stats["joins"] == 1 and alone.stats["joins"] == len(directions)
+    assert together.stats["steps"] < alone.stats["steps"]
