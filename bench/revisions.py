@@ -10,7 +10,8 @@ a fresh Python process of its own, for greedy and beam 4 at batch 1 and batch 32
 turns for `--rounds` rounds and the best time of each is kept, so drift in machine load hits both
 alike. Prints sentences/s, the speed ratio, and whether the outputs are token-for-token identical.
 The child process uses only the facade and search API that every revision since the engine core has
-(`Translator.load`, `encode_source`, `_pad`, `SearchOptions`, and `generate` or `Translator.generate`).
+(`Translator.load`, `encode_source`, `_pad`, `SearchOptions`, and `generate` or `Translator.generate`),
+under the package of its tree: `nmt_serve`, or `model` before the one namespace.
 """
 from __future__ import annotations
 
@@ -29,17 +30,27 @@ from bench.common import ROOT, emit, machine, table
 SETTINGS = [(1, 1), (1, 4), (32, 1), (32, 4)]  # (batch size, beam size)
 
 CHILD = r"""
-import json, sys, time
+import importlib, json, sys, time
 import torch
-from nmt_serve.inference.translator import Translator
-# by feature, not by import: the venv's editable install can resolve modules of the working tree
-if hasattr(Translator, "generate"):  # revisions whose Translator runs search itself
+# the tree's own layout, named by the parent (the venv's editable install would resolve the other one
+# from the working tree): the nmt_serve namespace, or the model/ package of earlier revisions
+package = sys.argv[6]
+if package == "nmt_serve":
+    from nmt_serve.inference.translator import Translator
     from nmt_serve.inference.search import SearchOptions
+    from nmt_serve.training.data import read_lines
+else:
+    Translator = importlib.import_module("model.translator").Translator
+    read_lines = importlib.import_module("model.data").read_lines
+    try:
+        search_module = importlib.import_module("model.inference.search")
+    except ImportError:
+        search_module = importlib.import_module("model.search")
+    SearchOptions = search_module.SearchOptions
+if hasattr(Translator, "generate"):  # revisions whose Translator runs search itself
     search = lambda translator, src, options: translator.generate(src, options)
 else:  # earlier revisions: the Transformer held its engine
-    from nmt_serve.inference.search import SearchOptions, generate
-    search = lambda translator, src, options: generate(translator.model, src, options)
-from nmt_serve.training.data import read_lines
+    search = lambda translator, src, options: search_module.generate(translator.model, src, options)
 
 threads, data, checkpoint, n_b1, n_b32 = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 torch.set_num_threads(threads)
@@ -59,9 +70,18 @@ print(json.dumps(results))
 """ % (SETTINGS,)
 
 
+PACKAGES = ("nmt_serve", "model")  # the code's top-level folder: now, and before the one namespace
+
+
+def package_of(tree: Path) -> str:
+    return next(name for name in PACKAGES if (tree / name).is_dir())
+
+
 def export_revision(rev: str, into: Path) -> Path:
-    """The tracked files of `rev` (model/ is all the child needs), unpacked into a directory."""
-    archive = subprocess.run(["git", "archive", rev, "model"], cwd=ROOT, check=True, capture_output=True).stdout
+    """The tracked files of `rev` (its code package is all the child needs), unpacked into a directory."""
+    listed = subprocess.run(["git", "ls-tree", "--name-only", rev], cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
+    package = next(name for name in PACKAGES if name in listed)
+    archive = subprocess.run(["git", "archive", rev, package], cwd=ROOT, check=True, capture_output=True).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into
@@ -73,7 +93,7 @@ def run_tree(tree: Path, args) -> dict:
     data = Path(os.environ.get("NMT_DATA", data.parent)) / data.name
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(args.threads), str(data), str(ROOT / "checkpoints" / "de-en"),
-         str(args.sentences_b1), str(args.sentences_b32)],
+         str(args.sentences_b1), str(args.sentences_b32), package_of(tree)],
         env=env, cwd=tree, check=True, capture_output=True, text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])

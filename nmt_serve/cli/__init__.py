@@ -1,0 +1,1 @@
+"""Command-line tools and their shared handling of options and errors."""

@@ -1,0 +1,1 @@
+"""Conversion of other checkpoint formats to ours (MarianMT / OPUS-MT)."""

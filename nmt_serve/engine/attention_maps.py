@@ -25,8 +25,8 @@ def attention_maps(translator: Translator, call: Attention) -> dict:
         forced = translator.force_decode_ids(source, call.target_text, attention_include=include)
         text, score, maps = call.target_text, forced.score, forced.attention
     else:
-        [result] = translator.translate_ids([source], beam_size=call.beam_size, return_scores=True,
-                                            return_attention=True, attention_include=include)
+        [result] = translator.translate(sources=[source], beam_size=call.beam_size, return_scores=True,
+                                        return_attention=True, attention_include=include)
         text, score, maps = result.text, result.hypotheses[0].score, result.attention
     layers, heads, average = call.layers, call.heads, call.average_heads
     return dict(

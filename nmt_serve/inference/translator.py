@@ -230,7 +230,7 @@ class Translator:
     @torch.inference_mode()
     def translate(
         self,
-        texts: Sequence[str],
+        texts: Sequence[str] | None = None,
         *,
         beam_size: int = 4,
         num_hypotheses: int = 1,
@@ -246,44 +246,25 @@ class Translator:
         max_batch_size: int = 256,
         deadline: float | None = None,
         target_lang: str | None = None,
+        sources: Sequence[list[int] | None] | None = None,
     ) -> list[TranslationResult]:
         """Translate texts (any lengths, any order); results come back in input order.
 
         target_lang: the language to translate into; required by a multilingual model.
 
+        sources: instead of texts, the encoder's ids of each (InputProcessor.encode; None for an empty
+        text), as the engine gets them from the API process.
+
         deadline: a time.monotonic() value; past it the search raises search.DeadlineExceeded.
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of texts; wrap a single string in a list")
-        prefix = self.inputs.prefix(target_lang)
-        sources = [self.inputs.source_ids(prefix + tokens) if (tokens := self.inputs.tokenizer.encode(text)) else None
-                   for text in texts]
-        return self.translate_ids(
-            sources, beam_size=beam_size, num_hypotheses=num_hypotheses, max_length=max_length, min_length=min_length,
-            length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size, return_scores=return_scores,
-            return_attention=return_attention, attention_include=attention_include, use_cache=use_cache,
-            max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size, deadline=deadline)
-
-    @torch.inference_mode()
-    def translate_ids(
-        self,
-        sources: Sequence[list[int] | None],
-        *,
-        beam_size: int = 4,
-        num_hypotheses: int = 1,
-        max_length: int | None = None,
-        min_length: int = 0,
-        length_penalty: float = 1.0,
-        no_repeat_ngram_size: int = 0,
-        return_scores: bool = False,
-        return_attention: bool = False,
-        attention_include: Sequence[str] = ("cross",),
-        use_cache: bool = True,
-        max_batch_tokens: int = 6000,
-        max_batch_size: int = 256,
-        deadline: float | None = None,
-    ) -> list[TranslationResult]:
-        """translate() on the encoder's ids (InputProcessor.encode/source_ids); None: an empty text."""
+        if (texts is None) == (sources is None):
+            raise TypeError("translate() takes texts or sources, one of the two")
+        if sources is None:
+            prefix = self.inputs.prefix(target_lang)
+            sources = [self.inputs.source_ids(prefix + tokens) if (tokens := self.inputs.tokenizer.encode(text)) else None
+                       for text in texts]
         options = SearchOptions(
             beam_size=beam_size, num_hypotheses=num_hypotheses, max_length=max_length, min_length=min_length,
             length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size, use_cache=use_cache,
