@@ -78,7 +78,7 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
     CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen(f\"http://127.0.0.1:{os.environ.get('NMT_PORT', '8000')}/health/ready\", timeout=2)"]
 # exec form: python is PID 1 and gets SIGTERM itself; in-flight requests finish before it exits
 STOPSIGNAL SIGTERM
-CMD ["python3", "-m", "service"]
+CMD ["python3", "-m", "nmt_serve.service"]
 # last, so that a new commit changes only this metadata, not a cached layer
 ARG VERSION=0.1.0
 ARG REVISION=
