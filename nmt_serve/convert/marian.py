@@ -18,9 +18,20 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from nmt_serve.cli.common import user_errors
+from nmt_serve.convert.huggingface import (
+    ACTIVATION_FROM_HF,
+    UnsupportedModel,
+    build,
+    check_symmetric,
+    embedding_tables,
+    layer_name_pairs,
+    read_directory,
+    sharing,
+    stack_weights,
+)
 from nmt_serve.network.checkpoint import (
     CheckpointError,
     CheckpointInfo,
@@ -30,61 +41,14 @@ from nmt_serve.network.checkpoint import (
 from nmt_serve.network.config import ModelConfig
 from nmt_serve.network.transformer import Transformer, sinusoidal_table
 
-ACTIVATION_FROM_HF = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
-
-# our parameter name -> Hugging Face name, per layer ({i} = layer index)
-ENCODER_LAYER = {
-    "self_attn.{p}_proj": "self_attn.{p}_proj",
-    "attn_block.norm": "self_attn_layer_norm",
-    "ffn.fc1": "fc1",
-    "ffn.fc2": "fc2",
-    "ffn_block.norm": "final_layer_norm",
-}
-DECODER_LAYER = {
-    "self_attn.{p}_proj": "self_attn.{p}_proj",
-    "self_block.norm": "self_attn_layer_norm",
-    "cross_attn.{p}_proj": "encoder_attn.{p}_proj",
-    "cross_block.norm": "encoder_attn_layer_norm",
-    "ffn.fc1": "fc1",
-    "ffn.fc2": "fc2",
-    "ffn_block.norm": "final_layer_norm",
-}
-
-
-def layer_name_pairs(n_encoder: int, n_decoder: int):
-    """(ours, theirs) for every weight and bias inside the layers."""
-    for stack, ours_prefix, theirs_prefix, table, n in (
-        ("encoder", "encoder_layers", "model.encoder.layers", ENCODER_LAYER, n_encoder),
-        ("decoder", "decoder_layers", "model.decoder.layers", DECODER_LAYER, n_decoder),
-    ):
-        for i in range(n):
-            for ours, theirs in table.items():
-                for p in ("q", "k", "v", "out") if "{p}" in ours else (None,):
-                    o, t = ours.format(p=p), theirs.format(p=p)
-                    for leaf in ("weight", "bias"):
-                        yield f"{ours_prefix}.{i}.{o}.{leaf}", f"{theirs_prefix}.{i}.{t}.{leaf}"
-
-
-def _embedding_tables(hf_state: dict[str, torch.Tensor]):
-    """(encoder table, decoder table, output matrix) as stored; tied tensors may be stored once."""
-    shared = hf_state.get("model.shared.weight")
-    enc = hf_state.get("model.encoder.embed_tokens.weight", shared)
-    dec = hf_state.get("model.decoder.embed_tokens.weight", shared)
-    if enc is None or dec is None:
-        raise KeyError("MarianMT weights lack the token embeddings")
-    return enc, dec, hf_state.get("lm_head.weight", dec)
-
-
 def config_from_marian(hf: dict, unk_id: int, hf_state: dict[str, torch.Tensor]) -> ModelConfig:
     """ModelConfig of a MarianMT model. Which tables are shared is read off the weights themselves:
     the config flags alone do not say it (an untied model may still store equal tables)."""
-    if hf.get("encoder_attention_heads") != hf.get("decoder_attention_heads") or hf.get("encoder_ffn_dim") != hf.get("decoder_ffn_dim"):
-        raise ValueError("encoder and decoder must have the same heads and FFN width")
+    check_symmetric(hf)
     if hf.get("normalize_before") or hf.get("add_final_layer_norm") or hf.get("normalize_embedding"):
-        raise ValueError("only post-norm MarianMT models without embedding norms are supported")
-    enc, dec, out = _embedding_tables(hf_state)
-    shared = enc.shape == dec.shape and torch.equal(enc, dec)
-    tied = out.shape == dec.shape and torch.equal(out, dec)
+        raise UnsupportedModel("only post-norm MarianMT models without embedding norms are supported")
+    enc, dec, _ = embedding_tables(hf_state, FAMILY)
+    shared, tied = sharing(hf_state, FAMILY)
     return ModelConfig(
         src_vocab_size=enc.size(0), tgt_vocab_size=dec.size(0),
         d_model=hf["d_model"], n_heads=hf["encoder_attention_heads"], d_ff=hf["encoder_ffn_dim"],
@@ -99,22 +63,14 @@ def config_from_marian(hf: dict, unk_id: int, hf_state: dict[str, torch.Tensor])
     )
 
 
-def state_from_marian(cfg: ModelConfig, hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    def get(*names):
-        for n in names:
-            if n in hf_state:
-                return hf_state[n]
-        raise KeyError(f"MarianMT weights lack {names[0]}")
+FAMILY = "MarianMT"
 
-    src_embed, tgt_embed, output = _embedding_tables(hf_state)
-    ours = {"src_embed.weight": src_embed}
-    if not cfg.share_embeddings:
-        ours["tgt_embed.weight"] = tgt_embed
-    if not cfg.tie_output:
-        ours["output_proj.weight"] = output
-    ours["logits_bias"] = get("final_logits_bias").reshape(-1)
-    for o, t in layer_name_pairs(cfg.n_encoder_layers, cfg.n_decoder_layers):
-        ours[o] = get(t)
+
+def state_from_marian(cfg: ModelConfig, hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    ours = stack_weights(cfg, hf_state, FAMILY)
+    if "final_logits_bias" not in hf_state:
+        raise KeyError("MarianMT weights lack final_logits_bias")
+    ours["logits_bias"] = hf_state["final_logits_bias"].reshape(-1)
     # Marian's position tables are fixed sinusoids: make sure they are the ones we compute
     for name in ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"):
         if name in hf_state:
@@ -128,13 +84,7 @@ def state_from_marian(cfg: ModelConfig, hf_state: dict[str, torch.Tensor]) -> di
 def marian_to_model(hf_config: dict, hf_state: dict[str, torch.Tensor], unk_id: int = 1) -> Transformer:
     hf_state = {k: v.float() for k, v in hf_state.items()}
     cfg = config_from_marian(hf_config, unk_id, hf_state)
-    model = Transformer(cfg)
-    state = state_from_marian(cfg, hf_state)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    aliases = {"tgt_embed.weight", "output_proj.weight"}
-    if [k for k in missing if k not in aliases] or unexpected:
-        raise ValueError(f"conversion left missing {missing} / unexpected {unexpected}")
-    return model.eval()
+    return build(cfg, state_from_marian(cfg, hf_state))
 
 
 def marian_config_from(cfg: ModelConfig) -> dict:
@@ -189,15 +139,7 @@ def sentencepiece_vocab(spm_file: Path) -> dict[str, int]:
 
 def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str, target_lang: str) -> Path:
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
-    if not hf_dir.is_dir():
-        raise FileNotFoundError(f"MarianMT directory not found: {hf_dir}")
-    hf_config = json.loads((hf_dir / "config.json").read_text())
-    if (hf_dir / "model.safetensors").is_file():
-        hf_state = load_file(str(hf_dir / "model.safetensors"))
-    elif (hf_dir / "pytorch_model.bin").is_file():
-        hf_state = torch.load(hf_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)  # no arbitrary pickle code
-    else:
-        raise FileNotFoundError(f"{hf_dir}: no model.safetensors or pytorch_model.bin")
+    hf_config, hf_state = read_directory(hf_dir)
     for name in ("source.spm", "target.spm", "vocab.json"):
         if not (hf_dir / name).is_file():
             raise FileNotFoundError(f"{hf_dir}: missing {name}")

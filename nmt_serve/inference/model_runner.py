@@ -164,7 +164,9 @@ class ModelRunner:
 
         self.src_embedding = scaled(model.src_embed)  # (V_src, C)
         self.tgt_embedding = self.src_embedding if model.tgt_embed is model.src_embed else scaled(model.tgt_embed)
-        self.positions = model.positions.to(self.tgt_embedding.dtype)  # (P, C)
+        self.src_positions = model.position_table("src").to(self.src_embedding.dtype)  # (P, C)
+        self.tgt_positions = model.position_table("tgt").to(self.tgt_embedding.dtype)  # (P, C)
+        self.src_embed_norm, self.tgt_embed_norm = Norm.of(model.src_embed_norm), Norm.of(model.tgt_embed_norm)
         self.encoder_layers = [
             EncoderLayerWeights(
                 qkv=of(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
@@ -211,10 +213,12 @@ class ModelRunner:
         """src (B, S) right-padded ids -> encoder states (B, S, C) and the source mask (B, 1, 1, S)."""
         B, S = src.shape
         C, H, D = self.d_model, self.n_heads, self.head_dim
-        assert S <= self.positions.size(0), f"sequence longer than max_positions={self.positions.size(0)}"
+        assert S <= self.src_positions.size(0), f"sequence longer than max_positions={self.src_positions.size(0)}"
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
         attn_mask = None if bool(src_mask.all()) else src_mask
-        x = F.embedding(src, self.src_embedding) + self.positions[:S]  # (B, S, C)
+        x = F.embedding(src, self.src_embedding) + self.src_positions[:S]  # (B, S, C)
+        if self.src_embed_norm is not None:
+            x = self.src_embed_norm(x)
         for w in self.encoder_layers:
             h = w.attn_norm(x) if self.pre_norm else x
             q, k, v = w.qkv(h).view(B, S, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, S, D) each
@@ -266,18 +270,23 @@ class ModelRunner:
         out = torch.bmm(spread.view(G * K * H, K, T), values).view(G, K, H, K, D).sum(1)  # (G, H, K, D)
         return out.transpose(1, 2).reshape(N, H * D)
 
+    def embed_target(self, tokens: torch.Tensor, positions: torch.Tensor | int) -> torch.Tensor:
+        """Decoder input: tokens (N,) at their positions -> (N, C), scaled, positioned (and normalized)."""
+        x = F.embedding(tokens, self.tgt_embedding) + self.tgt_positions[positions]
+        return self.tgt_embed_norm(x) if self.tgt_embed_norm is not None else x
+
     def step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """tokens (N,): the newest token of each row -> logits (N, V) of the token after it."""
         N, C, H, D = tokens.size(0), self.d_model, self.n_heads, self.head_dim
         assert N == cache.batch_size, f"{N} tokens for a cache of {cache.batch_size} rows"
-        P = self.positions.size(0)
+        P = self.tgt_positions.size(0)
         positions = cache.positions()
         if isinstance(positions, int):
             assert positions < P, f"target longer than max_positions={P}"
         else:  # rows that joined later; rows that left and wait for reuse may run past the table
             positions = positions.clamp(max=P - 1)
         pre = self.pre_norm
-        x = F.embedding(tokens, self.tgt_embedding) + self.positions[positions]  # (N, C)
+        x = self.embed_target(tokens, positions)  # (N, C)
         self_mask = cache.self_mask()  # None unless rows joined a running batch
         for i, w in enumerate(self.decoder_layers):
             # self-attention over every cached position and the new one

@@ -128,7 +128,7 @@ class StaticDecoder:
         seen = self.positions[:L]
         self_mask = (seen[None, :] <= pos[:, None])[:, None, None, :]  # (B, 1, 1, L)
         cross_mask = (seen[None, :] < self.src_len[:B, None])[:, None, None, :]  # (B, 1, 1, L)
-        x = F.embedding(tokens, e.tgt_embedding) + e.positions[pos]  # (B, C)
+        x = e.embed_target(tokens, pos)  # (B, C)
         for i, w in enumerate(e.decoder_layers):
             h = w.self_norm(x) if pre else x
             qkv = w.self_qkv(h).view(B, 3, H, D)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 ACTIVATIONS = ("relu", "gelu", "swish")
 NORM_PLACEMENTS = ("post", "pre")
-POSITIONAL_LAYOUTS = ("interleaved", "halves")
+POSITIONAL_LAYOUTS = ("interleaved", "halves", "fairseq", "learned")
 
 
 @dataclass
@@ -22,9 +22,13 @@ class ModelConfig:
     attention_dropout: float = 0.0  # dropout on attention probabilities
     activation: str = "relu"  # relu (paper) | gelu | swish (Marian)
     norm_placement: str = "post"  # post: LayerNorm after the residual add (paper, Marian); pre: before
-    positional_layout: str = "interleaved"  # interleaved sin/cos (paper) | halves: sin then cos (Marian)
+    # interleaved sin/cos (paper) | halves: sin then cos (Marian) | fairseq: sin then cos at frequencies
+    # 10000^(-i/(C/2-1)) (M2M100, NLLB) | learned: a table per stack stored with the weights (mBART)
+    positional_layout: str = "interleaved"
+    position_offset: int = 0  # the sinusoid of token t is taken at position t + offset (fairseq: pad id + 1)
     max_positions: int = 1024  # longest sequence the positional table covers
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model)
+    embedding_norm: bool = False  # LayerNorm over token embedding + position, per stack (mBART's layernorm_embedding)
     share_embeddings: bool = True  # one embedding table for source and target (joint vocabulary)
     tie_output: bool = True  # output projection reuses the target embedding matrix
     final_logits_bias: bool = False  # learned per-token bias added to logits (Marian)

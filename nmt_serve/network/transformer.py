@@ -19,14 +19,19 @@ from nmt_serve.network.masks import causal_mask, padding_mask
 # building blocks
 
 
-def sinusoidal_table(n_positions: int, dim: int, layout: str) -> torch.Tensor:
-    """(n_positions, dim) table of sin/cos of position * 10000^(-2i/dim).
+def sinusoidal_table(n_positions: int, dim: int, layout: str, offset: int = 0) -> torch.Tensor:
+    """(n_positions, dim) table of sin/cos of (position + offset) * 10000^(-2i/dim).
 
     layout "interleaved" puts sin in even and cos in odd channels (the paper); "halves" puts all sins
-    first and all cosines after (Marian / fairseq).
+    first and all cosines after (Marian); "fairseq" is halves at frequencies 10000^(-i/(dim/2-1))
+    (fairseq's and M2M100's SinusoidalPositionalEmbedding).
     """
-    position = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
-    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
+    position = torch.arange(offset, offset + n_positions, dtype=torch.float64)[:, None]  # (P, 1)
+    if layout == "fairseq":
+        half = dim // 2
+        inv_freq = torch.exp(-math.log(10000.0) / (half - 1) * torch.arange(half, dtype=torch.float64))  # (dim/2,)
+    else:
+        inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
     angles = position * inv_freq[None, :]  # (P, dim/2)
     table = torch.zeros(n_positions, dim, dtype=torch.float64)
     if layout == "interleaved":
@@ -195,12 +200,18 @@ class Transformer(nn.Module):
             self.tgt_embed = self.src_embed
         else:
             self.tgt_embed = nn.Embedding(config.tgt_vocab_size, config.d_model, padding_idx=config.pad_id)
-        self.register_buffer(
-            "positions",
-            sinusoidal_table(config.max_positions, config.d_model, config.positional_layout),
-            persistent=False,
-        )
+        if config.positional_layout == "learned":
+            self.src_positions = nn.Parameter(torch.zeros(config.max_positions, config.d_model))
+            self.tgt_positions = nn.Parameter(torch.zeros(config.max_positions, config.d_model))
+        else:  # one fixed table for both stacks, computed, not stored
+            self.register_buffer(
+                "positions",
+                sinusoidal_table(config.max_positions, config.d_model, config.positional_layout, config.position_offset),
+                persistent=False,
+            )
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
+        norm = lambda: nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embedding_norm else nn.Identity()  # noqa: E731
+        self.src_embed_norm, self.tgt_embed_norm = norm(), norm()
         self.embed_dropout = nn.Dropout(config.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
@@ -234,16 +245,23 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def embed(self, table: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
+    def position_table(self, side: str) -> torch.Tensor:
+        """(max_positions, C): the encoder's ("src") or the decoder's ("tgt") positions."""
+        if self.config.positional_layout == "learned":
+            return self.src_positions if side == "src" else self.tgt_positions
+        return self.positions
+
+    def embed(self, side: str, tokens: torch.Tensor) -> torch.Tensor:
+        table, norm = (self.src_embed, self.src_embed_norm) if side == "src" else (self.tgt_embed, self.tgt_embed_norm)
         T = tokens.size(1)
         assert T <= self.config.max_positions, f"sequence longer than max_positions={self.config.max_positions}"
-        x = table(tokens) * self.embed_scale + self.positions[:T].to(table.weight.dtype)
-        return self.embed_dropout(x)
+        x = table(tokens) * self.embed_scale + self.position_table(side)[:T].to(table.weight.dtype)
+        return self.embed_dropout(norm(x))
 
     def encode(self, src: torch.Tensor, need_weights: bool = False) -> EncoderOutput:
         """src (B, S) token ids, right-padded -> encoder states (B, S, C)."""
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
-        x = self.embed(self.src_embed, src)
+        x = self.embed("src", src)
         attentions = [] if need_weights else None
         for layer in self.encoder_layers:
             x, probs = layer(x, src_mask, need_weights)
@@ -255,7 +273,7 @@ class Transformer(nn.Module):
         """Decoder inputs (B, T), the whole prefix -> next-token logits (B, T, V), under a causal mask.
         Decoding one token at a time with a KV cache is the inference engine's (nmt_serve/inference/)."""
         T = tgt_in.size(1)
-        x = self.embed(self.tgt_embed, tgt_in)
+        x = self.embed("tgt", tgt_in)
         tgt_mask = causal_mask(T, tgt_in.device)  # (1, 1, T, T)
         self_attns = [] if need_weights else None
         cross_attns = [] if need_weights else None

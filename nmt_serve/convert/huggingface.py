@@ -1,0 +1,122 @@
+"""What every converter of a Hugging Face checkpoint shares: reading its directory (config.json and the
+weights, safetensors or a weights-only torch file) and the layer layout of the BART family, which
+MarianMT, M2M100 / NLLB-200 and mBART all use (self_attn, encoder_attn, fc1/fc2 and their norms)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from nmt_serve.network.config import ModelConfig
+from nmt_serve.network.transformer import Transformer
+
+ACTIVATION_FROM_HF = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
+
+# our parameter name -> Hugging Face name, per layer ({p} = q, k, v, out)
+ENCODER_LAYER = {
+    "self_attn.{p}_proj": "self_attn.{p}_proj",
+    "attn_block.norm": "self_attn_layer_norm",
+    "ffn.fc1": "fc1",
+    "ffn.fc2": "fc2",
+    "ffn_block.norm": "final_layer_norm",
+}
+DECODER_LAYER = {
+    "self_attn.{p}_proj": "self_attn.{p}_proj",
+    "self_block.norm": "self_attn_layer_norm",
+    "cross_attn.{p}_proj": "encoder_attn.{p}_proj",
+    "cross_block.norm": "encoder_attn_layer_norm",
+    "ffn.fc1": "fc1",
+    "ffn.fc2": "fc2",
+    "ffn_block.norm": "final_layer_norm",
+}
+
+
+class UnsupportedModel(ValueError):
+    """A model family or option the conversion cannot express exactly."""
+
+
+def read_directory(hf_dir: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config.json as a dict, the weights in float32) of a Hugging Face model directory."""
+    hf_dir = Path(hf_dir)
+    if not hf_dir.is_dir():
+        raise FileNotFoundError(f"Hugging Face model directory not found: {hf_dir}")
+    if not (hf_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{hf_dir}: no config.json")
+    config = json.loads((hf_dir / "config.json").read_text())
+    if (hf_dir / "model.safetensors").is_file():
+        state = load_file(str(hf_dir / "model.safetensors"))
+    elif (hf_dir / "pytorch_model.bin").is_file():
+        state = torch.load(hf_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)  # no arbitrary pickle code
+    else:
+        raise FileNotFoundError(f"{hf_dir}: no model.safetensors or pytorch_model.bin")
+    return config, {k: v.float() for k, v in state.items()}
+
+
+def layer_name_pairs(n_encoder: int, n_decoder: int):
+    """(ours, theirs) for every weight and bias inside the layers."""
+    for ours_prefix, theirs_prefix, table, n in (
+        ("encoder_layers", "model.encoder.layers", ENCODER_LAYER, n_encoder),
+        ("decoder_layers", "model.decoder.layers", DECODER_LAYER, n_decoder),
+    ):
+        for i in range(n):
+            for ours, theirs in table.items():
+                for p in ("q", "k", "v", "out") if "{p}" in ours else (None,):
+                    o, t = ours.format(p=p), theirs.format(p=p)
+                    for leaf in ("weight", "bias"):
+                        yield f"{ours_prefix}.{i}.{o}.{leaf}", f"{theirs_prefix}.{i}.{t}.{leaf}"
+
+
+def embedding_tables(hf_state: dict[str, torch.Tensor], family: str):
+    """(encoder table, decoder table, output matrix) as stored; tied tensors may be stored once."""
+    shared = hf_state.get("model.shared.weight")
+    enc = hf_state.get("model.encoder.embed_tokens.weight", shared)
+    dec = hf_state.get("model.decoder.embed_tokens.weight", shared)
+    if enc is None or dec is None:
+        raise KeyError(f"{family} weights lack the token embeddings")
+    return enc, dec, hf_state.get("lm_head.weight", dec)
+
+
+def check_symmetric(hf: dict) -> None:
+    if hf.get("encoder_attention_heads") != hf.get("decoder_attention_heads") or hf.get("encoder_ffn_dim") != hf.get("decoder_ffn_dim"):
+        raise UnsupportedModel("encoder and decoder must have the same heads and FFN width")
+
+
+def sharing(hf_state: dict[str, torch.Tensor], family: str) -> tuple[bool, bool]:
+    """(one table for source and target, output tied to the target table), read off the weights themselves:
+    the config flags alone do not say it (an untied model may still store equal tables)."""
+    enc, dec, out = embedding_tables(hf_state, family)
+    return (enc.shape == dec.shape and torch.equal(enc, dec)), (out.shape == dec.shape and torch.equal(out, dec))
+
+
+def stack_weights(cfg: ModelConfig, hf_state: dict[str, torch.Tensor], family: str) -> dict[str, torch.Tensor]:
+    """Our state dict's embeddings and layers from theirs (what every family shares)."""
+    def get(name):
+        if name not in hf_state:
+            raise KeyError(f"{family} weights lack {name}")
+        return hf_state[name]
+
+    src_embed, tgt_embed, output = embedding_tables(hf_state, family)
+    ours = {"src_embed.weight": src_embed}
+    if not cfg.share_embeddings:
+        ours["tgt_embed.weight"] = tgt_embed
+    if not cfg.tie_output:
+        ours["output_proj.weight"] = output
+    for o, t in layer_name_pairs(cfg.n_encoder_layers, cfg.n_decoder_layers):
+        ours[o] = get(t)
+    if cfg.norm_placement == "pre":  # the stacks' final norms
+        for ours_name, theirs in (("encoder_norm", "model.encoder.layer_norm"), ("decoder_norm", "model.decoder.layer_norm")):
+            for leaf in ("weight", "bias"):
+                ours[f"{ours_name}.{leaf}"] = get(f"{theirs}.{leaf}")
+    return ours
+
+
+def build(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> Transformer:
+    """A Transformer holding exactly these weights (every parameter accounted for)."""
+    model = Transformer(cfg)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    aliases = {"tgt_embed.weight", "output_proj.weight"}
+    if [k for k in missing if k not in aliases] or unexpected:
+        raise ValueError(f"conversion left missing {missing} / unexpected {unexpected}")
+    return model.eval()
