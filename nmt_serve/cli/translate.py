@@ -59,10 +59,12 @@ def direction(parser: argparse.ArgumentParser, model_dir: str, source: str | Non
     """The (source, target) languages of this run, checked against the checkpoint before any weights load."""
     info = check_model(parser, model_dir)
     if info.multilingual:
+        # a many-to-many model's directions are every pair of its languages: name the languages
+        served = f"its languages: {', '.join(info.language_codes)}" if info.language_codes else f"it serves {', '.join(info.served())}"
         if not source or not target:
-            fail(parser, f"{model_dir} is multilingual: name --source-lang and --target-lang (it serves {', '.join(info.directions)})")
-        if f"{source}-{target}" not in info.directions:
-            fail(parser, f"{model_dir} does not translate {source}->{target}; it serves {', '.join(info.directions)}")
+            fail(parser, f"{model_dir} is multilingual: name --source-lang and --target-lang ({served})")
+        if f"{source}-{target}" not in info.served():
+            fail(parser, f"{model_dir} does not translate {source}->{target}; {served}")
         return source, target
     for flag, given, own in (("--source-lang", source, info.source_lang), ("--target-lang", target, info.target_lang)):
         if given and given != own:
@@ -101,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     translator = load_translator(parser, args)
     options = dict(beam_size=args.beam_size, max_length=args.max_length, length_penalty=args.length_penalty,
                    no_repeat_ngram_size=args.no_repeat_ngram_size, max_batch_size=args.batch_size,
-                   target_lang=target_lang if translator.multilingual else None)
+                   target_lang=target_lang if translator.multilingual else None,
+                   source_lang=source_lang if translator.info.language_codes else None)
     if demo is not None:
         for line, result in zip(demo, translator.translate(demo, **options)):
             print(f"{source_lang}: {line}\n{target_lang}: {result.text}")

@@ -137,7 +137,8 @@ def sentencepiece_vocab(spm_file: Path) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------- commands
 
 
-def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str, target_lang: str) -> Path:
+def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str, target_lang: str,
+                  dtype: torch.dtype | None = None) -> Path:
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     hf_config, hf_state = read_directory(hf_dir)
     for name in ("source.spm", "target.spm", "vocab.json"):
@@ -153,7 +154,7 @@ def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str, tar
         model.config, source_lang, target_lang, "source.spm", "target.spm",
         {"imported_from": "MarianMT", "source_dir": str(hf_dir)}, src_vocab="vocab.json", tgt_vocab=tgt_vocab_name,
     )
-    return save_checkpoint(out_dir, model, info, files)
+    return save_checkpoint(out_dir, model, info, files, dtype=dtype)
 
 
 def export_marian(our_dir: str | Path, out_dir: str | Path) -> Path:

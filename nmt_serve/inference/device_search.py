@@ -140,7 +140,7 @@ def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, 
 
 def supports(decoder: StaticDecoder, src: torch.Tensor, options: SearchOptions) -> bool:
     """Whether this search fits the decoder: rows, lengths and options (n-gram blocking is search.py's)."""
-    if options.no_repeat_ngram_size or not options.use_cache:
+    if options.no_repeat_ngram_size or not options.use_cache or options.target_prefix:
         return False
     if src.size(0) * options.beam_size > decoder.max_rows or src.size(1) > decoder.max_length:
         return False

@@ -6,7 +6,9 @@ and checks them against the model), the offline Translator and the benchmarks. I
 
 - tokenization (sentencepiece, or a Marian vocabulary file: network/tokenizer.py);
 - the language tag: a multilingual model's source starts with the tag of the target language
-  (`<2fr> A dog runs .</s>`), a bilingual model takes none (and only its own target);
+  (`<2fr> A dog runs .</s>`), a bilingual model takes none (and only its own target); a model of the
+  fairseq families (NLLB-200, M2M100, mBART-50) starts the source with the source language's code
+  (`deu_Latn Ein Hund .</s>`) and its target with the target language's code (`target_prefix`);
 - eos, appended where the model was trained with it (`append_eos_to_source`);
 - the length limit: at most `max_positions` ids reach the encoder.
 
@@ -23,10 +25,12 @@ from nmt_serve.network.tokenizer import Tokenizer
 
 class InputProcessor:
     def __init__(self, tokenizer: Tokenizer, *, target_lang: str, directions: list[str], target_tags: Mapping[str, str] | None,
-                 append_eos: bool = True, max_positions: int | None = None):
+                 append_eos: bool = True, max_positions: int | None = None, language_codes: Mapping[str, str] | None = None):
         """target_lang: a bilingual model's target ("mul" for a multilingual one); directions: "de-en", ...;
-        target_tags: {language: its tag piece} of a multilingual model, None for a bilingual one."""
+        target_tags: {language: its tag piece} of a multilingual model, None for a bilingual one;
+        language_codes: {language: its code's piece} of a fairseq-family model."""
         self.tokenizer = tokenizer
+        self.codes: dict[str, int] = tokenizer.symbol_ids(dict(language_codes)) if language_codes else {}
         self.target_lang = target_lang
         self.append_eos = append_eos
         self.max_positions = max_positions
@@ -39,11 +43,22 @@ class InputProcessor:
 
     @property
     def multilingual(self) -> bool:
-        return bool(self.tags)
+        return bool(self.tags) or bool(self.codes)
 
-    def prefix(self, target_lang: str | None = None) -> list[int]:
+    def _code(self, language: str | None, side: str) -> int:
+        if language not in self.codes:
+            known = sorted(self.codes)
+            raise ValueError(f"this model needs the {side} language, one of its {len(known)} codes "
+                             f"({', '.join(known[:8])}{', ...' if len(known) > 8 else ''}); got {language!r}")
+        return self.codes[language]
+
+    def prefix(self, target_lang: str | None = None, source_lang: str | None = None) -> list[int]:
         """What goes before the source ids: a multilingual model's tag of the target language (required),
-        nothing for a bilingual one (target_lang, if given, must be its own)."""
+        a fairseq-family model's code of the source language (required), nothing for a bilingual model
+        (target_lang, if given, must be its own)."""
+        if self.codes:
+            self._code(target_lang, "target")
+            return [self._code(source_lang, "source")]
         if not self.tags:
             if target_lang not in (None, self.target_lang):
                 raise ValueError(f"this model translates into {self.target_lang!r}, not {target_lang!r}")
@@ -56,10 +71,15 @@ class InputProcessor:
         """Source pieces of a text, no tag and no eos (what sentence segmentation compares to its limit)."""
         return len(self.tokenizer.encode(text))
 
-    def tokens(self, text: str, target_lang: str | None = None) -> list[int]:
+    def target_prefix(self, target_lang: str | None = None) -> list[int]:
+        """The tokens the translation is forced to start with: a fairseq-family model's code of the target
+        language, nothing for other models (the search drops them from what it returns)."""
+        return [self._code(target_lang, "target")] if self.codes else []
+
+    def tokens(self, text: str, target_lang: str | None = None, source_lang: str | None = None) -> list[int]:
         """Text -> tag + pieces, eos excluded ([] for an empty text: it is not translated at all)."""
         pieces = self.tokenizer.encode(text)
-        return self.prefix(target_lang) + pieces if pieces else []
+        return self.prefix(target_lang, source_lang) + pieces if pieces else []
 
     def source_ids(self, tokens: list[int]) -> list[int]:
         """tokens() -> the ids the encoder reads: eos appended if the model wants it, the length checked
@@ -69,6 +89,6 @@ class InputProcessor:
             raise ValueError(f"source has {len(ids)} tokens; this model accepts at most {self.max_positions}")
         return ids
 
-    def encode(self, text: str, target_lang: str | None = None) -> list[int]:
+    def encode(self, text: str, target_lang: str | None = None, source_lang: str | None = None) -> list[int]:
         """Text -> the encoder's ids (tokens() then source_ids())."""
-        return self.source_ids(self.prefix(target_lang) + self.tokenizer.encode(text))
+        return self.source_ids(self.prefix(target_lang, source_lang) + self.tokenizer.encode(text))

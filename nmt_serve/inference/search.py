@@ -33,6 +33,9 @@ class SearchOptions:
     length_penalty: float = 1.0  # normalized score = sum log-prob / length ** length_penalty
     no_repeat_ngram_size: int = 0  # 0: off; n: an n-gram never appears twice in one hypothesis
     use_cache: bool = True  # False recomputes the whole prefix each step (reference / baseline)
+    # tokens every hypothesis starts with, whatever the model says (a fairseq-family model's target
+    # language code); they count as generated, with log-prob 0, as transformers' forced BOS
+    target_prefix: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -163,6 +166,7 @@ class Constraints:
         self.ngram = options.no_repeat_ngram_size
         self.max_lens = max_lens
         self.shortest_cap = int(max_lens.min())  # before this step no row can be at its cap
+        self.prefix = options.target_prefix
 
     def at_max(self, rows: torch.Tensor | list[int], step: int) -> torch.Tensor | None:
         """(N,) bool: which of the running rows (sentence indices) must end with this step; None: none."""
@@ -171,6 +175,10 @@ class Constraints:
     def apply(self, lp: torch.Tensor, step: int, at_max: torch.Tensor | None, generated: torch.Tensor) -> torch.Tensor:
         """lp (N, V); step = tokens generated so far; at_max (N,) bool rows that must end now (None: no
         row); generated (N, step) tokens so far."""
+        if step < len(self.prefix):  # forced: the one choice, at no cost
+            lp.fill_(-math.inf)
+            lp[:, self.prefix[step]] = 0.0
+            return lp
         if self.banned is not None:
             lp.index_fill_(1, self.banned, -math.inf)
         if step < self.min_length:

@@ -132,7 +132,8 @@ class Translator:
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.inputs = InputProcessor(src_tokenizer, target_lang=info.target_lang, directions=info.served(),
-                                     target_tags=(info.target_tags or {}) if info.multilingual else None,
+                                     target_tags=(info.target_tags or {}) if info.directions else None,
+                                     language_codes=info.language_codes,
                                      append_eos=self.config.append_eos_to_source, max_positions=self.config.max_positions)
 
     @classmethod
@@ -206,9 +207,9 @@ class Translator:
         return self.model.num_parameters()
 
     # ------------------------------------------------------------------ tokens
-    def encode_source(self, text: str, target_lang: str | None = None) -> list[int]:
+    def encode_source(self, text: str, target_lang: str | None = None, source_lang: str | None = None) -> list[int]:
         """Text -> the encoder's ids (input_processor.py)."""
-        return self.inputs.encode(text, target_lang)
+        return self.inputs.encode(text, target_lang, source_lang)
 
     def _pad(self, seqs: Sequence[Sequence[int]], prefix: int | None = None) -> torch.Tensor:
         return pad_batch(seqs, self.config.pad_id, prefix).to(self.device)
@@ -246,11 +247,14 @@ class Translator:
         max_batch_size: int = 256,
         deadline: float | None = None,
         target_lang: str | None = None,
+        source_lang: str | None = None,
         sources: Sequence[list[int] | None] | None = None,
     ) -> list[TranslationResult]:
         """Translate texts (any lengths, any order); results come back in input order.
 
         target_lang: the language to translate into; required by a multilingual model.
+        source_lang: the language of the texts; required by a model of the fairseq families (NLLB-200,
+        M2M100, mBART-50), whose source starts with its code.
 
         sources: instead of texts, the encoder's ids of each (InputProcessor.encode; None for an empty
         text), as the engine gets them from the API process.
@@ -262,12 +266,13 @@ class Translator:
         if (texts is None) == (sources is None):
             raise TypeError("translate() takes texts or sources, one of the two")
         if sources is None:
-            prefix = self.inputs.prefix(target_lang)
+            prefix = self.inputs.prefix(target_lang, source_lang)
             sources = [self.inputs.source_ids(prefix + tokens) if (tokens := self.inputs.tokenizer.encode(text)) else None
                        for text in texts]
         options = SearchOptions(
             beam_size=beam_size, num_hypotheses=num_hypotheses, max_length=max_length, min_length=min_length,
             length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size, use_cache=use_cache,
+            target_prefix=tuple(self.inputs.target_prefix(target_lang)),
         )
         self._check_include(attention_include)
         results: list[TranslationResult | None] = [
@@ -283,13 +288,15 @@ class Translator:
                 self._attention(src, [h[0].tokens for h in nbest], attention_include) if return_attention else [None] * len(indices)
             )
             for i, hyps, attn in zip(indices, nbest, attention):
-                results[i] = TranslationResult([self._hypothesis(h, return_scores) for h in hyps], attn)
+                results[i] = TranslationResult([self._hypothesis(h, return_scores, len(options.target_prefix)) for h in hyps], attn)
         return results  # type: ignore[return-value]
 
-    def _hypothesis(self, h: SearchHypothesis, return_scores: bool) -> TranslationHypothesis:
+    def _hypothesis(self, h: SearchHypothesis, return_scores: bool, forced: int = 0) -> TranslationHypothesis:
+        """forced: the target prefix's tokens at the start of h, which are not the translation's."""
+        tokens = h.tokens[forced:]
         return TranslationHypothesis(
-            text=self.tgt_tokenizer.decode(h.tokens),
-            tokens=self.tgt_tokenizer.pieces(h.tokens),
+            text=self.tgt_tokenizer.decode(tokens),
+            tokens=self.tgt_tokenizer.pieces(tokens),
             score=h.score if return_scores else None,
             normalized_score=h.normalized_score if return_scores else None,
         )

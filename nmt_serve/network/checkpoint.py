@@ -46,13 +46,19 @@ class CheckpointInfo:
     # piece put before the source (nmt_serve/training/multiway.py); source_lang and target_lang are then "mul"
     directions: list[str] | None = None
     target_tags: dict[str, str] | None = None
+    # a many-to-many model of the fairseq families (NLLB-200, M2M100, mBART-50): {language: its code's
+    # piece}; the source starts with the source language's code, the target with the target's (forced)
+    language_codes: dict[str, str] | None = None
 
     @property
     def multilingual(self) -> bool:
-        return bool(self.directions)
+        return bool(self.directions) or bool(self.language_codes)
 
     def served(self) -> list[str]:
-        """The directions served: "de-en", ... (one for a bilingual model)."""
+        """The directions served: "de-en", ... (one for a bilingual model; every ordered pair of a
+        model with language codes)."""
+        if self.language_codes:
+            return [f"{s}-{t}" for s in self.language_codes for t in self.language_codes if s != t]
         return list(self.directions or [f"{self.source_lang}-{self.target_lang}"])
 
     def test_bleu(self) -> dict[str, float]:
@@ -105,6 +111,7 @@ def save_checkpoint(
         "tgt_tokenizer": info.tgt_tokenizer,
         **({"src_vocab": info.src_vocab, "tgt_vocab": info.tgt_vocab} if info.src_vocab or info.tgt_vocab else {}),
         **({"directions": info.directions, "target_tags": info.target_tags} if info.directions else {}),
+        **({"language_codes": info.language_codes} if info.language_codes else {}),
         "model": info.config.to_dict(),
         "metadata": info.metadata,
     }
@@ -138,6 +145,7 @@ def read_info(directory: str | Path) -> CheckpointInfo:
             tgt_vocab=payload.get("tgt_vocab"),
             directions=payload.get("directions"),
             target_tags=payload.get("target_tags"),
+            language_codes=payload.get("language_codes"),
         )
     except (KeyError, TypeError, ValueError, AssertionError) as e:
         raise CheckpointError(f"{config_path}: invalid model config ({e})") from e

@@ -17,12 +17,12 @@ SHAPE = dict(vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2, enco
              dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
 
 
-def randomized(model):
+def randomized(model, std: float = 0.5):
     """Every parameter random (norms and biases too), so that a wrong mapping cannot hide."""
     torch.manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.normal_(0.0, 0.5 if "norm" not in name else 0.2).add_(1.0 if name.endswith("norm.weight") or name.endswith("layer_norm.weight") else 0.0)
+            p.normal_(0.0, std if "norm" not in name else 0.2).add_(1.0 if name.endswith("norm.weight") or name.endswith("layer_norm.weight") else 0.0)
         if hasattr(model, "final_logits_bias"):
             model.final_logits_bias.normal_()
     return model.eval()
@@ -70,3 +70,112 @@ def test_logits_equal_transformers(family):
         got = ours(src, tgt)
     assert (got - expected).abs().max().item() < 1e-4
     assert (runner_logits(ours, src, tgt) - expected).abs().max().item() < 1e-4
+
+
+LANGUAGES = ["deu_Latn", "eng_Latn", "fra_Latn"]
+
+
+def fairseq_spm(directory, fixtures):
+    """A tiny sentencepiece model laid out as NLLB's and mBART-50's are (unk=0, bos=1, eos=2, no pad)."""
+    import sentencepiece as spm
+
+    text = directory / "joint.txt"
+    text.write_text("".join((fixtures / f"train300.{lang}").read_text() for lang in ("de", "en", "fr")))
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(directory / "sentencepiece.bpe"), vocab_size=300,
+                                   model_type="bpe", unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+    return directory / "sentencepiece.bpe.model"
+
+
+@pytest.fixture(scope="module")
+def nllb_dir(tmp_path_factory):
+    """A Hugging Face NLLB-200 directory at a tiny size: random weights, a fairseq-layout sentencepiece
+    model and the language codes in tokenizer_config.json, as the real one ships them."""
+    import json
+    from pathlib import Path
+
+    directory = tmp_path_factory.mktemp("nllb")
+    fairseq_spm(directory, Path(__file__).resolve().parents[1] / "fixtures")
+    config = transformers.M2M100Config(**{**SHAPE, "vocab_size": 300 + 1 + len(LANGUAGES) + 1}, scale_embedding=True,
+                                       decoder_start_token_id=2, forced_eos_token_id=2)
+    hf = randomized(transformers.M2M100ForConditionalGeneration(config))
+    hf.save_pretrained(directory)
+    (directory / "tokenizer_config.json").write_text(json.dumps({"additional_special_tokens": LANGUAGES, "tokenizer_class": "NllbTokenizer"}))
+    return directory
+
+
+def test_the_fairseq_id_layout(nllb_dir):
+    """<s>=0, <pad>=1, </s>=2, <unk>=3, piece i -> i + 1, then the language codes, then <mask>."""
+    import sentencepiece as spm
+
+    from nmt_serve.convert.fairseq_vocab import fairseq_vocab
+
+    sp = spm.SentencePieceProcessor(model_file=str(nllb_dir / "sentencepiece.bpe.model"))
+    vocab = fairseq_vocab(nllb_dir / "sentencepiece.bpe.model", LANGUAGES)
+    assert [vocab[t] for t in ("<s>", "<pad>", "</s>", "<unk>")] == [0, 1, 2, 3]
+    assert all(vocab[sp.id_to_piece(i)] == i + 1 for i in range(3, sp.get_piece_size()))
+    assert [vocab[c] for c in LANGUAGES] == [301, 302, 303] and vocab["<mask>"] == 304
+
+
+def test_nmt_convert_and_translate_greedy_equal_generate(nllb_dir, tmp_path):
+    """The converted NLLB model, through the Translator as nmt-translate runs it, writes what transformers'
+    generate writes: the source `[deu_Latn] + pieces + [</s>]`, the translation forced to start with
+    `fra_Latn` (and not returned), greedy, to the same length."""
+    from nmt_serve.convert.command import main as convert_main
+    from nmt_serve.inference.translator import Translator
+
+    assert convert_main([str(nllb_dir), str(tmp_path / "ours")]) == 0
+    translator = Translator.load(tmp_path / "ours", device="cpu")
+    assert translator.info.language_codes == {c: c for c in LANGUAGES} and "deu_Latn-fra_Latn" in translator.directions
+    hf = transformers.M2M100ForConditionalGeneration.from_pretrained(nllb_dir).eval()
+    code = translator.inputs.tokenizer.vocab
+    for text in ["Ein Hund läuft über die Wiese.", "Zwei Männer spielen Fußball."]:
+        src = translator.encode_source(text, "fra_Latn", "deu_Latn")
+        assert src[0] == code["deu_Latn"] and src[-1] == code["</s>"]
+        assert src[1:-1] == [code.get(p, 3) for p in translator.inputs.tokenizer.sp.encode(text, out_type=str)]
+        with torch.no_grad():
+            expected = hf.generate(torch.tensor([src]), forced_bos_token_id=code["fra_Latn"], num_beams=1, do_sample=False,
+                                   max_new_tokens=12, suppress_tokens=[0, 1], forced_eos_token_id=2)[0].tolist()
+        assert expected[:2] == [2, code["fra_Latn"]]
+        [result] = translator.translate([text], source_lang="deu_Latn", target_lang="fra_Latn", beam_size=1, max_length=12)
+        generated = [i for i in expected[2:] if i != code["</s>"]]
+        # token for token (a random model repeats itself, so the text alone would say little)
+        assert result.hypotheses[0].tokens == translator.tgt_tokenizer.pieces(generated), (result.hypotheses[0].tokens, expected)
+        assert result.text == translator.tgt_tokenizer.decode(generated)
+    with pytest.raises(ValueError, match="needs the source language"):
+        translator.translate(["Ein Hund."], target_lang="fra_Latn")
+
+
+def test_nmt_convert_refuses_what_it_does_not_support(tmp_path, capsys):
+    import json
+
+    from nmt_serve.convert.command import main as convert_main
+
+    (tmp_path / "t5").mkdir()
+    (tmp_path / "t5" / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(SystemExit) as exit_:
+        convert_main([str(tmp_path / "t5"), str(tmp_path / "out")])
+    assert exit_.value.code == 2
+    assert "model_type 't5' is not supported (supported: marian, m2m_100, mbart)" in capsys.readouterr().err
+
+
+def test_nmt_translate_runs_the_converted_model_and_the_engine_refuses_it_clearly(nllb_dir, tmp_path):
+    import subprocess
+    import sys
+
+    from nmt_serve.convert.command import convert
+    from nmt_serve.engine.loader import load_models
+    from nmt_serve.inference.translator import Translator
+
+    out = convert(nllb_dir, tmp_path / "nllb")
+    text = "Ein Hund läuft über die Wiese."
+    [expected] = Translator.load(out, device="cpu").translate([text], source_lang="deu_Latn", target_lang="fra_Latn", beam_size=1)
+    proc = subprocess.run([sys.executable, "-m", "nmt_serve.cli.translate", "--model", str(out), "--source-lang", "deu_Latn",
+                           "--target-lang", "fra_Latn", "--beam-size", "1", "--device", "cpu", "--no-split-sentences"],
+                          input=text + "\n", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.rstrip("\n") == expected.text
+    missing = subprocess.run([sys.executable, "-m", "nmt_serve.cli.translate", "--model", str(out), "--device", "cpu"],
+                             input=text + "\n", capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "its languages: deu_Latn, eng_Latn, fra_Latn" in missing.stderr
+    with pytest.raises(ValueError, match="forced target-language token, which the engine does not serve yet"):
+        load_models(out, "cpu", None)

@@ -1,0 +1,87 @@
+"""`nmt-convert HF_DIR OUT_DIR`: a Hugging Face translation model directory -> our checkpoint, exactly.
+
+    nmt-convert opus-mt-de-en/ checkpoints/opus-de-en --source-lang de --target-lang en   # marian
+    nmt-convert nllb-200-distilled-600M/ checkpoints/nllb-600m --dtype float16          # m2m_100
+    nmt-convert mbart-large-50-many-to-many-mmt/ checkpoints/mbart-50                   # mbart
+
+The family is read from config.json's `model_type`: marian (OPUS-MT; the pair is in the model's
+name, so name it), m2m_100 (M2M100 and NLLB-200) and mbart (mBART-50). Many-to-many models serve
+every ordered pair of their language codes (`deu_Latn`, `__de__`, `de_DE`): the source starts with
+its language's code and the translation is forced to start with the target's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from nmt_serve.cli.common import user_errors
+from nmt_serve.convert.fairseq_vocab import fairseq_vocab, language_of, language_tokens, m2m100_vocab
+from nmt_serve.convert.huggingface import UnsupportedModel, read_directory
+from nmt_serve.convert.m2m_100 import m2m_100_to_model
+from nmt_serve.convert.marian import import_marian
+from nmt_serve.convert.mbart import mbart_to_model
+from nmt_serve.network.checkpoint import CheckpointError, CheckpointInfo, save_checkpoint
+
+FAMILIES = ("marian", "m2m_100", "mbart")
+DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
+SPM = "sentencepiece.bpe.model"
+VOCAB = "vocab.json"
+
+
+def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None = None, target_lang: str | None = None,
+            dtype: str = "float32") -> Path:
+    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    if dtype not in DTYPES:
+        raise UnsupportedModel(f"--dtype {dtype!r} is not supported ({', '.join(DTYPES)})")
+    if not (hf_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{hf_dir}: no config.json (is it a Hugging Face model directory?)")
+    family = json.loads((hf_dir / "config.json").read_text()).get("model_type")
+    if family not in FAMILIES:
+        raise UnsupportedModel(f"model_type {family!r} is not supported (supported: {', '.join(FAMILIES)})")
+    if family == "marian":
+        if not (source_lang and target_lang):
+            raise UnsupportedModel("a MarianMT (OPUS-MT) model serves the pair in its name: give --source-lang and --target-lang")
+        return import_marian(hf_dir, out_dir, source_lang, target_lang, dtype=DTYPES[dtype])
+    if source_lang or target_lang:
+        raise UnsupportedModel(f"a {family} model serves every pair of its languages: leave out --source-lang/--target-lang")
+    if not (hf_dir / SPM).is_file():
+        raise FileNotFoundError(f"{hf_dir}: missing {SPM}")
+    hf_config, hf_state = read_directory(hf_dir)
+    if family == "m2m_100" and (hf_dir / VOCAB).is_file():  # M2M100: its own vocab.json, __xx__ tokens
+        codes = language_tokens(hf_dir, "m2m100")
+        vocab = m2m100_vocab(hf_dir / VOCAB, codes)
+    else:  # NLLB-200, mBART-50: fairseq's layout over the sentencepiece model
+        codes = language_tokens(hf_dir, "nllb" if family == "m2m_100" else "mbart50")
+        vocab = fairseq_vocab(hf_dir / SPM, codes)
+    if max(vocab.values()) >= hf_config["vocab_size"]:
+        raise ValueError(f"the tokenizer has ids up to {max(vocab.values())}, past the model's vocab_size {hf_config['vocab_size']}")
+    to_model = m2m_100_to_model if family == "m2m_100" else mbart_to_model
+    model = to_model(hf_config, hf_state, unk_id=vocab["<unk>"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / VOCAB).write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    info = CheckpointInfo(
+        model.config, "mul", "mul", SPM, SPM, {"imported_from": family, "source_dir": str(hf_dir)},
+        src_vocab=VOCAB, tgt_vocab=VOCAB, language_codes={language_of(c): c for c in codes},
+    )
+    return save_checkpoint(out_dir, model, info, {SPM: hf_dir / SPM}, dtype=DTYPES[dtype])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nmt-convert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("hf_dir", help="a Hugging Face model directory (config.json, weights, tokenizer files)")
+    parser.add_argument("out_dir", help="where to write our checkpoint")
+    parser.add_argument("--source-lang", help="a MarianMT model's source language")
+    parser.add_argument("--target-lang", help="a MarianMT model's target language")
+    parser.add_argument("--dtype", default="float32", help="weights as stored: float32 (default), float16 or bfloat16")
+    args = parser.parse_args(argv)
+    # OSError: a missing directory or file; ValueError/KeyError: a model the conversion cannot express
+    with user_errors(parser, CheckpointError, OSError, ValueError, KeyError):
+        print(convert(args.hf_dir, args.out_dir, source_lang=args.source_lang, target_lang=args.target_lang, dtype=args.dtype))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
