@@ -138,7 +138,7 @@ class EngineCore:
         if self._model_info is None:
             self._model_info = {
                 mid: dict(id=mid, source=t.source_lang, target=t.target_lang, directions=t.directions,
-                          target_tags=t.info.target_tags, test_bleu=t.test_bleu(), parameters=t.num_parameters(), device=str(t.device),
+                          target_tags=t.info.target_tags, language_codes=t.info.language_codes, test_bleu=t.test_bleu(), parameters=t.num_parameters(), device=str(t.device),
                           dtype=str(t.dtype).removeprefix("torch."), attention=attention_backend(t.device), quantization=t.quantization, step_mode=t.step_mode,
                           n_decoder_layers=t.config.n_decoder_layers, n_encoder_layers=t.config.n_encoder_layers,
                           n_heads=t.config.n_heads, max_positions=t.config.max_positions,
@@ -200,10 +200,13 @@ class EngineCore:
         timeout = message.deadline - time.monotonic()
         if timeout <= 0:
             return [Reply(message.id, error=EXPIRED, message="the deadline passed before the engine got the call")]
+        translator = self.models[message.model]
         try:  # the model's own limit (eos added, positions): every check of a call is made here, once
-            sources = [self.models[message.model].inputs.source_ids(ids) if ids else None for ids in message.sources]
+            sources = [translator.inputs.source_ids(ids) if ids else None for ids in message.sources]
         except ValueError as exc:
             return [Reply(message.id, error=INVALID, message=str(exc))]
+        if any(not 0 <= t < translator.config.tgt_vocab_size for t in message.target_prefix):
+            return [Reply(message.id, error=INVALID, message="the target prefix is not in the model's vocabulary")]
         counts = [len(ids) for ids in message.sources if ids]  # source tokens, eos excluded: the unit the rate was measured in
         cost = 0.0
         with self.admission.lock:  # the queue bound and the admitted work change together
@@ -264,7 +267,8 @@ class EngineCore:
         state.max_lengths = [0] * len(sources)
         for i, limit in zip(todo, limits):
             state.max_lengths[i] = limit
-            sentence = Sentence((call.id, i), sources[i], limit, options.length_penalty, options.num_hypotheses)
+            sentence = Sentence((call.id, i), sources[i], limit, options.length_penalty, options.num_hypotheses,
+                                tuple(call.target_prefix))
             key, group = self._group_for(call.model, options.beam_size, sentence)
             state.groups.add(key)
             group.waiting.append((call.id, i, sentence))
@@ -463,7 +467,8 @@ class EngineCore:
                 continue
             translator = self.models[state.message.model]
             options = state.message.options
-            state.results[index] = [self._translation(translator, h, options, state.max_lengths[index]) for h in hyps]
+            forced = len(state.message.target_prefix)
+            state.results[index] = [self._translation(translator, h, options, state.max_lengths[index], forced) for h in hyps]
             state.left -= 1
             n_src = state.source_tokens[index]
             n_out = len(hyps[0].tokens) + 1
@@ -481,11 +486,13 @@ class EngineCore:
         return replies
 
     @staticmethod
-    def _translation(translator: Translator, h: SearchHypothesis, options: DecodeOptions, max_length: int) -> EngineHypothesis:
+    def _translation(translator: Translator, h: SearchHypothesis, options: DecodeOptions, max_length: int,
+                     forced: int = 0) -> EngineHypothesis:
+        """forced: the call's target prefix at the start of h's tokens, which is not the translation's."""
         scores = options.return_scores
         # the search forces eos at max_length, so a hypothesis that used every position was cut there
-        return EngineHypothesis(translator.tgt_tokenizer.decode(h.tokens), h.score if scores else None,
-                           h.normalized_score if scores else None, len(h.tokens), len(h.tokens) + 1 >= max_length)
+        return EngineHypothesis(translator.tgt_tokenizer.decode(h.tokens[forced:]), h.score if scores else None,
+                                h.normalized_score if scores else None, len(h.tokens) - forced, len(h.tokens) + 1 >= max_length)
 
     def _count(self, seconds: float, units: float, source: int, output: int) -> None:
         """Engine time and finished work, folded into the admission rate every RATE_WINDOW_S."""

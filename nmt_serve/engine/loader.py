@@ -89,11 +89,6 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
         names[path] = name
     # a checkpoint whose every direction another one serves better would only take memory and load time
     routes = route((names[p], d, info.test_bleu().get(d), info.multilingual) for p, info in infos.items() for d in info.served())
-    for path, info in infos.items():
-        if info.language_codes:  # the engine's continuous searches do not force a first target token yet
-            raise ValueError(f"{path}: a many-to-many model of the fairseq families ({info.metadata.get('imported_from', 'NLLB, M2M100, mBART-50')}) "
-                             "starts each translation with a forced target-language token, which the engine does not serve yet; "
-                             "translate with it offline (nmt-translate --source-lang --target-lang)")
     models: dict = {}
     for path in paths:
         if names[path] not in routes.values():

@@ -51,6 +51,8 @@ class Translate:
     # tokenized it to check its limits)
     options: DecodeOptions
     deadline: float  # time.monotonic() (system-wide on Linux): after it nobody waits for the result
+    target_prefix: list[int] = field(default_factory=list)  # ids every translation starts with (a fairseq-family
+    # model's target language code: input_processor.py), not part of the text returned
 
 
 @dataclass

@@ -52,6 +52,7 @@ class Sentence:
     max_length: int  # tokens it may generate, eos included (see search.max_lengths_for)
     length_penalty: float = 1.0
     num_hypotheses: int = 1
+    prefix: tuple[int, ...] = ()  # tokens its translation is forced to start with (SearchOptions.target_prefix)
 
 
 @dataclass
@@ -211,7 +212,15 @@ class ContinuousSearch:
         if self.min_length and min(steps) < self.min_length:  # eos not allowed yet
             early = torch.tensor([s < self.min_length for s in steps], device=device).repeat_interleave(K)
             lp[early, eos] = -math.inf
+        forced = [(g, r.sentence.prefix[r.step]) for g, r in enumerate(self.slots)
+                  if r is not None and r.step < len(r.sentence.prefix)]
         at_max = [r is not None and r.step + 1 >= r.sentence.max_length for r in self.slots]
+        if forced:  # a forced token is the one choice, at no cost (as search.Constraints)
+            rows = torch.tensor([g * K + k for g, _ in forced for k in range(K)], device=device)
+            tokens = torch.tensor([t for _, t in forced for _ in range(K)], device=device)
+            lp[rows] = -math.inf
+            lp[rows, tokens] = 0.0
+            at_max = [m and not any(g == f for f, _ in forced) for g, m in enumerate(at_max)]
         if any(at_max):  # these must end now: eos is their only choice
             rows = torch.tensor(at_max, device=device).repeat_interleave(K)
             eos_lp = lp[rows, eos].clone()

@@ -93,7 +93,8 @@ class ContinuousDeviceSearch:
 
     def fits(self, sentence: Sentence) -> bool:
         """Whether the sentence's source and output fit the decoder's positions."""
-        return len(sentence.src) <= self.decoder.max_length and sentence.max_length < self.decoder.max_length
+        return (len(sentence.src) <= self.decoder.max_length and sentence.max_length < self.decoder.max_length
+                and len(sentence.prefix) <= 1)
 
     # ------------------------------------------------------------------ joining
     @torch.inference_mode()
@@ -116,8 +117,9 @@ class ContinuousDeviceSearch:
         width = int(lengths.max())
         src = torch.full((n, width), cfg.pad_id, dtype=torch.long)
         src[torch.arange(width)[None, :] < lengths[:, None]] = torch.tensor(list(chain.from_iterable(s.src for s in sentences)))
-        host = torch.tensor([v for g, s in zip(groups, sentences) for v in (g, len(s.src), s.max_length)]).view(n, 3)
-        src, host = src.to(device), host.to(device)  # (n, S), (n, 3)
+        host = torch.tensor([v for g, s in zip(groups, sentences)
+                             for v in (g, len(s.src), s.max_length, s.prefix[0] if s.prefix else -1)]).view(n, 4)
+        src, host = src.to(device), host.to(device)  # (n, S), (n, 4)
         with attention_backends(device):
             states, _ = self.runner.encode(src)  # (n, S, C)
         kv = self.runner.source_kv(states)  # (n_layers, 2, n, H, S, D)
@@ -128,6 +130,7 @@ class ContinuousDeviceSearch:
         dec.src_len[rows] = per_row[:, 1]
         st.max_len[rows] = per_row[:, 2]
         st.min_len[rows] = self.min_length
+        st.forced[rows] = per_row[:, 3]
         dec.pos[rows] = 0
         dec.tokens[rows] = cfg.decoder_start_id
         if K == 1:

@@ -45,6 +45,7 @@ class SearchSlots:
         self.history = torch.zeros(R, T, dtype=torch.long, device=device)  # tokens each row generated so far
         self.min_len = torch.zeros(R, dtype=torch.long, device=device)
         self.max_len = torch.ones(R, dtype=torch.long, device=device)
+        self.forced = torch.full((R,), -1, dtype=torch.long, device=device)  # a forced first token, -1: none
         self.alive = torch.zeros(G, dtype=torch.bool, device=device)  # per sentence: still searching
         if K > 1:
             # finished hypotheses per sentence: at most 2K - 1 before it is done, plus a slot for discards
@@ -57,7 +58,7 @@ class SearchSlots:
 
     def keep(self, groups: torch.Tensor, rows: torch.Tensor) -> None:
         n, m = rows.numel(), groups.numel()
-        for buffer in (self.score, self.history, self.min_len, self.max_len):
+        for buffer in (self.score, self.history, self.min_len, self.max_len, self.forced):
             buffer[:n] = buffer[rows]
         per_group = (self.alive,) + ((self.fin_score, self.fin_len, self.fin_tokens, self.fin_count) if self.K > 1 else ())
         for buffer in per_group:
@@ -71,19 +72,26 @@ class _Constants:
     eos: int
 
 
-def _constrain(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, max_len: torch.Tensor, c: _Constants) -> None:
-    """In place on lp (N, V) for rows that generated `steps` tokens: what Constraints.apply does."""
+def _constrain(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, max_len: torch.Tensor, forced: torch.Tensor,
+               c: _Constants) -> None:
+    """In place on lp (N, V) for rows that generated `steps` tokens: what Constraints.apply does
+    (forced: a first token per row, -1 for none: the one choice at step 0, at no cost)."""
     if c.banned.numel():
         lp.index_fill_(1, c.banned, -math.inf)
     lp[:, c.eos].masked_fill_(steps < min_len, -math.inf)
     at_max = steps + 1 >= max_len  # eos is the only choice left
     lp.masked_fill_(at_max[:, None] & c.not_eos[None, :], -math.inf)
+    force = (steps == 0) & (forced >= 0)  # (N,)
+    token = forced.clamp(min=0)[:, None]  # (N, 1)
+    kept = lp.gather(1, token)
+    lp.masked_fill_(force[:, None], -math.inf)
+    lp.scatter_(1, token, torch.where(force[:, None], torch.zeros_like(kept), kept))
 
 
 def _greedy_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, B: int, L: int) -> None:
     lp = torch.log_softmax(dec.step(B, L).float(), dim=-1)  # (B, V)
     pos = dec.pos[:B]
-    _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], c)
+    _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], slots.forced[:B], c)
     token_lp, token = lp.max(dim=-1)  # (B,)
     alive = slots.alive[:B]
     score = slots.score[:B]
@@ -100,7 +108,7 @@ def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, 
     lp = torch.log_softmax(dec.step(B, L).float(), dim=-1)  # (B, V)
     V = lp.size(-1)
     pos = dec.pos[:B]
-    _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], c)
+    _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], slots.forced[:B], c)
     candidates = (lp.view(G, K, V) + slots.score[:B].view(G, K, 1)).view(G, K * V)
     top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (G, 2K), best first
     beam, token = top_index // V, top_index % V
@@ -140,7 +148,7 @@ def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, 
 
 def supports(decoder: StaticDecoder, src: torch.Tensor, options: SearchOptions) -> bool:
     """Whether this search fits the decoder: rows, lengths and options (n-gram blocking is search.py's)."""
-    if options.no_repeat_ngram_size or not options.use_cache or options.target_prefix:
+    if options.no_repeat_ngram_size or not options.use_cache or len(options.target_prefix) > 1:
         return False
     if src.size(0) * options.beam_size > decoder.max_rows or src.size(1) > decoder.max_length:
         return False
@@ -218,6 +226,7 @@ class DeviceSearch:
         n = dec.load_sources(src, repeat=K, bucket_rows=Gb * K)
         slots.max_len[:n] = max_lens.to(device).repeat_interleave(K)
         slots.min_len[:n] = options.min_length
+        slots.forced[:n] = options.target_prefix[0] if options.target_prefix else -1
         slots.alive[:B] = True
         slots.alive[B:Gb] = False
         if K == 1:

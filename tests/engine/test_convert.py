@@ -158,12 +158,11 @@ def test_nmt_convert_refuses_what_it_does_not_support(tmp_path, capsys):
     assert "model_type 't5' is not supported (supported: marian, m2m_100, mbart)" in capsys.readouterr().err
 
 
-def test_nmt_translate_runs_the_converted_model_and_the_engine_refuses_it_clearly(nllb_dir, tmp_path):
+def test_nmt_translate_runs_the_converted_model(nllb_dir, tmp_path):
     import subprocess
     import sys
 
     from nmt_serve.convert.command import convert
-    from nmt_serve.engine.loader import load_models
     from nmt_serve.inference.translator import Translator
 
     out = convert(nllb_dir, tmp_path / "nllb")
@@ -177,5 +176,38 @@ def test_nmt_translate_runs_the_converted_model_and_the_engine_refuses_it_clearl
     missing = subprocess.run([sys.executable, "-m", "nmt_serve.cli.translate", "--model", str(out), "--device", "cpu"],
                              input=text + "\n", capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "its languages: deu_Latn, eng_Latn, fra_Latn" in missing.stderr
-    with pytest.raises(ValueError, match="forced target-language token, which the engine does not serve yet"):
-        load_models(out, "cpu", None)
+
+
+@pytest.mark.parametrize("step_mode", ["eager", "static"])
+def test_the_engine_serves_the_converted_model_as_the_translator_does(nllb_dir, tmp_path, step_mode):
+    """Calls of two directions in one running batch, each translation forced to start with its target's
+    code: the engine's continuous search (eager, and the static decoder as CUDA runs it) gives what the
+    Translator's search gives alone, greedy and beam 2, the code left out of the text."""
+    import time
+
+    from nmt_serve.convert.command import convert
+    from nmt_serve.engine.core import EngineConfig, EngineCore
+    from nmt_serve.engine.protocol import DecodeOptions, Translate
+    from nmt_serve.inference.translator import Translator
+
+    out = convert(nllb_dir, tmp_path / "nllb")
+    reference = Translator.load(out, device="cpu", step_mode="eager")
+    translator = Translator.load(out, device="cpu", step_mode=step_mode, static_rows=64, static_length=64, warmup=False)
+    texts = ["Ein Hund läuft über die Wiese.", "Zwei Männer spielen Fußball.", "Hallo"]
+    for beam in (1, 2):
+        core = EngineCore({"nllb": translator}, EngineConfig())
+        core.admission.rate = 1e9
+        calls = {}
+        for i, target in enumerate(["fra_Latn", "eng_Latn"]):
+            call = Translate(str(i), "nllb", [translator.inputs.tokens(t, target, "deu_Latn") for t in texts],
+                             DecodeOptions(beam_size=beam, max_length=10), time.monotonic() + 60,
+                             translator.inputs.target_prefix(target))
+            assert core.handle(call) == []
+            calls[str(i)] = target
+        replies = {}
+        while core.busy:
+            replies.update({r.id: r for r in core.work()})
+        for call_id, target in calls.items():
+            expected = reference.translate(texts, source_lang="deu_Latn", target_lang=target, beam_size=beam, max_length=10)
+            assert [h[0].text for h in replies[call_id].value] == [r.text for r in expected]
+            assert all("_Latn" not in h[0].text for h in replies[call_id].value)
