@@ -18,12 +18,21 @@ from pathlib import Path
 import torch
 
 from nmt_serve.cli.common import user_errors
-from nmt_serve.convert.fairseq_vocab import fairseq_vocab, language_of, language_tokens, m2m100_vocab
+from nmt_serve.convert.fairseq_vocab import (
+    fairseq_vocab,
+    language_of,
+    language_tokens,
+    m2m100_vocab,
+)
 from nmt_serve.convert.huggingface import UnsupportedModel, read_directory
 from nmt_serve.convert.m2m_100 import m2m_100_to_model
 from nmt_serve.convert.marian import import_marian
 from nmt_serve.convert.mbart import mbart_to_model
-from nmt_serve.network.checkpoint import CheckpointError, CheckpointInfo, save_checkpoint
+from nmt_serve.network.checkpoint import (
+    CheckpointError,
+    CheckpointInfo,
+    save_checkpoint,
+)
 
 FAMILIES = ("marian", "m2m_100", "mbart")
 DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}

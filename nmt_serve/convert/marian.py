@@ -41,6 +41,7 @@ from nmt_serve.network.checkpoint import (
 from nmt_serve.network.config import ModelConfig
 from nmt_serve.network.transformer import Transformer, sinusoidal_table
 
+
 def config_from_marian(hf: dict, unk_id: int, hf_state: dict[str, torch.Tensor]) -> ModelConfig:
     """ModelConfig of a MarianMT model. Which tables are shared is read off the weights themselves:
     the config flags alone do not say it (an untied model may still store equal tables)."""

@@ -22,11 +22,11 @@ def attention_maps(translator: Translator, call: Attention) -> dict:
         raise ValueError("the text is empty")
     source = translator.inputs.source_ids(call.source)
     if call.target_text is not None:
-        forced = translator.force_decode_ids(source, call.target_text, attention_include=include)
+        forced = translator.force_decode_ids(source, call.target_text, attention_include=include, target_prefix=call.target_prefix)
         text, score, maps = call.target_text, forced.score, forced.attention
     else:
         [result] = translator.translate(sources=[source], beam_size=call.beam_size, return_scores=True,
-                                        return_attention=True, attention_include=include)
+                                        return_attention=True, attention_include=include, target_prefix=call.target_prefix)
         text, score, maps = result.text, result.hypotheses[0].score, result.attention
     layers, heads, average = call.layers, call.heads, call.average_heads
     return dict(

@@ -137,7 +137,9 @@ class EngineCore:
         """What the API learns of each model; the fixed part is made once (status goes out every 0.1 s)."""
         if self._model_info is None:
             self._model_info = {
-                mid: dict(id=mid, source=t.source_lang, target=t.target_lang, directions=t.directions,
+                # a many-to-many model's directions are every pair of its language codes: the codes go, not the pairs
+                mid: dict(id=mid, source=t.source_lang, target=t.target_lang,
+                          directions=None if t.info.language_codes else t.directions,
                           target_tags=t.info.target_tags, language_codes=t.info.language_codes, test_bleu=t.test_bleu(), parameters=t.num_parameters(), device=str(t.device),
                           dtype=str(t.dtype).removeprefix("torch."), attention=attention_backend(t.device), quantization=t.quantization, step_mode=t.step_mode,
                           n_decoder_layers=t.config.n_decoder_layers, n_encoder_layers=t.config.n_encoder_layers,
@@ -514,7 +516,8 @@ class EngineCore:
             return
         model_id, translator = next(iter(self.models.items()))
         beam = 4
-        src = translator.encode_source(CALIBRATION_TEXT, translator.directions[0].split("-")[1])
+        source, target = translator.directions[0].split("-", 1)
+        src = translator.encode_source(CALIBRATION_TEXT, target, source)
         n = min(16, self.config.max_batch_sentences)
         kind = "device" if translator.uses_static_decoder else "eager"
         search = self._new_search(model_id, beam, kind)

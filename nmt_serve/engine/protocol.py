@@ -70,6 +70,7 @@ class Attention:
     encoder_layers: list[int]
     average_heads: bool
     deadline: float
+    target_prefix: list[int] = field(default_factory=list)  # as Translate's
 
 
 @dataclass

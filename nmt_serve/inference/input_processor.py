@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from nmt_serve.network.tokenizer import Tokenizer
+from nmt_serve.text.language_codes import iso_aliases
 
 
 class InputProcessor:
@@ -31,6 +32,7 @@ class InputProcessor:
         language_codes: {language: its code's piece} of a fairseq-family model."""
         self.tokenizer = tokenizer
         self.codes: dict[str, int] = tokenizer.symbol_ids(dict(language_codes)) if language_codes else {}
+        self.aliases = iso_aliases(self.codes)  # users may name a language by ISO 639-1 ("de" for "deu_Latn")
         self.target_lang = target_lang
         self.append_eos = append_eos
         self.max_positions = max_positions
@@ -45,7 +47,12 @@ class InputProcessor:
     def multilingual(self) -> bool:
         return bool(self.tags) or bool(self.codes)
 
+    def code_of(self, language: str | None) -> str | None:
+        """The model's own code for a language named by it or by its ISO 639-1 code; None if it has none."""
+        return language if language in self.codes else self.aliases.get(language)
+
     def _code(self, language: str | None, side: str) -> int:
+        language = self.code_of(language)
         if language not in self.codes:
             known = sorted(self.codes)
             raise ValueError(f"this model needs the {side} language, one of its {len(known)} codes "

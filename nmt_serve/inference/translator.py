@@ -249,6 +249,7 @@ class Translator:
         target_lang: str | None = None,
         source_lang: str | None = None,
         sources: Sequence[list[int] | None] | None = None,
+        target_prefix: Sequence[int] | None = None,
     ) -> list[TranslationResult]:
         """Translate texts (any lengths, any order); results come back in input order.
 
@@ -257,7 +258,8 @@ class Translator:
         M2M100, mBART-50), whose source starts with its code.
 
         sources: instead of texts, the encoder's ids of each (InputProcessor.encode; None for an empty
-        text), as the engine gets them from the API process.
+        text), as the engine gets them from the API process; target_prefix: then what the translations are
+        forced to start with (default: the target language's code, for a fairseq-family model).
 
         deadline: a time.monotonic() value; past it the search raises search.DeadlineExceeded.
         """
@@ -272,7 +274,7 @@ class Translator:
         options = SearchOptions(
             beam_size=beam_size, num_hypotheses=num_hypotheses, max_length=max_length, min_length=min_length,
             length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size, use_cache=use_cache,
-            target_prefix=tuple(self.inputs.target_prefix(target_lang)),
+            target_prefix=tuple(target_prefix if target_prefix is not None else self.inputs.target_prefix(target_lang)),
         )
         self._check_include(attention_include)
         results: list[TranslationResult | None] = [
@@ -341,16 +343,18 @@ class Translator:
 
     @torch.inference_mode()
     def force_decode(self, source: str, target: str, *, attention_include: Sequence[str] = ("cross",),
-                     target_lang: str | None = None) -> ForcedDecoding:
+                     target_lang: str | None = None, source_lang: str | None = None) -> ForcedDecoding:
         """Score a given translation of `source` and return the attention maps that produce it."""
-        return self.force_decode_ids(self.encode_source(source, target_lang), target, attention_include=attention_include)
+        return self.force_decode_ids(self.encode_source(source, target_lang, source_lang), target, attention_include=attention_include,
+                                     target_prefix=self.inputs.target_prefix(target_lang))
 
     @torch.inference_mode()
-    def force_decode_ids(self, source_ids: list[int], target: str, *, attention_include: Sequence[str] = ("cross",)) -> ForcedDecoding:
-        """force_decode() on the encoder's ids of the source."""
+    def force_decode_ids(self, source_ids: list[int], target: str, *, attention_include: Sequence[str] = ("cross",),
+                         target_prefix: Sequence[int] = ()) -> ForcedDecoding:
+        """force_decode() on the encoder's ids of the source (target_prefix: the ids before the target's)."""
         self._check_include(attention_include)
         src = self._pad([source_ids])
-        target_ids = self.tgt_tokenizer.encode(target)
+        target_ids = list(target_prefix) + self.tgt_tokenizer.encode(target)
         [(log_probs, attention)] = self._teacher_forced(src, [target_ids], attention_include)
         return ForcedDecoding(target, log_probs, float(sum(log_probs)), attention)
 

@@ -13,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from nmt_serve.engine.process import addresses
 from nmt_serve.engine.protocol import EngineStatus
 from nmt_serve.engine.supervisor import EngineSupervisor
-from nmt_serve.service.directions import served_directions
+from nmt_serve.service.directions import language_names, served_directions
 from nmt_serve.service.docs import install_docs
 from nmt_serve.service.engine_client import EngineClient, EngineConnection
 from nmt_serve.service.errors import install_handlers
@@ -48,6 +48,7 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
             # readiness, not on the first "auto" request
             detector_for(frozenset(m.source for m in models.values()))
             state.models = models
+            state.names = language_names(models)
             for m in status.models:
                 state.metrics.model_load_seconds.labels(model=m["id"]).set(m.get("load_seconds", 0.0))
             log.info("ready: %s", ", ".join(sorted(state.models)))

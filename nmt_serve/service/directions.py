@@ -30,8 +30,14 @@ class ServedDirection:
         return self.inputs.multilingual
 
     def encode(self, text: str) -> list[int]:
-        """Source ids as the engine takes them (eos excluded, the tag first for a multilingual model)."""
-        return self.inputs.tokens(text, self.target)
+        """Source ids as the engine takes them (eos excluded; a multilingual model's tag, or a fairseq-family
+        model's source code, first)."""
+        return self.inputs.tokens(text, self.target, self.source)
+
+    @property
+    def target_prefix(self) -> list[int]:
+        """What every translation of this direction is forced to start with (a fairseq-family model's code)."""
+        return self.inputs.target_prefix(self.target)
 
     def count(self, text: str) -> int:
         """Source pieces of a text (no tag): what sentence segmentation holds to max_sentence_tokens."""
@@ -43,6 +49,21 @@ class ServedDirection:
                 "multilingual": self.multilingual, "test_bleu": _test_bleu(self.info, self.id)}
 
 
+def public_name(inputs: InputProcessor, code: str) -> str:
+    """How the service names a model's language: its ISO 639-1 code where it has one of its own, else the
+    model's code (`deu_Latn` -> `de`, `ace_Arab` stays)."""
+    return next((iso for iso, c in inputs.aliases.items() if c == code), code)
+
+
+def language_names(served: dict[str, ServedDirection]) -> dict[str, str]:
+    """{a model's own code: the service's name for it} over the served models, so that a request may name
+    a language either way (`deu_Latn` or `de`)."""
+    names: dict[str, str] = {}
+    for direction in {id(d.inputs): d for d in served.values()}.values():
+        names.update({code: public_name(direction.inputs, code) for code in direction.inputs.codes})
+    return names
+
+
 def _test_bleu(info: dict, direction: str) -> float | None:
     return (info.get("test_bleu") or {}).get(direction)
 
@@ -51,10 +72,15 @@ def served_directions(infos: list[dict]) -> dict[str, ServedDirection]:
     """{direction: ServedDirection} over every model the engine reports, each direction routed to one model."""
     candidates: dict[str, list[ServedDirection]] = {}
     for info in infos:
+        codes = info.get("language_codes")
         directions = info.get("directions") or [f"{info['source']}-{info['target']}"]
         inputs = InputProcessor(Tokenizer(info["src_tokenizer"], info.get("src_vocab")), target_lang=info["target"],
                                 directions=directions, target_tags=info.get("target_tags"),
-                                append_eos=info.get("append_eos_to_source", True), max_positions=info.get("max_positions"))
+                                append_eos=info.get("append_eos_to_source", True), max_positions=info.get("max_positions"),
+                                language_codes=codes)
+        if codes:  # every pair of its languages, each by its ISO 639-1 name where it has one
+            names = [public_name(inputs, code) for code in codes]
+            directions = [f"{s}-{t}" for s in names for t in names if s != t]
         for direction in directions:
             source, target = direction.split("-", 1)
             candidates.setdefault(direction, []).append(ServedDirection(direction, info, inputs, source, target, info["id"]))

@@ -198,9 +198,10 @@ class EngineClient:
                                                           "this request's deadline, retry later")
         return None
 
-    async def translate(self, model_id: str, sources: list[list[int]], options: DecodeOptions, timeout: float) -> list[list[EngineHypothesis]]:
+    async def translate(self, model_id: str, sources: list[list[int]], options: DecodeOptions, timeout: float,
+                        target_prefix: list[int] | None = None) -> list[list[EngineHypothesis]]:
         """Per text (its source ids, eos excluded), its n-best translations (best first)."""
-        call = Translate(self.connection.new_id(), model_id, sources, options, time.monotonic() + timeout)
+        call = Translate(self.connection.new_id(), model_id, sources, options, time.monotonic() + timeout, target_prefix or [])
         return self._value(await self._call(call), timeout)
 
     async def attention(self, model_id: str, timeout: float, **fields) -> dict:

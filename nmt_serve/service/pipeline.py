@@ -137,6 +137,7 @@ async def translate_texts(state: ServiceState, request: Request, *, source: str,
                           options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True) -> list[TextResult]:
     """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError."""
     engine = state.require_ready()
+    source, target = state.language(source), state.language(target)
     timeout = request_timeout(state, request)
     if state.settings.admission and (refusal := engine.refusal(timeout, state.settings.admission_margin)):
         state.metrics.refused_early.inc()
@@ -153,8 +154,8 @@ async def translate_texts(state: ServiceState, request: Request, *, source: str,
         # scores always: the low-confidence flag reads them (the response shows them only when asked)
         scored = replace(options, return_scores=True)
         served = {t.model.id: t.model for t in prepared if t.model is not None}
-        results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout)
-                                                       for m in ids))))
+        results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout,
+                                                                        served[m].target_prefix) for m in ids))))
         alignments = await _align(state, engine, prepared, batches, sentence_texts, results, timeout)
         return results, alignments
 
@@ -182,6 +183,7 @@ async def _align(state: ServiceState, engine, prepared: list[_Text], batches: di
     async def one(model: ServedDirection, k: int):
         source, target = sentence_texts[model.id][k], results[model.id][k][0].text
         maps = await engine.attention(model.engine_model, timeout, source=batches[model.id][k], target_text=target,
+                                      target_prefix=model.target_prefix,
                                       beam_size=1, include=("cross",),
                                       layers=list(range(model.info["n_decoder_layers"])), heads=list(range(model.info["n_heads"])),
                                       encoder_layers=[], average_heads=True)

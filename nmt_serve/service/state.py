@@ -29,6 +29,7 @@ class ServiceState:
     keys: KeyChecker = None  # type: ignore[assignment]
     rate_limiter: RateLimiter = None  # type: ignore[assignment]
     limits: RequestLimits = None  # type: ignore[assignment]
+    names: dict[str, str] = field(default_factory=dict)  # a model's own language code -> the service's name for it
 
     def __post_init__(self) -> None:
         self.keys = KeyChecker(self.settings.keys())
@@ -46,7 +47,12 @@ class ServiceState:
             raise not_ready()
         return self.engine
 
+    def language(self, name: str) -> str:
+        """The service's name of a language named as a user may name it (`deu_Latn`, `de_DE` -> `de`)."""
+        return self.names.get(name, name)
+
     def model_for(self, source: str, target: str) -> ServedDirection:
+        source, target = self.language(source), self.language(target)
         model = self.models.get(f"{source}-{target}")
         if model is None:
             pairs = ", ".join(sorted(self.models)) or "none loaded yet"

@@ -211,3 +211,34 @@ def test_the_engine_serves_the_converted_model_as_the_translator_does(nllb_dir, 
             expected = reference.translate(texts, source_lang="deu_Latn", target_lang=target, beam_size=beam, max_length=10)
             assert [h[0].text for h in replies[call_id].value] == [r.text for r in expected]
             assert all("_Latn" not in h[0].text for h in replies[call_id].value)
+
+
+def test_the_service_serves_the_converted_model_by_either_name_of_a_language(nllb_dir, tmp_path):
+    """An NLLB checkpoint behind the API: its languages by ISO 639-1 name (`de`, what LibreTranslate's
+    clients and detection use) or by NLLB's own (`deu_Latn`), every pair of them listed, the text the
+    offline Translator gives."""
+    from test_service import make_client, wait_ready
+
+    from nmt_serve.convert.command import convert
+    from nmt_serve.inference.translator import Translator
+
+    models = tmp_path / "models"
+    out = convert(nllb_dir, models / "nllb")
+    text = "Ein Hund läuft über die Wiese."
+    [expected] = Translator.load(out, device="cpu").translate([text], source_lang="deu_Latn", target_lang="fra_Latn",
+                                                              beam_size=2, max_length=12)
+    with make_client(models, engine_heartbeat_timeout_s=10) as client:
+        wait_ready(client, timeout=120)
+        listed = {m["id"] for m in client.get("/v1/models").json()["models"]}
+        assert listed == {f"{s}-{t}" for s in ("de", "en", "fr") for t in ("de", "en", "fr") if s != t}
+        assert {lang["code"]: lang["name"] for lang in client.get("/languages").json()} == {"de": "German", "en": "English", "fr": "French"}
+        for source, target in (("de", "fr"), ("deu_Latn", "fra_Latn"), ("de", "fra_Latn")):
+            r = client.post("/v1/translate", json={"text": text, "source": source, "target": target, "beam_size": 2, "max_length": 12,
+                                                   "split_sentences": False})
+            assert r.status_code == 200, r.text
+            assert r.json()["translations"][0]["text"] == expected.text and r.json()["model"] == "nllb"
+        libre = client.post("/translate", json={"q": text, "source": "deu_Latn", "target": "fr"})
+        assert libre.status_code == 200, libre.text
+        maps = client.post("/v1/attention", json={"text": text, "source": "de", "target": "fr", "beam_size": 1})
+        assert maps.status_code == 200, maps.text
+        assert maps.json()["source_tokens"][0] == "deu_Latn" and maps.json()["target_tokens"][0] == "fra_Latn"

@@ -3,8 +3,9 @@ import downwards, and an API process and a network that stay free of what they m
 from __future__ import annotations
 
 import ast
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "nmt_serve"

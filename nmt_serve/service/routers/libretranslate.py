@@ -153,12 +153,12 @@ def authorize_libretranslate(state: ServiceState, request: Request, params: dict
 
 
 def check_source(state: ServiceState, source: str, param: str = "source") -> None:
-    if source != AUTO and source not in {m.source for m in state.models.values()}:
+    if source != AUTO and state.language(source) not in {m.source for m in state.models.values()}:
         raise bad_request(f"{source} is not supported", param)
 
 
 def check_target(state: ServiceState, target: str) -> None:
-    if target not in {m.target for m in state.models.values()}:
+    if state.language(target) not in {m.target for m in state.models.values()}:
         raise bad_request(f"{target} is not supported", "target")
 
 

@@ -67,7 +67,7 @@ async def attention(body: AttentionRequest, request: Request, state: ServiceStat
     encoder_layers = _indices(body.layers, info["n_encoder_layers"], "layers") if "encoder_self" in body.include else []
     timeout = request_timeout(state, request)
     maps = await with_deadline(state, request, timeout, engine.attention(
-        model.engine_model, timeout, source=source, target_text=body.target_text,
+        model.engine_model, timeout, source=source, target_text=body.target_text, target_prefix=model.target_prefix,
         beam_size=body.beam_size, include=tuple(body.include),
         layers=layers, heads=heads, encoder_layers=encoder_layers, average_heads=body.average_heads,
     ))

@@ -1,0 +1,40 @@
+"""Naming a language across model families: ISO 639-1 (`de`, what users, LibreTranslate's clients and
+language detection use), NLLB-200's ISO 639-3 + script (`deu_Latn`), mBART-50's locale (`de_DE`) and
+M2M100's (`de`). A model keeps its own codes; these give each one the ISO 639-1 name by which users may
+call it too, through lingua's table of ISO 639-1 and 639-3 codes (the languages lingua knows, which are
+also the ones detection can find)."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from functools import lru_cache
+
+from lingua import IsoCode639_3, Language
+
+MBART = re.compile(r"([a-z]{2})_[A-Z]{2}")  # de_DE
+NLLB = re.compile(r"([a-z]{3})_[A-Z][a-z]{3}")  # deu_Latn
+
+
+@lru_cache(maxsize=4096)
+def iso_639_1(code: str) -> str | None:
+    """The ISO 639-1 code a model's language code names, or None when there is none (or lingua does
+    not know the language)."""
+    if re.fullmatch(r"[a-z]{2}", code):
+        return code
+    if m := MBART.fullmatch(code):
+        return m.group(1)
+    if m := NLLB.fullmatch(code):
+        try:
+            return Language.from_iso_code_639_3(IsoCode639_3.from_str(m.group(1))).iso_code_639_1.name.lower()
+        except ValueError:
+            return None
+    return None
+
+
+def iso_aliases(codes: Iterable[str]) -> dict[str, str]:
+    """{ISO 639-1 name: the model's code} for the codes whose ISO 639-1 name no other code of the model
+    shares (NLLB's `zho_Hans` and `zho_Hant` are both Chinese: each keeps only its own code)."""
+    named = {code: iso_639_1(code) for code in codes}
+    counts = Counter(iso for iso in named.values() if iso)
+    return {iso: code for code, iso in named.items() if iso and counts[iso] == 1 and iso != code}
