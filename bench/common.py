@@ -59,9 +59,19 @@ def emit(report: str, output: str | None) -> int:
     return 0
 
 
-def marian_twin(checkpoint: Path, out: Path, seed: int = 0) -> Path:
+# the real configurations of deployed models (their config.json), for random twins of the same cost per token
+SHAPES = {
+    # Helsinki-NLP/opus-mt-de-en: 74M parameters
+    "opus-mt": dict(d_model=512, n_encoder_layers=6, n_decoder_layers=6, n_heads=8, d_ff=2048, vocab_size=58101,
+                    activation="swish"),
+}
+
+
+def marian_twin(checkpoint: Path, out: Path, seed: int = 0, shape: str | None = None) -> Path:
     """A MarianMT directory with the architecture and tokenizer of `checkpoint` (post-norm, since Marian
-    has no pre-norm) and random weights: the same amount of work per token for every engine.
+    has no pre-norm) and random weights: the same amount of work per token for every engine. With a
+    `shape` (SHAPES), the architecture is that model's instead, its vocabulary the checkpoint's pieces
+    padded with placeholder pieces to the model's size (the output layer's cost is the real one).
 
     Random weights rarely say eos, so every engine decodes to the length cap: the benchmarks compare
     speed on identical work, not translation quality."""
@@ -75,12 +85,19 @@ def marian_twin(checkpoint: Path, out: Path, seed: int = 0) -> Path:
     # OPUS-MT's id layout, which CTranslate2's converter relies on: </s>=0, <unk>=1, ..., <pad> last
     pieces = [p for p in sentencepiece_vocab(spm_file) if p not in ("<pad>", "<unk>", "<s>", "</s>")]
     vocab = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(pieces)}}
+    activation = "relu"
+    if shape is not None:
+        real = SHAPES[shape]
+        while len(vocab) < real["vocab_size"] - 1:
+            vocab[f"▁placeholder{len(vocab)}"] = len(vocab)
+        m = {**m, **{k: v for k, v in real.items() if k in m}}
+        activation = real["activation"]
     vocab["<pad>"] = len(vocab)
     m = {**m, "pad_id": vocab["<pad>"], "eos_id": 0}
     hf = MarianConfig(
         vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=m["d_model"], encoder_layers=m["n_encoder_layers"],
         decoder_layers=m["n_decoder_layers"], encoder_attention_heads=m["n_heads"], decoder_attention_heads=m["n_heads"],
-        encoder_ffn_dim=m["d_ff"], decoder_ffn_dim=m["d_ff"], max_position_embeddings=512, activation_function="relu",
+        encoder_ffn_dim=m["d_ff"], decoder_ffn_dim=m["d_ff"], max_position_embeddings=512, activation_function=activation,
         pad_token_id=m["pad_id"], eos_token_id=m["eos_id"], decoder_start_token_id=m["pad_id"], forced_eos_token_id=m["eos_id"],
         scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True, bad_words_ids=[[m["pad_id"]]],
     )

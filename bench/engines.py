@@ -1,6 +1,6 @@
 """Engine benchmarks, measured side by side in one run on the same machine, threads and inputs.
 
-    python -m bench.engines [--threads N] [--sentences-b1 N] [--sentences-b32 N]
+    python -m bench.engines [--threads N] [--sentences-b1 N] [--sentences-b32 N] [--shape opus-mt]
 
 1. ours vs Hugging Face `generate` on the same weights (a MarianMT twin of the shipped model,
    converted to our format): sentences/s and target tokens/s, greedy and beam 4, batch 1 and 32;
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, emit, machine, marian_twin, table, test_sources, timed
+from bench.common import ROOT, SHAPES, emit, machine, marian_twin, table, test_sources, timed
 from nmt_serve.convert.marian import import_marian
 from nmt_serve.inference.search import SearchOptions, generate
 from nmt_serve.inference.translator import Translator
@@ -115,9 +115,9 @@ def run_engine(engine: str, work: Path, threads: int) -> dict:
     return results
 
 
-def engine_tables(threads: int, n_b1: int, n_b32: int, max_new: int) -> str:
+def engine_tables(threads: int, n_b1: int, n_b32: int, max_new: int, shape: str | None = None) -> str:
     work = Path(tempfile.mkdtemp(prefix="bench-"))
-    twin = marian_twin(ROOT / "checkpoints" / "de-en", work / "marian")
+    twin = marian_twin(ROOT / "checkpoints" / "de-en", work / "marian", shape=shape)
     ours_dir = import_marian(twin, work / "ours", "de", "en")
     for quant in ("float32", "int8"):  # CTranslate2's own converter, as its command (no CTranslate2 in this process)
         subprocess.run([str(Path(sys.executable).parent / "ct2-transformers-converter"), "--model", str(twin),
@@ -154,7 +154,7 @@ def engine_tables(threads: int, n_b1: int, n_b32: int, max_new: int) -> str:
         ct2_int8 = min(t["CTranslate2 int8"], t["CTranslate2 int8, 1 thread"])
         ratio_rows.append([label] + [f"{r:.2f}" for r in (
             t["Hugging Face generate"] / t["ours"], ct2_f32 / t["ours"], t["Hugging Face generate"] / t["ours int8"], ct2_int8 / t["ours int8"])])
-    out = "### Ours vs Hugging Face and CTranslate2, same weights\n\n"
+    out = f"### Ours vs Hugging Face and CTranslate2, same weights ({shape or 'the shipped model'}'s shape)\n\n"
     out += table(["setting", "engine", "sentences/s", "target tokens/s", "outputs vs ours"], rows)
     out += "\n\nSpeed ratios (> 1: ours is faster):\n\n"
     out += table(["setting", "ours / HF generate", "ours / CT2 float32 (its better thread count)", "ours int8 / HF generate",
@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=40, help="length cap (the random twin decodes to it)")
     parser.add_argument("--cache-sentences", type=int, default=128)
     parser.add_argument("--skip-engines", action="store_true")
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="random weights at a deployed model's real shape (default: the shipped model's)")
+    parser.add_argument("--skip-cache", action="store_true", help="leave out the KV cache table")
     parser.add_argument("--output")
     parser.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)  # internal: one engine, in its own process
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -204,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     parts = [f"Machine: {machine()}; {args.threads} thread(s) for every engine.\n"]
     if not args.skip_engines:
-        parts.append(engine_tables(args.threads, args.sentences_b1, args.sentences_b32, args.max_new_tokens))
-    parts.append(cache_table(args.cache_sentences))
+        parts.append(engine_tables(args.threads, args.sentences_b1, args.sentences_b32, args.max_new_tokens, args.shape))
+    if not args.skip_cache:
+        parts.append(cache_table(args.cache_sentences))
     report = "\n\n".join(parts) + "\n"
     return emit(report, args.output)
 

@@ -23,6 +23,7 @@ from nmt_serve.cli.common import (
     non_negative_int,
     positive_int,
 )
+from nmt_serve.text.language_codes import iso_639_1, iso_aliases
 from nmt_serve.text.segmentation import segment
 
 # the shipped models saw sentences of at most ~40 tokens in training; longer ones are cut at clauses
@@ -58,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 def direction(parser: argparse.ArgumentParser, model_dir: str, source: str | None, target: str | None) -> tuple[str, str]:
     """The (source, target) languages of this run, checked against the checkpoint before any weights load."""
     info = check_model(parser, model_dir)
+    if info.language_codes:  # a language may be named by its ISO 639-1 code too (de for deu_Latn)
+        aliases = iso_aliases(info.language_codes)
+        source, target = aliases.get(source, source), aliases.get(target, target)
     if info.multilingual:
         # a many-to-many model's directions are every pair of its languages: name the languages
         served = f"its languages: {', '.join(info.language_codes)}" if info.language_codes else f"it serves {', '.join(info.served())}"
@@ -74,6 +78,7 @@ def direction(parser: argparse.ArgumentParser, model_dir: str, source: str | Non
 
 def demo_sentences(parser: argparse.ArgumentParser, model_dir: str, source: str) -> list[str]:
     """The demo lines in the run's source language."""
+    source = iso_639_1(source) or source
     if source not in DEMO_SENTENCES:
         fail(parser, f"no demo sentences in {source!r} (the source language of {model_dir}); "
                      f"there are some in {', '.join(sorted(DEMO_SENTENCES))}: pipe your own lines in instead")
@@ -84,6 +89,7 @@ def translate_lines(translator, lines: list[str], split_sentences: bool, options
     """Each line translated sentence by sentence, with all the lines' sentences in one batch."""
     count = lambda text: len(translator.src_tokenizer.encode(text))  # noqa: E731
     source_lang = source_lang or translator.source_lang
+    source_lang = iso_639_1(source_lang) or source_lang  # the segmenter's rules go by ISO 639-1
     cut = [segment(line, source_lang, split_sentences=split_sentences, count=count, max_tokens=MAX_SENTENCE_TOKENS)
            for line in lines]
     sentences = [s for c in cut for s in c.texts]

@@ -242,3 +242,38 @@ def test_the_service_serves_the_converted_model_by_either_name_of_a_language(nll
         maps = client.post("/v1/attention", json={"text": text, "source": "de", "target": "fr", "beam_size": 1})
         assert maps.status_code == 200, maps.text
         assert maps.json()["source_tokens"][0] == "deu_Latn" and maps.json()["target_tokens"][0] == "fra_Latn"
+
+
+@pytest.fixture(scope="module")
+def mbart50_dir(tmp_path_factory):
+    """A Hugging Face mBART-50 directory at a tiny size, laid out as the real one."""
+    import json
+    from pathlib import Path
+
+    directory = tmp_path_factory.mktemp("mbart50")
+    fairseq_spm(directory, Path(__file__).resolve().parents[1] / "fixtures")
+    config = transformers.MBartConfig(**{**SHAPE, "vocab_size": 300 + 1 + 3 + 1}, scale_embedding=True, decoder_start_token_id=2,
+                                      forced_eos_token_id=2)
+    randomized(transformers.MBartForConditionalGeneration(config)).save_pretrained(directory)
+    (directory / "tokenizer_config.json").write_text(json.dumps({"additional_special_tokens": ["de_DE", "en_XX", "fr_XX"]}))
+    return directory
+
+
+def test_mbart50_converted_translates_as_generate_by_either_name(mbart50_dir, tmp_path):
+    """mBART-50 through nmt-convert: `[de_DE] + pieces + [</s>]`, `fr_XX` forced, greedy equal to
+    generate's; `de`/`fr` name the same languages as `de_DE`/`fr_XX`."""
+    from nmt_serve.convert.command import convert
+    from nmt_serve.inference.translator import Translator
+
+    translator = Translator.load(convert(mbart50_dir, tmp_path / "ours"), device="cpu")
+    hf = transformers.MBartForConditionalGeneration.from_pretrained(mbart50_dir).eval()
+    vocab = translator.inputs.tokenizer.vocab
+    assert translator.inputs.aliases == {"de": "de_DE", "en": "en_XX", "fr": "fr_XX"}
+    text = "Ein Hund läuft über die Wiese."
+    src = translator.encode_source(text, "fr", "de")
+    assert src == translator.encode_source(text, "fr_XX", "de_DE") and src[0] == vocab["de_DE"] and src[-1] == vocab["</s>"]
+    with torch.no_grad():
+        expected = hf.generate(torch.tensor([src]), forced_bos_token_id=vocab["fr_XX"], num_beams=1, do_sample=False,
+                               max_new_tokens=12, suppress_tokens=[0, 1], forced_eos_token_id=2)[0].tolist()
+    [result] = translator.translate([text], source_lang="de", target_lang="fr", beam_size=1, max_length=12)
+    assert result.hypotheses[0].tokens == translator.tgt_tokenizer.pieces([i for i in expected[2:] if i != vocab["</s>"]])
