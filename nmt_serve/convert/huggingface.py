@@ -120,3 +120,27 @@ def build(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> Transformer:
     if [k for k in missing if k not in aliases] or unexpected:
         raise ValueError(f"conversion left missing {missing} / unexpected {unexpected}")
     return model.eval()
+
+
+def fairseq_config(hf: dict, hf_state: dict[str, torch.Tensor], family: str, unk_id: int, *, activation: str,
+                   scale_embeddings: bool, **layout) -> ModelConfig:
+    """ModelConfig of a pre-norm model of the fairseq families (M2M100 / NLLB-200, mBART): what they share,
+    checked; `layout` is what sets each family apart (positions, embedding norm, logits bias)."""
+    check_symmetric(hf)
+    activation = hf.get("activation_function", activation)
+    if activation not in ACTIVATION_FROM_HF:
+        raise UnsupportedModel(f"activation {activation!r} is not supported")
+    shared, tied = sharing(hf_state, family)
+    if not tied:
+        raise UnsupportedModel(f"a {family} output layer not tied to the target embedding is not supported")
+    start = hf.get("decoder_start_token_id")
+    return ModelConfig(
+        src_vocab_size=hf["vocab_size"], tgt_vocab_size=hf["vocab_size"],
+        d_model=hf["d_model"], n_heads=hf["encoder_attention_heads"], d_ff=hf["encoder_ffn_dim"],
+        n_encoder_layers=hf["encoder_layers"], n_decoder_layers=hf["decoder_layers"],
+        dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
+        activation=ACTIVATION_FROM_HF[activation], norm_placement="pre", max_positions=hf["max_position_embeddings"],
+        scale_embeddings=bool(hf.get("scale_embedding", scale_embeddings)), share_embeddings=shared, tie_output=True,
+        pad_id=hf["pad_token_id"], unk_id=unk_id, bos_id=hf.get("bos_token_id", 0), eos_id=hf["eos_token_id"],
+        decoder_start_id=start if start is not None else hf["eos_token_id"], append_eos_to_source=True, **layout,
+    )
