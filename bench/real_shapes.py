@@ -40,6 +40,7 @@ def build_hf_dir(shape: str, out: Path):
     import transformers
 
     s = SHAPES[shape]
+    out.mkdir(parents=True, exist_ok=True)
     text = out / "joint.txt"
     text.write_text("".join((ROOT / "tests" / "fixtures" / f"train300.{lang}").read_text() for lang in ("de", "en", "fr")))
     spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(out / "sentencepiece.bpe"), vocab_size=2000, model_type="bpe",

@@ -46,7 +46,10 @@ class Tokenizer:
 
     def check_against(self, config: ModelConfig, vocab_size: int, side: str) -> None:
         """Fail clearly when this tokenizer cannot be the one the model was trained with."""
-        if self.vocab_size != vocab_size:
+        # a vocabulary file may hold fewer ids than the model has rows: converted models pad their tables
+        # (NLLB-200: 256,204 ids for 256,206 rows); the rows past it are never fed nor decoded to text
+        fits = self.vocab_size <= vocab_size if self.vocab is not None else self.vocab_size == vocab_size
+        if not fits:
             raise TokenizerMismatch(
                 f"{side} tokenizer {self.model_file.name} has {self.vocab_size} pieces, model expects {vocab_size}"
             )
