@@ -279,3 +279,40 @@ def test_mbart50_converted_translates_as_generate_by_either_name(mbart50_dir, tm
                                max_new_tokens=12, suppress_tokens=[0, 1], forced_eos_token_id=2)[0].tolist()
     [result] = translator.translate([text], source_lang="de", target_lang="fr", beam_size=1, max_length=12)
     assert result.hypotheses[0].tokens == translator.tgt_tokenizer.pieces([i for i in expected[2:] if i != vocab["</s>"]])
+
+
+def test_m2m100_with_its_own_vocab_json_translates_as_generate(tmp_path):
+    """M2M100's layout: the ids of its vocab.json, then `__de__`-style language tokens after them."""
+    import json
+    from pathlib import Path
+
+    import sentencepiece as spm
+
+    from nmt_serve.convert.command import convert
+    from nmt_serve.inference.translator import Translator
+
+    hf_dir = tmp_path / "m2m100"
+    hf_dir.mkdir()
+    sp = spm.SentencePieceProcessor(model_file=str(fairseq_spm(hf_dir, Path(__file__).resolve().parents[1] / "fixtures")))
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for i in range(3, sp.get_piece_size()):
+        vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    (hf_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    languages = ["__de__", "__en__", "__fr__"]
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps({"additional_special_tokens": languages}))
+    config = transformers.M2M100Config(**{**SHAPE, "vocab_size": len(vocab) + len(languages)}, scale_embedding=True,
+                                       decoder_start_token_id=2, forced_eos_token_id=2)
+    hf = randomized(transformers.M2M100ForConditionalGeneration(config))
+    hf.save_pretrained(hf_dir)
+    translator = Translator.load(convert(hf_dir, tmp_path / "ours"), device="cpu")
+    assert translator.info.language_codes == {"de": "__de__", "en": "__en__", "fr": "__fr__"}
+    ids = translator.inputs.tokenizer.vocab
+    assert [ids[c] for c in languages] == [len(vocab), len(vocab) + 1, len(vocab) + 2]
+    text = "Ein Hund läuft über die Wiese."
+    src = translator.encode_source(text, "fr", "de")
+    assert src[0] == ids["__de__"] and src[1:-1] == [vocab.get(p, 3) for p in sp.encode(text, out_type=str)]
+    with torch.no_grad():
+        expected = hf.generate(torch.tensor([src]), forced_bos_token_id=ids["__fr__"], num_beams=1, do_sample=False,
+                               max_new_tokens=12, suppress_tokens=[0, 1], forced_eos_token_id=2)[0].tolist()
+    [result] = translator.translate([text], source_lang="de", target_lang="fr", beam_size=1, max_length=12)
+    assert result.hypotheses[0].tokens == translator.tgt_tokenizer.pieces([i for i in expected[2:] if i != 2])
