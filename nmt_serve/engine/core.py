@@ -307,7 +307,8 @@ class EngineCore:
         if key not in self._device_searches:
             t = self.models[model_id]
             rows = min(t.static_rows, self.config.max_batch_sentences * beam)
-            self._device_searches[key] = DeviceSearch(StaticDecoder(t.runner, max_rows=max(rows, beam), max_length=t.static_length))
+            self._device_searches[key] = DeviceSearch(StaticDecoder(t.runner, max_rows=max(rows, beam), max_length=t.static_length),
+                                                      forced_first_token=bool(t.inputs.codes))
         return self._device_searches[key]
 
     def warmup(self) -> int:

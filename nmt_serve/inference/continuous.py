@@ -88,6 +88,7 @@ class ContinuousSearch:
         banned = banned_tokens(cfg)
         self.banned = torch.tensor(banned, dtype=torch.long, device=runner.device) if banned else None
         self.steps = 0  # decoder steps run so far (for metrics)
+        self._forcing = False  # some running sentence has a target prefix: the steps look for forced tokens
 
     def __len__(self) -> int:
         return sum(r is not None for r in self.slots)
@@ -115,6 +116,7 @@ class ContinuousSearch:
         if not sentences:
             return
         cfg, device, K = self.config, self.runner.device, self.K
+        self._forcing = self._forcing or any(s.prefix for s in sentences)
         width = max(len(s.src) for s in sentences)
         src = torch.full((len(sentences), width), cfg.pad_id, dtype=torch.long)
         for i, s in enumerate(sentences):
@@ -213,7 +215,7 @@ class ContinuousSearch:
             early = torch.tensor([s < self.min_length for s in steps], device=device).repeat_interleave(K)
             lp[early, eos] = -math.inf
         forced = [(g, r.sentence.prefix[r.step]) for g, r in enumerate(self.slots)
-                  if r is not None and r.step < len(r.sentence.prefix)]
+                  if r is not None and r.step < len(r.sentence.prefix)] if self._forcing else []
         at_max = [r is not None and r.step + 1 >= r.sentence.max_length for r in self.slots]
         if forced:  # a forced token is the one choice, at no cost (as search.Constraints)
             rows = torch.tensor([g * K + k for g, _ in forced for k in range(K)], device=device)
@@ -275,5 +277,6 @@ class ContinuousSearch:
         """Nothing runs: the next sentences start a fresh cache, with no joined rows to mask."""
         self.cache = None
         self.slots = []
+        self._forcing = False
         self.beam_scores = torch.zeros(0, self.K, device=self.runner.device)
         self.last_tokens = torch.zeros(0, dtype=torch.long, device=self.runner.device)

@@ -94,7 +94,7 @@ class ContinuousDeviceSearch:
     def fits(self, sentence: Sentence) -> bool:
         """Whether the sentence's source and output fit the decoder's positions."""
         return (len(sentence.src) <= self.decoder.max_length and sentence.max_length < self.decoder.max_length
-                and len(sentence.prefix) <= 1)
+                and len(sentence.prefix) <= (1 if self.device_search.constants.forcing else 0))
 
     # ------------------------------------------------------------------ joining
     @torch.inference_mode()

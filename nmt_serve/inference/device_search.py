@@ -70,6 +70,7 @@ class _Constants:
     banned: torch.Tensor  # (n,) ids never generated
     not_eos: torch.Tensor  # (V,) bool
     eos: int
+    forcing: bool = False  # the steps force a first token per row (a model that has target codes); else they skip it
 
 
 def _constrain(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, max_len: torch.Tensor, forced: torch.Tensor,
@@ -81,6 +82,8 @@ def _constrain(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, max
     lp[:, c.eos].masked_fill_(steps < min_len, -math.inf)
     at_max = steps + 1 >= max_len  # eos is the only choice left
     lp.masked_fill_(at_max[:, None] & c.not_eos[None, :], -math.inf)
+    if not c.forcing:
+        return
     force = (steps == 0) & (forced >= 0)  # (N,)
     token = forced.clamp(min=0)[:, None]  # (N, 1)
     kept = lp.gather(1, token)
@@ -157,23 +160,29 @@ def supports(decoder: StaticDecoder, src: torch.Tensor, options: SearchOptions) 
     return min(longest, cap) < decoder.max_length
 
 
-def _constants(decoder: StaticDecoder) -> _Constants:
+def _constants(decoder: StaticDecoder, forcing: bool) -> _Constants:
     cfg, device = decoder.config, decoder.device
     V = decoder.runner.output.weight.size(0)
     not_eos = torch.ones(V, dtype=torch.bool, device=device)
     not_eos[cfg.eos_id] = False
-    return _Constants(torch.tensor(banned_tokens(cfg), dtype=torch.long, device=device), not_eos, cfg.eos_id)
+    return _Constants(torch.tensor(banned_tokens(cfg), dtype=torch.long, device=device), not_eos, cfg.eos_id, forcing)
 
 
 class DeviceSearch:
     """Searches over one StaticDecoder; keeps the per-beam-size state between searches (fixed addresses
     that its captured graphs read)."""
 
-    def __init__(self, decoder: StaticDecoder, check_every: int = CHECK_EVERY):
+    def __init__(self, decoder: StaticDecoder, check_every: int = CHECK_EVERY, forced_first_token: bool = False):
+        """forced_first_token: its steps force a per-row first token (a fairseq-family model's target code);
+        without it they leave out those operations, and searches with a target prefix do not fit."""
         self.decoder = decoder
         self.check_every = check_every
-        self.constants = _constants(decoder)
+        self.constants = _constants(decoder, forced_first_token)
         self._slots: dict[int, SearchSlots] = {}
+
+    def accepts(self, src: torch.Tensor, options: SearchOptions) -> bool:
+        """supports(), and a target prefix only where the steps force one."""
+        return supports(self.decoder, src, options) and (not options.target_prefix or self.constants.forcing)
 
     def slots(self, K: int) -> SearchSlots:
         if K not in self._slots:

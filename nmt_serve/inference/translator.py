@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 import torch
 
 from nmt_serve.inference.attention import attention_backends
-from nmt_serve.inference.device_search import DeviceSearch, supports
+from nmt_serve.inference.device_search import DeviceSearch
 from nmt_serve.inference.input_processor import InputProcessor
 from nmt_serve.inference.model_runner import QUANTIZATIONS, ModelRunner
 from nmt_serve.inference.search import EMPTY, SearchHypothesis, SearchOptions, generate
@@ -125,8 +125,6 @@ class Translator:
         self.static_rows, self.static_length = static_rows, min(static_length, model.config.max_positions)
         self._runner = ModelRunner(self.model, quantization)  # built now, so that a problem shows at load time
         self._device_search: DeviceSearch | None = None
-        if warmup and self.uses_static_decoder:
-            self.device_search().warmup(beam_sizes=(1, 4))
         self.info = info
         self.config = model.config
         self.src_tokenizer = src_tokenizer
@@ -135,6 +133,8 @@ class Translator:
                                      target_tags=(info.target_tags or {}) if info.directions else None,
                                      language_codes=info.language_codes,
                                      append_eos=self.config.append_eos_to_source, max_positions=self.config.max_positions)
+        if warmup and self.uses_static_decoder:  # the device search reads the inputs (a forced first token or not)
+            self.device_search().warmup(beam_sizes=(1, 4))
 
     @classmethod
     def load(
@@ -165,7 +165,7 @@ class Translator:
         runner = self.runner
         if self._device_search is None:
             decoder = StaticDecoder(runner, max_rows=self.static_rows, max_length=self.static_length)
-            self._device_search = DeviceSearch(decoder)
+            self._device_search = DeviceSearch(decoder, forced_first_token=bool(self.inputs.codes))
         return self._device_search
 
     def static_memory(self) -> dict | None:
@@ -177,7 +177,7 @@ class Translator:
         decoder where it applies, else the eager search."""
         if self.uses_static_decoder:
             searcher = self.device_search()  # checks the runner is current (a walk over every parameter)
-            if supports(searcher.decoder, src, options):
+            if searcher.accepts(src, options):
                 return searcher.search(src, options, deadline)
             return generate(searcher.decoder.runner, src, options, deadline)
         return generate(self.runner, src, options, deadline)

@@ -49,10 +49,11 @@ class ServedDirection:
                 "multilingual": self.multilingual, "test_bleu": _test_bleu(self.info, self.id)}
 
 
-def public_name(inputs: InputProcessor, code: str) -> str:
-    """How the service names a model's language: its ISO 639-1 code where it has one of its own, else the
-    model's code (`deu_Latn` -> `de`, `ace_Arab` stays)."""
-    return next((iso for iso, c in inputs.aliases.items() if c == code), code)
+def public_names(inputs: InputProcessor) -> dict[str, str]:
+    """{a model's code: how the service names that language}: its ISO 639-1 code where it has one of its
+    own, else the model's code (`deu_Latn` -> `de`, `ace_Arab` stays)."""
+    iso_of = {code: iso for iso, code in inputs.aliases.items()}
+    return {code: iso_of.get(code, code) for code in inputs.codes}
 
 
 def language_names(served: dict[str, ServedDirection]) -> dict[str, str]:
@@ -60,7 +61,7 @@ def language_names(served: dict[str, ServedDirection]) -> dict[str, str]:
     a language either way (`deu_Latn` or `de`)."""
     names: dict[str, str] = {}
     for direction in {id(d.inputs): d for d in served.values()}.values():
-        names.update({code: public_name(direction.inputs, code) for code in direction.inputs.codes})
+        names.update(public_names(direction.inputs))
     return names
 
 
@@ -79,7 +80,7 @@ def served_directions(infos: list[dict]) -> dict[str, ServedDirection]:
                                 append_eos=info.get("append_eos_to_source", True), max_positions=info.get("max_positions"),
                                 language_codes=codes)
         if codes:  # every pair of its languages, each by its ISO 639-1 name where it has one
-            names = [public_name(inputs, code) for code in codes]
+            names = list(public_names(inputs).values())
             directions = [f"{s}-{t}" for s in names for t in names if s != t]
         for direction in directions:
             source, target = direction.split("-", 1)
