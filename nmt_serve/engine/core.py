@@ -29,6 +29,7 @@ import torch
 
 from nmt_serve.engine.admission import Admission
 from nmt_serve.engine.attention_maps import attention_maps
+from nmt_serve.engine.memory_plan import MemoryPlan
 from nmt_serve.engine.protocol import (
     EXPIRED,
     FAILED,
@@ -104,12 +105,17 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 class EngineCore:
-    def __init__(self, models: dict[str, Translator], config: EngineConfig, *, model_meta: dict[str, dict] | None = None):
-        """model_meta: more to report per model id (checkpoint path, load time, tokenizer file)."""
+    def __init__(self, models: dict[str, Translator], config: EngineConfig, *, model_meta: dict[str, dict] | None = None,
+                 memory: MemoryPlan | None = None):
+        """model_meta: more to report per model id (checkpoint path, load time, tokenizer file);
+        memory: the plan the models were loaded under (memory_plan.py): it sets the running sentences."""
         self.models = models
         self.model_meta = model_meta or {}
+        self.memory = memory
         self._model_info: dict[str, dict] | None = None
-        if not config.max_batch_sentences:
+        if memory is not None:
+            config = replace(config, max_batch_sentences=memory.sentences)
+        elif not config.max_batch_sentences:
             on_cuda = any(t.device.type == "cuda" for t in models.values())
             config = replace(config, max_batch_sentences=AUTO_BATCH_SENTENCES["cuda" if on_cuda else "cpu"])
         self.config = config
@@ -148,7 +154,18 @@ class EngineCore:
                 for mid, t in self.models.items()
             }
         # static decoders' graphs are captured as buckets are first used: their memory can grow
-        return [dict(info, static_decoder=self._static_memory(mid)) for mid, info in self._model_info.items()]
+        return [dict(info, static_decoder=self._static_memory(mid), memory=self._memory_of(mid)) for mid, info in self._model_info.items()]
+
+    def _memory_of(self, model_id: str) -> dict | None:
+        """The memory plan's share of one model, the plan's totals, and what the device holds now."""
+        if self.memory is None:
+            return None
+        out = dict(self.memory.models[model_id], running_sentences=self.memory.sentences, budget_bytes=self.memory.budget_bytes,
+                   budget_source=self.memory.budget_source, planned_bytes_all_models=self.memory.planned_bytes)
+        device = self.models[model_id].device
+        if device.type == "cuda":
+            out["device_reserved_bytes"] = torch.cuda.memory_reserved(device)
+        return out
 
     def _static_memory(self, model_id: str) -> dict | None:
         """The static decoders of a model: its device searches' and the translator's own (attention maps)."""
@@ -282,7 +299,7 @@ class EngineCore:
         sentence fits it, else the eager search; made on first use."""
         translator = self.models[model_id]
         kind = "eager"
-        if translator.uses_static_decoder:
+        if translator.uses_static_decoder and self._decoder_fits(model_id, beam):
             device = self.groups.get((model_id, beam, "device"))
             search = device.search if device is not None else self._new_search(model_id, beam, "device")
             if search.fits(sentence):
@@ -293,6 +310,22 @@ class EngineCore:
         if key not in self.groups:
             self.groups[key] = _Group(self._new_search(model_id, beam, kind))
         return key, self.groups[key]
+
+    def _decoder_fits(self, model_id: str, beam: int) -> bool:
+        """Whether a static decoder for this beam size exists, was planned, or fits what the budget has
+        left now; a beam size that does not fit runs in the eager search, whose memory comes and goes
+        with its sentences."""
+        if (model_id, beam) in self._device_searches or self.memory is None:
+            return True
+        planned = self.memory.models[model_id]["beams"]
+        if str(beam) in planned:
+            return True
+        translator = self.models[model_id]
+        if translator.device.type != "cuda":
+            return True
+        any_beam = next(iter(planned.values()))
+        needed = any_beam["bytes"] // max(any_beam["rows"], 1) * self.config.max_batch_sentences * beam
+        return torch.cuda.memory_reserved(translator.device) + needed <= self.memory.budget_bytes
 
     def _new_search(self, model_id: str, beam: int, kind: str) -> ContinuousSearch | ContinuousDeviceSearch:
         translator = self.models[model_id]
@@ -306,8 +339,8 @@ class EngineCore:
         key = (model_id, beam)
         if key not in self._device_searches:
             t = self.models[model_id]
-            rows = min(t.static_rows, self.config.max_batch_sentences * beam)
-            self._device_searches[key] = DeviceSearch(StaticDecoder(t.runner, max_rows=max(rows, beam), max_length=t.static_length),
+            rows = self.config.max_batch_sentences * beam
+            self._device_searches[key] = DeviceSearch(StaticDecoder(t.runner, max_rows=rows, max_length=t.static_length),
                                                       forced_first_token=bool(t.inputs.codes))
         return self._device_searches[key]
 
@@ -320,6 +353,19 @@ class EngineCore:
                 for beam in WARMUP_BEAMS:
                     count += self._device_search(model_id, beam).warmup(beam_sizes=(beam,))
         return count
+
+    def over_budget(self) -> str | None:
+        """After warm-up: why what the GPU holds is past the memory budget (one line), or None. The plan
+        is an estimate; the CUDA allocator's reservation is what counts."""
+        if self.memory is None:
+            return None
+        for device in {t.device for t in self.models.values() if t.device.type == "cuda"}:
+            held = torch.cuda.memory_reserved(device)
+            if held > self.memory.budget_bytes:
+                return (f"after warm-up the engine holds {held / 2**30:.2f} GiB on {device}, past the memory budget of "
+                        f"{self.memory.budget_bytes / 2**30:.2f} GiB ({self.memory.budget_source}; the plan expected "
+                        f"{self.memory.planned_bytes / 2**30:.2f} GiB): raise NMT_MEMORY_BUDGET_GB or lower max_batch_sentences")
+        return None
 
     def device_memory(self) -> dict[str, dict]:
         """Per model, what its device searches' static decoders hold (buffers and graph pools), summed."""

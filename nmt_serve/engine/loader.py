@@ -8,8 +8,11 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nmt_serve.engine.memory_plan import GIB, MemoryPlan, ModelNeeds, budget, plan
+
 if TYPE_CHECKING:
     from nmt_serve.inference.translator import Translator
+    from nmt_serve.network.checkpoint import CheckpointInfo
 
 log = logging.getLogger("nmt_serve.engine.loader")
 
@@ -62,22 +65,13 @@ def device_problem(device: str) -> str | None:
     return None
 
 
-def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none",
-                step_mode: str = "auto") -> dict[str, tuple[Translator, float, str]]:
-    """{"de-en": (translator, load seconds, checkpoint path)} for every checkpoint found that serves some
-    direction best (model.routing); a multilingual checkpoint's id is its directory's name (the API routes
-    its directions to it)."""
-    from nmt_serve.inference.attention import attention_backend
-    from nmt_serve.inference.translator import (
-        Translator,  # torch: only the engine process pays for it
-    )
+def choose(models_dir: str | Path) -> dict[Path, tuple[str, CheckpointInfo]]:
+    """The checkpoints to load, with their model ids: every one found that serves some direction best
+    (network.routing); a multilingual checkpoint's id is its directory's name (the API routes its
+    directions to it), a bilingual one's its pair."""
     from nmt_serve.network.checkpoint import read_info
     from nmt_serve.network.routing import route
 
-    if device.startswith("cuda") and (problem := device_problem(device)):
-        raise RuntimeError(f"device {device} is not usable: {problem}")
-    if device == "auto" and (gpu := nvidia_visible()) and (problem := device_problem("cuda")):
-        log.warning("device=auto: an NVIDIA GPU seems present (%s) but CUDA is not usable (%s); serving on the CPU", gpu, problem)
     paths = discover(models_dir)
     infos = {path: read_info(path) for path in paths}
     names: dict[Path, str] = {}
@@ -89,19 +83,60 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
         names[path] = name
     # a checkpoint whose every direction another one serves better would only take memory and load time
     routes = route((names[p], d, info.test_bleu().get(d), info.multilingual) for p, info in infos.items() for d in info.served())
-    models: dict = {}
+    chosen = {}
     for path in paths:
         if names[path] not in routes.values():
             better = sorted({routes[d] for d in infos[path].served()})
             log.info("not loading %s from %s: every direction it serves goes to %s (model.routing: the better recorded test BLEU)",
                      names[path], path, ", ".join(better))
             continue
+        chosen[path] = (names[path], infos[path])
+    return chosen
+
+
+def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dtype: str | None, quantization: str = "none", *,
+                budget_gb: float = 0.0, max_batch_sentences: int = 0, max_batch_tokens: int = 4096) -> MemoryPlan:
+    """What the chosen models and their running sentences will hold (memory_plan.py), before any loads;
+    DoesNotFit (one line) when not even one sentence fits."""
+    from nmt_serve.engine.core import AUTO_BATCH_SENTENCES, WARMUP_BEAMS
+    from nmt_serve.inference.translator import (
+        STATIC_LENGTH,
+        resolve_device,
+        resolve_dtype,
+    )
+
+    resolved = resolve_device(device)
+    dtype_name = str(resolve_dtype(dtype, resolved)).removeprefix("torch.")
+    needs = [ModelNeeds(name, info.config, dtype_name, quantization, beams=WARMUP_BEAMS,
+                        max_length=min(STATIC_LENGTH, info.config.max_positions)) for name, info in chosen.values()]
+    budget_bytes, source = budget(budget_gb, str(resolved))
+    memory = plan(needs, budget_bytes=budget_bytes, budget_source=source,
+                  max_batch_sentences=max_batch_sentences or AUTO_BATCH_SENTENCES[resolved.type], max_batch_tokens=max_batch_tokens)
+    log.info("memory plan: %d running sentences per model and beam size; %.2f GiB of a budget of %.2f GiB (%s)",
+             memory.sentences, memory.planned_bytes / GIB, memory.budget_bytes / GIB, memory.budget_source)
+    return memory
+
+
+def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none",
+                step_mode: str = "auto", *, chosen: dict[Path, tuple[str, CheckpointInfo]] | None = None,
+                static_rows: int = 1024) -> dict[str, tuple[Translator, float, str]]:
+    """{"de-en": (translator, load seconds, checkpoint path)} for the chosen checkpoints (default: choose()).
+    static_rows: each Translator's own static decoder (0 for the engine, whose decoders are its own)."""
+    from nmt_serve.inference.attention import attention_backend
+    from nmt_serve.inference.translator import (
+        Translator,  # torch: only the engine process pays for it
+    )
+
+    if device.startswith("cuda") and (problem := device_problem(device)):
+        raise RuntimeError(f"device {device} is not usable: {problem}")
+    if device == "auto" and (gpu := nvidia_visible()) and (problem := device_problem("cuda")):
+        log.warning("device=auto: an NVIDIA GPU seems present (%s) but CUDA is not usable (%s); serving on the CPU", gpu, problem)
+    models: dict = {}
+    for path, (model_id, _) in (choose(models_dir) if chosen is None else chosen).items():
         t0 = time.perf_counter()
-        # no warm-up capture here: the engine captures its own device searches' graphs (EngineCore.warmup);
-        # the translator's static decoder serves only attention maps and captures a bucket when one first needs it
+        # no warm-up capture here: the engine captures its own device searches' graphs (EngineCore.warmup)
         translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode,
-                                     warmup=False)
-        model_id = names[path]
+                                     static_rows=static_rows, warmup=False)
         models[model_id] = (translator, time.perf_counter() - t0, str(path))
         log.info("loaded %s from %s: device %s, dtype %s, attention %s (%.2fs)", model_id, path, translator.device,
                  str(translator.dtype).removeprefix("torch."), attention_backend(translator.device), models[model_id][1])

@@ -108,7 +108,7 @@ def serve_calls(calls: zmq.Socket, replies: zmq.Socket, core, inbox: queue.Queue
 
 def run(config: dict) -> int:
     from nmt_serve.engine.core import EngineConfig, EngineCore
-    from nmt_serve.engine.loader import load_models
+    from nmt_serve.engine.loader import choose, load_models, plan_memory
 
     if config.get("engine_nice"):
         # lower priority than the API process: on a CPU the torch threads take every core they are
@@ -136,30 +136,41 @@ def run(config: dict) -> int:
     def publish(message: EngineStatus) -> None:
         status.send(dumps(message))
 
+    def refuse(message: str) -> int:
+        """Tell every API process why the models cannot serve, then exit (the supervisor does not restart)."""
+        log.error("model loading failed: %s", message)
+        for _ in range(int(2 / STATUS_INTERVAL_S)):  # long enough for the subscribers to hear it
+            publish(EngineStatus(incarnation, ready=False, load_error=message))
+            time.sleep(STATUS_INTERVAL_S)
+        return LOAD_FAILED
+
     publish(EngineStatus(incarnation, ready=False))
     try:
         import torch
 
         if config.get("threads"):
             torch.set_num_threads(int(config["threads"]))
-        loaded = load_models(config["models_dir"], config["device"], config.get("dtype"), config.get("quantization", "none"),
-                             config.get("step_mode", "auto"))
+        device, dtype, quantization = config["device"], config.get("dtype"), config.get("quantization", "none")
+        chosen = choose(config["models_dir"])
+        # refused here, before a weight is read, when the budget cannot hold the models and one sentence
+        memory = plan_memory(chosen, device, dtype, quantization, budget_gb=float(config.get("memory_budget_gb") or 0),
+                             max_batch_sentences=int(config.get("max_batch_sentences") or 0),
+                             max_batch_tokens=int(config.get("max_batch_tokens") or 4096))
+        loaded = load_models(config["models_dir"], device, dtype, quantization, config.get("step_mode", "auto"),
+                             chosen=chosen, static_rows=0)
     except Exception as exc:  # noqa: BLE001 - reported to every API process, then exit
-        message = f"{type(exc).__name__}: {exc}"
-        log.error("model loading failed: %s", message)
-        for _ in range(int(2 / STATUS_INTERVAL_S)):  # long enough for the subscribers to hear it
-            publish(EngineStatus(incarnation, ready=False, load_error=message))
-            time.sleep(STATUS_INTERVAL_S)
-        return LOAD_FAILED
+        return refuse(f"{type(exc).__name__}: {exc}")
     engine_config = EngineConfig(**{k: config[k] for k in EngineConfig.__dataclass_fields__ if k in config})
     meta = {mid: dict(path=path, load_seconds=seconds, src_tokenizer=str(t.src_tokenizer.model_file),
                       src_vocab=str(t.src_tokenizer.vocab_file) if t.src_tokenizer.vocab_file else None)
             for mid, (t, seconds, path) in loaded.items()}
-    core = EngineCore({mid: t for mid, (t, _, _) in loaded.items()}, engine_config, model_meta=meta)
+    core = EngineCore({mid: t for mid, (t, _, _) in loaded.items()}, engine_config, model_meta=meta, memory=memory)
     core.incarnation = incarnation
     started = time.perf_counter()
     if programs := core.warmup():
         log.info("captured %d decoder programs in %.1fs", programs, time.perf_counter() - started)
+    if (over := core.over_budget()) is not None:
+        return refuse(over)
     if engine_config.admission:
         core.calibrate()
     log.info("engine ready: %s (pid %d)", ", ".join(sorted(core.models)), os.getpid())

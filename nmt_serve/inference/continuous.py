@@ -205,7 +205,7 @@ class ContinuousSearch:
         device = self.runner.device
         with attention_backends(device):
             logits = self.runner.step(self.last_tokens, self.cache)  # (G*K, V)
-        lp = torch.log_softmax(logits.float(), dim=-1)
+        lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
         G, V = len(self.slots), lp.size(-1)
         self.steps += 1
         if self.banned is not None:

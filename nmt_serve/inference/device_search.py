@@ -92,7 +92,7 @@ def _constrain(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, max
 
 
 def _greedy_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, B: int, L: int) -> None:
-    lp = torch.log_softmax(dec.step(B, L).float(), dim=-1)  # (B, V)
+    lp = torch.log_softmax(dec.step(B, L), dim=-1, dtype=torch.float32)  # (B, V)
     pos = dec.pos[:B]
     _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], slots.forced[:B], c)
     token_lp, token = lp.max(dim=-1)  # (B,)
@@ -108,7 +108,7 @@ def _greedy_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, B: int
 def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, L: int) -> None:
     K = slots.K
     B = G * K
-    lp = torch.log_softmax(dec.step(B, L).float(), dim=-1)  # (B, V)
+    lp = torch.log_softmax(dec.step(B, L), dim=-1, dtype=torch.float32)  # (B, V)
     V = lp.size(-1)
     pos = dec.pos[:B]
     _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], slots.forced[:B], c)

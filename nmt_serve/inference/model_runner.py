@@ -5,7 +5,9 @@ with the per-call work cut down. At batch 1 a decoder step is a few hundred smal
 so their number matters as much as their size:
 - q/k/v come from one matmul on a fused (3C, C) weight, and the cross-attention keys/values of every
   decoder layer from one matmul over the source (done once per search);
-- embedding tables are pre-scaled by sqrt(d_model), and the logits bias is the output matmul's bias;
+- the embedding's scale by sqrt(d_model) and the positions enter one add (`alpha`): no scaled copy
+  of the table, which in a model with a large vocabulary (256k x 1024 in NLLB) is its largest tensor,
+  usually shared with the output layer; the logits bias is the output matmul's bias;
 - layers call tensor functions directly rather than through nn.Module calls and closures;
 - a step writes its new keys/values to the cache in one copy per layer, and attention needs no mask
   for one new token (nor for a source in which no row is padded).
@@ -13,7 +15,9 @@ The nn.Module path (`Transformer.encode/decode`) stays the reference: it trains,
 probabilities, and `SearchOptions(use_cache=False)` decodes with it.
 
 The runner is built from a model (`ModelRunner(model)`, by the Translator or whoever searches); the model
-knows nothing of it. The fused weights are copies: `ModelRunner.is_current()` says whether the model's
+knows nothing of it. The fused weights are copies, unless the owner asks for `share_storage`: then
+the model's own q/k/v (and cross k/v) parameters become views into the fused tensors, so that a
+served model holds its weights once. `ModelRunner.is_current()` says whether the model's
 parameters and buffers are still the ones it was made from (keyed on each tensor's storage and
 version counter), so an owner that trains between searches remakes it rather than decoding with
 stale weights.
@@ -134,7 +138,9 @@ class ModelRunner:
     # plain tensors even when built under inference_mode, so that they may be used outside it too
     @torch.inference_mode(False)
     @torch.no_grad()
-    def __init__(self, model: Transformer, quantization: str = "none"):
+    def __init__(self, model: Transformer, quantization: str = "none", *, share_storage: bool = False):
+        """share_storage: the model's fused parameters become views of the runner's tensors (no copy;
+        the values are unchanged, so the model computes what it did)."""
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
         if quantization == "int8" and model.output_proj.weight.device.type != "cpu":
@@ -143,7 +149,6 @@ class ModelRunner:
         self.model = model  # the reference path (search without cache) and the staleness check
         self.config = cfg
         self.quantization = quantization
-        self.key = weights_key(model)
         self.device = model.output_proj.weight.device
         self.n_heads, self.head_dim, self.d_model = cfg.n_heads, cfg.head_dim, cfg.d_model
         self.pre_norm = cfg.norm_placement == "pre"
@@ -154,16 +159,21 @@ class ModelRunner:
             """One Linear computing several that read the same input, outputs side by side."""
             if len(modules) == 1:  # no copy
                 return linear(modules[0].weight, modules[0].bias)
-            return linear(torch.cat([m.weight for m in modules]), torch.cat([m.bias for m in modules]))
+            weight, bias = torch.cat([m.weight for m in modules]), torch.cat([m.bias for m in modules])
+            if share_storage:
+                start = 0
+                for m in modules:
+                    rows = m.weight.size(0)
+                    m.weight.data, m.bias.data = weight[start:start + rows], bias[start:start + rows]
+                    start += rows
+            return linear(weight, bias)
 
         def ffn(layer) -> FeedForwardWeights:
             return FeedForwardWeights(of(layer.ffn.fc1), of(layer.ffn.fc2), Norm.of(layer.ffn_block.norm))
 
-        def scaled(table: nn.Embedding) -> torch.Tensor:
-            return table.weight * model.embed_scale if model.embed_scale != 1.0 else table.weight
-
-        self.src_embedding = scaled(model.src_embed)  # (V_src, C)
-        self.tgt_embedding = self.src_embedding if model.tgt_embed is model.src_embed else scaled(model.tgt_embed)
+        self.embed_scale = model.embed_scale
+        self.src_embedding = model.src_embed.weight  # (V_src, C), unscaled
+        self.tgt_embedding = model.tgt_embed.weight
         self.src_positions = model.position_table("src").to(self.src_embedding.dtype)  # (P, C)
         self.tgt_positions = model.position_table("tgt").to(self.tgt_embedding.dtype)  # (P, C)
         self.src_embed_norm, self.tgt_embed_norm = Norm.of(model.src_embed_norm), Norm.of(model.tgt_embed_norm)
@@ -193,6 +203,7 @@ class ModelRunner:
         self.cross_kv = of(*[m for layer in model.decoder_layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)])
         self.decoder_norm = Norm.of(model.decoder_norm)
         self.output = linear(model.output_proj.weight, model.logits_bias)
+        self.key = weights_key(model)  # after share_storage re-pointed the model's tensors
 
     def is_current(self) -> bool:
         """False once any parameter or buffer of the model was replaced or changed in place (writes
@@ -216,7 +227,7 @@ class ModelRunner:
         assert S <= self.src_positions.size(0), f"sequence longer than max_positions={self.src_positions.size(0)}"
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
         attn_mask = None if bool(src_mask.all()) else src_mask
-        x = F.embedding(src, self.src_embedding) + self.src_positions[:S]  # (B, S, C)
+        x = torch.add(self.src_positions[:S], F.embedding(src, self.src_embedding), alpha=self.embed_scale)  # (B, S, C)
         if self.src_embed_norm is not None:
             x = self.src_embed_norm(x)
         for w in self.encoder_layers:
@@ -272,7 +283,7 @@ class ModelRunner:
 
     def embed_target(self, tokens: torch.Tensor, positions: torch.Tensor | int) -> torch.Tensor:
         """Decoder input: tokens (N,) at their positions -> (N, C), scaled, positioned (and normalized)."""
-        x = F.embedding(tokens, self.tgt_embedding) + self.tgt_positions[positions]
+        x = torch.add(self.tgt_positions[positions], F.embedding(tokens, self.tgt_embedding), alpha=self.embed_scale)
         return self.tgt_embed_norm(x) if self.tgt_embed_norm is not None else x
 
     def step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:

@@ -124,7 +124,7 @@ class DecoderState:
             logits = self.runner.step(prefix[:, -1], self.cache)
         else:
             logits = self.model.decode(prefix, self.encoder_out).logits[:, -1]
-        return torch.log_softmax(logits.float(), dim=-1)
+        return torch.log_softmax(logits, dim=-1, dtype=torch.float32)
 
     def reorder(self, indices: torch.Tensor, *, same_sources: bool = False) -> None:
         """Rows follow `indices`; same_sources: each row keeps its source (beam parents of one sentence)."""

@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.model_runner import ModelRunner
 
+REORDER_CHUNK_BYTES = 256 * 2**20  # the largest gathered copy of beam search's reordering
+
 
 def buckets(limit: int, first: int = 1) -> list[int]:
     """Powers of two from `first` below `limit`, then `limit` itself."""
@@ -65,6 +67,8 @@ class StaticDecoder:
         shape = (self.n_layers, 2, max_rows, self.n_heads, max_length, self.head_dim)
         # zeros, not empty: masked positions still enter attention's matmul with weight 0, and 0 x NaN is NaN
         self.self_kv = torch.zeros(shape, dtype=dtype, device=device)
+        per_layer = self.self_kv[0].numel() * self.self_kv.element_size()
+        self.reorder_layers = max(1, min(self.n_layers, REORDER_CHUNK_BYTES // max(per_layer, 1)))
         self.cross_kv = torch.zeros(shape, dtype=dtype, device=device)
         self.tokens = torch.full((max_rows,), cfg.decoder_start_id, dtype=torch.long, device=device)
         self.pos = torch.zeros(max_rows, dtype=torch.long, device=device)  # position of each row's newest token
@@ -104,14 +108,19 @@ class StaticDecoder:
         they are and must be reset or masked by the caller."""
         n = rows.numel()
         for buffer in (self.self_kv, self.cross_kv):
-            buffer[:, :, :n] = buffer[:, :, rows]
+            for layer in buffer:  # a layer at a time: the gathered copy is one layer's, not the whole buffer's
+                layer[:, :n] = layer[:, rows]
         for buffer in (self.tokens, self.pos, self.src_len):
             buffer[:n] = buffer[rows]
 
     def reorder(self, parent: torch.Tensor, length: int) -> None:
-        """Beam search: row i's self-attention history becomes row parent[i]'s (first `length` positions)."""
+        """Beam search: row i's self-attention history becomes row parent[i]'s (first `length` positions).
+        A few layers at a time: the gathered copy (work space held by the graphs' pool) stays within
+        REORDER_CHUNK_BYTES rather than a copy of every layer's history."""
         B = parent.numel()
-        self.self_kv[:, :, :B, :, :length] = self.self_kv[:, :, parent, :, :length]
+        for start in range(0, self.n_layers, self.reorder_layers):
+            chunk = self.self_kv[start:start + self.reorder_layers]
+            chunk[:, :, :B, :, :length] = chunk[:, :, parent, :, :length]
 
     def length_bucket(self, positions: int) -> int:
         return bucket_of(positions, self.length_buckets)

@@ -33,6 +33,7 @@ ATTENTION_KINDS = ("cross", "decoder_self", "encoder_self")
 # eager: always the eager reference search; static: the static decoder everywhere (on CPU it runs
 # op by op, for tests: it is slower there than the eager search)
 STEP_MODES = ("auto", "eager", "static")
+STATIC_LENGTH = 256  # positions of source and target the static decoder holds by default
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -103,12 +104,13 @@ class Translator:
     def __init__(
         self, model: Transformer, info: CheckpointInfo, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
         device: str | torch.device = "auto", dtype: str | torch.dtype | None = None, quantization: str = "none",
-        step_mode: str = "auto", static_rows: int = 1024, static_length: int = 256, warmup: bool = True,
+        step_mode: str = "auto", static_rows: int = 1024, static_length: int = STATIC_LENGTH, warmup: bool = True,
     ):
         """quantization "int8": Linear layers of search run in int8 (CPU, float32 only; faster, with a
         small BLEU cost measured in the model cards); attention maps and forced decoding stay float.
         step_mode: see STEP_MODES. static_rows, static_length: the static decoder's capacity (rows =
-        sentences x beams of one step, positions of source and target); searches past it run eagerly.
+        sentences x beams of one step, positions of source and target); searches past it run eagerly, and
+        with static_rows=0 every search of this Translator does (the engine's own decoders do the serving).
         warmup: run (capture) the static decoder's greedy and beam-4 steps of every bucket at load, so
         that the first request is as fast as the next ones."""
         self.device = resolve_device(device)
@@ -123,7 +125,7 @@ class Translator:
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.step_mode = step_mode
         self.static_rows, self.static_length = static_rows, min(static_length, model.config.max_positions)
-        self._runner = ModelRunner(self.model, quantization)  # built now, so that a problem shows at load time
+        self._runner = ModelRunner(self.model, quantization, share_storage=True)  # built now: a problem shows at load time
         self._device_search: DeviceSearch | None = None
         self.info = info
         self.config = model.config
@@ -133,7 +135,7 @@ class Translator:
                                      target_tags=(info.target_tags or {}) if info.directions else None,
                                      language_codes=info.language_codes,
                                      append_eos=self.config.append_eos_to_source, max_positions=self.config.max_positions)
-        if warmup and self.uses_static_decoder:  # the device search reads the inputs (a forced first token or not)
+        if warmup and self.uses_static_decoder and self.static_rows:  # the device search reads the inputs (a forced first token or not)
             self.device_search().warmup(beam_sizes=(1, 4))
 
     @classmethod
@@ -142,7 +144,8 @@ class Translator:
         quantization: str = "none", **options,
     ) -> "Translator":
         """options: step_mode, static_rows, static_length, warmup (see __init__)."""
-        model, info, src_tok, tgt_tok = load_checkpoint(checkpoint_dir)
+        # read in the dtype it will run in: a half-precision model never exists in float32 on the host
+        model, info, src_tok, tgt_tok = load_checkpoint(checkpoint_dir, dtype=resolve_dtype(dtype, resolve_device(device)))
         return cls(model, info, src_tok, tgt_tok, device=device, dtype=dtype, quantization=quantization, **options)
 
     # ------------------------------------------------------------------ inference objects
@@ -150,7 +153,7 @@ class Translator:
     def runner(self) -> ModelRunner:
         """The fused-weight runner; remade (and the static decoder with it) if the model's weights changed."""
         if not self._runner.is_current():
-            self._runner = ModelRunner(self.model, self.quantization)
+            self._runner = ModelRunner(self.model, self.quantization, share_storage=True)
             self._device_search = None
         return self._runner
 
@@ -175,7 +178,7 @@ class Translator:
     def generate(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[SearchHypothesis]]:
         """src (B, S) right-padded ids on this device -> per sentence, the n-best hypotheses: the static
         decoder where it applies, else the eager search."""
-        if self.uses_static_decoder:
+        if self.uses_static_decoder and self.static_rows:
             searcher = self.device_search()  # checks the runner is current (a walk over every parameter)
             if searcher.accepts(src, options):
                 return searcher.search(src, options, deadline)
@@ -319,7 +322,7 @@ class Translator:
         with attention_backends(self.device):
             encoder_out = self.model.encode(src, need_weights="encoder_self" in include)
             decoded = self.model.decode(tgt_in, encoder_out, need_weights=True)
-        log_probs = torch.log_softmax(decoded.logits.float(), dim=-1).gather(-1, tgt_out[..., None])[..., 0]  # (B, T)
+        log_probs = torch.log_softmax(decoded.logits, dim=-1, dtype=torch.float32).gather(-1, tgt_out[..., None])[..., 0]  # (B, T)
         outputs = []
         for b, target in enumerate(with_eos):
             S = int((src[b] != cfg.pad_id).sum())

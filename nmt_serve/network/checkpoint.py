@@ -70,16 +70,23 @@ class CheckpointInfo:
         return out
 
 
+def _first_names(model: Transformer) -> dict[str, str]:
+    """Every state-dict name -> the first name of the same tensor: tied weights are stored once. By
+    identity, not address, so that it holds for a model on the meta device too."""
+    first: dict[int, str] = {}
+    return {name: first.setdefault(id(t), name) for name, t in model.state_dict(keep_vars=True).items()}
+
+
 def _unique_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """State dict with tied tensors kept once (safetensors refuses shared storage)."""
-    seen: dict[int, str] = {}
+    """State dict with tied tensors kept once, each owning its storage (safetensors refuses shared
+    storage, and a served model's fused weights are views into one tensor: model_runner.py)."""
+    names = _first_names(model)
     out = {}
     for name, tensor in model.state_dict().items():
-        key = tensor.data_ptr()
-        if key in seen:
-            continue
-        seen[key] = name
-        out[name] = tensor.detach().contiguous().cpu()
+        if names[name] == name:
+            tensor = tensor.detach().cpu()
+            shares = tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size()
+            out[name] = tensor.clone() if shares else tensor.contiguous()
     return out
 
 
@@ -151,8 +158,9 @@ def read_info(directory: str | Path) -> CheckpointInfo:
         raise CheckpointError(f"{config_path}: invalid model config ({e})") from e
 
 
-def load_checkpoint(directory: str | Path) -> tuple[Transformer, CheckpointInfo, Tokenizer, Tokenizer]:
-    """Load model (float32, CPU, eval mode), info and (source, target) tokenizers, strictly."""
+def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32) -> tuple[Transformer, CheckpointInfo, Tokenizer, Tokenizer]:
+    """Load model (CPU, eval mode, float32 unless dtype says otherwise), info and (source, target)
+    tokenizers, strictly."""
     directory = Path(directory)
     info = read_info(directory)
     weights_path = directory / WEIGHTS_FILE
@@ -178,8 +186,12 @@ def load_checkpoint(directory: str | Path) -> tuple[Transformer, CheckpointInfo,
             raise CheckpointError(f"{directory}: {e}") from e
         tokenizers.append(tok)
 
-    model = Transformer(info.config)
-    expected = _unique_state_dict(model)
+    # built on the meta device and given the file's tensors themselves: no random initialization to
+    # overwrite and no second copy (a 600M model loads in seconds, at its own size in memory)
+    with torch.device("meta"):
+        model = Transformer(info.config)
+    names = _first_names(model)
+    expected = {name: t for name, t in model.state_dict(keep_vars=True).items() if names[name] == name}
     try:
         tensors = load_file(str(weights_path))
     except Exception as e:  # safetensors raises its own error types for corrupt files
@@ -194,21 +206,8 @@ def load_checkpoint(directory: str | Path) -> tuple[Transformer, CheckpointInfo,
                 f"{weights_path}: tensor {name} has shape {tuple(tensor.shape)}, "
                 f"config needs {tuple(expected[name].shape)}"
             )
-    state = {k: v.float() for k, v in tensors.items()}
-    # tied tensors were stored once: load_state_dict(strict=False) fills them through the shared storage
-    result = model.load_state_dict(state, strict=False)
-    still_missing = [k for k in result.missing_keys if k not in _tied_aliases(model)]
-    if still_missing or result.unexpected_keys:
-        raise CheckpointError(f"{weights_path}: could not load {still_missing or result.unexpected_keys}")
+    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
+    model.load_state_dict(state, strict=False, assign=True)  # tied names are filled by finish_load
+    model.finish_load()
     model.eval()
     return model, info, tokenizers[0], tokenizers[1]
-
-
-def _tied_aliases(model: Transformer) -> set[str]:
-    """Names in the state dict that share storage with an earlier name."""
-    seen, aliases = set(), set()
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() in seen:
-            aliases.add(name)
-        seen.add(tensor.data_ptr())
-    return aliases

@@ -220,13 +220,25 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if pre else nn.Identity()
         self.output_proj = nn.Linear(config.d_model, config.tgt_vocab_size, bias=False)
-        if config.tie_output:
-            self.output_proj.weight = self.tgt_embed.weight
+        self._tie()
         if config.final_logits_bias:
             self.register_buffer("logits_bias", torch.zeros(config.tgt_vocab_size))
         else:
             self.logits_bias = None
         self.reset_parameters()
+
+    def _tie(self) -> None:
+        if self.config.tie_output:
+            self.output_proj.weight = self.tgt_embed.weight
+
+    def finish_load(self) -> None:
+        """After `load_state_dict(..., assign=True)` into a model built on the meta device: tie the
+        weights stored once again, and compute the fixed position table, which is not stored."""
+        self._tie()
+        if self.config.positional_layout != "learned":
+            c = self.config
+            self.positions = sinusoidal_table(c.max_positions, c.d_model, c.positional_layout, c.position_offset).to(
+                self.output_proj.weight.device)
 
     def reset_parameters(self) -> None:
         for name, p in self.named_parameters():

@@ -125,6 +125,11 @@ class ModelInfo(BaseModel):
     step_mode: str = Field(description="auto, eager or static (see the step_mode setting)")
     static_decoder: dict | None = Field(None, description="the static decoder's memory, when it is in use: buffers_bytes, "
                                                           "graphs (captured CUDA graphs) and graph_pool_bytes")
+    memory: dict | None = Field(None, description="the memory plan it was loaded under (NMT_MEMORY_BUDGET_GB): weights_bytes, "
+                                                  "max_length, per start-up beam size its rows and bytes, running_sentences, "
+                                                  "budget_bytes and budget_source, planned_bytes_all_models, and on a GPU "
+                                                  "device_reserved_bytes (what torch holds there now)")
+    load_seconds: float | None = Field(None, description="how long loading the checkpoint took")
     path: str
 
 

@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     max_batch_sentences: int = Field(0, ge=0, description="sentences running at once per model and beam size "
                                                           "(0: 64 on CPU, 256 on CUDA)")
     max_batch_tokens: int = Field(4096, ge=1, description="source tokens that may join the running batch at one step")
+    memory_budget_gb: float = Field(0.0, ge=0, description="memory (GiB) the engine's models and running sentences may take on "
+                                                           "their device: weights, then a reserve for joins, then as many running "
+                                                           "sentences as fit, up to max_batch_sentences; models that do not fit "
+                                                           "are refused at start-up (0: 90% of the device's free memory)")
     max_queue_sentences: int = Field(2048, ge=1, description="sentences waiting or running at most; beyond it requests get 503")
     batching: bool = Field(True, description="false: a batch runs one request at a time (for comparison)")
     admission: bool = Field(True, description="refuse (503) requests whose predicted wait, from the work queued ahead and the "
@@ -66,7 +70,7 @@ class Settings(BaseSettings):
         import logging
 
         names = ("models_dir", "device", "dtype", "quantization", "step_mode", "threads", "engine_nice", "max_batch_sentences",
-                 "max_batch_tokens", "max_queue_sentences", "batching", "admission", "admission_margin", "retry_after_s",
+                 "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission", "admission_margin", "retry_after_s",
                  "graceful_shutdown_s")
         return dict({n: getattr(self, n) for n in names}, log_level=logging.getLevelName(logging.getLogger().level).lower())
 

@@ -405,3 +405,13 @@ def test_broken_checkpoint_fails_start_up_naming_the_file(tmp_path, models_dir, 
     )
     assert proc.returncode == 1
     assert "model loading failed" in proc.stderr and expected in proc.stderr and "en-de" in proc.stderr
+
+
+def test_a_memory_budget_too_small_refuses_the_start_before_any_model_loads(models_dir):
+    proc = subprocess.run(
+        [sys.executable, "-m", "nmt_serve.service", "--port", str(free_port()), "--models-dir", str(models_dir), "--device", "cpu",
+         "--memory-budget-gb", "0.0001"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "do not fit the memory budget" in proc.stderr and "NMT_MEMORY_BUDGET_GB" in proc.stderr
+    assert "loaded de-en" not in proc.stderr

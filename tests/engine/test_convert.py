@@ -75,14 +75,15 @@ def test_logits_equal_transformers(family):
 LANGUAGES = ["deu_Latn", "eng_Latn", "fra_Latn"]
 
 
-def fairseq_spm(directory, fixtures):
-    """A tiny sentencepiece model laid out as NLLB's and mBART-50's are (unk=0, bos=1, eos=2, no pad)."""
+def fairseq_spm(directory, fixtures, model_type: str = "bpe"):
+    """A tiny sentencepiece model laid out as NLLB's and mBART-50's are (unk=0, bos=1, eos=2, no pad);
+    NLLB's is a BPE model, mBART's (XLM-R's, despite the file's name) a unigram one."""
     import sentencepiece as spm
 
     text = directory / "joint.txt"
     text.write_text("".join((fixtures / f"train300.{lang}").read_text() for lang in ("de", "en", "fr")))
     spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(directory / "sentencepiece.bpe"), vocab_size=300,
-                                   model_type="bpe", unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+                                   model_type=model_type, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
     return directory / "sentencepiece.bpe.model"
 
 
@@ -253,7 +254,7 @@ def mbart50_dir(tmp_path_factory):
     from pathlib import Path
 
     directory = tmp_path_factory.mktemp("mbart50")
-    fairseq_spm(directory, Path(__file__).resolve().parents[1] / "fixtures")
+    fairseq_spm(directory, Path(__file__).resolve().parents[1] / "fixtures", model_type="unigram")
     config = transformers.MBartConfig(**{**SHAPE, "vocab_size": 300 + 1 + 3 + 1}, scale_embedding=True, decoder_start_token_id=2,
                                       forced_eos_token_id=2)
     randomized(transformers.MBartForConditionalGeneration(config)).save_pretrained(directory)
@@ -316,3 +317,40 @@ def test_m2m100_with_its_own_vocab_json_translates_as_generate(tmp_path):
                                max_new_tokens=12, suppress_tokens=[0, 1], forced_eos_token_id=2)[0].tolist()
     [result] = translator.translate([text], source_lang="de", target_lang="fr", beam_size=1, max_length=12)
     assert result.hypotheses[0].tokens == translator.tgt_tokenizer.pieces([i for i in expected[2:] if i != 2])
+
+
+# no leading or trailing spaces: sentencepiece (ours, fairseq's, CTranslate2's) drops them, transformers'
+# tokenizers-based one keeps a trailing one as a piece of its own; the service strips every sentence
+TOKENIZER_TEXTS = ["Ein Hund läuft über die Wiese.", "Zwei  Männer spielen\tFußball!", "Größe: 3,5 cm — ça va? «Ja»", "x" * 40,
+                   "Ünïcödé ñ ß 東京", "a"]
+
+
+@pytest.mark.parametrize("family", ["nllb", "mbart50"])
+def test_source_and_target_tokens_equal_transformers_own_tokenizer(family, nllb_dir, mbart50_dir, tmp_path):
+    """transformers' own tokenizer of the family, built by transformers from the same sentencepiece
+    model (it converts it itself; protobuf), tokenizes the source and the target's start as ours does:
+    `[source code] + pieces + [</s>]`, and the target code first. Compared as tokens: built from the
+    sentencepiece model alone, transformers 5 places <mask> before the language codes, where the
+    shipped tokenizer.json (and fairseq, and our vocab.json) put it after them."""
+    pytest.importorskip("google.protobuf")
+    from nmt_serve.convert.command import convert
+    from nmt_serve.inference.translator import Translator
+
+    hf_dir, (src_code, tgt_code), cls = {
+        "nllb": (nllb_dir, ("deu_Latn", "fra_Latn"), transformers.NllbTokenizer),
+        "mbart50": (mbart50_dir, ("de_DE", "fr_XX"), transformers.MBart50Tokenizer),
+    }[family]
+    theirs = cls.from_pretrained(hf_dir, src_lang=src_code, tgt_lang=tgt_code)
+    translator = Translator.load(convert(hf_dir, tmp_path / "ours"), device="cpu")
+    vocab = translator.inputs.tokenizer.vocab
+    piece_of = {i: p for p, i in vocab.items()}
+    assert theirs.convert_tokens_to_ids([src_code, tgt_code]) != [theirs.unk_token_id] * 2  # the codes are theirs too
+    for text in TOKENIZER_TEXTS:
+        ours = translator.encode_source(text, tgt_code, src_code)
+        expected = theirs(text).input_ids
+        assert [piece_of[i] for i in ours] == theirs.convert_ids_to_tokens(expected), text
+        # the pieces themselves (not the codes) carry the same ids
+        assert [i for i in ours if piece_of[i] not in (src_code, tgt_code)] == [i for i in expected if i < vocab[min(translator.info.language_codes, key=vocab.get)]]
+        target = theirs(text_target=text).input_ids
+        assert theirs.convert_ids_to_tokens(target[:1]) == [tgt_code]  # the target starts with its code: ours is forced there
+        assert translator.inputs.target_prefix(tgt_code) == [vocab[tgt_code]]

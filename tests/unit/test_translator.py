@@ -120,6 +120,23 @@ def test_float16_checkpoint_loads(tmp_path, tiny_checkpoint):
     assert Translator.load(half, device="cpu").translate(["Hallo"], beam_size=1, max_length=4)[0].text is not None
 
 
+def test_a_served_model_holds_its_weights_once_and_still_saves(tmp_path, tiny_checkpoint):
+    t = Translator.load(tiny_checkpoint, device="cpu")
+    before = t.translate(SENTENCES, beam_size=2, max_length=8, return_scores=True)
+    layer = t.model.decoder_layers[0].self_attn
+    fused = t.runner.decoder_layers[0].self_qkv.weight
+    # q, k, v are views into the runner's fused weight; the embedding is the unscaled table itself
+    assert layer.q_proj.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
+    assert layer.v_proj.weight.data_ptr() == fused[2 * layer.v_proj.weight.size(0):].data_ptr()
+    assert t.runner.src_embedding.data_ptr() == t.model.src_embed.weight.data_ptr()
+    model_bytes = sum(p.numel() * p.element_size() for p in t.model.parameters())
+    storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in t.model.parameters()}
+    assert sum(storages.values()) == model_bytes  # no tensor kept beside them
+    copy = save_checkpoint(tmp_path / "copy", t.model, t.info, {"spm.model": tiny_checkpoint / "spm.model"})
+    after = Translator.load(copy, device="cpu").translate(SENTENCES, beam_size=2, max_length=8, return_scores=True)
+    assert [(r.text, r.hypotheses[0].score) for r in before] == [(r.text, r.hypotheses[0].score) for r in after]
+
+
 def broken_copy(tmp_path, tiny_checkpoint) -> Path:
     target = tmp_path / "broken"
     shutil.copytree(tiny_checkpoint, target)

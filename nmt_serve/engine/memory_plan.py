@@ -1,0 +1,168 @@
+"""What the engine's models and their decoders will hold in memory, planned before anything loads.
+
+The budget (`memory_budget_gb`; 0: what the device has free at start-up, less a tenth) is spent in
+this order:
+1. the weights of every model that will load (counted from its config, at the dtype it runs in;
+   int8 adds its packed copy of every Linear weight beside the float ones);
+2. a reserve for joining sentences: the encoder's activations and the cross-attention keys/values of
+   `max_batch_tokens` source tokens, made before they are copied into a decoder's rows;
+3. the running sentences, the same number S for every model and start-up beam size, the most that
+   fits up to `max_batch_sentences`. A row (one beam of one sentence) holds the keys/values of
+   self- and cross-attention of every decoder layer over `max_length` positions:
+       2 (self, cross) x n_layers x 2 (k, v) x H x max_length x D  elements,
+   and a step's work space per row: its logits and their float32 log-probabilities, and in beam
+   search the candidates' float32 scores, over the whole vocabulary (V x (itemsize + 4) bytes
+   greedy, V x (itemsize + 8) beam: with a 256k vocabulary, 3% of a row's keys/values).
+With the static decoder (CUDA) the rows are fixed buffers and the work space lives in the CUDA
+graphs' pool; in the eager search (CPU) the cache grows with the sentences, and the plan bounds it
+at `max_length`. A plan that leaves less than one sentence is refused in one line, before a model
+loads. The plan and, after warm-up, what the device really holds go into /v1/models.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nmt_serve.network.config import ModelConfig
+
+GIB = 2**30
+AUTO_SHARE = 0.9  # of the free memory, when no budget is set: the rest for the allocator's rounding and the CUDA context
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+class DoesNotFit(ValueError):
+    """The models do not fit the memory budget; the message is one line that says by how much."""
+
+
+@dataclass
+class ModelNeeds:
+    """What one model will hold, from its config and how it runs."""
+
+    model_id: str
+    config: ModelConfig
+    dtype: str  # float32 | float16 | bfloat16
+    quantization: str = "none"
+    beams: tuple[int, ...] = (1, 4)  # beam sizes with rows of their own from the start (static decoders; eager: the common ones)
+    max_length: int = 256  # positions of source and target a row holds
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def parameters(self) -> tuple[int, int]:
+        """(all parameters, those in Linear weights), tied tensors once, counted on the meta device."""
+        import torch
+
+        from nmt_serve.network.transformer import Transformer
+
+        with torch.device("meta"):
+            model = Transformer(self.config)
+        total = model.num_parameters()
+        linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) and m.weight is not model.output_proj.weight)
+        return total, linear + model.output_proj.weight.numel()
+
+    def weights_bytes(self) -> int:
+        total, linear = self.parameters()
+        return total * self.itemsize + (linear if self.quantization == "int8" else 0)
+
+    def row_bytes(self) -> int:
+        c = self.config
+        return 2 * c.n_decoder_layers * 2 * c.n_heads * self.max_length * c.head_dim * self.itemsize
+
+    def step_bytes_per_row(self, beam: int) -> int:
+        return self.config.tgt_vocab_size * (self.itemsize + (4 if beam == 1 else 8))
+
+    def rows_bytes(self, beam: int, rows: int) -> int:
+        return rows * (self.row_bytes() + self.step_bytes_per_row(beam))
+
+    def sentence_bytes(self) -> int:
+        """What one more running sentence costs: its rows in every start-up beam size's decoder."""
+        return sum(self.rows_bytes(beam, beam) for beam in self.beams)
+
+    def join_bytes(self, max_batch_tokens: int) -> int:
+        c = self.config
+        activations = max_batch_tokens * (4 * c.d_model + c.d_ff) * self.itemsize
+        cross = max_batch_tokens * c.n_decoder_layers * 2 * c.d_model * self.itemsize
+        return activations + cross
+
+
+@dataclass
+class MemoryPlan:
+    budget_bytes: int
+    budget_source: str  # "setting" or where the free memory was read
+    sentences: int  # running sentences per model and beam size
+    models: dict[str, dict] = field(default_factory=dict)  # id -> weights_bytes, rows, bytes per beam size
+    planned_bytes: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan(needs: list[ModelNeeds], *, budget_bytes: int, budget_source: str, max_batch_sentences: int,
+         max_batch_tokens: int) -> MemoryPlan:
+    """The most running sentences (<= max_batch_sentences) that fit the budget; DoesNotFit if not one."""
+    weights = {n.model_id: n.weights_bytes() for n in needs}
+    join = max((n.join_bytes(max_batch_tokens) for n in needs), default=0)  # joins run one at a time
+    per_sentence = sum(n.sentence_bytes() for n in needs)
+    room = budget_bytes - sum(weights.values()) - join
+    sentences = min(max_batch_sentences, room // per_sentence) if per_sentence else max_batch_sentences
+    if sentences < 1:
+        smallest = sum(weights.values()) + join + per_sentence
+        parts = ", ".join(f"{m} weights {weights[m] / GIB:.2f} GiB" for m in weights)
+        raise DoesNotFit(
+            f"the models do not fit the memory budget of {budget_bytes / GIB:.2f} GiB ({budget_source}): {parts}, "
+            f"joins {join / GIB:.2f} GiB and one running sentence {per_sentence / GIB:.2f} GiB need at least "
+            f"{smallest / GIB:.2f} GiB; raise NMT_MEMORY_BUDGET_GB, lower max_batch_tokens, or serve fewer or smaller models")
+    models = {}
+    for n in needs:
+        decoders = {str(beam): dict(rows=sentences * beam, bytes=n.rows_bytes(beam, sentences * beam)) for beam in n.beams}
+        models[n.model_id] = dict(weights_bytes=weights[n.model_id], max_length=n.max_length, beams=decoders)
+    planned = sum(weights.values()) + join + sentences * per_sentence
+    return MemoryPlan(budget_bytes=int(budget_bytes), budget_source=budget_source, sentences=int(sentences),
+                      models=models, planned_bytes=int(planned))
+
+
+def free_memory(device: str) -> tuple[int, str]:
+    """(bytes free for this process on `device`, where that was read): a CUDA device's free memory, or
+    on the CPU the smaller of the machine's available memory and what the cgroup (a pod's limit) leaves."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return free, f"free on {device}"
+    available = _meminfo_available()
+    source = "MemAvailable in /proc/meminfo"
+    limit = _cgroup_room()
+    if limit is not None and limit < available:
+        available, source = limit, "the cgroup's memory.max less its memory.current"
+    return available, source
+
+
+def _meminfo_available() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _cgroup_room() -> int | None:
+    root = Path("/sys/fs/cgroup")
+    try:
+        limit = (root / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return int(limit) - int((root / "memory.current").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def budget(setting_gb: float, device: str) -> tuple[int, str]:
+    """The budget in bytes and where it came from: the setting, or a share of the free memory."""
+    if setting_gb > 0:
+        return int(setting_gb * GIB), "NMT_MEMORY_BUDGET_GB"
+    free, source = free_memory(device)
+    return int(free * AUTO_SHARE), f"{AUTO_SHARE:.0%} of {source}"

@@ -1,0 +1,79 @@
+"""The memory plan: its figures against what the objects it plans for really hold, and its choices."""
+import pytest
+from conftest import tiny_config
+
+from nmt_serve.engine.core import EngineConfig, EngineCore
+from nmt_serve.engine.loader import choose, plan_memory
+from nmt_serve.engine.memory_plan import GIB, DoesNotFit, ModelNeeds, budget, plan
+from nmt_serve.inference.static_decoder import StaticDecoder
+from nmt_serve.inference.translator import Translator
+from nmt_serve.network.config import ModelConfig
+
+# facebook/nllb-200-distilled-600M's shape
+NLLB_600M = ModelConfig(src_vocab_size=256206, tgt_vocab_size=256206, d_model=1024, n_heads=16, d_ff=4096, n_encoder_layers=12,
+                        n_decoder_layers=12, max_positions=1024, share_embeddings=True, tie_output=True)
+
+
+def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint):
+    translator = Translator.load(tiny_checkpoint, device="cpu")
+    needs = ModelNeeds("de-en", translator.config, "float32", max_length=64)
+    storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in translator.model.parameters()}
+    assert needs.weights_bytes() == sum(storages.values())
+    decoder = StaticDecoder(translator.runner, max_rows=12, max_length=64)
+    kv = sum(t.numel() * t.element_size() for t in (decoder.self_kv, decoder.cross_kv))
+    assert needs.row_bytes() * 12 == kv
+    half = ModelNeeds("de-en", translator.config, "float16", max_length=64)
+    assert half.row_bytes() * 2 == needs.row_bytes() and half.weights_bytes() * 2 == needs.weights_bytes()
+
+
+def test_int8_counts_the_packed_copy_beside_the_float_weights():
+    cfg = tiny_config()
+    assert ModelNeeds("m", cfg, "float32", "int8").weights_bytes() > ModelNeeds("m", cfg, "float32").weights_bytes()
+
+
+def test_the_plan_runs_as_many_sentences_as_fit_and_no_more_than_asked():
+    cfg = tiny_config()
+    needs = [ModelNeeds("a", cfg, "float32"), ModelNeeds("b", cfg, "float32", beams=(1,))]
+    fixed = sum(n.weights_bytes() for n in needs) + max(n.join_bytes(100) for n in needs)
+    per_sentence = sum(n.sentence_bytes() for n in needs)
+    roomy = plan(needs, budget_bytes=fixed + 1000 * per_sentence, budget_source="test", max_batch_sentences=64, max_batch_tokens=100)
+    assert roomy.sentences == 64
+    tight = plan(needs, budget_bytes=fixed + 10 * per_sentence + per_sentence // 2, budget_source="test", max_batch_sentences=64,
+                 max_batch_tokens=100)
+    assert tight.sentences == 10 and tight.planned_bytes <= tight.budget_bytes
+    assert tight.models["a"]["beams"]["4"]["rows"] == 40 and list(tight.models["b"]["beams"]) == ["1"]
+    with pytest.raises(DoesNotFit, match="do not fit the memory budget") as refused:
+        plan(needs, budget_bytes=fixed + per_sentence - 1, budget_source="test", max_batch_sentences=64, max_batch_tokens=100)
+    assert "\n" not in str(refused.value) and "a weights" in str(refused.value)
+
+
+def test_nllb_600m_in_float16_holds_256_rows_of_256_tokens_within_8_gib():
+    greedy = ModelNeeds("nllb", NLLB_600M, "float16", beams=(1,), max_length=256)
+    assert 615_000_000 < greedy.parameters()[0] < 616_000_000
+    memory = plan([greedy], budget_bytes=8 * GIB, budget_source="test", max_batch_sentences=256, max_batch_tokens=4096)
+    assert memory.sentences == 256 and memory.planned_bytes < 8 * GIB
+    # with beam 4 beside greedy from the start, the same budget holds fewer sentences, said by the plan
+    both = plan([ModelNeeds("nllb", NLLB_600M, "float16", beams=(1, 4))], budget_bytes=8 * GIB, budget_source="test",
+                max_batch_sentences=256, max_batch_tokens=4096)
+    assert 16 <= both.sentences < 256
+
+
+def test_budget_from_the_setting_or_the_free_memory():
+    assert budget(2.5, "cpu") == (int(2.5 * GIB), "NMT_MEMORY_BUDGET_GB")
+    free, source = budget(0, "cpu")
+    assert 0 < free and "%" in source
+
+
+def test_the_engine_runs_the_planned_sentences_and_reports_the_plan(models_dir):
+    chosen = choose(models_dir)
+    memory = plan_memory(chosen, "cpu", None, budget_gb=0, max_batch_sentences=8, max_batch_tokens=512)
+    assert memory.sentences == 8 and set(memory.models) == {"de-en", "en-de"}
+    with pytest.raises(DoesNotFit):
+        plan_memory(chosen, "cpu", None, budget_gb=0.0001)
+    translator = Translator.load(models_dir / "de-en", device="cpu")
+    small = plan([ModelNeeds("de-en", translator.config, "float32")], budget_bytes=GIB, budget_source="test", max_batch_sentences=5,
+                 max_batch_tokens=64)
+    core = EngineCore({"de-en": translator}, EngineConfig(max_batch_sentences=64), memory=small)
+    assert core.config.max_batch_sentences == 5
+    [info] = core.model_info()
+    assert info["memory"]["running_sentences"] == 5 and info["memory"]["beams"]["4"]["rows"] == 20
