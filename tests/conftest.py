@@ -155,9 +155,7 @@ def running_server(models_dir: Path, *extra_args: str, port: int | None = None, 
     """`python -m nmt_serve.service` as a real process on a free loopback port; yields its base URL once ready."""
     port = port or free_port()
     log = tempfile.TemporaryFile(mode="w+")  # not a pipe: nobody reads it, and a full pipe blocks the server
-    # the engine runs niced; on a test machine whose cores other test processes fill, its status can
-    # come later than the default 3 s heartbeat, and the server would (rightly) call it lost
-    env = {"NMT_ENGINE_HEARTBEAT_TIMEOUT_S": "10", **os.environ}
+    env = dict(os.environ)
     proc = subprocess.Popen(
         [sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu", *extra_args],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,

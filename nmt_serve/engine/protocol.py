@@ -8,6 +8,7 @@ pickled dataclasses: both ends are processes of this service, on sockets in a pr
 """
 from __future__ import annotations
 
+import os
 import pickle
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +96,9 @@ class EngineStatus:
     load_error: str | None = None
     stats: dict[str, float] = field(default_factory=dict)
     model_stats: dict[str, dict[str, float]] = field(default_factory=dict)  # per model id: tokens, sentences
+    # the process that made it (statuses are made only in the engine process): the API watches it, so
+    # that an engine that exits is noticed at once and a slow one is not taken for a dead one
+    pid: int = field(default_factory=os.getpid)
 
 
 def dumps(message: Any) -> bytes:

@@ -5,8 +5,11 @@ into the service's errors (one shape, errors.py). Under it, EngineConnection tal
 the awaiting coroutine gets the reply, or an EngineUnavailable error when the engine is lost first.
 Cancelling the coroutine (timeout, client gone) tells the engine to drop the call's work.
 The engine's status (readiness, models, statistics for /metrics) arrives a few times a second on a
-SUB socket; a status from a new incarnation, or none for `heartbeat_timeout_s`, means the engine that
-held the waiting calls is gone: they fail at once with 503 rather than wait for their deadline.
+SUB socket. The engine that held the waiting calls is gone when its process (the status names it) has
+exited, which is checked every WATCH_INTERVAL_S, when a status comes from a new incarnation, or when
+none came for `heartbeat_timeout_s` (a live process that stopped answering: stuck): the calls fail at
+once with 503 rather than wait for their deadline. A live engine that is only slow (starved of CPU by
+its neighbours, inside a long step) is not taken for a dead one.
 """
 from __future__ import annotations
 
@@ -40,6 +43,17 @@ from nmt_serve.engine.protocol import (
 from nmt_serve.service.errors import APIError, bad_request, overloaded, timed_out
 
 log = logging.getLogger("nmt_serve.service.engine_calls")
+WATCH_INTERVAL_S = 0.25  # how often the engine process's liveness and the heartbeat are checked
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    return True
 
 
 class EngineUnavailable(Exception):
@@ -47,7 +61,7 @@ class EngineUnavailable(Exception):
 
 
 class EngineConnection:
-    def __init__(self, calls_address: str, status_address: str, *, heartbeat_timeout_s: float = 3.0,
+    def __init__(self, calls_address: str, status_address: str, *, heartbeat_timeout_s: float = 30.0,
                  on_status: Callable[[EngineStatus], None] | None = None):
         self.calls_address, self.status_address = calls_address, status_address
         self.heartbeat_timeout_s = heartbeat_timeout_s
@@ -111,8 +125,9 @@ class EngineConnection:
         """Fail every waiting call at once (the engine that held them is gone); down: the engine
         process is known to have exited, so not ready until a new one reports."""
         if down:
+            if self.last_status_at:  # heard of once, whoever notices first (the supervisor, the watch)
+                self.losses += 1
             self.last_status_at = 0.0
-            self.losses += 1
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
@@ -159,10 +174,14 @@ class EngineConnection:
             self._heard.set()
 
     async def _watch(self) -> None:
-        """No status for heartbeat_timeout_s: the engine is gone (or stuck); fail what waits on it."""
+        """The engine's process exited, or it sent no status for heartbeat_timeout_s (stuck): fail what
+        waits on it."""
         lost = False
         while True:
-            await asyncio.sleep(self.heartbeat_timeout_s / 4)
+            await asyncio.sleep(min(WATCH_INTERVAL_S, self.heartbeat_timeout_s / 4))
+            if self.status is not None and self.last_status_at and not process_exists(self.status.pid):
+                log.error("the engine process (pid %d) exited", self.status.pid)
+                self.engine_lost(f"the engine process (pid {self.status.pid}) exited", down=True)
             if self.status is not None and not self.alive and not lost and self.last_status_at:
                 self.losses += 1
                 log.error("no status from the engine for %.1fs", time.monotonic() - self.last_status_at)

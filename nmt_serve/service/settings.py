@@ -18,7 +18,11 @@ class Settings(BaseSettings):
     step_mode: str = Field("auto", pattern="^(auto|eager|static)$",
                            description="auto: the static decoder (CUDA graphs, search on the device) on CUDA, the eager search on CPU; "
                                        "eager: always the eager search")
-    threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
+    threads: int = Field(0, ge=0, description="torch CPU threads of each engine lane (0: 1 where there are several lanes, "
+                                              "else torch's default)")
+    lanes: int = Field(0, ge=0, description="CPU: decode loops per model and beam size whose steps run side by side, each "
+                                            "with `threads` torch threads (0: the usable cores, from the CPU affinity and "
+                                            "the cgroup's CPU quota); on CUDA always 1")
     engine_nice: int = Field(10, ge=0, le=19, description="scheduling niceness of the engine process: where the engine's "
                                                          "threads fill the CPU, the API process (HTTP, health probes, "
                                                          "refusals) still gets it at once when it needs it")
@@ -27,8 +31,10 @@ class Settings(BaseSettings):
     workers: int = Field(1, ge=1, description="API worker processes in front of the one engine process")
     engine_socket_dir: str = Field("", description="internal: the socket directory of an engine run by a parent process "
                                                    "(set for the workers when workers > 1)")
-    engine_heartbeat_timeout_s: float = Field(3.0, gt=0, description="no status from the engine for this long: it is "
-                                                                     "lost, waiting requests get 503")
+    engine_heartbeat_timeout_s: float = Field(30.0, gt=0, description="no status for this long from a live engine process: "
+                                                                      "it is stuck, waiting requests get 503 (an engine "
+                                                                      "process that exits is noticed within 0.25 s, whatever "
+                                                                      "this says)")
 
     # continuous batching (in the engine process)
     max_batch_sentences: int = Field(0, ge=0, description="sentences running at once per model and beam size "
@@ -69,7 +75,7 @@ class Settings(BaseSettings):
         """What the engine process needs (plain JSON; no keys or other secrets)."""
         import logging
 
-        names = ("models_dir", "device", "dtype", "quantization", "step_mode", "threads", "engine_nice", "max_batch_sentences",
+        names = ("models_dir", "device", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice", "max_batch_sentences",
                  "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission", "admission_margin", "retry_after_s",
                  "graceful_shutdown_s")
         return dict({n: getattr(self, n) for n in names}, log_level=logging.getLevelName(logging.getLogger().level).lower())

@@ -77,6 +77,21 @@ def texts_of(reply: Reply) -> list[str]:
     return [nbest[0].text for nbest in reply.value]
 
 
+def test_lanes_step_side_by_side_and_give_what_one_loop_gives(translator):
+    """Two lanes: the sentences spread over two searches per beam size, whose steps run on two threads;
+    every call gets what it gets from one lane, and the engine time counts the overlapped steps once."""
+    threads = torch.get_num_threads()
+    one, two = core_of(translator), core_of(translator, lanes=2)
+    assert torch.get_num_threads() == 1  # the lanes' threads, and the engine's own (joins), run one torch thread each
+    torch.set_num_threads(threads)
+    calls = lambda: [call(1, GERMAN[:3]), call(2, GERMAN[3:], beam=3, num_hypotheses=2), call(3, GERMAN[:4], beam=1)]  # noqa: E731
+    alone, together = run(one, *calls()), run(two, *calls())
+    assert {i: texts_of(r) for i, r in alone.items()} == {i: texts_of(r) for i, r in together.items()}
+    assert {k[3] for k in two.groups} == {0, 1} and {k[3] for k in one.groups} == {0}
+    assert two.config.lanes == 2 and two.stats["sentences_done"] == one.stats["sentences_done"] == len(GERMAN) + 4
+    assert two.stats["busy_seconds"] > 0
+
+
 def test_calls_get_what_each_text_gets_alone(any_translator):
     core = core_of(any_translator)
     replies = run(core, call(1, GERMAN[:3]), call(2, GERMAN[3:], beam=3, num_hypotheses=2), call(3, ["", GERMAN[0]], beam=1))
@@ -215,6 +230,59 @@ def test_a_killed_engine_gives_503_at_once_and_comes_back(models_dir):
         assert "nmt_engine_restarts_total 1.0" in metrics
 
 
+def test_a_live_engine_that_answers_nothing_for_seconds_is_not_taken_for_dead(models_dir):
+    """A stopped engine (SIGSTOP: as starved of CPU as it can be) sends no status for 4 s, longer than
+    the 3 s after which the service used to call it lost; the waiting request is answered once it
+    runs again, and nothing was counted as a restart."""
+    port = free_port()
+    with running_server(models_dir, port=port) as base:
+        [api] = processes(b"-m\0nmt_serve.service", f"{port}".encode())
+        [engine] = processes(b"nmt_serve.engine.process", parent=api)
+        with ThreadPoolExecutor(1) as pool:
+            os.kill(engine, signal.SIGSTOP)
+            try:
+                waiting = pool.submit(post_json, base + "/v1/translate", {"text": "Ein Hund rennt.", "max_length": 8})
+                time.sleep(4.0)
+                assert not waiting.done(), waiting.result()
+            finally:
+                os.kill(engine, signal.SIGCONT)
+            status, _, body = waiting.result(timeout=30)
+        assert status == 200, body
+        assert "nmt_engine_restarts_total 0.0" in urllib.request.urlopen(base + "/metrics").read().decode()
+
+
+def test_the_connection_notices_an_exited_engine_process_at_once():
+    """Its statuses name the engine's process; once that process is gone (here: one that exited),
+    what waits fails within the watch interval, however long the heartbeat timeout."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from nmt_serve.engine.protocol import EngineStatus
+    from nmt_serve.service.engine_client import EngineConnection, EngineUnavailable
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+
+    async def scenario():
+        connection = EngineConnection("inproc://unused-calls", "inproc://unused-status", heartbeat_timeout_s=60)
+        connection.status, connection.last_status_at = EngineStatus("x", True, pid=gone.pid), time.monotonic()
+        waiting = asyncio.get_running_loop().create_future()
+        connection._pending["call"] = waiting
+        watch = asyncio.create_task(connection._watch())
+        started = time.monotonic()
+        try:
+            with pytest.raises(EngineUnavailable, match="exited"):
+                await asyncio.wait_for(waiting, 5)
+        finally:
+            watch.cancel()
+        return time.monotonic() - started, connection
+
+    took, connection = asyncio.run(scenario())
+    assert took < 60 / 4 and connection.losses == 1 and not connection.ready  # the watch, not the heartbeat
+    assert EngineStatus("y", True).pid == os.getpid()  # made in this process, it names this process
+
+
 def test_the_io_thread_answers_what_needs_no_step_while_the_main_thread_is_busy(translator):
     """serve_calls screens calls on its own thread: here the main loop never runs (as if inside a
     long step), yet a refusal comes back, the admitted call waits in the inbox, and the main
@@ -284,7 +352,7 @@ def test_the_device_search_runs_what_fits_and_the_eager_search_the_rest(tiny_che
     core = core_of(translator)
     assert core.warmup() > 0
     replies = run(core, call(1, GERMAN[:3], max_length=20), call(2, GERMAN[3:5], max_length=40))
-    assert set(core.groups) == {("de-en", 2, "device"), ("de-en", 2, "eager")}
+    assert set(core.groups) == {("de-en", 2, "device", 0), ("de-en", 2, "eager", 0)}
     for i, (texts, cap) in {1: (GERMAN[:3], 20), 2: (GERMAN[3:5], 40)}.items():
         alone = [translator.translate([t], beam_size=2, max_length=cap)[0].text for t in texts]
         assert texts_of(replies[i]) == alone
@@ -305,3 +373,28 @@ def test_the_api_process_does_not_import_torch():
     code = "import sys, nmt_serve.service.app, nmt_serve.service.__main__; assert 'torch' not in sys.modules, 'torch imported'"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_calibration_keeps_its_best_round(translator, monkeypatch):
+    """A start-up round that something else slowed down does not set the admission rate: of three
+    rounds, the best one does (here the first round of each calibration is held up on purpose)."""
+    core = core_of(translator)
+    rounds = {"n": 0}
+    new_search, run_step = core._new_search, EngineCore._run_step
+
+    def counting_new_search(*args):  # a round makes its searches first (one lane: one search)
+        rounds["n"] += 1
+        return new_search(*args)
+
+    def slow_in_the_first_round(search):
+        if rounds["n"] == 1:
+            time.sleep(0.05)
+        return run_step(search)
+
+    monkeypatch.setattr(core, "_new_search", counting_new_search)
+    monkeypatch.setattr(EngineCore, "_run_step", staticmethod(slow_in_the_first_round))
+    core.calibrate(rounds=1)
+    held_up = core.admission.rate
+    rounds["n"] = 0
+    core.calibrate(rounds=3, within_s=60)
+    assert rounds["n"] == 3 and core.admission.rate > 2 * held_up
