@@ -115,10 +115,12 @@ class _Group:
 @dataclass
 class _StepOutcome:
     done: list  # (sentence key, n-best) of the sentences that finished
-    error: Exception | None
+    error: Exception | None  # of the step
     seconds: float
     rows: int  # rows the step computed
     live: int  # of them, rows of sentences still searching
+    stepped: bool = True
+    join_error: Exception | None = None
 
 
 def usable_cores() -> int:
@@ -460,29 +462,51 @@ class EngineCore:
 
     # ------------------------------------------------------------------ steps
     def work(self) -> list[Reply]:
-        """Expire calls past their deadline, let waiting sentences join, and run one step of every batch
-        (the lanes' steps side by side)."""
+        """Expire calls past their deadline, then for every batch: let waiting sentences join and run
+        one step (with several lanes, the batches' joins and steps side by side)."""
         replies = self._expire()
-        stepping = []
+        plans = []
         for key, group in list(self.groups.items()):
-            replies += self._join(group)
-            if len(group.search):
-                stepping.append((key, group))
-        if self._pool is not None and len(stepping) > 1:
+            joining = self._joining(group)
+            if joining or len(group.search):
+                plans.append((key, group, joining))
+        if self._pool is not None and len(plans) > 1:
             started = time.perf_counter()
-            outcomes = list(self._pool.map(lambda item: self._run_step(item[1].search), stepping))
-            share = (time.perf_counter() - started) / len(stepping)  # engine time: the steps overlapped
-            for (key, group), outcome in zip(stepping, outcomes):
-                replies += self._after_step(key, group, outcome, share)
+            outcomes = list(self._pool.map(lambda plan: self._advance(plan[1].search, plan[2]), plans))
+            share = (time.perf_counter() - started) / len(plans)  # engine time: the lanes overlapped
         else:
-            for key, group in stepping:
-                outcome = self._run_step(group.search)
-                replies += self._after_step(key, group, outcome, outcome.seconds)
+            outcomes, share = [self._advance(group.search, joining) for _, group, joining in plans], None
+        for (key, group, joining), outcome in zip(plans, outcomes):
+            if outcome.join_error is not None:
+                replies += self._join_one_by_one(group, joining, outcome.join_error)
+            elif joining:
+                self.stats["joins"] += 1
+                self.stats["sentences_joined"] += len(joining)
+            if outcome.stepped:
+                replies += self._after_step(key, group, outcome, outcome.seconds if share is None else share)
+            else:
+                self._count(outcome.seconds if share is None else share, 0, 0, 0)
         return replies
 
     @staticmethod
+    def _advance(search, joining: list[Sentence]) -> "_StepOutcome":
+        """On a lane's thread (or this one): the joining sentences join (their encoder runs), then one
+        step; what finished, or the error. A failed join leaves the step to the next round."""
+        started = time.perf_counter()
+        if joining:
+            try:
+                search.add(joining)
+            except Exception as exc:  # noqa: BLE001 - handled on the engine's thread (_join_one_by_one)
+                return _StepOutcome([], None, time.perf_counter() - started, 0, 0, stepped=False, join_error=exc)
+        if not len(search):
+            return _StepOutcome([], None, time.perf_counter() - started, 0, 0, stepped=False)
+        outcome = EngineCore._run_step(search)
+        outcome.seconds = time.perf_counter() - started
+        return outcome
+
+    @staticmethod
     def _run_step(search) -> "_StepOutcome":
-        """One step of one search (on a lane's thread, or this one): what finished, or its error."""
+        """One step of one search: what finished, or its error."""
         rows, live = search.rows, len(search) * search.K
         started = time.perf_counter()
         try:
@@ -502,7 +526,9 @@ class EngineCore:
             replies += self._drop(call_id, Reply(call_id, error=EXPIRED, message="the deadline passed"))
         return replies
 
-    def _join(self, group: _Group) -> list[Reply]:
+    def _joining(self, group: _Group) -> list[Sentence]:
+        """The waiting sentences that join the group's batch at this step (taken off its queue): as many
+        as it has room for, up to max_batch_tokens source tokens, one call at a time without batching."""
         search, cfg = group.search, self.config
         if not group.waiting:
             return []
@@ -523,18 +549,7 @@ class EngineCore:
             group.waiting.popleft()
             joining.append(sentence)
             tokens += len(sentence.src)
-        if not joining:
-            return []
-        started = time.perf_counter()
-        try:
-            search.add(joining)
-        except Exception as exc:  # noqa: BLE001
-            return self._join_one_by_one(group, joining, exc)
-        finally:
-            self._count(time.perf_counter() - started, 0, 0, 0)
-        self.stats["joins"] += 1
-        self.stats["sentences_joined"] += len(joining)
-        return []
+        return joining
 
     def _join_one_by_one(self, group: _Group, joining: list[Sentence], exc: Exception) -> list[Reply]:
         """A join failed: find the sentence that breaks it, fail its call, let the others join."""

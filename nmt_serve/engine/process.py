@@ -111,9 +111,8 @@ def run(config: dict) -> int:
     from nmt_serve.engine.loader import choose, load_models, plan_memory
 
     if config.get("engine_nice"):
-        # lower priority than the API process: on a CPU the torch threads take every core they are
-        # given, and the API's small, latency-bound work (HTTP, health probes, refusals) would queue
-        # behind them; the engine loses only the CPU the API actually uses
+        # a lower priority than the API process's, where the operator asks for it: the engine then also
+        # yields to every other process of the node (the default, 0, does not)
         os.nice(int(config["engine_nice"]))
 
     context = zmq.Context()

@@ -23,9 +23,9 @@ class Settings(BaseSettings):
     lanes: int = Field(0, ge=0, description="CPU: decode loops per model and beam size whose steps run side by side, each "
                                             "with `threads` torch threads (0: the usable cores, from the CPU affinity and "
                                             "the cgroup's CPU quota); on CUDA always 1")
-    engine_nice: int = Field(10, ge=0, le=19, description="scheduling niceness of the engine process: where the engine's "
-                                                         "threads fill the CPU, the API process (HTTP, health probes, "
-                                                         "refusals) still gets it at once when it needs it")
+    engine_nice: int = Field(0, ge=0, le=19, description="scheduling niceness of the engine process; above 0 it yields its "
+                                                         "cores to every ordinary process on the node (beside busy "
+                                                         "neighbours it then starves)")
 
     # processes
     workers: int = Field(1, ge=1, description="API worker processes in front of the one engine process")
