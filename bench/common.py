@@ -4,7 +4,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import torch
@@ -109,3 +113,22 @@ def marian_twin(checkpoint: Path, out: Path, seed: int = 0, shape: str | None = 
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     (out / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": False}))
     return out
+
+
+def start_service(port: int, models_dir: Path, flags: list[str], timeout: float = 300.0) -> subprocess.Popen:
+    """`python -m nmt_serve.service` on a loopback port with `flags`, once ready (on CUDA the engine
+    captures its graphs first); its log, which nobody reads, goes to a file, not a pipe that could fill."""
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen([sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(models_dir),
+                             "--log-level", "warning", *flags], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/ready", timeout=1) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    log.seek(0)
+    raise RuntimeError(f"server did not start: {log.read()[-2000:]!r}")

@@ -19,32 +19,13 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 
-from bench.common import ROOT, emit, machine, table, test_sources
+from bench.common import ROOT, emit, machine, start_service, table, test_sources
 from bench.loadgen import run_load
 
 CHECKPOINT = ROOT / "checkpoints" / "de-en"
 SPIN = "while True: pass"
-
-
-def start_server(port: int, flags: list[str]) -> subprocess.Popen:
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(CHECKPOINT),
-                             "--device", "cpu", "--log-level", "warning", *flags], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/ready", timeout=1) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    log.seek(0)
-    raise RuntimeError(f"server did not start: {log.read()[-2000:]!r}")
 
 
 def loads(port: int, rounds: int) -> dict[str, tuple[float, dict]]:
@@ -73,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = [(c.split(":", 1)[0], shlex.split(c.split(":", 1)[1])) for c in args.configs.split(";") if c]
     rows = []
     for name, flags in configs:
-        server = start_server(args.port, flags)
+        server = start_service(args.port, CHECKPOINT, ["--device", "cpu", *flags], timeout=120)
         try:
             loads(args.port, 1)  # untimed: first requests pay for lazy set-up
             quiet = None

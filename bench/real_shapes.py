@@ -43,6 +43,21 @@ SHAPES = {
                      tokenizer_class="MBart50Tokenizer", spm_type="unigram"),
 }
 ENGINES = ["ours", "ours int8", "transformers", "CTranslate2 float32", "CTranslate2 int8"]
+# CTranslate2's own converter (its command's main), with one change: a vocabulary shorter than the
+# model's embedding table is padded with placeholder words, as it does itself for M2M100/NLLB. Here the
+# tokenizer is a small stand-in (the real mBART-50 one has all 250,054 tokens), which its mBART loader
+# would otherwise refuse.
+CT2_CONVERT = """
+import sys
+from ctranslate2.converters import transformers as ct2
+original = ct2.BartLoader.get_vocabulary
+def padded(self, model, tokenizer):
+    tokens = original(self, model, tokenizer)
+    return tokens + [f"madeupword{i}" for i in range(model.config.vocab_size - len(tokens))]
+ct2.BartLoader.get_vocabulary = padded
+sys.argv[0] = "ct2-transformers-converter"
+ct2.main()
+"""
 
 
 def build_hf_dir(shape: str, out: Path):
@@ -62,10 +77,18 @@ def build_hf_dir(shape: str, out: Path):
     if s["family"] == "m2m_100":
         model = transformers.M2M100ForConditionalGeneration(transformers.M2M100Config(**shape_args))
     else:
-        model = transformers.MBartForConditionalGeneration(transformers.MBartConfig(**shape_args))
+        # the real config.json says these too (CTranslate2's converter reads normalize_before)
+        model = transformers.MBartForConditionalGeneration(transformers.MBartConfig(**shape_args, normalize_before=True,
+                                                                                    add_final_layer_norm=True))
     torch.manual_seed(0)
     model.eval().save_pretrained(out)
-    (out / "tokenizer_config.json").write_text(json.dumps({"additional_special_tokens": s["codes"], "tokenizer_class": s["tokenizer_class"]}))
+    # the special tokens and the tokenizer's class as the real repositories name them (CTranslate2's converter reads them)
+    specials = dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>", sep_token="</s>",
+                    cls_token="<s>")
+    (out / "tokenizer_config.json").write_text(json.dumps({"additional_special_tokens": s["codes"], "tokenizer_class": s["tokenizer_class"],
+                                                           **specials}))
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(dict(config, tokenizer_class=s["tokenizer_class"]), indent=2))
     return model
 
 
@@ -166,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     for quant in ("float32", "int8"):  # CTranslate2's own converter, as its command
         target = work / f"ct2-{quant}"
         if not (target / "model.bin").is_file():
-            subprocess.run([str(Path(sys.executable).parent / "ct2-transformers-converter"), "--model", str(work / "hf"),
-                            "--output_dir", str(target), "--quantization", quant, "--force"], check=True, capture_output=True)
+            subprocess.run([sys.executable, "-c", CT2_CONVERT, "--model", str(work / "hf"), "--output_dir", str(target),
+                            "--quantization", quant, "--force"], check=True, capture_output=True)
             theirs = json.loads((target / "shared_vocabulary.json").read_text())
             assert len(theirs) == rows, (len(theirs), rows)
             ours = [pieces_of.get(i, f"madeupword{i}") for i in range(rows)]

@@ -22,12 +22,11 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 
-from bench.common import ROOT, emit, machine, table, test_sources
+from bench.common import ROOT, emit, machine, start_service, table, test_sources
 from bench.loadgen import run_load
 
 SOURCE = {"source": "de", "target": "en"}
@@ -37,24 +36,9 @@ CHECKPOINT = ROOT / "checkpoints" / "de-en"
 
 
 def start_server(args, *extra: str) -> subprocess.Popen:
-    log = tempfile.TemporaryFile()
     device = ["--device", args.device] + (["--dtype", args.dtype] if args.dtype else [])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nmt_serve.service", "--port", str(args.port), "--models-dir", str(CHECKPOINT), *device,
-         "--threads", str(args.threads), "--max-batch-sentences", str(args.batch), "--log-level", "warning", *extra],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-    )
-    deadline = time.time() + 300  # on CUDA the engine captures its graphs before it is ready
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{args.port}/health/ready", timeout=1) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    log.seek(0)
-    raise RuntimeError(f"server did not start: {log.read()[-2000:]!r}")
+    return start_service(args.port, CHECKPOINT, [*device, "--threads", str(args.threads), "--lanes", str(args.lanes),
+                                                 "--max-batch-sentences", str(args.batch), *extra])
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -359,7 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sections", default="engine,throughput,mixed,single,flood")
     parser.add_argument("--workers", default="1,2", help="API worker counts to measure throughput with")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads of the engine (and the offline engine)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of the engine's lane (and the offline engine)")
+    parser.add_argument("--lanes", type=int, default=1, help="the engine's lanes (1: one loop with --threads threads, as the "
+                                                           "offline engine; 0: the service's default, one per core)")
     parser.add_argument("--clients", type=int, default=2, help="load generator processes")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--flood", type=int, default=400)
