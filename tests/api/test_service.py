@@ -272,6 +272,11 @@ def test_models_endpoint(client):
     models = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
     assert set(models) == {"de-en", "en-de"}
     assert models["de-en"]["parameters"] > 0 and models["de-en"]["device"] == "cpu" and models["de-en"]["dtype"] == "float32" and models["de-en"]["quantization"] == "none"
+    # what it costs: its load time and the memory plan it was loaded under
+    memory = models["de-en"]["memory"]
+    assert models["de-en"]["load_seconds"] > 0
+    assert memory["weights_bytes"] == models["de-en"]["parameters"] * 4 and memory["running_sentences"] >= 1
+    assert memory["beams"]["4"]["rows"] == 4 * memory["running_sentences"] and 0 < memory["planned_bytes_all_models"] <= memory["budget_bytes"]
 
 
 def test_int8_quantization_is_a_setting(models_dir):
