@@ -536,7 +536,9 @@ class EngineCore:
             return []
         if not search.joinable():
             return []
-        room = group.room(cfg.max_batch_sentences)
+        # max_batch_sentences is per model and beam size: the lanes share it (and the memory plan with it)
+        lanes = cfg.lanes if isinstance(group.search, ContinuousSearch) else 1
+        room = group.room(-(-cfg.max_batch_sentences // lanes))
         joining: list[Sentence] = []
         tokens = 0
         first_call = group.waiting[0][0]

@@ -92,6 +92,21 @@ def test_lanes_step_side_by_side_and_give_what_one_loop_gives(translator):
     assert two.stats["busy_seconds"] > 0
 
 
+def test_the_lanes_share_max_batch_sentences(translator):
+    """max_batch_sentences bounds the sentences running per model and beam size, whatever the lanes (the
+    memory plan counts on it)."""
+    threads = torch.get_num_threads()
+    core = core_of(translator, lanes=2, max_batch_sentences=4)
+    torch.set_num_threads(threads)
+    for m in (call(1, GERMAN, beam=2), call(2, GERMAN, beam=2)):
+        core.handle(m)
+    most = 0
+    while core.busy:
+        core.work()
+        most = max(most, sum(len(g.search) for k, g in core.groups.items() if k[1] == 2))
+    assert most == 4
+
+
 def test_calls_get_what_each_text_gets_alone(any_translator):
     core = core_of(any_translator)
     replies = run(core, call(1, GERMAN[:3]), call(2, GERMAN[3:], beam=3, num_hypotheses=2), call(3, ["", GERMAN[0]], beam=1))
