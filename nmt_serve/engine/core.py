@@ -148,12 +148,11 @@ class EngineCore:
         self.model_meta = model_meta or {}
         self.memory = memory
         self._model_info: dict[str, dict] | None = None
+        on_cuda = any(t.device.type == "cuda" for t in models.values())
         if memory is not None:
             config = replace(config, max_batch_sentences=memory.sentences)
         elif not config.max_batch_sentences:
-            on_cuda = any(t.device.type == "cuda" for t in models.values())
             config = replace(config, max_batch_sentences=AUTO_BATCH_SENTENCES["cuda" if on_cuda else "cpu"])
-        on_cuda = any(t.device.type == "cuda" for t in models.values())
         # lanes are for the CPU: on a GPU one step already fills the device, and its graphs are one per beam size
         config = replace(config, lanes=1 if on_cuda else (config.lanes or usable_cores()))
         self.config = config

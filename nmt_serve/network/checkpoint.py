@@ -209,5 +209,7 @@ def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32) -
     state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
     model.load_state_dict(state, strict=False, assign=True)  # tied names are filled by finish_load
     model.finish_load()
+    if left := [name for name, t in model.state_dict(keep_vars=True).items() if t.is_meta]:
+        raise CheckpointError(f"{weights_path}: nothing in the file for {left}")
     model.eval()
     return model, info, tokenizers[0], tokenizers[1]
