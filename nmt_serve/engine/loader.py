@@ -108,7 +108,8 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
     resolved = resolve_device(device)
     dtype_name = str(resolve_dtype(dtype, resolved)).removeprefix("torch.")
     needs = [ModelNeeds(name, info.config, dtype_name, quantization, beams=WARMUP_BEAMS,
-                        max_length=min(STATIC_LENGTH, info.config.max_positions)) for name, info in chosen.values()]
+                        max_length=min(STATIC_LENGTH, info.config.max_positions), device=resolved.type)
+             for name, info in chosen.values()]
     budget_bytes, source = budget(budget_gb, str(resolved))
     memory = plan(needs, budget_bytes=budget_bytes, budget_source=source,
                   max_batch_sentences=max_batch_sentences or AUTO_BATCH_SENTENCES[resolved.type], max_batch_tokens=max_batch_tokens)

@@ -3,7 +3,8 @@
 The budget (`memory_budget_gb`; 0: what the device has free at start-up, less a tenth) is spent in
 this order:
 1. the weights of every model that will load (counted from its config, at the dtype it runs in;
-   int8 adds its packed copy of every Linear weight beside the float ones);
+   int8 adds its packed copy of every Linear weight beside the float ones, and on CPU a small tied
+   output layer has a transposed copy of its own);
 2. a reserve for joining sentences: the encoder's activations and the cross-attention keys/values of
    `max_batch_tokens` source tokens, made before they are copied into a decoder's rows;
 3. the running sentences, the same number S for every model and start-up beam size, the most that
@@ -45,6 +46,7 @@ class ModelNeeds:
     quantization: str = "none"
     beams: tuple[int, ...] = (1, 4)  # beam sizes with rows of their own from the start (static decoders; eager: the common ones)
     max_length: int = 256  # positions of source and target a row holds
+    device: str = "cpu"  # cpu | cuda: what the runner adds beside the weights differs
 
     @property
     def itemsize(self) -> int:
@@ -63,8 +65,14 @@ class ModelNeeds:
         return total, linear + model.output_proj.weight.numel()
 
     def weights_bytes(self) -> int:
+        """The model's parameters, plus what its runner holds beside them: int8's packed weights, or on
+        CPU the transposed copy of a small tied output layer (model_runner.output_copy_bytes)."""
+        from nmt_serve.inference.model_runner import output_copy_bytes
+
         total, linear = self.parameters()
-        return total * self.itemsize + (linear if self.quantization == "int8" else 0)
+        if self.quantization == "int8":
+            return total * self.itemsize + linear
+        return total * self.itemsize + (output_copy_bytes(self.config, self.itemsize) if self.device == "cpu" else 0)
 
     def row_bytes(self) -> int:
         c = self.config

@@ -84,9 +84,9 @@ def _unique_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     out = {}
     for name, tensor in model.state_dict().items():
         if names[name] == name:
-            tensor = tensor.detach().cpu()
+            tensor = tensor.detach().cpu().contiguous()  # a transposed view (model_runner.py) becomes a copy here
             shares = tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size()
-            out[name] = tensor.clone() if shares else tensor.contiguous()
+            out[name] = tensor.clone() if shares else tensor
     return out
 
 

@@ -275,7 +275,7 @@ def test_models_endpoint(client):
     # what it costs: its load time and the memory plan it was loaded under
     memory = models["de-en"]["memory"]
     assert models["de-en"]["load_seconds"] > 0
-    assert memory["weights_bytes"] == models["de-en"]["parameters"] * 4 and memory["running_sentences"] >= 1
+    assert memory["weights_bytes"] >= models["de-en"]["parameters"] * 4 and memory["running_sentences"] >= 1  # float32, and the runner's copies
     assert memory["beams"]["4"]["rows"] == 4 * memory["running_sentences"] and 0 < memory["planned_bytes_all_models"] <= memory["budget_bytes"]
 
 

@@ -18,12 +18,15 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint):
     translator = Translator.load(tiny_checkpoint, device="cpu")
     needs = ModelNeeds("de-en", translator.config, "float32", max_length=64)
     storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in translator.model.parameters()}
-    assert needs.weights_bytes() == sum(storages.values())
+    # and beside them, the runner's transposed copy of the (tied, small) output layer
+    copy = translator.runner.output.transposed
+    assert copy is not None and copy.data_ptr() != translator.model.output_proj.weight.data_ptr()
+    assert needs.weights_bytes() == sum(storages.values()) + copy.numel() * copy.element_size()
     decoder = StaticDecoder(translator.runner, max_rows=12, max_length=64)
     kv = sum(t.numel() * t.element_size() for t in (decoder.self_kv, decoder.cross_kv))
     assert needs.row_bytes() * 12 == kv
-    half = ModelNeeds("de-en", translator.config, "float16", max_length=64)
-    assert half.row_bytes() * 2 == needs.row_bytes() and half.weights_bytes() * 2 == needs.weights_bytes()
+    half = ModelNeeds("de-en", translator.config, "float16", max_length=64, device="cuda")
+    assert half.row_bytes() * 2 == needs.row_bytes() and half.weights_bytes() * 2 == sum(storages.values())
 
 
 def test_int8_counts_the_packed_copy_beside_the_float_weights():
