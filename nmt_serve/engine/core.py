@@ -469,12 +469,9 @@ class EngineCore:
             joining = self._joining(group)
             if joining or len(group.search):
                 plans.append((key, group, joining))
-        if self._pool is not None and len(plans) > 1:
-            started = time.perf_counter()
-            outcomes = list(self._pool.map(lambda plan: self._advance(plan[1].search, plan[2]), plans))
-            share = (time.perf_counter() - started) / len(plans)  # engine time: the lanes overlapped
-        else:
-            outcomes, share = [self._advance(group.search, joining) for _, group, joining in plans], None
+        started = time.perf_counter()
+        outcomes, overlapped = self._in_lanes(lambda plan: self._advance(plan[1].search, plan[2]), plans)
+        share = (time.perf_counter() - started) / len(plans) if overlapped else None  # engine time: the lanes overlapped
         for (key, group, joining), outcome in zip(plans, outcomes):
             if outcome.join_error is not None:
                 replies += self._join_one_by_one(group, joining, outcome.join_error)
@@ -486,6 +483,13 @@ class EngineCore:
             else:
                 self._count(outcome.seconds if share is None else share, 0, 0, 0)
         return replies
+
+    def _in_lanes(self, fn, items: list) -> tuple[list, bool]:
+        """fn over items, side by side on the lanes' threads where there are lanes and more than one
+        item, else one after the other here; and whether they ran side by side."""
+        if self._pool is not None and len(items) > 1:
+            return list(self._pool.map(fn, items)), True
+        return [fn(item) for item in items], False
 
     @staticmethod
     def _advance(search, joining: list[Sentence]) -> "_StepOutcome":
@@ -661,8 +665,7 @@ class EngineCore:
                 search.add([Sentence(i, src, limit) for i in range(n)])
             done = []
             while any(len(search) for search in searches):
-                running = [search for search in searches if len(search)]
-                outcomes = self._pool.map(self._run_step, running) if self._pool and len(running) > 1 else map(self._run_step, running)
+                outcomes, _ = self._in_lanes(self._run_step, [search for search in searches if len(search)])
                 for outcome in outcomes:
                     if outcome.error is not None:
                         raise outcome.error

@@ -176,21 +176,24 @@ class ModelRunner:
         # on CPU the weights are laid out transposed (FloatLinear); int8 keeps its float weights as they are
         transpose = quantization == "none" and self.device.type == "cpu"
 
-        def of(*modules: nn.Linear) -> Linear:
-            """One Linear computing several that read the same input, outputs side by side."""
+        def of(*modules: nn.Linear, bias: torch.Tensor | None = None) -> Linear:
+            """One Linear computing several that read the same input, outputs side by side; `bias`: the
+            one Linear's bias where the module has none of its own (the output layer's logits bias)."""
+            if len(modules) > 1:
+                bias = torch.cat([m.bias for m in modules])
+            elif bias is None:
+                bias = modules[0].bias
             if quantization == "int8":
-                if len(modules) == 1:  # no copy
-                    return Int8Linear(modules[0].weight, modules[0].bias)
-                return Int8Linear(torch.cat([m.weight for m in modules]), torch.cat([m.bias for m in modules]))
+                weight = modules[0].weight if len(modules) == 1 else torch.cat([m.weight for m in modules])  # one: no copy
+                return Int8Linear(weight, bias)
             if not transpose and len(modules) == 1:  # no copy
-                return FloatLinear(modules[0].weight, modules[0].bias)
+                return FloatLinear(modules[0].weight, bias)
             # the one copy: (C_in, sum of C_out), or (sum of C_out, C_in) where not transposed
             if transpose:
                 stored = torch.cat([m.weight.t() for m in modules], dim=1).contiguous()
                 weight = stored.t()
             else:
                 stored = weight = torch.cat([m.weight for m in modules])
-            bias = modules[0].bias if len(modules) == 1 else torch.cat([m.bias for m in modules])
             if share_storage:  # the model's parameters become views of the copy: the weights are held once
                 start = 0
                 for m in modules:
@@ -235,28 +238,15 @@ class ModelRunner:
         # keys and values of every decoder layer's cross-attention from one matmul: (n_layers * 2C, C)
         self.cross_kv = of(*[m for layer in model.decoder_layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)])
         self.decoder_norm = Norm.of(model.decoder_norm)
-        self.output = self._output_layer(model, quantization, transpose, share_storage)
+        weight = model.output_proj.weight
+        if transpose and weight is model.tgt_embed.weight:
+            # tied: the embedding's lookups need its rows, so the transposed layout is a copy of its own,
+            # made only while small (OUTPUT_COPY_MAX_BYTES: the shipped models' 8 MiB, never NLLB's 1 GiB)
+            copy = weight.t().contiguous() if output_copy_bytes(cfg, weight.element_size()) else None
+            self.output = FloatLinear(weight, model.logits_bias, transposed=copy)
+        else:
+            self.output = of(model.output_proj, bias=model.logits_bias)
         self.key = weights_key(model)  # after share_storage re-pointed the model's tensors
-
-    @staticmethod
-    def _output_layer(model: Transformer, quantization: str, transpose: bool, share_storage: bool) -> Linear:
-        """The output layer. Tied to the target embedding (whose lookups need its rows), it is transposed
-        into a copy of its own only while that copy is small (OUTPUT_COPY_MAX_BYTES: the shipped models'
-        8000 x 256 table, 8 MiB; never NLLB's 256k x 1024); untied, it is transposed, and with
-        share_storage the model's parameter becomes a view of that."""
-        weight, bias = model.output_proj.weight, model.logits_bias
-        if quantization == "int8":
-            return Int8Linear(weight, bias)
-        if not transpose:
-            return FloatLinear(weight, bias)
-        if weight is model.tgt_embed.weight:
-            if output_copy_bytes(model.config, weight.element_size()) == 0:
-                return FloatLinear(weight, bias)
-            return FloatLinear(weight, bias, transposed=weight.t().contiguous())
-        stored = weight.t().contiguous()
-        if share_storage:
-            weight.data = stored.t()
-        return FloatLinear(weight, bias, transposed=stored)
 
     def is_current(self) -> bool:
         """False once any parameter or buffer of the model was replaced or changed in place (writes
