@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nmt_serve.engine.memory_plan import GIB, MemoryPlan, ModelNeeds, budget, plan
+from nmt_serve.engine.memory_plan import GIB, DoesNotFit, MemoryPlan, ModelNeeds, budget, plan
 
 if TYPE_CHECKING:
     from nmt_serve.inference.translator import Translator
@@ -107,12 +107,26 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
 
     resolved = resolve_device(device)
     dtype_name = str(resolve_dtype(dtype, resolved)).removeprefix("torch.")
-    needs = [ModelNeeds(name, info.config, dtype_name, quantization, beams=WARMUP_BEAMS,
-                        max_length=min(STATIC_LENGTH, info.config.max_positions), device=resolved.type)
-             for name, info in chosen.values()]
+
+    def planned(packed: bool) -> MemoryPlan:
+        needs = [ModelNeeds(name, info.config, dtype_name, quantization, beams=WARMUP_BEAMS,
+                            max_length=min(STATIC_LENGTH, info.config.max_positions), device=resolved.type, packed_weights=packed)
+                 for name, info in chosen.values()]
+        return plan(needs, budget_bytes=budget_bytes, budget_source=source,
+                    max_batch_sentences=max_batch_sentences or AUTO_BATCH_SENTENCES[resolved.type], max_batch_tokens=max_batch_tokens)
+
     budget_bytes, source = budget(budget_gb, str(resolved))
-    memory = plan(needs, budget_bytes=budget_bytes, budget_source=source,
-                  max_batch_sentences=max_batch_sentences or AUTO_BATCH_SENTENCES[resolved.type], max_batch_tokens=max_batch_tokens)
+    memory = planned(False)
+    # packed weights are faster but a second copy: they load only where they cost no running sentence
+    if resolved.type == "cpu" and quantization == "none" and dtype_name in ("float32", "bfloat16"):
+        try:
+            packed = planned(True)
+        except DoesNotFit:
+            packed = None
+        if packed is not None and packed.sentences == memory.sentences:
+            memory = packed
+        else:
+            log.info("weights not packed for oneDNN: their copy would leave fewer running sentences in the memory budget")
     log.info("memory plan: %d running sentences per model and beam size; %.2f GiB of a budget of %.2f GiB (%s)",
              memory.sentences, memory.planned_bytes / GIB, memory.budget_bytes / GIB, memory.budget_source)
     return memory
@@ -120,9 +134,10 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
 
 def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none",
                 step_mode: str = "auto", *, chosen: dict[Path, tuple[str, CheckpointInfo]] | None = None,
-                static_rows: int = 1024) -> dict[str, tuple[Translator, float, str]]:
+                static_rows: int = 1024, memory: MemoryPlan | None = None) -> dict[str, tuple[Translator, float, str]]:
     """{"de-en": (translator, load seconds, checkpoint path)} for the chosen checkpoints (default: choose()).
-    static_rows: each Translator's own static decoder (0 for the engine, whose decoders are its own)."""
+    static_rows: each Translator's own static decoder (0 for the engine, whose decoders are its own).
+    memory: the plan, which says whether each model's weights are packed (default: packed)."""
     from nmt_serve.inference.attention import attention_backend
     from nmt_serve.inference.translator import (
         Translator,  # torch: only the engine process pays for it
@@ -136,8 +151,9 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
     for path, (model_id, _) in (choose(models_dir) if chosen is None else chosen).items():
         t0 = time.perf_counter()
         # no warm-up capture here: the engine captures its own device searches' graphs (EngineCore.warmup)
+        packed = memory.models[model_id]["packed_weights"] if memory is not None else True
         translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode,
-                                     static_rows=static_rows, warmup=False)
+                                     static_rows=static_rows, warmup=False, packed_weights=packed)
         models[model_id] = (translator, time.perf_counter() - t0, str(path))
         log.info("loaded %s from %s: device %s, dtype %s, attention %s (%.2fs)", model_id, path, translator.device,
                  str(translator.dtype).removeprefix("torch."), attention_backend(translator.device), models[model_id][1])

@@ -3,8 +3,8 @@
 The budget (`memory_budget_gb`; 0: what the device has free at start-up, less a tenth) is spent in
 this order:
 1. the weights of every model that will load (counted from its config, at the dtype it runs in;
-   int8 adds its packed copy of every Linear weight beside the float ones, and on CPU a small tied
-   output layer has a transposed copy of its own);
+   int8 adds its packed copy of every Linear weight beside the float ones, and so do oneDNN's packed
+   float weights on the CPU, which load only where they cost no running sentence: plan_memory);
 2. a reserve for joining sentences: the encoder's activations and the cross-attention keys/values of
    `max_batch_tokens` source tokens, made before they are copied into a decoder's rows;
 3. the running sentences, the same number S for every model and start-up beam size, the most that
@@ -47,6 +47,7 @@ class ModelNeeds:
     beams: tuple[int, ...] = (1, 4)  # beam sizes with rows of their own from the start (static decoders; eager: the common ones)
     max_length: int = 256  # positions of source and target a row holds
     device: str = "cpu"  # cpu | cuda: what the runner adds beside the weights differs
+    packed_weights: bool = False  # CPU: every Linear weight also held prepacked for oneDNN (model_runner.FloatLinear)
 
     @property
     def itemsize(self) -> int:
@@ -65,14 +66,12 @@ class ModelNeeds:
         return total, linear + model.output_proj.weight.numel()
 
     def weights_bytes(self) -> int:
-        """The model's parameters, plus what its runner holds beside them: int8's packed weights, or on
-        CPU the transposed copy of a small tied output layer (model_runner.output_copy_bytes)."""
-        from nmt_serve.inference.model_runner import output_copy_bytes
-
+        """The model's parameters, plus what its runner holds beside them: int8's packed weights, or the
+        float Linear weights' packed copies."""
         total, linear = self.parameters()
         if self.quantization == "int8":
             return total * self.itemsize + linear
-        return total * self.itemsize + (output_copy_bytes(self.config, self.itemsize) if self.device == "cpu" else 0)
+        return total * self.itemsize + (linear * self.itemsize if self.packed_weights else 0)
 
     def row_bytes(self) -> int:
         c = self.config
@@ -125,7 +124,8 @@ def plan(needs: list[ModelNeeds], *, budget_bytes: int, budget_source: str, max_
     models = {}
     for n in needs:
         decoders = {str(beam): dict(rows=sentences * beam, bytes=n.rows_bytes(beam, sentences * beam)) for beam in n.beams}
-        models[n.model_id] = dict(weights_bytes=weights[n.model_id], max_length=n.max_length, beams=decoders)
+        models[n.model_id] = dict(weights_bytes=weights[n.model_id], packed_weights=n.packed_weights, max_length=n.max_length,
+                                  beams=decoders)
     planned = sum(weights.values()) + join + sentences * per_sentence
     return MemoryPlan(budget_bytes=int(budget_bytes), budget_source=budget_source, sentences=int(sentences),
                       models=models, planned_bytes=int(planned))

@@ -156,7 +156,7 @@ def run(config: dict) -> int:
                              max_batch_sentences=int(config.get("max_batch_sentences") or 0),
                              max_batch_tokens=int(config.get("max_batch_tokens") or 4096))
         loaded = load_models(config["models_dir"], device, dtype, quantization, config.get("step_mode", "auto"),
-                             chosen=chosen, static_rows=0)
+                             chosen=chosen, static_rows=0, memory=memory)
     except Exception as exc:  # noqa: BLE001 - reported to every API process, then exit
         return refuse(f"{type(exc).__name__}: {exc}")
     engine_config = EngineConfig(**{k: config[k] for k in EngineConfig.__dataclass_fields__ if k in config})

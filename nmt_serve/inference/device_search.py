@@ -162,7 +162,7 @@ def supports(decoder: StaticDecoder, src: torch.Tensor, options: SearchOptions) 
 
 def _constants(decoder: StaticDecoder, forcing: bool) -> _Constants:
     cfg, device = decoder.config, decoder.device
-    V = decoder.runner.output.weight.size(0)
+    V = decoder.runner.output.out_features
     not_eos = torch.ones(V, dtype=torch.bool, device=device)
     not_eos[cfg.eos_id] = False
     return _Constants(torch.tensor(banned_tokens(cfg), dtype=torch.long, device=device), not_eos, cfg.eos_id, forcing)

@@ -9,17 +9,18 @@ so their number matters as much as their size:
   of the table, which in a model with a large vocabulary (256k x 1024 in NLLB) is its largest tensor,
   usually shared with the output layer; the logits bias is the output matmul's bias;
 - layers call tensor functions directly rather than through nn.Module calls and closures;
-- on CPU every float Linear weight is stored transposed ((C_in, C_out) contiguous: `x @ W^T` is
-  1.4-1.7x faster at batch 1 there than F.linear on the (C_out, C_in) layout);
+- on the CPU the Linear products are oneDNN's, on weights prepacked for it when the memory plan
+  allows (FloatLinear);
 - a step writes its new keys/values to the cache in one copy per layer, and attention needs no mask
   for one new token (nor for a source in which no row is padded).
 The nn.Module path (`Transformer.encode/decode`) stays the reference: it trains, it returns attention
 probabilities, and `SearchOptions(use_cache=False)` decodes with it.
 
 The runner is built from a model (`ModelRunner(model)`, by the Translator or whoever searches); the model
-knows nothing of it. The fused (and on CPU transposed) weights are copies, unless the owner asks for
-`share_storage`: then the model's own parameters become views into them, so that a served model
-holds its weights once (the exception: a small tied output layer's transposed copy, OUTPUT_COPY_MAX_BYTES). `ModelRunner.is_current()` says whether the model's
+knows nothing of it. The fused weights are copies, unless the owner asks for `share_storage`: then
+the model's own parameters become views into them, so that a served model holds its weights once.
+Packed weights are a second copy by design (the model keeps its own for the nn.Module path), which
+the memory plan counts. `ModelRunner.is_current()` says whether the model's
 parameters and buffers are still the ones it was made from (keyed on each tensor's storage and
 version counter), so an owner that trains between searches remakes it rather than decoding with
 stale weights.
@@ -47,22 +48,42 @@ from nmt_serve.network.transformer import Transformer
 QUANTIZATIONS = ("none", "int8")
 
 
-class FloatLinear:
-    """y = x W^T + b. With `transposed` (W^T stored contiguous, (C_in, C_out)) the product is `x @ W^T`,
-    which on CPU runs 1.4-1.7x faster at batch 1 than F.linear's product with the (C_out, C_in) layout
-    (measured on the shipped model, every Linear: BENCHMARKS.md); `weight` is then a view of it."""
+def onednn_runs(weight: torch.Tensor) -> bool:
+    """Whether a Linear with this weight runs through oneDNN: on the CPU, in float32 or bfloat16 (the
+    CPU's bfloat16 support permitting). float16 has no fast oneDNN path on most CPUs; CUDA has cuBLAS."""
+    if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    if weight.dtype == torch.float32:
+        return True
+    return weight.dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, transposed: torch.Tensor | None = None):
-        self.weight, self.bias, self.transposed = weight, bias, transposed
+
+# oneDNN picks the packed layout for a number of rows; from 4 on the choice is the same (measured on the
+# OPUS-MT shape's layers, 1-128 rows), and a layout packed for 1 row is slower for every other count
+PACK_ROWS = 4
+
+
+class FloatLinear:
+    """y = x W^T + b, W (C_out, C_in).
+
+    On the CPU (onednn_runs) the product is oneDNN's, not ATen's BLAS call: on a 2-core AMD EPYC, MKL's
+    sgemm ran the OPUS-MT shape's output layer (58,101 x 512) 2.5x slower at 1 row and gained nothing
+    from a second thread, where oneDNN scales (BENCHMARKS.md). `packed`: the weight is copied once into
+    oneDNN's blocked layout for this CPU (prepacked), which runs 1.5-3x faster again from 2 rows on; it
+    costs a second copy of the weight, so the memory plan decides (the model keeps its own for the
+    nn.Module path). Without it oneDNN reads the (C_out, C_in) weight as it is."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, packed: bool = False):
+        self.out_features = weight.size(0)
+        self.bias = bias
+        self.onednn = onednn_runs(weight)
+        # a packed weight replaces the plain one: a fused weight's plain copy is then dropped
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if packed and self.onednn else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.transposed is None:
-            return F.linear(x, self.weight, self.bias)
-        if self.bias is None:
-            return x @ self.transposed
-        if x.dim() == 2:
-            return torch.addmm(self.bias, x, self.transposed)
-        return torch.matmul(x, self.transposed).add_(self.bias)
+        if self.onednn:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
 
 
 # Below this many multiply-adds per call (rows x weight size), a Linear of the int8 engine runs in float32:
@@ -99,14 +120,6 @@ class Int8Linear:
 
 
 Linear = FloatLinear | Int8Linear
-OUTPUT_COPY_MAX_BYTES = 64 * 2**20  # a tied output layer gets a transposed copy of its own up to this size (CPU)
-
-
-def output_copy_bytes(config, itemsize: int) -> int:
-    """What the CPU runner adds beside the model's weights: the transposed copy of a tied output layer,
-    when it is small enough to have one (the memory plan counts it)."""
-    size = config.tgt_vocab_size * config.d_model * itemsize
-    return size if config.tie_output and size <= OUTPUT_COPY_MAX_BYTES else 0
 
 
 @dataclass
@@ -158,9 +171,12 @@ class ModelRunner:
     # plain tensors even when built under inference_mode, so that they may be used outside it too
     @torch.inference_mode(False)
     @torch.no_grad()
-    def __init__(self, model: Transformer, quantization: str = "none", *, share_storage: bool = False):
+    def __init__(self, model: Transformer, quantization: str = "none", *, share_storage: bool = False,
+                 packed_weights: bool = True):
         """share_storage: the model's fused parameters become views of the runner's tensors (no copy;
-        the values are unchanged, so the model computes what it did)."""
+        the values are unchanged, so the model computes what it did). packed_weights: on the CPU, every
+        float Linear weight also gets oneDNN's packed copy (FloatLinear), faster and held beside the
+        model's own."""
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
         if quantization == "int8" and model.output_proj.weight.device.type != "cpu":
@@ -173,8 +189,8 @@ class ModelRunner:
         self.n_heads, self.head_dim, self.d_model = cfg.n_heads, cfg.head_dim, cfg.d_model
         self.pre_norm = cfg.norm_placement == "pre"
         self.activation = model.decoder_layers[0].ffn.activation
-        # on CPU the weights are laid out transposed (FloatLinear); int8 keeps its float weights as they are
-        transpose = quantization == "none" and self.device.type == "cpu"
+        pack = packed_weights and quantization == "none" and onednn_runs(model.output_proj.weight)
+        self.packed_weights = pack
 
         def of(*modules: nn.Linear, bias: torch.Tensor | None = None) -> Linear:
             """One Linear computing several that read the same input, outputs side by side; `bias`: the
@@ -183,26 +199,17 @@ class ModelRunner:
                 bias = torch.cat([m.bias for m in modules])
             elif bias is None:
                 bias = modules[0].bias
-            if quantization == "int8":
-                weight = modules[0].weight if len(modules) == 1 else torch.cat([m.weight for m in modules])  # one: no copy
-                return Int8Linear(weight, bias)
-            if not transpose and len(modules) == 1:  # no copy
-                return FloatLinear(modules[0].weight, bias)
-            # the one copy: (C_in, sum of C_out), or (sum of C_out, C_in) where not transposed
-            if transpose:
-                stored = torch.cat([m.weight.t() for m in modules], dim=1).contiguous()
-                weight = stored.t()
-            else:
-                stored = weight = torch.cat([m.weight for m in modules])
-            if share_storage:  # the model's parameters become views of the copy: the weights are held once
+            weight = modules[0].weight if len(modules) == 1 else torch.cat([m.weight for m in modules])  # one: no copy
+            if share_storage and len(modules) > 1 and not pack:
+                # the model's parameters become views of the fused copy: the weights are held once
                 start = 0
                 for m in modules:
                     rows = m.weight.size(0)
-                    m.weight.data = weight[start:start + rows]
-                    if len(modules) > 1:
-                        m.bias.data = bias[start:start + rows]
+                    m.weight.data, m.bias.data = weight[start:start + rows], bias[start:start + rows]
                     start += rows
-            return FloatLinear(weight, bias, transposed=stored if transpose else None)
+            if quantization == "int8":
+                return Int8Linear(weight, bias)
+            return FloatLinear(weight, bias, packed=pack)
 
         def ffn(layer) -> FeedForwardWeights:
             return FeedForwardWeights(of(layer.ffn.fc1), of(layer.ffn.fc2), Norm.of(layer.ffn_block.norm))
@@ -238,14 +245,7 @@ class ModelRunner:
         # keys and values of every decoder layer's cross-attention from one matmul: (n_layers * 2C, C)
         self.cross_kv = of(*[m for layer in model.decoder_layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)])
         self.decoder_norm = Norm.of(model.decoder_norm)
-        weight = model.output_proj.weight
-        if transpose and weight is model.tgt_embed.weight:
-            # tied: the embedding's lookups need its rows, so the transposed layout is a copy of its own,
-            # made only while small (OUTPUT_COPY_MAX_BYTES: the shipped models' 8 MiB, never NLLB's 1 GiB)
-            copy = weight.t().contiguous() if output_copy_bytes(cfg, weight.element_size()) else None
-            self.output = FloatLinear(weight, model.logits_bias, transposed=copy)
-        else:
-            self.output = of(model.output_proj, bias=model.logits_bias)
+        self.output = of(model.output_proj, bias=model.logits_bias)
         self.key = weights_key(model)  # after share_storage re-pointed the model's tensors
 
     def is_current(self) -> bool:

@@ -84,7 +84,7 @@ def _unique_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     out = {}
     for name, tensor in model.state_dict().items():
         if names[name] == name:
-            tensor = tensor.detach().cpu().contiguous()  # a transposed view (model_runner.py) becomes a copy here
+            tensor = tensor.detach().cpu().contiguous()
             shares = tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size()
             out[name] = tensor.clone() if shares else tensor
     return out

@@ -14,18 +14,29 @@ NLLB_600M = ModelConfig(src_vocab_size=256206, tgt_vocab_size=256206, d_model=10
                         n_decoder_layers=12, max_positions=1024, share_embeddings=True, tie_output=True)
 
 
+def runner_linears(runner) -> list:
+    layers = [*runner.encoder_layers, *runner.decoder_layers]
+    found = [runner.cross_kv, runner.output]
+    for layer in layers:
+        found += [v for v in vars(layer).values() if hasattr(v, "out_features")]
+        found += [layer.ffn.fc1, layer.ffn.fc2]
+    return found
+
+
 def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint):
-    translator = Translator.load(tiny_checkpoint, device="cpu")
-    needs = ModelNeeds("de-en", translator.config, "float32", max_length=64)
-    storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in translator.model.parameters()}
-    # and beside them, the runner's transposed copy of the (tied, small) output layer
-    copy = translator.runner.output.transposed
-    assert copy is not None and copy.data_ptr() != translator.model.output_proj.weight.data_ptr()
-    assert needs.weights_bytes() == sum(storages.values()) + copy.numel() * copy.element_size()
-    decoder = StaticDecoder(translator.runner, max_rows=12, max_length=64)
+    plain = Translator.load(tiny_checkpoint, device="cpu", packed_weights=False)
+    needs = ModelNeeds("de-en", plain.config, "float32", max_length=64)
+    storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in plain.model.parameters()}
+    assert needs.weights_bytes() == sum(storages.values())  # held once
+    packed = Translator.load(tiny_checkpoint, device="cpu")
+    copies = [linear.weight for linear in runner_linears(packed.runner)]
+    assert all(w.is_mkldnn for w in copies)
+    packed_needs = ModelNeeds("de-en", packed.config, "float32", max_length=64, packed_weights=True)
+    assert packed_needs.weights_bytes() == sum(storages.values()) + sum(w.numel() * w.element_size() for w in copies)
+    decoder = StaticDecoder(plain.runner, max_rows=12, max_length=64)
     kv = sum(t.numel() * t.element_size() for t in (decoder.self_kv, decoder.cross_kv))
     assert needs.row_bytes() * 12 == kv
-    half = ModelNeeds("de-en", translator.config, "float16", max_length=64, device="cuda")
+    half = ModelNeeds("de-en", plain.config, "float16", max_length=64, device="cuda")
     assert half.row_bytes() * 2 == needs.row_bytes() and half.weights_bytes() * 2 == sum(storages.values())
 
 
@@ -71,6 +82,13 @@ def test_the_engine_runs_the_planned_sentences_and_reports_the_plan(models_dir):
     chosen = choose(models_dir)
     memory = plan_memory(chosen, "cpu", None, budget_gb=0, max_batch_sentences=8, max_batch_tokens=512)
     assert memory.sentences == 8 and set(memory.models) == {"de-en", "en-de"}
+    assert all(m["packed_weights"] for m in memory.models.values())  # a roomy budget: packed
+    # a budget that packed copies would cut short of the sentences asked for: plain weights, every sentence
+    needs = [ModelNeeds(m, info.config, "float32", beams=(1, 4), max_length=min(256, info.config.max_positions)) for m, info in chosen.values()]
+    fixed = sum(n.weights_bytes() for n in needs) + max(n.join_bytes(512) for n in needs)
+    room = fixed + 8 * sum(n.sentence_bytes() for n in needs) + 1024
+    tight = plan_memory(chosen, "cpu", None, budget_gb=room / GIB, max_batch_sentences=8, max_batch_tokens=512)
+    assert tight.sentences == 8 and not any(m["packed_weights"] for m in tight.models.values())
     with pytest.raises(DoesNotFit):
         plan_memory(chosen, "cpu", None, budget_gb=0.0001)
     translator = Translator.load(models_dir / "de-en", device="cpu")

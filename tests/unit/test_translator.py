@@ -121,7 +121,7 @@ def test_float16_checkpoint_loads(tmp_path, tiny_checkpoint):
 
 
 def test_a_served_model_holds_its_weights_once_and_still_saves(tmp_path, tiny_checkpoint):
-    t = Translator.load(tiny_checkpoint, device="cpu")
+    t = Translator.load(tiny_checkpoint, device="cpu", packed_weights=False)
     before = t.translate(SENTENCES, beam_size=2, max_length=8, return_scores=True)
     layer = t.model.decoder_layers[0].self_attn
     fused = t.runner.decoder_layers[0].self_qkv.weight
@@ -135,6 +135,23 @@ def test_a_served_model_holds_its_weights_once_and_still_saves(tmp_path, tiny_ch
     copy = save_checkpoint(tmp_path / "copy", t.model, t.info, {"spm.model": tiny_checkpoint / "spm.model"})
     after = Translator.load(copy, device="cpu").translate(SENTENCES, beam_size=2, max_length=8, return_scores=True)
     assert [(r.text, r.hypotheses[0].score) for r in before] == [(r.text, r.hypotheses[0].score) for r in after]
+
+
+def test_packed_weights_translate_as_the_plain_ones_and_leave_the_model_its_own(tiny_checkpoint):
+    plain = Translator.load(tiny_checkpoint, device="cpu", packed_weights=False)
+    packed = Translator.load(tiny_checkpoint, device="cpu")
+    assert packed.runner.packed_weights and not plain.runner.packed_weights
+    assert packed.runner.output.weight.is_mkldnn and not plain.runner.output.weight.is_mkldnn
+    for beam in (1, 2):
+        a = plain.translate(SENTENCES, beam_size=beam, max_length=8, return_scores=True)
+        b = packed.translate(SENTENCES, beam_size=beam, max_length=8, return_scores=True)
+        assert [r.text for r in a] == [r.text for r in b]
+        assert [r.hypotheses[0].score for r in a] == pytest.approx([r.hypotheses[0].score for r in b], abs=1e-4)
+    # the model's parameters stay plain tensors of their own: the nn.Module path (attention maps) reads them
+    layer = packed.model.decoder_layers[0].self_attn
+    assert not layer.q_proj.weight.is_mkldnn and layer.q_proj.weight.is_contiguous()
+    [result] = packed.translate(SENTENCES[:1], beam_size=2, max_length=8, return_attention=True)
+    assert result.attention.cross.shape[0] == packed.config.n_decoder_layers
 
 
 def broken_copy(tmp_path, tiny_checkpoint) -> Path:
