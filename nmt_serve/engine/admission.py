@@ -10,6 +10,11 @@ own, would finish at that rate within `margin` of its deadline; otherwise it get
 Retry-After of when the work ahead of it should have drained. A request that finds nothing ahead of
 it is always admitted (its own deadline still bounds it). So admitted work completes, and a flood
 gets fast refusals while the engine keeps delivering at its capacity.
+
+Background work (a job's chunks, protocol.BACKGROUND) yields to interactive calls in the engine's
+queue, so it is not counted ahead of them: an interactive call's wait is predicted from the interactive
+work admitted, a background call's from all of it. `pending` (what the status reports, and the API
+refuses early by) is the interactive work.
 """
 from __future__ import annotations
 
@@ -28,7 +33,8 @@ class Admission:
         self.rate = max(rate, 1e-6)
         self.margin = margin
         self.output_ratio = OUTPUT_RATIO
-        self.pending = 0.0  # units admitted and not finished
+        self.pending = 0.0  # interactive units admitted and not finished
+        self.background = 0.0  # background units admitted and not finished
         self.admitted_units = 0.0
         self.refused_units = 0.0
         # the engine process admits on its I/O thread and releases and learns on its main thread
@@ -44,26 +50,28 @@ class Admission:
         source = sum(token_counts)
         return self.units(len(token_counts), source, self.output_ratio * source, beam_size)
 
-    def predicted_wait(self, cost: float) -> float:
-        return (self.pending + cost) / self.rate
-
-    def admit(self, cost: float, timeout: float) -> float | None:
+    def admit(self, cost: float, timeout: float, background: bool = False) -> float | None:
         """Admit `cost` units (returns None) or refuse them: returns the seconds after which a retry
         should find room (the Retry-After)."""
         with self.lock:
-            if self.pending > 0 and self.predicted_wait(cost) > self.margin * timeout:
+            ahead = self.pending + (self.background if background else 0.0)
+            if ahead > 0 and (ahead + cost) / self.rate > self.margin * timeout:
                 self.refused_units += cost
-                return max(1.0, math.ceil(self.pending / self.rate))
-            self.pending += cost
+                return max(1.0, math.ceil(ahead / self.rate))
+            if background:
+                self.background += cost
+            else:
+                self.pending += cost
             self.admitted_units += cost
             return None
 
-    def release(self, cost: float) -> None:
+    def release(self, cost: float, background: bool = False) -> None:
         """The work of an admitted request is over (done, failed or dropped)."""
         with self.lock:
-            self.pending -= cost
-            if self.pending < 1e-6:  # float sums of costs do not cancel exactly
-                self.pending = 0.0
+            if background:
+                self.background = self.background - cost if self.background - cost >= 1e-6 else 0.0
+            else:  # float sums of costs do not cancel exactly
+                self.pending = self.pending - cost if self.pending - cost >= 1e-6 else 0.0
 
     def observe(self, texts: int, source_tokens: int, output_tokens: int, beam_size: int, seconds: float) -> None:
         """A batch ran: learn the engine's rate and the output/source length ratio."""

@@ -15,6 +15,9 @@ The process around it (process.py) moves messages; the tests drive it directly.
 - A call past its deadline, or cancelled by its caller, leaves (queued or running) and frees its
   admitted work.
 - Attention maps are computed between steps.
+- A background call (a job's chunk, protocol.BACKGROUND) waits in a queue of its own: its sentences join
+  only while no interactive sentence waits, and hold at most `background_share` of a search's rows, so
+  interactive calls join at the next step boundary whatever a job has queued.
 - On CPU the running sentences are spread over `lanes` searches per (model, beam size), whose steps
   run at the same time on a pool of threads, each with `threads` torch threads of its own (one by
   default): independent single-threaded decode loops, as CTranslate2's inter_threads, rather than one
@@ -41,6 +44,7 @@ from nmt_serve.engine.memory_plan import MemoryPlan
 from nmt_serve.engine.protocol import (
     EXPIRED,
     FAILED,
+    INTERACTIVE,
     INVALID,
     OUT_OF_MEMORY,
     REFUSED,
@@ -56,7 +60,9 @@ from nmt_serve.inference.attention import attention_backend
 from nmt_serve.inference.continuous import ContinuousSearch, Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
 from nmt_serve.inference.device_search import DeviceSearch
+from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.search import (
+    CONSTRAINED_MIN_BEAM,
     EMPTY,
     SearchHypothesis,
     SearchOptions,
@@ -90,6 +96,7 @@ class EngineConfig:
     admission: bool = True
     admission_margin: float = 0.8
     retry_after_s: int = 1
+    background_share: float = 0.25  # of a search's running sentences, at most this share (at least one) background ones
 
 
 @dataclass
@@ -97,16 +104,19 @@ class _Call:
     message: Translate
     results: list[list[EngineHypothesis] | None]  # per text, its n-best
     left: int  # sentences not finished
-    reservation: tuple[float, int]  # admitted work units and sentences, released when the call leaves
+    reservation: tuple[float, int, bool]  # admitted work units, sentences and whether background, released when the call leaves
     source_tokens: list[int]  # per text, eos excluded (0 for empty texts)
     max_lengths: list[int] = field(default_factory=list)  # per text, tokens it may generate (eos included)
     groups: set = field(default_factory=set)  # the keys of the groups its sentences run in
+    unmet: set = field(default_factory=set)  # texts whose terms did not fit: translated again without them
+    sources: list = field(default_factory=list)  # per text its encoder ids (None: empty)
 
 
 @dataclass
 class _Group:
     search: ContinuousSearch | ContinuousDeviceSearch
     waiting: deque = field(default_factory=deque)  # (call id, index, Sentence)
+    background: deque = field(default_factory=deque)  # the same, of background calls: they join after `waiting`
 
     def room(self, max_sentences: int) -> int:
         return min(max_sentences - len(self.search), self.search.room())
@@ -215,7 +225,7 @@ class EngineCore:
         return {name: sum(p[name] for p in parts) for name in parts[0]} if parts else None
 
     def status(self) -> EngineStatus:
-        waiting = sum(len(g.waiting) for g in self.groups.values())
+        waiting = sum(len(g.waiting) + len(g.background) for g in self.groups.values())
         running = sum(len(g.search) for g in self.groups.values())
         stats = dict(self.stats, waiting_sentences=waiting, running_sentences=running, calls_in_flight=len(self.calls),
                      pending_units=self.admission.pending, rate_units_per_second=self.admission.rate,
@@ -244,7 +254,7 @@ class EngineCore:
     @property
     def busy(self) -> bool:
         """Work is running or waiting: the caller should not block waiting for messages."""
-        return any(len(g.search) or g.waiting for g in self.groups.values())
+        return any(len(g.search) or g.waiting or g.background for g in self.groups.values())
 
     # ------------------------------------------------------------------ calls
     def screen(self, message: Any) -> list[Reply] | None:
@@ -276,7 +286,7 @@ class EngineCore:
                 return [Reply(message.id, error=REFUSED, message="the queue is full", retry_after=self.config.retry_after_s)]
             if self.config.admission and counts:
                 cost = self.admission.cost(counts, options.beam_size)
-                retry_after = self.admission.admit(cost, timeout)
+                retry_after = self.admission.admit(cost, timeout, background=message.priority != INTERACTIVE)
                 if retry_after is not None:
                     self.stats["refused_units"] += cost
                     self.stats["refused_calls"] += 1
@@ -287,10 +297,10 @@ class EngineCore:
         self._reserved[message.id] = (cost, len(counts), sources)
         return None
 
-    def _release(self, reservation: tuple[float, int]) -> None:
-        cost, sentences = reservation
+    def _release(self, reservation: tuple[float, int, bool]) -> None:
+        cost, sentences, background = reservation
         with self.admission.lock:
-            self.admission.release(cost)
+            self.admission.release(cost, background)
             self._queued_sentences -= sentences
 
     def handle(self, message: Any) -> list[Reply]:
@@ -301,7 +311,7 @@ class EngineCore:
                 if message.id not in self._reserved and (settled := self.screen(message)) is not None:
                     return settled
                 cost, count, sources = self._reserved.pop(message.id)
-                return self._translate(message, (cost, count), sources)
+                return self._translate(message, (cost, count, message.priority != INTERACTIVE), sources)
             finally:
                 self.stats["call_seconds"] += time.perf_counter() - started
         if isinstance(message, Cancel):
@@ -310,7 +320,7 @@ class EngineCore:
             return [self._attention(message)]
         raise TypeError(f"unknown message {type(message).__name__}")
 
-    def _translate(self, call: Translate, reservation: tuple[float, int], sources: list[list[int] | None]) -> list[Reply]:
+    def _translate(self, call: Translate, reservation: tuple[float, int, bool], sources: list[list[int] | None]) -> list[Reply]:
         """The screened call's sentences (their encoder ids, None for an empty text) join their groups' queues."""
         translator = self.models[call.model]
         options = call.options
@@ -320,20 +330,35 @@ class EngineCore:
         if not todo:
             self._release(reservation)
             return [Reply(call.id, value=results)]
-        state = _Call(call, results, len(todo), reservation, [len(s) - 1 if s else 0 for s in sources])
+        state = _Call(call, results, len(todo), reservation, [len(s) - 1 if s else 0 for s in sources], sources=sources)
         self.calls[call.id] = state
         search_options = SearchOptions(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses,
                                        max_length=options.max_length, length_penalty=options.length_penalty)
+        lexical = self._lexical(translator, call, len(sources))
         limits = self._length_limits(translator, [sources[i] for i in todo], search_options)
         state.max_lengths = [0] * len(sources)
         for i, limit in zip(todo, limits):
             state.max_lengths[i] = limit
             sentence = Sentence((call.id, i), sources[i], limit, options.length_penalty, options.num_hypotheses,
-                                tuple(call.target_prefix))
-            key, group = self._group_for(call.model, options.beam_size, sentence)
+                                tuple(call.target_prefix), lexical[i])
+            # dynamic beam allocation needs beams, so a greedy call's constrained sentences run beam search
+            beam = max(options.beam_size, CONSTRAINED_MIN_BEAM) if lexical[i] else options.beam_size
+            key, group = self._group_for(call.model, beam, sentence)
             state.groups.add(key)
-            group.waiting.append((call.id, i, sentence))
+            (group.background if call.priority != INTERACTIVE else group.waiting).append((call.id, i, sentence))
         return []
+
+    @staticmethod
+    def _lexical(translator: Translator, call: Translate, n: int) -> list[LexicalConstraints | None]:
+        """Per source, its terms and the call's avoided terms as target token ids (None: free)."""
+        encode = translator.tgt_tokenizer.encode
+        avoid = tuple(ids for ids in (tuple(encode(t)) for t in call.avoid) if ids)
+        terms = call.terms or [[] for _ in range(n)]
+        out: list[LexicalConstraints | None] = []
+        for text_terms in terms:
+            include = tuple(dict.fromkeys(ids for ids in (tuple(encode(t)) for t in text_terms) if ids))
+            out.append(LexicalConstraints(include, avoid) if include or avoid else None)
+        return out
 
     # ------------------------------------------------------------------ searches
     def _group_for(self, model_id: str, beam: int, sentence: Sentence) -> tuple[tuple, _Group]:
@@ -341,7 +366,8 @@ class EngineCore:
         sentence fits it, else the eager search; made on first use."""
         translator = self.models[model_id]
         kind = "eager"
-        if translator.uses_static_decoder and self._decoder_fits(model_id, beam):
+        # lexical constraints are bookkeeping on the host: their sentences run in the eager search
+        if translator.uses_static_decoder and sentence.constraints is None and self._decoder_fits(model_id, beam):
             device = self.groups.get((model_id, beam, "device", 0))
             search = device.search if device is not None else self._new_search(model_id, beam, "device")
             if search.fits(sentence):
@@ -354,7 +380,7 @@ class EngineCore:
                 self.groups[(model_id, beam, kind, lane)] = _Group(self._new_search(model_id, beam, kind))
         # the lane with the least work, running and waiting
         key = min(((model_id, beam, kind, lane) for lane in range(lanes)),
-                  key=lambda k: len(self.groups[k].search) + len(self.groups[k].waiting))
+                  key=lambda k: len(self.groups[k].search) + len(self.groups[k].waiting) + len(self.groups[k].background))
         return key, self.groups[key]
 
     def _decoder_fits(self, model_id: str, beam: int) -> bool:
@@ -452,6 +478,7 @@ class EngineCore:
             group = self.groups.get(key)
             if group is not None:
                 group.waiting = deque(w for w in group.waiting if w[0] != call_id)
+                group.background = deque(w for w in group.background if w[0] != call_id)
                 group.search.cancel({(call_id, i) for i in range(len(state.results))})
         return [reply] if reply is not None else []
 
@@ -530,10 +557,12 @@ class EngineCore:
         return replies
 
     def _joining(self, group: _Group) -> list[Sentence]:
-        """The waiting sentences that join the group's batch at this step (taken off its queue): as many
-        as it has room for, up to max_batch_tokens source tokens, one call at a time without batching."""
+        """The waiting sentences that join the group's batch at this step (taken off its queues): as many
+        as it has room for, up to max_batch_tokens source tokens, one call at a time without batching;
+        interactive ones first, then background ones while no interactive sentence waits anywhere, up to
+        their share of the rows."""
         search, cfg = group.search, self.config
-        if not group.waiting:
+        if not group.waiting and not group.background:
             return []
         if not cfg.batching and len(search):  # one call at a time
             return []
@@ -541,20 +570,35 @@ class EngineCore:
             return []
         # max_batch_sentences is per model and beam size: the lanes share it (and the memory plan with it)
         lanes = cfg.lanes if isinstance(group.search, ContinuousSearch) else 1
-        room = group.room(-(-cfg.max_batch_sentences // lanes))
+        most = -(-cfg.max_batch_sentences // lanes)
+        room = group.room(most)
         joining: list[Sentence] = []
-        tokens = 0
-        first_call = group.waiting[0][0]
-        while group.waiting and len(joining) < room:
-            call_id, _, sentence = group.waiting[0]
+        self._take(group.waiting, room, joining)
+        if group.background and len(joining) < room and not any(g.waiting for g in self.groups.values()):
+            running = sum(1 for key in search.keys() if self._is_background(key[0]))
+            share = max(1, int(cfg.background_share * most)) - running
+            self._take(group.background, min(room, len(joining) + share), joining)
+        return joining
+
+    def _is_background(self, call_id) -> bool:
+        state = self.calls.get(call_id)
+        return state is not None and state.message.priority != INTERACTIVE
+
+    def _take(self, queue: deque, limit: int, joining: list[Sentence]) -> None:
+        """Move sentences from the front of `queue` into `joining` while it holds fewer than `limit`,
+        up to max_batch_tokens source tokens, one call at a time without batching."""
+        cfg = self.config
+        tokens = sum(len(s.src) for s in joining)
+        first_call = joining[0].key[0] if joining else (queue[0][0] if queue else None)
+        while queue and len(joining) < limit:
+            call_id, _, sentence = queue[0]
             if joining and tokens + len(sentence.src) > cfg.max_batch_tokens:
                 break
             if not cfg.batching and call_id != first_call:
                 break
-            group.waiting.popleft()
+            queue.popleft()
             joining.append(sentence)
             tokens += len(sentence.src)
-        return joining
 
     def _join_one_by_one(self, group: _Group, joining: list[Sentence], exc: Exception) -> list[Reply]:
         """A join failed: find the sentence that breaks it, fail its call, let the others join."""
@@ -585,7 +629,7 @@ class EngineCore:
             replies = []
             for call_id in dict.fromkeys(k[0] for k in search.keys()):
                 replies += self._fail(call_id, kind, str(error))
-            self.groups[key] = _Group(self._new_search(*key[:3]), group.waiting)
+            self.groups[key] = _Group(self._new_search(*key[:3]), group.waiting, group.background)
             return replies
         finished = time.perf_counter()
         s = self.stats
@@ -602,7 +646,11 @@ class EngineCore:
             translator = self.models[state.message.model]
             options = state.message.options
             forced = len(state.message.target_prefix)
-            state.results[index] = [self._translation(translator, h, options, state.max_lengths[index], forced) for h in hyps]
+            if hyps[0].unmet:  # no hypothesis holds every term: the free translation instead, flagged
+                self._translate_free(key, state, call_id, index)
+                continue
+            state.results[index] = [self._translation(translator, h, options, state.max_lengths[index], forced,
+                                                      unmet=index in state.unmet) for h in hyps]
             state.left -= 1
             n_src = state.source_tokens[index]
             n_out = len(hyps[0].tokens) + 1
@@ -619,14 +667,24 @@ class EngineCore:
         s["result_seconds"] += time.perf_counter() - finished
         return replies
 
+    def _translate_free(self, key: tuple, state: _Call, call_id: str, index: int) -> None:
+        """A text whose terms did not fit joins its group's queue again, with the call's avoided terms only."""
+        call = state.message
+        state.unmet.add(index)
+        [lexical] = self._lexical(self.models[call.model], replace(call, terms=None), 1)
+        sentence = Sentence((call_id, index), state.sources[index], state.max_lengths[index], call.options.length_penalty,
+                            call.options.num_hypotheses, tuple(call.target_prefix), lexical)
+        self.groups[key].waiting.appendleft((call_id, index, sentence))
+
     @staticmethod
     def _translation(translator: Translator, h: SearchHypothesis, options: DecodeOptions, max_length: int,
-                     forced: int = 0) -> EngineHypothesis:
+                     forced: int = 0, unmet: bool = False) -> EngineHypothesis:
         """forced: the call's target prefix at the start of h's tokens, which is not the translation's."""
         scores = options.return_scores
         # the search forces eos at max_length, so a hypothesis that used every position was cut there
         return EngineHypothesis(translator.tgt_tokenizer.decode(h.tokens[forced:]), h.score if scores else None,
-                                h.normalized_score if scores else None, len(h.tokens) - forced, len(h.tokens) + 1 >= max_length)
+                                h.normalized_score if scores else None, len(h.tokens) - forced, len(h.tokens) + 1 >= max_length,
+                                unmet)
 
     def _count(self, seconds: float, units: float, source: int, output: int) -> None:
         """Engine time and finished work, folded into the admission rate every RATE_WINDOW_S."""

@@ -21,6 +21,12 @@ INVALID = "invalid"  # the input cannot be translated as asked (400)
 FAILED = "failed"  # anything else (500)
 SHUTTING_DOWN = "shutting_down"  # the engine stops (503)
 
+# Translate.priority: a background call (a job's chunk) waits while interactive sentences wait, takes at
+# most a bounded share of the running rows (EngineConfig.background_share), and its admitted work is not
+# counted ahead of interactive calls (admission.py)
+INTERACTIVE = 0
+BACKGROUND = 1
+
 
 @dataclass(frozen=True)
 class DecodeOptions:
@@ -42,6 +48,7 @@ class EngineHypothesis:
     normalized_score: float | None = None  # score / length ** length_penalty (return_scores)
     tokens: int = 0  # generated tokens, eos excluded
     truncated: bool = False  # stopped by max_length, not by the model's eos
+    constraint_unmet: bool = False  # its terms did not all fit within max_length: this is the free translation
 
 
 @dataclass
@@ -54,6 +61,12 @@ class Translate:
     deadline: float  # time.monotonic() (system-wide on Linux): after it nobody waits for the result
     target_prefix: list[int] = field(default_factory=list)  # ids every translation starts with (a fairseq-family
     # model's target language code: input_processor.py), not part of the text returned
+    priority: int = INTERACTIVE  # or BACKGROUND
+    # terminology: per source, the target terms its translation must contain (a glossary's entries whose source term
+    # it holds), and for every source the terms none may contain; the engine tokenizes them with the target side's
+    # tokenizer. A source with terms is translated by constrained beam search (lexical_constraints.py).
+    terms: list[list[str]] | None = None
+    avoid: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -26,6 +26,7 @@ import zmq.asyncio
 
 from nmt_serve.engine.protocol import (
     EXPIRED,
+    INTERACTIVE,
     INVALID,
     OUT_OF_MEMORY,
     REFUSED,
@@ -218,9 +219,11 @@ class EngineClient:
         return None
 
     async def translate(self, model_id: str, sources: list[list[int]], options: DecodeOptions, timeout: float,
-                        target_prefix: list[int] | None = None) -> list[list[EngineHypothesis]]:
-        """Per text (its source ids, eos excluded), its n-best translations (best first)."""
-        call = Translate(self.connection.new_id(), model_id, sources, options, time.monotonic() + timeout, target_prefix or [])
+                        target_prefix: list[int] | None = None, priority: int = INTERACTIVE) -> list[list[EngineHypothesis]]:
+        """Per text (its source ids, eos excluded), its n-best translations (best first); priority
+        BACKGROUND for a job's chunk (it yields to interactive calls in the engine)."""
+        call = Translate(self.connection.new_id(), model_id, sources, options, time.monotonic() + timeout, target_prefix or [],
+                         priority=priority)
         return self._value(await self._call(call), timeout)
 
     async def attention(self, model_id: str, timeout: float, **fields) -> dict:

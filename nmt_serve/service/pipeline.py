@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from fastapi import Request
 
-from nmt_serve.engine.protocol import DecodeOptions, EngineHypothesis
+from nmt_serve.engine.protocol import BACKGROUND, INTERACTIVE, DecodeOptions, EngineHypothesis
 from nmt_serve.service.deadlines import request_timeout, with_deadline
 from nmt_serve.service.directions import ServedDirection
 from nmt_serve.service.errors import bad_request
@@ -133,16 +133,20 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
     return prepared, batches, sentence_texts
 
 
-async def translate_texts(state: ServiceState, request: Request, *, source: str, target: str, texts: list[str],
+async def translate_texts(state: ServiceState, request: Request | None, *, source: str, target: str, texts: list[str],
                           options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True) -> list[TextResult]:
-    """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError."""
+    """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError.
+    Without a request it is a job's chunk (jobs_runner.py): background priority in the engine, the
+    chunk deadline, the job's own limits (checked when it was submitted)."""
     engine = state.require_ready()
     source, target = state.language(source), state.language(target)
-    timeout = request_timeout(state, request)
-    if state.settings.admission and (refusal := engine.refusal(timeout, state.settings.admission_margin)):
-        state.metrics.refused_early.inc()
-        raise refusal
-    state.limits.check_texts(texts, param)
+    priority = INTERACTIVE if request is not None else BACKGROUND
+    timeout = request_timeout(state, request) if request is not None else state.settings.job_chunk_timeout_s
+    if request is not None:
+        if state.settings.admission and (refusal := engine.refusal(timeout, state.settings.admission_margin)):
+            state.metrics.refused_early.inc()
+            raise refusal
+        state.limits.check_texts(texts, param)
     prepare = lambda: _prepare(state, source, target, texts, param, format, split_sentences)  # noqa: E731
     # cutting, parsing and tokenizing a long text takes tens of milliseconds (a 20,000-character page:
     # ~80 ms): on a thread, so that health probes and other requests are answered meanwhile
@@ -155,11 +159,14 @@ async def translate_texts(state: ServiceState, request: Request, *, source: str,
         scored = replace(options, return_scores=True)
         served = {t.model.id: t.model for t in prepared if t.model is not None}
         results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout,
-                                                                        served[m].target_prefix) for m in ids))))
+                                                                        served[m].target_prefix, priority) for m in ids))))
         alignments = await _align(state, engine, prepared, batches, sentence_texts, results, timeout)
         return results, alignments
 
-    results, alignments = await with_deadline(state, request, timeout, run())
+    if request is not None:
+        results, alignments = await with_deadline(state, request, timeout, run())
+    else:
+        results, alignments = await run()  # the engine drops a chunk past its deadline (504)
     return [_assemble(state, t, results[t.model.id], sentence_texts[t.model.id], batches[t.model.id], alignments, options)
             if t.model is not None else _as_is(t, options) for t in prepared]
 

@@ -64,6 +64,19 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_000_000, ge=1, description="request bodies larger than this get 413")
     graceful_shutdown_s: float = Field(30.0, ge=0, description="on SIGTERM, how long in-flight requests may take to finish")
 
+    # jobs (POST /v1/jobs): many texts translated in the background, with progress, surviving restarts
+    jobs_dir: str = Field("", description="directory where jobs and their results are kept, shared by the API workers "
+                                          "(empty: nmt-serve-jobs-<uid> in the system's temporary directory)")
+    max_job_texts: int = Field(100_000, ge=1, description="texts in one job at most; beyond it 413")
+    max_job_bytes: int = Field(16_000_000, ge=1, description="request body of POST /v1/jobs at most (bytes); beyond it 413")
+    job_chunk_texts: int = Field(64, ge=1, description="texts a job sends to the engine per call (a chunk's results are "
+                                                       "written to the job directory before the chunk counts as done)")
+    job_chunk_timeout_s: float = Field(300.0, gt=0, description="deadline of one chunk in the engine; past it the chunk is sent again")
+    job_ttl_s: float = Field(86400.0, gt=0, description="a finished, failed or cancelled job is removed this long after it ended")
+    background_share: float = Field(0.25, gt=0, le=1, description="share of the running sentences per model and beam size "
+                                                                  "that jobs may hold (at least one); jobs join only while no "
+                                                                  "interactive sentence waits")
+
     # access control
     api_keys: str = Field("", description="comma-separated API keys; empty = no authentication")
     api_keys_file: str = Field("", description="file with one API key per line (keeps keys out of the process list)")
@@ -77,7 +90,7 @@ class Settings(BaseSettings):
 
         names = ("models_dir", "device", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice", "max_batch_sentences",
                  "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission", "admission_margin", "retry_after_s",
-                 "graceful_shutdown_s")
+                 "graceful_shutdown_s", "background_share")
         return dict({n: getattr(self, n) for n in names}, log_level=logging.getLevelName(logging.getLogger().level).lower())
 
     def keys(self) -> list[str]:
