@@ -20,6 +20,7 @@ from nmt_serve.service.deadlines import request_timeout, with_deadline
 from nmt_serve.service.directions import ServedDirection
 from nmt_serve.service.errors import bad_request
 from nmt_serve.service.state import ServiceState
+from nmt_serve.text.entities import unescape_output
 from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
 from nmt_serve.text.language_detection import Detection, language_name
 from nmt_serve.text.quality_flags import SentenceFlags, flags_for
@@ -27,6 +28,7 @@ from nmt_serve.text.segmentation import Segmented, segment
 from nmt_serve.text.word_alignment import word_alignment
 
 AUTO = "auto"
+FALLBACK_LANGUAGE = "en"  # LibreTranslate's answer when it cannot tell the language (upstream_fallbacks)
 INLINE_PREPARE_CHARS = 2000  # above this many characters a request is prepared on a thread
 
 
@@ -67,18 +69,32 @@ def _language_name(code: str) -> str:
     return f"{language_name(code)} ({code})"
 
 
-def resolve_model(state: ServiceState, source: str, target: str, text: str, param: str) -> tuple[ServedDirection | None, Detection | None]:
+def resolve_model(state: ServiceState, source: str, target: str, text: str, param: str,
+                  upstream_fallbacks: bool = False) -> tuple[ServedDirection | None, Detection | None]:
     """The model for a text; with source "auto", the detected language picks it (None: the text is
-    already in the target language)."""
+    given back as it is, e.g. it is already in the target language).
+
+    upstream_fallbacks: answer as LibreTranslate does where our own API refuses: the source equal to
+    the target gives the text back; with "auto", a text with nothing to detect, or in a language no
+    model serves, is taken as English at confidence 0 (translated from English when a model does,
+    else given back)."""
+    if source == target and upstream_fallbacks:
+        return None, None
     if source != AUTO:
         return state.model_for(source, target), None
     detector = state.detector()
     found = detector.identify(text)
     served = {m.source for m in state.models.values()}
-    if found is not None and found.language not in served:
+    unserved = found is not None and found.language not in served
+    candidates = [] if unserved else detector.detect(text)
+    if not candidates and upstream_fallbacks:
+        english = Detection(FALLBACK_LANGUAGE, 0.0)
+        direction = f"{FALLBACK_LANGUAGE}-{target}"
+        # no letters at all ("12345"): nothing a model could translate, so it comes back as it is
+        return (state.models[direction] if unserved and direction in state.models else None), english
+    if unserved:
         raise bad_request(f"the text looks like {_language_name(found.language)}, which no loaded model translates; "
                           f"served source languages: {', '.join(sorted(served))}", param)
-    candidates = detector.detect(text)
     if not candidates:
         raise bad_request("the source language could not be detected (is there any text?); name it in 'source'", param)
     best = candidates[0]
@@ -95,7 +111,7 @@ def _plain_text(document: HtmlDocument | None, text: str) -> str:
 
 
 def _prepare(state: ServiceState, source: str, target: str, texts: list[str], param: str, format: str,
-             split_sentences: bool) -> tuple[list[_Text], dict[str, list[list[int]]], dict[str, list[str]]]:
+             split_sentences: bool, upstream_fallbacks: bool = False) -> tuple[list[_Text], dict[str, list[list[int]]], dict[str, list[str]]]:
     """Each text parsed (HTML), its model found (auto), cut into sentences and tokenized; every sentence
     of the request in one batch per model."""
     s = state.settings
@@ -104,7 +120,7 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
     prepared: list[_Text] = []
     for i, text in enumerate(texts):
         document = parse_html(text) if format == "html" else None
-        model, detected = resolve_model(state, source, target, _plain_text(document, text), param)
+        model, detected = resolve_model(state, source, target, _plain_text(document, text), param, upstream_fallbacks)
         if model is None:
             prepared.append(_Text(None, detected, [], None, text))
             continue
@@ -134,8 +150,10 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
 
 
 async def translate_texts(state: ServiceState, request: Request | None, *, source: str, target: str, texts: list[str],
-                          options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True) -> list[TextResult]:
+                          options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True,
+                          upstream_fallbacks: bool = False) -> list[TextResult]:
     """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError.
+    upstream_fallbacks: LibreTranslate's answers for source == target and undetectable texts (resolve_model).
     Without a request it is a job's chunk (jobs_runner.py): background priority in the engine, the
     chunk deadline, the job's own limits (checked when it was submitted)."""
     engine = state.require_ready()
@@ -147,7 +165,7 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
             state.metrics.refused_early.inc()
             raise refusal
         state.limits.check_texts(texts, param)
-    prepare = lambda: _prepare(state, source, target, texts, param, format, split_sentences)  # noqa: E731
+    prepare = lambda: _prepare(state, source, target, texts, param, format, split_sentences, upstream_fallbacks)  # noqa: E731
     # cutting, parsing and tokenizing a long text takes tens of milliseconds (a 20,000-character page:
     # ~80 ms): on a thread, so that health probes and other requests are answered meanwhile
     big = sum(len(t) for t in texts) > INLINE_PREPARE_CHARS
@@ -160,6 +178,7 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
         served = {t.model.id: t.model for t in prepared if t.model is not None}
         results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout,
                                                                         served[m].target_prefix, priority) for m in ids))))
+        results = {m: _unescaped(hyps, sentence_texts[m]) for m, hyps in results.items()}
         alignments = await _align(state, engine, prepared, batches, sentence_texts, results, timeout)
         return results, alignments
 
@@ -169,6 +188,13 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
         results, alignments = await run()  # the engine drops a chunk past its deadline (504)
     return [_assemble(state, t, results[t.model.id], sentence_texts[t.model.id], batches[t.model.id], alignments, options)
             if t.model is not None else _as_is(t, options) for t in prepared]
+
+
+def _unescaped(hyps: list[list[EngineHypothesis]], sources: list[str]) -> list[list[EngineHypothesis]]:
+    """The models' outputs with the character references they learned from their data (`&amp;`)
+    decoded once, before alignment and reassembly (text/entities.py)."""
+    return [[replace(h, text=unescape_output(src, h.text)) if "&" in h.text else h for h in nbest]
+            for nbest, src in zip(hyps, sources)]
 
 
 def _as_is(text: _Text, options: DecodeOptions) -> TextResult:
