@@ -31,6 +31,13 @@ import torch
 
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.cache import KVCache
+from nmt_serve.inference.lexical_constraints import (
+    LexicalConstraints,
+    Progress,
+    choose_constrained,
+    constraint_candidates,
+    mask_lexical,
+)
 from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import (
     GROUPED_BEAM_MIN_ROWS,
@@ -38,6 +45,7 @@ from nmt_serve.inference.search import (
     banned_tokens,
     choose_beams,
     normalize,
+    ranking,
 )
 
 INITIAL_CAPACITY = 64  # decoder positions preallocated; the cache doubles it when needed
@@ -53,6 +61,7 @@ class Sentence:
     length_penalty: float = 1.0
     num_hypotheses: int = 1
     prefix: tuple[int, ...] = ()  # tokens its translation is forced to start with (SearchOptions.target_prefix)
+    constraints: LexicalConstraints | None = None  # terms it must contain / avoid (lexical_constraints.py)
 
 
 @dataclass
@@ -62,6 +71,7 @@ class _Running:
     step: int = 0  # tokens generated so far
     finished: list[SearchHypothesis] = field(default_factory=list)
     cancelled: bool = False
+    progress: list[Progress] = field(default_factory=list)  # each beam's, on its positive constraints
 
 
 # Positions before every running row's start are dropped once this many have piled up (a copy of the
@@ -156,7 +166,7 @@ class ContinuousSearch:
         self.beam_scores.index_copy_(0, index, fresh)
         self.last_tokens.view(-1, K).index_fill_(0, index, cfg.decoder_start_id)
         for g, s in zip(groups, sentences):
-            self.slots[g] = _Running(s, [[] for _ in range(K)])
+            self.slots[g] = _Running(s, [[] for _ in range(K)], progress=[s.constraints.start()] * K if s.constraints else [])
 
     def cancel(self, keys: set[Hashable]) -> None:
         """The sentences with these keys leave at the next step, without a result."""
@@ -228,8 +238,15 @@ class ContinuousSearch:
             eos_lp = lp[rows, eos].clone()
             lp[rows] = -math.inf
             lp[rows, eos] = eos_lp
+        lexical = [r.sentence.constraints if r is not None else None for r in self.slots]
+        if not any(lexical):
+            lexical = None
+        if lexical:
+            progress = [r.progress if r is not None else [] for r in self.slots]
+            mask_lexical(lp, lexical, progress, lambda row: self.slots[row // K].beams[row % K], K, at_max, eos)
         candidates = lp.view(G, K, V).add_(self.beam_scores[:, :, None]).view(G, K * V)
         top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (G, 2K), best first
+        extra = constraint_candidates(candidates, lexical, progress, V) if lexical else None
 
         # the choice among the 2K candidates, per sentence (search.choose_beams); an empty group keeps
         # its rows as they are
@@ -242,10 +259,18 @@ class ContinuousSearch:
             if running is not None:
                 running.step += 1
                 s = running.sentence
-                ended, continuing = choose_beams(row_scores, row_index, K, V, eos)
+                lex = s.constraints
+                if lex:
+                    ended, chosen = choose_constrained(lex, running.progress, row_scores, row_index, extra[g], K, V, eos)
+                    continuing = [(beam, token, score) for beam, token, score, _ in chosen]
+                else:
+                    ended, continuing = choose_beams(row_scores, row_index, K, V, eos)
                 for beam, score in ended:
+                    unmet = bool(lex) and not lex.all_met(running.progress[beam])
                     running.finished.append(SearchHypothesis(list(running.beams[beam]), score,
-                                                             normalize(score, running.step, s.length_penalty), True))
+                                                             normalize(score, running.step, s.length_penalty), True, unmet))
+                if lex:
+                    running.progress = [after for *_, after in chosen]
                 beams: list[list[int]] = []
                 for beam, token, score in continuing:
                     parents.append(g * K + beam)
@@ -258,7 +283,7 @@ class ContinuousSearch:
                     continue
                 if chosen:  # its rows stay as they are until another sentence takes them
                     del parents[-chosen:], next_tokens[-chosen:], next_scores[-chosen:]
-                hyps = sorted(running.finished, key=lambda h: h.normalized_score, reverse=True)
+                hyps = sorted(running.finished, key=ranking, reverse=True)
                 done.append((s.key, hyps[: s.num_hypotheses]))
                 self.slots[g] = None
             rows = range(g * K, g * K + K)

@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from nmt_serve.inference.attention import attention_backends
+from nmt_serve.inference.lexical_constraints import (
+    LexicalConstraints,
+    Progress,
+    choose_constrained,
+    constraint_candidates,
+    mask_lexical,
+)
 from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.network.config import ModelConfig
 from nmt_serve.network.transformer import EncoderOutput
@@ -48,6 +55,10 @@ class SearchOptions:
             raise ValueError("min_length and no_repeat_ngram_size must be >= 0")
 
 
+# Greedy requests with lexical constraints run beam search at least this wide: dynamic beam
+# allocation needs beams to spread over its banks
+CONSTRAINED_MIN_BEAM = 4
+
 # Beam search with at least this many rows (sentences x beams) keeps keys/values in place and follows
 # beam ancestry in attention (see cache.py): at 128 rows that saves the per-step copy of the whole
 # cache; with a few rows the extra attention work costs more than the copy it saves.
@@ -69,6 +80,7 @@ class SearchHypothesis:
     score: float  # sum of token log-probs (eos included when finished)
     normalized_score: float  # score / length ** length_penalty; ranks the n-best list
     finished: bool  # ended with eos (always true: eos is forced at max_length)
+    unmet: bool = False  # the sentence had positive lexical constraints that no hypothesis met: this is the free translation
 
 
 # an empty source gets the empty translation, not whatever the model says to a bare eos
@@ -137,6 +149,12 @@ class DecoderState:
             )
 
 
+def ranking(h: SearchHypothesis) -> tuple[bool, float]:
+    """How finished hypotheses are ordered, best last: those that met their lexical constraints before
+    any that did not (all of them are, without constraints), then by normalized score."""
+    return not h.unmet, h.normalized_score
+
+
 def max_length_of(src_len: int, options: SearchOptions, cap: int) -> int:
     """The most tokens a sentence of src_len source tokens (eos included) may generate, eos included."""
     length = options.max_length if options.max_length is not None else int(src_len * options.max_length_a + options.max_length_b)
@@ -200,16 +218,36 @@ class Constraints:
 
 # the searches run in inference mode: cheaper per op than no_grad (no version counters or view tracking)
 @torch.inference_mode()
-def generate(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[SearchHypothesis]]:
+def generate(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, deadline: float | None = None,
+             constraints: list[LexicalConstraints | None] | None = None) -> list[list[SearchHypothesis]]:
     """src (B, S) right-padded token ids -> per sentence, the n-best hypotheses sorted by score.
 
     Every search ends by max_length; `deadline` (a time.monotonic() value) also bounds it in time:
-    past it, DeadlineExceeded is raised instead of finishing work nobody waits for.
+    past it, DeadlineExceeded is raised instead of finishing work nobody waits for. constraints: per
+    sentence its lexical constraints or None (lexical_constraints.py); a sentence whose positive
+    constraints no hypothesis met gets its free translation, marked `unmet`.
     """
     with attention_backends(src.device):
+        if constraints is not None and any(constraints):
+            return constrained_search(runner, src, options, deadline, constraints)
         if options.beam_size == 1:
             return [[h] for h in greedy_search(runner, src, options, deadline)]
         return beam_search(runner, src, options, deadline)
+
+
+def constrained_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, deadline: float | None,
+                       constraints: list[LexicalConstraints | None]) -> list[list[SearchHypothesis]]:
+    """Beam search (CONSTRAINED_MIN_BEAM wide at least) with the constraints; sentences left unmet
+    are searched again with their negative constraints only."""
+    options = replace(options, beam_size=max(options.beam_size, CONSTRAINED_MIN_BEAM))
+    results = beam_search(runner, src, options, deadline, constraints)
+    unmet = [i for i, (hyps, c) in enumerate(zip(results, constraints)) if c is not None and c.include and hyps[0].unmet]
+    if unmet:
+        free = [LexicalConstraints(avoid=constraints[i].avoid) if constraints[i].avoid else None for i in unmet]
+        again = beam_search(runner, src[unmet], options, deadline, free)
+        for i, hyps in zip(unmet, again):
+            results[i] = [replace(h, unmet=True) for h in hyps]
+    return results
 
 
 @torch.inference_mode()
@@ -249,7 +287,10 @@ def greedy_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions
 
 
 @torch.inference_mode()
-def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[SearchHypothesis]]:
+def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, deadline: float | None = None,
+                lexical: list[LexicalConstraints | None] | None = None) -> list[list[SearchHypothesis]]:
+    """lexical: per sentence its lexical constraints or None; a hypothesis that ends with positive
+    constraints unmet (only at its length limit) is marked `unmet` (constrained_search redoes those)."""
     cfg = runner.config
     B, K = src.size(0), options.beam_size
     device = src.device
@@ -260,6 +301,9 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
 
     sentences = list(range(B))  # sentence index of each running sentence
     max_len_of = max_lens.tolist()
+    lexical = lexical if lexical is not None and any(lexical) else None
+    # per sentence, each beam's progress on its positive constraints
+    progress: list[list[Progress]] = [[c.start()] * K if c else [] for c in lexical] if lexical else []
     prefix = torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (Nb*K, 1+step)
     # only beam 0 is live at the start, so the first step does not pick K copies of one token
     beam_scores = torch.full((B, K), -math.inf, device=device)
@@ -273,8 +317,12 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
         V = lp.size(-1)
         at_max = constraints.at_max(sentences, step)
         lp = constraints.apply(lp, step, None if at_max is None else at_max.repeat_interleave(K), prefix[:, 1:])
+        if lexical:
+            mask_lexical(lp, [lexical[s] for s in sentences], [progress[s] for s in sentences], prefix[:, 1:].tolist().__getitem__, K,
+                         [max_len_of[s] <= step + 1 for s in sentences], cfg.eos_id)
         candidates = lp.view(Nb, K, V).add_(beam_scores[:, :, None]).view(Nb, K * V)
         top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (Nb, 2K), best first
+        extra = constraint_candidates(candidates, [lexical[s] for s in sentences], [progress[s] for s in sentences], V) if lexical else None
         step += 1
 
         parents: list[int] = []  # row of each next beam's parent
@@ -282,10 +330,18 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
         next_scores: list[float] = []
         for b, (row_scores, row_index) in enumerate(zip(top_scores.tolist(), top_index.tolist())):
             sentence = sentences[b]
-            ended, continuing = choose_beams(row_scores, row_index, K, V, cfg.eos_id)
+            lex = lexical[sentence] if lexical else None
+            if lex:
+                ended, chosen = choose_constrained(lex, progress[sentence], row_scores, row_index, extra[b], K, V, cfg.eos_id)
+                continuing = [(beam, token, score) for beam, token, score, _ in chosen]
+            else:
+                ended, continuing = choose_beams(row_scores, row_index, K, V, cfg.eos_id)
             for beam, score in ended:
                 tokens = prefix[b * K + beam, 1:].tolist()
-                finished[sentence].append(SearchHypothesis(tokens, score, normalize(score, step, options.length_penalty), True))
+                unmet = bool(lex) and not lex.all_met(progress[sentence][beam])
+                finished[sentence].append(SearchHypothesis(tokens, score, normalize(score, step, options.length_penalty), True, unmet))
+            if lex:
+                progress[sentence] = [after for *_, after in chosen]
             for beam, token, score in continuing:
                 parents.append(b * K + beam)
                 next_tokens.append(token)
@@ -306,6 +362,7 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
 
     results = []
     for hyps in finished:
-        hyps.sort(key=lambda h: h.normalized_score, reverse=True)
+        hyps.sort(key=ranking, reverse=True)
         results.append(hyps[: options.num_hypotheses])
     return results
+

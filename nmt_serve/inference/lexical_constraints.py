@@ -1,0 +1,178 @@
+"""Lexical constraints on a sentence's translation: token sequences that must appear (a glossary's
+target terms) and sequences that must not (`avoid`), enforced in beam search by dynamic beam
+allocation (Post & Vilar 2018, "Fast Lexically Constrained Decoding with Dynamic Beam Allocation").
+
+Each hypothesis carries its progress: per positive constraint, how many of its tokens it has matched
+(all of them: met). At every step a sentence's candidates are its best 2K continuations (as in
+search.choose_beams) plus, for every beam, the token that would advance each of its unmet
+constraints, so that a term the model would never rank highly still gets tried. The candidates fall
+into banks by the number of constraint tokens they have matched, and the K beams are taken round-robin
+from the banks, most progress first, best score first within a bank: a beam slot goes to progress on
+the terms even where its score is lower, and free hypotheses are not crowded out either.
+
+A hypothesis may end (eos) only when every positive constraint is met, except at its length limit,
+where eos is forced and it ends unmet: the caller then translates the sentence again without the
+positive constraints and says so (`unmet`): the best free translation and a flag, never an error.
+Negative constraints ban, at each step, the last token of an avoided sequence whose other tokens the
+hypothesis has just produced (a one-token sequence: always).
+
+The bookkeeping is a few numbers per beam, done on the host beside choose_beams (whose reasons hold
+here too); what runs per row on the device is two index operations per step: the banned tokens' and
+the constraint tokens' scores.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+Progress = tuple[int, ...]  # per positive constraint: tokens of it matched so far
+
+
+@dataclass(frozen=True)
+class LexicalConstraints:
+    """One sentence's constraints, as target token ids."""
+
+    include: tuple[tuple[int, ...], ...] = ()  # each must appear in the translation
+    avoid: tuple[tuple[int, ...], ...] = ()  # none may appear
+
+    def __post_init__(self) -> None:
+        if any(not seq for seq in (*self.include, *self.avoid)):
+            raise ValueError("a constraint must have at least one token")
+
+    def __bool__(self) -> bool:
+        return bool(self.include or self.avoid)
+
+    @property
+    def tokens(self) -> int:
+        """Constraint tokens in all: the most any hypothesis can match."""
+        return sum(len(seq) for seq in self.include)
+
+    def start(self) -> Progress:
+        return (0,) * len(self.include)
+
+    def advance(self, progress: Progress, token: int) -> Progress:
+        """The progress after `token`. A partial match that the token breaks starts again (from 1 when
+        the token begins the constraint anew); a met constraint stays met."""
+        out = []
+        for seq, done in zip(self.include, progress):
+            if done == len(seq):
+                out.append(done)
+            elif seq[done] == token:
+                out.append(done + 1)
+            else:
+                out.append(1 if seq[0] == token else 0)
+        return tuple(out)
+
+    def met(self, progress: Progress) -> int:
+        """Constraint tokens matched: the hypothesis's bank."""
+        return sum(progress)
+
+    def all_met(self, progress: Progress) -> bool:
+        return all(done == len(seq) for seq, done in zip(self.include, progress))
+
+    def wanted(self, progress: Progress) -> list[int]:
+        """The tokens that advance an unmet constraint (its next token; its first, too, where a partial
+        match could instead start over)."""
+        found = []
+        for seq, done in zip(self.include, progress):
+            if done < len(seq):
+                found.append(seq[done])
+                if done:
+                    found.append(seq[0])
+        return list(dict.fromkeys(found))
+
+    def banned(self, tokens: list[int]) -> list[int]:
+        """Tokens that would complete an avoided sequence after `tokens` (the hypothesis so far)."""
+        found = []
+        for seq in self.avoid:
+            head = len(seq) - 1
+            if head == 0 or (len(tokens) >= head and tuple(tokens[-head:]) == seq[:-1]):
+                found.append(seq[-1])
+        return found
+
+
+def choose_constrained(constraints: LexicalConstraints, progress: list[Progress], scores: list[float], indices: list[int],
+                       extra: list[tuple[int, int, float]], K: int, V: int, eos: int
+                       ) -> tuple[list[tuple[int, float]], list[tuple[int, int, float, Progress]]]:
+    """One constrained sentence's step: search.choose_beams with banks.
+
+    progress: each beam's; scores, indices: its best 2K candidates (flat beam * V + token), best first;
+    extra: (beam, token, score) candidates that advance a constraint. Returns the hypotheses that end
+    (beam, score), an eos among the best K (the caller masked eos where constraints are unmet, so
+    these meet them, or are at their limit), and the K that continue, (beam, token, score, progress)."""
+    ended: list[tuple[int, float]] = []
+    seen: set[tuple[int, int]] = set()
+    banks: dict[int, list[tuple[float, int, int, Progress]]] = {}
+    candidates = [(*divmod(index, V), score) for index, score in zip(indices, scores)] + extra
+    spare: list[tuple[int, int, float, Progress]] = []  # impossible ones (-inf: a beam not yet live, a banned token)
+    for c, (beam, token, score) in enumerate(candidates):
+        if (beam, token) in seen:
+            continue
+        seen.add((beam, token))
+        if token == eos:
+            if c < K and score > -math.inf:
+                ended.append((beam, score))
+            continue
+        after = constraints.advance(progress[beam], token)
+        if score == -math.inf:
+            spare.append((beam, token, score, after))
+        else:
+            banks.setdefault(constraints.met(after), []).append((score, beam, token, after))
+    for bank in banks.values():
+        bank.sort(key=lambda c: -c[0])
+    order = [banks[b] for b in sorted(banks, reverse=True)]
+    continuing: list[tuple[int, int, float, Progress]] = []
+    depth = 0
+    while len(continuing) < K and any(depth < len(bank) for bank in order):
+        for bank in order:
+            if depth < len(bank) and len(continuing) < K:
+                score, beam, token, after = bank[depth]
+                continuing.append((beam, token, score, after))
+        depth += 1
+    continuing.sort(key=lambda c: -c[2])  # best first, as choose_beams returns them
+    continuing += spare[: K - len(continuing)]  # K rows continue, as with choose_beams
+    return ended, continuing
+
+def mask_lexical(lp: torch.Tensor, lexical: list[LexicalConstraints | None], progress: list[list[Progress]],
+                 history: Callable[[int], list[int]], K: int, at_max: list[bool], eos: int) -> None:
+    """lp (N*K, V) in place: avoided sequences' last tokens banned, and eos while positive constraints
+    are unmet (except at the length limit, where eos is the one choice). lexical, progress, at_max: per
+    group of K rows (None: a free sentence, or an empty group); history(row): the row's tokens so far."""
+    rows: list[int] = []
+    tokens: list[int] = []
+    for b, lex in enumerate(lexical):
+        if not lex:
+            continue
+        for k in range(K):
+            row = b * K + k
+            if lex.avoid:
+                for token in lex.banned(history(row)):
+                    rows.append(row)
+                    tokens.append(token)
+            if not at_max[b] and not lex.all_met(progress[b][k]):
+                rows.append(row)
+                tokens.append(eos)
+    if rows:
+        lp[torch.tensor(rows, device=lp.device), torch.tensor(tokens, device=lp.device)] = -math.inf
+
+
+def constraint_candidates(candidates: torch.Tensor, lexical: list[LexicalConstraints | None], progress: list[list[Progress]],
+                           V: int) -> list[list[tuple[int, int, float]]]:
+    """Per running sentence, (beam, token, score) for every token that advances one of its beams'
+    unmet constraints; candidates (N, K*V) are the beam-summed scores."""
+    wanted = [[(k, t) for k, p in enumerate(progress[b]) for t in lex.wanted(p)] if lex else [] for b, lex in enumerate(lexical)]
+    flat = [(b, k * V + t) for b, pairs in enumerate(wanted) for k, t in pairs]
+    if not flat:
+        return [[] for _ in lexical]
+    rows, cols = zip(*flat)
+    scores = candidates[torch.tensor(rows, device=candidates.device), torch.tensor(cols, device=candidates.device)].tolist()
+    out: list[list[tuple[int, int, float]]] = [[] for _ in lexical]
+    i = 0
+    for b, pairs in enumerate(wanted):
+        for k, t in pairs:
+            out[b].append((k, t, scores[i]))
+            i += 1
+    return out
