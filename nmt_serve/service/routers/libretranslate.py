@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from nmt_serve.service.dependencies import authorize, get_state
 from nmt_serve.service.errors import APIError, bad_request
 from nmt_serve.service.file_store import MEDIA_TYPES, FileStore
-from nmt_serve.service.pipeline import AUTO, translate_texts
+from nmt_serve.service.pipeline import AUTO, FALLBACK_LANGUAGE, translate_texts
 from nmt_serve.service.schemas import Language
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.language_detection import language_name
@@ -162,6 +162,15 @@ def check_target(state: ServiceState, target: str) -> None:
         raise bad_request(f"{target} is not supported", "target")
 
 
+def check_languages(state: ServiceState, source: str, target: str) -> None:
+    """Both languages known; the source equal to the target is any served language (upstream gives
+    the text back: LibreTranslate's page keeps the old target when the source changes to it)."""
+    if source == target and state.language(source) in {c for m in state.models.values() for c in (m.source, m.target)}:
+        return
+    check_source(state, source)
+    check_target(state, target)
+
+
 def detected_language(result) -> dict:
     return {"confidence": round(result.detected.confidence * 100, 2), "language": result.detected.language}
 
@@ -242,19 +251,21 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)):
         raise bad_request(f"{format_} format is not supported", "format")
     alternatives = params.get("alternatives", 0)
     try:
-        alternatives = max(0, int(alternatives or 0))
+        alternatives = int(alternatives or 0)
     except (TypeError, ValueError, OverflowError):
         raise bad_request("Invalid request: alternatives parameter is not a number", "alternatives") from None
+    if alternatives < 0:  # the schema says >= 0 (upstream takes a negative count as 0)
+        raise bad_request("Invalid request: alternatives parameter must be >= 0", "alternatives")
     limit = state.settings.max_beam_size - 1
     if alternatives > limit:
         raise bad_request(f"Invalid request: alternatives parameter must be <= {limit}", "alternatives")
     state.require_ready()
-    check_source(state, source)
-    check_target(state, target)
+    check_languages(state, source, target)
     n = alternatives + 1
     texts = [q] if isinstance(q, str) else q
     results = await translate_texts(state, request, source=source, target=target, texts=texts,
-                                    options=state.limits.decode_options(max(4, n), n, None), param="q", format=format_)
+                                    options=state.limits.decode_options(max(4, n), n, None), param="q", format=format_,
+                                    upstream_fallbacks=True)
     body: dict[str, Any] = {"translatedText": results[0].text if isinstance(q, str) else [r.text for r in results]}
     if source == AUTO:
         body["detectedLanguage"] = detected_language(results[0]) if isinstance(q, str) else [detected_language(r) for r in results]
@@ -277,11 +288,13 @@ async def detect(request: Request, state: ServiceState = Depends(get_state)):
     texts = [q] if isinstance(q, str) else q
     state.require_ready()
     state.limits.check_texts(texts, "q")
-    found = state.detector().detect("\n".join(texts))
-    if not found:
-        # nothing to tell languages apart by (digits, punctuation): upstream answers English with no confidence
-        served = sorted({m.source for m in state.models.values()})
-        return [{"confidence": 0.0, "language": "en" if "en" in served else served[0]}]
+    detector, text = state.detector(), "\n".join(texts)
+    found = detector.detect(text)
+    named = detector.identify(text)
+    if not found or named is not None and named.language not in detector.served:
+        # nothing to tell languages apart by (digits, punctuation), or a language no model serves:
+        # upstream answers English with no confidence
+        return [{"confidence": 0.0, "language": FALLBACK_LANGUAGE}]
     return [{"confidence": round(d.confidence * 100, 2), "language": d.language} for d in found]
 
 
