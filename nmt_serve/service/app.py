@@ -18,7 +18,9 @@ from nmt_serve.service.docs import install_docs
 from nmt_serve.service.engine_client import EngineClient, EngineConnection
 from nmt_serve.service.errors import install_handlers
 from nmt_serve.service.middleware import BodySizeLimit, MetricsMiddleware
-from nmt_serve.service.routers import health, libretranslate, ui, v1
+from nmt_serve.service.jobs_runner import JobRunner
+from nmt_serve.service.jobs_store import JobStore, default_directory
+from nmt_serve.service.routers import health, jobs, libretranslate, ui, v1
 from nmt_serve.service.settings import Settings
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.language_detection import detector_for
@@ -84,12 +86,15 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
                               on_status=follow_status(state, on_load_failure))
         await connection.start()
         state.engine = EngineClient(connection)
+        app.state.jobs = JobRunner(state, JobStore(s.jobs_dir or default_directory(), s.job_ttl_s))
+        app.state.jobs.start()
         if s.engine_socket_dir:
             # a worker joining a running engine: until its first status it would answer 503 to
             # traffic its siblings serve; uvicorn accepts connections only once this returns
             await connection.wait_for_status(s.engine_heartbeat_timeout_s)
         yield
         state.draining = True
+        await app.state.jobs.stop()  # the job in hand stays on disk, for the next runner
         await connection.stop()
         if state.supervisor:
             await loop.run_in_executor(None, state.supervisor.stop, s.graceful_shutdown_s)
@@ -106,6 +111,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
     app.state.service = state
     install_handlers(app)
     app.include_router(v1.router)
+    app.include_router(jobs.router)
     app.include_router(libretranslate.router)
     app.include_router(health.router)
     app.include_router(ui.router)

@@ -1,7 +1,7 @@
 """Request and response bodies (pydantic), kept apart from the engine."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +22,19 @@ class TranslateRequest(BaseModel):
     max_length: int | None = Field(None, ge=1, description="cap on generated tokens; default 1.5 x source + 10")
     length_penalty: float = Field(1.0, ge=0.0, le=5.0, allow_inf_nan=False)
     return_scores: bool = False
+    glossary: list[GlossaryTerm] | None = Field(
+        None, max_length=64, description="terminology: where an entry's source term occurs in a sentence (case- and "
+        "inflection-tolerant: README, terminology), its target term appears in that sentence's translation, as written "
+        "(constrained beam search, at least 4 beams). A term that cannot be placed within max_length leaves that "
+        "sentence's free translation, flagged constraint_unmet")
+    avoid: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, max_length=64, description="target terms no translation may contain (as they tokenize when written)")
+
+
+class GlossaryTerm(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(min_length=1, max_length=200, description="the term as it occurs in the source text")
+    target: str = Field(min_length=1, max_length=200, description="its translation, placed as written")
 
 
 class Hypothesis(BaseModel):
@@ -38,7 +51,8 @@ class SentenceFlag(BaseModel):
     sentence: int = Field(description="index of the sentence in its text")
     source: str
     text: str = Field(description="its translation")
-    flags: list[str] = Field(description="repetition, length_ratio, copied_source, truncated, split, long, low_confidence "
+    flags: list[str] = Field(description="repetition, length_ratio, copied_source, truncated, split, long, low_confidence, "
+                                         "constraint_unmet "
                                          "(README: quality flags)")
 
 
@@ -146,3 +160,50 @@ class Language(BaseModel):
     code: str
     name: str
     targets: list[str]
+
+
+JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+
+
+class JobRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"q": ["Ein Hund rennt über die Wiese.", "Zwei Kinder spielen."], "source": "de", "target": "en"}]},
+    )
+    q: list[str] = Field(min_length=1, description="the texts, translated in the background (up to max_job_texts, each up to "
+                                                   "max_chars_per_text characters); the result keeps their order")
+    source: str = Field("de", description='source language code, or "auto" to detect it (per text)')
+    target: str = Field("en", description="target language code")
+    format: Literal["text", "html"] = "text"
+    split_sentences: bool = True
+    beam_size: int = Field(4, ge=1)
+    num_hypotheses: int = Field(1, ge=1)
+    max_length: int | None = Field(None, ge=1)
+    length_penalty: float = Field(1.0, ge=0.0, le=5.0, allow_inf_nan=False)
+    return_scores: bool = False
+
+
+class JobStatus(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "id": "5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2", "state": "running", "done": 1280, "total": 20000, "sentences_done": 1302,
+        "percent": 6.4, "eta_seconds": 212.5, "created_at": 1795500000.0, "started_at": 1795500000.1,
+        "updated_at": 1795500014.3, "finished_at": None, "error": None}]})
+    id: str
+    state: JobState = Field(description="queued, running, done, failed or cancelled")
+    done: int = Field(description="texts translated, their results kept (a text counts once its chunk is written)")
+    total: int = Field(description="texts in the job")
+    sentences_done: int = Field(description="sentences translated (texts are cut into sentences)")
+    percent: float
+    eta_seconds: float | None = Field(None, description="at the rate of this run so far (null until a chunk is done)")
+    created_at: float = Field(description="Unix time")
+    started_at: float | None = None
+    updated_at: float = Field(description="last written; moves at least every second while the job runs")
+    finished_at: float | None = None
+    error: str | None = Field(None, description="why it failed")
+
+
+class JobResult(BaseModel):
+    id: str
+    model: str = Field(description="the models that translated, comma-separated")
+    translations: list[Translation] = Field(description="one per text of q, in its order")
+    usage: Usage
