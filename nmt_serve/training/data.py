@@ -8,14 +8,18 @@ from pathlib import Path
 
 from nmt_serve.network.masks import pad_batch
 from nmt_serve.network.tokenizer import Tokenizer
+from nmt_serve.training.corpus.markup import unescape_entities
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """Lines of a plain or gzipped UTF-8 text file, without trailing newlines."""
+def read_lines(path: str | Path, entities: bool = True) -> list[str]:
+    """Lines of a plain or gzipped UTF-8 text file, without trailing newlines. With `entities`,
+    character entities are unescaped (`&amp;` -> `&`): a few lines of Multi30k's training side carry
+    them, and a model should learn the character, which is what users type."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+        lines = [line.rstrip("\n") for line in f]
+    return [unescape_entities(line) for line in lines] if entities else lines
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
