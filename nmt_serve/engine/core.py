@@ -60,7 +60,6 @@ from nmt_serve.inference.attention import attention_backend
 from nmt_serve.inference.continuous import ContinuousSearch, Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
 from nmt_serve.inference.device_search import DeviceSearch
-from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.search import (
     CONSTRAINED_MIN_BEAM,
     EMPTY,
@@ -334,7 +333,7 @@ class EngineCore:
         self.calls[call.id] = state
         search_options = SearchOptions(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses,
                                        max_length=options.max_length, length_penalty=options.length_penalty)
-        lexical = self._lexical(translator, call, len(sources))
+        lexical = translator.lexical_constraints(call.terms, call.avoid, len(sources))
         limits = self._length_limits(translator, [sources[i] for i in todo], search_options)
         state.max_lengths = [0] * len(sources)
         for i, limit in zip(todo, limits):
@@ -347,18 +346,6 @@ class EngineCore:
             state.groups.add(key)
             (group.background if call.priority != INTERACTIVE else group.waiting).append((call.id, i, sentence))
         return []
-
-    @staticmethod
-    def _lexical(translator: Translator, call: Translate, n: int) -> list[LexicalConstraints | None]:
-        """Per source, its terms and the call's avoided terms as target token ids (None: free)."""
-        encode = translator.tgt_tokenizer.encode
-        avoid = tuple(ids for ids in (tuple(encode(t)) for t in call.avoid) if ids)
-        terms = call.terms or [[] for _ in range(n)]
-        out: list[LexicalConstraints | None] = []
-        for text_terms in terms:
-            include = tuple(dict.fromkeys(ids for ids in (tuple(encode(t)) for t in text_terms) if ids))
-            out.append(LexicalConstraints(include, avoid) if include or avoid else None)
-        return out
 
     # ------------------------------------------------------------------ searches
     def _group_for(self, model_id: str, beam: int, sentence: Sentence) -> tuple[tuple, _Group]:
@@ -671,7 +658,7 @@ class EngineCore:
         """A text whose terms did not fit joins its group's queue again, with the call's avoided terms only."""
         call = state.message
         state.unmet.add(index)
-        [lexical] = self._lexical(self.models[call.model], replace(call, terms=None), 1)
+        [lexical] = self.models[call.model].lexical_constraints(None, call.avoid, 1)
         sentence = Sentence((call_id, index), state.sources[index], state.max_lengths[index], call.options.length_penalty,
                             call.options.num_hypotheses, tuple(call.target_prefix), lexical)
         self.groups[key].waiting.appendleft((call_id, index, sentence))

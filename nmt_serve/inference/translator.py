@@ -20,6 +20,7 @@ import torch
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.device_search import DeviceSearch
 from nmt_serve.inference.input_processor import InputProcessor
+from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.model_runner import QUANTIZATIONS, ModelRunner
 from nmt_serve.inference.search import EMPTY, SearchHypothesis, SearchOptions, generate
 from nmt_serve.inference.static_decoder import StaticDecoder
@@ -78,6 +79,7 @@ class TranslationHypothesis:
     tokens: list[str]  # target pieces, eos excluded
     score: float | None = None  # sum of token log-probs, eos included (return_scores)
     normalized_score: float | None = None  # score / length ** length_penalty (return_scores)
+    constraint_unmet: bool = False  # its terms did not fit within max_length: the free translation
 
 
 @dataclass
@@ -182,9 +184,12 @@ class Translator:
         """The static decoder's memory (buffers, captured graphs and their pool), None if not built."""
         return self._device_search.decoder.memory() if self._device_search is not None else None
 
-    def generate(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[SearchHypothesis]]:
+    def generate(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None,
+                 constraints: list[LexicalConstraints | None] | None = None) -> list[list[SearchHypothesis]]:
         """src (B, S) right-padded ids on this device -> per sentence, the n-best hypotheses: the static
-        decoder where it applies, else the eager search."""
+        decoder where it applies, else the eager search (always, for lexical constraints)."""
+        if constraints is not None and any(constraints):
+            return generate(self.runner, src, options, deadline, constraints)
         if self.uses_static_decoder and self.static_rows:
             searcher = self.device_search()  # checks the runner is current (a walk over every parameter)
             if searcher.accepts(src, options):
@@ -260,6 +265,8 @@ class Translator:
         source_lang: str | None = None,
         sources: Sequence[list[int] | None] | None = None,
         target_prefix: Sequence[int] | None = None,
+        terms: Sequence[Sequence[str]] | None = None,
+        avoid: Sequence[str] = (),
     ) -> list[TranslationResult]:
         """Translate texts (any lengths, any order); results come back in input order.
 
@@ -272,6 +279,10 @@ class Translator:
         forced to start with (default: the target language's code, for a fairseq-family model).
 
         deadline: a time.monotonic() value; past it the search raises search.DeadlineExceeded.
+
+        terms: per text, target terms its translation must contain; avoid: terms none may contain
+        (inference/lexical_constraints.py; text/glossary.py finds a glossary's terms in a text). A text
+        whose terms do not fit within max_length gets its free translation, `constraint_unmet`.
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of texts; wrap a single string in a list")
@@ -287,6 +298,7 @@ class Translator:
             target_prefix=tuple(target_prefix if target_prefix is not None else self.inputs.target_prefix(target_lang)),
         )
         self._check_include(attention_include)
+        lexical = self.lexical_constraints(terms, avoid, len(sources)) if terms or avoid else None
         results: list[TranslationResult | None] = [
             None if ids is not None else TranslationResult([self._hypothesis(EMPTY, return_scores)] * num_hypotheses)
             for ids in sources]
@@ -295,13 +307,23 @@ class Translator:
         for batch in self._length_batches(lengths, max_batch_tokens, max_batch_size):
             indices = [todo[b] for b in batch]
             src = self._pad([sources[i] for i in indices])
-            nbest = self.generate(src, options, deadline)
+            nbest = self.generate(src, options, deadline, [lexical[i] for i in indices] if lexical else None)
             attention = (
                 self._attention(src, [h[0].tokens for h in nbest], attention_include) if return_attention else [None] * len(indices)
             )
             for i, hyps, attn in zip(indices, nbest, attention):
                 results[i] = TranslationResult([self._hypothesis(h, return_scores, len(options.target_prefix)) for h in hyps], attn)
         return results  # type: ignore[return-value]
+
+    def lexical_constraints(self, terms: Sequence[Sequence[str]] | None, avoid: Sequence[str], n: int) -> list[LexicalConstraints | None]:
+        """Per text, its terms and the avoided ones as target token ids (None: free)."""
+        encode = self.tgt_tokenizer.encode
+        avoided = tuple(ids for ids in (tuple(encode(t)) for t in avoid) if ids)
+        out: list[LexicalConstraints | None] = []
+        for text_terms in terms if terms is not None else [()] * n:
+            include = tuple(dict.fromkeys(ids for ids in (tuple(encode(t)) for t in text_terms) if ids))
+            out.append(LexicalConstraints(include, avoided) if include or avoided else None)
+        return out
 
     def _hypothesis(self, h: SearchHypothesis, return_scores: bool, forced: int = 0) -> TranslationHypothesis:
         """forced: the target prefix's tokens at the start of h, which are not the translation's."""
@@ -311,6 +333,7 @@ class Translator:
             tokens=self.tgt_tokenizer.pieces(tokens),
             score=h.score if return_scores else None,
             normalized_score=h.normalized_score if return_scores else None,
+            constraint_unmet=h.unmet,
         )
 
     @staticmethod

@@ -1,0 +1,79 @@
+"""A request's glossary: which of its entries apply to a sentence, by where their source terms occur.
+
+An entry applies to a sentence when its source term occurs in it, and then its target term must
+appear in the sentence's translation (the engine enforces it: inference/lexical_constraints.py).
+Matching is word by word, ignoring case (Unicode case folding), and tolerant of inflection: each
+word of the term matches a word of the sentence that starts with it and is at most MAX_ENDING
+characters longer ("Hund" matches "Hunde", "Hundes", "Hunden"; "chat" matches "chats"; "pes" does
+not match Czech "psa": a stem that changes needs its forms listed as entries of their own). A term
+of several words matches the same number of consecutive words. The target term is placed as
+written: its inflection is the user's to choose.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_ENDING = 3  # characters an inflected form may add to a term's word (German -en/-es/-ern, French -s/-es/-aux)
+MAX_ENTRIES = 64  # per request: each applied entry widens the search
+MAX_TERM_CHARS = 200
+
+WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class GlossaryEntry:
+    source: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Terminology:
+    """A request's terms: the glossary, and target terms no translation may contain."""
+
+    glossary: tuple[GlossaryEntry, ...] = ()
+    avoid: tuple[str, ...] = ()
+
+    def terms_for(self, sentences: list[str]) -> list[list[str]] | None:
+        """Per sentence, the target terms its translation must contain (None: no glossary)."""
+        return [applicable(s, list(self.glossary)) for s in sentences] if self.glossary else None
+
+
+def words(text: str) -> list[str]:
+    return [w.casefold() for w in WORD.findall(text)]
+
+
+def _matches(word: str, term_word: str) -> bool:
+    return word.startswith(term_word) and len(word) - len(term_word) <= MAX_ENDING
+
+
+def occurs(term: str, sentence_words: list[str]) -> bool:
+    """Whether the term's words occur, consecutively and inflection-tolerant, among the sentence's."""
+    term_words = words(term)
+    n = len(term_words)
+    if not n:
+        return False
+    return any(all(_matches(sentence_words[i + j], term_words[j]) for j in range(n))
+               for i in range(len(sentence_words) - n + 1))
+
+
+def applicable(sentence: str, entries: list[GlossaryEntry]) -> list[str]:
+    """The target terms of the entries whose source term occurs in the sentence, each once, in the
+    glossary's order."""
+    found = words(sentence)
+    return list(dict.fromkeys(e.target for e in entries if occurs(e.source, found)))
+
+
+def check(entries: list[GlossaryEntry], avoid: list[str]) -> str | None:
+    """Why a glossary or avoid list cannot be used (one line), or None."""
+    if len(entries) + len(avoid) > MAX_ENTRIES:
+        return f"at most {MAX_ENTRIES} glossary entries and avoided terms in all, got {len(entries) + len(avoid)}"
+    for e in entries:
+        if not words(e.source) or not e.target.strip():
+            return "a glossary entry needs a source term with a word in it and a non-empty target term"
+        if len(e.source) > MAX_TERM_CHARS or len(e.target) > MAX_TERM_CHARS:
+            return f"glossary terms are at most {MAX_TERM_CHARS} characters"
+    for term in avoid:
+        if not term.strip() or len(term) > MAX_TERM_CHARS:
+            return f"an avoided term must be non-empty and at most {MAX_TERM_CHARS} characters"
+    return None

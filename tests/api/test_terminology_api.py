@@ -1,0 +1,58 @@
+"""Terminology through the API: /v1/translate's glossary and avoid, LibreTranslate's extension parameters."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_service import make_client, wait_ready
+
+GERMAN = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
+
+
+@pytest.fixture(scope="module")
+def client(models_dir):
+    with make_client(models_dir) as c:
+        wait_ready(c)
+        yield c
+
+
+def test_a_glossary_entry_applies_where_its_source_term_occurs_inflected(client):
+    glossary = [{"source": "hund", "target": "canine"}]  # "Hunde" in the second text, lower case here
+    r = client.post("/v1/translate", json={"text": GERMAN, "source": "de", "target": "en", "beam_size": 1, "max_length": 12,
+                                           "glossary": glossary})
+    assert r.status_code == 200, r.text
+    first, second = (t["text"] for t in r.json()["translations"])
+    assert "canine" in second
+    free = client.post("/v1/translate", json={"text": GERMAN[0], "source": "de", "target": "en", "beam_size": 1, "max_length": 12})
+    assert first == free.json()["translations"][0]["text"]  # no term in it: translated as without a glossary
+
+
+def test_a_term_that_cannot_fit_is_flagged_not_an_error(client):
+    r = client.post("/v1/translate", json={"text": GERMAN[1], "source": "de", "target": "en", "beam_size": 2, "max_length": 2,
+                                           "glossary": [{"source": "Hunde", "target": "very many different words"}]})
+    assert r.status_code == 200, r.text
+    [translation] = r.json()["translations"]
+    assert any("constraint_unmet" in f["flags"] for f in translation["flags"])
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"glossary": [{"source": "", "target": "x"}]}, "glossary"),
+    ({"glossary": [{"source": "Hund"}]}, "glossary"),
+    ({"glossary": [{"source": "Hund", "target": "dog"}] * 65}, "glossary"),
+    ({"avoid": [""]}, "avoid"),
+])
+def test_bad_glossaries_are_refused_in_the_one_error_shape(client, body, param):
+    r = client.post("/v1/translate", json={"text": "Hallo", "source": "de", "target": "en", **body})
+    assert r.status_code in (400, 422), r.text
+    assert "error" in r.json()
+
+
+def test_libretranslate_takes_the_glossary_as_json_or_as_form_text(client):
+    glossary = [{"source": "Hunde", "target": "canine"}]
+    as_json = client.post("/translate", json={"q": GERMAN[1], "source": "de", "target": "en", "glossary": glossary})
+    as_form = client.post("/translate", data={"q": GERMAN[1], "source": "de", "target": "en", "glossary": json.dumps(glossary)})
+    assert as_json.status_code == 200 and as_form.status_code == 200, (as_json.text, as_form.text)
+    assert "canine" in as_json.json()["translatedText"]
+    assert as_json.json()["translatedText"] == as_form.json()["translatedText"]
+    bad = client.post("/translate", data={"q": GERMAN[1], "source": "de", "target": "en", "glossary": "{not json"})
+    assert bad.status_code == 400

@@ -1,0 +1,25 @@
+"""Which glossary entries apply to a sentence: case- and inflection-tolerant matching of source terms."""
+from nmt_serve.text.glossary import MAX_ENTRIES, GlossaryEntry, Terminology, applicable, check, occurs, words
+
+
+def test_terms_match_case_insensitively_and_through_endings():
+    sentence = words("Zwei HUNDE spielen mit den Hundes Bällen im Schneemann.")
+    assert occurs("Hund", sentence) and occurs("spielen", sentence)
+    assert not occurs("Schnee", sentence)  # "Schneemann" adds more than an ending
+    assert not occurs("Katze", sentence)
+    assert occurs("mit den", sentence) and not occurs("den mit", sentence)
+
+
+def test_applicable_entries_in_glossary_order_each_target_once():
+    entries = [GlossaryEntry("Hund", "canine"), GlossaryEntry("Katze", "feline"), GlossaryEntry("Hunde", "canine"),
+               GlossaryEntry("Park", "garden")]
+    assert applicable("Zwei Hunde im Park.", entries) == ["canine", "garden"]
+    assert Terminology(tuple(entries)).terms_for(["Ein Park.", "Nichts."]) == [["garden"], []]
+    assert Terminology().terms_for(["Ein Park."]) is None
+
+
+def test_unusable_glossaries_say_why():
+    assert check([GlossaryEntry("Hund", "dog")], []) is None
+    assert "at most" in check([GlossaryEntry("Hund", "dog")] * (MAX_ENTRIES + 1), [])
+    assert check([GlossaryEntry("...", "dog")], []) is not None  # no word to match
+    assert check([], ["  "]) is not None
