@@ -4,8 +4,9 @@ allocation (Post & Vilar 2018, "Fast Lexically Constrained Decoding with Dynamic
 
 Each hypothesis carries its progress: per positive constraint, how many of its tokens it has matched
 (all of them: met). At every step a sentence's candidates are its best 2K continuations (as in
-search.choose_beams) plus, for every beam, the token that would advance each of its unmet
-constraints, so that a term the model would never rank highly still gets tried. The candidates fall
+search.choose_beams), each beam's own best two, and for every beam the token that would advance
+each of its unmet constraints, so that a term the model would never rank highly still gets tried,
+and a beam that placed it can go on though its scores now rank below the free beams'. The candidates fall
 into banks by the number of constraint tokens they have matched, and the K beams are taken round-robin
 from the banks, most progress first, best score first within a bank: a beam slot goes to progress on
 the terms even where its score is lower, and free hypotheses are not crowded out either.
@@ -24,11 +25,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 Progress = tuple[int, ...]  # per positive constraint: tokens of it matched so far
+OWN_BEST = 2  # each beam's own best continuations among a constrained sentence's candidates (Post & Vilar 2018)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,9 @@ class LexicalConstraints:
 
     include: tuple[tuple[int, ...], ...] = ()  # each must appear in the translation
     avoid: tuple[tuple[int, ...], ...] = ()  # none may appear
+    # (V,) bool: the target pieces that continue a word (no word-start marker); after a term they are
+    # banned, so that a term is a whole word ("lass", not "lasso"). One tensor per tokenizer, shared.
+    continuations: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if any(not seq for seq in (*self.include, *self.avoid)):
@@ -113,7 +118,8 @@ def choose_constrained(constraints: LexicalConstraints, progress: list[Progress]
             continue
         seen.add((beam, token))
         if token == eos:
-            if c < K and score > -math.inf:
+            # among the sentence's best K, or a beam's own best that has met every constraint
+            if score > -math.inf and (c < K or constraints.all_met(progress[beam])):
                 ended.append((beam, score))
             continue
         after = constraints.advance(progress[beam], token)
@@ -138,11 +144,13 @@ def choose_constrained(constraints: LexicalConstraints, progress: list[Progress]
 
 def mask_lexical(lp: torch.Tensor, lexical: list[LexicalConstraints | None], progress: list[list[Progress]],
                  history: Callable[[int], list[int]], K: int, at_max: list[bool], eos: int) -> None:
-    """lp (N*K, V) in place: avoided sequences' last tokens banned, and eos while positive constraints
-    are unmet (except at the length limit, where eos is the one choice). lexical, progress, at_max: per
-    group of K rows (None: a free sentence, or an empty group); history(row): the row's tokens so far."""
+    """lp (N*K, V) in place: avoided sequences' last tokens banned, word continuations right after a
+    term, and eos while positive constraints are unmet (except at the length limit, where eos is the
+    one choice). lexical, progress, at_max: per group of K rows (None: a free sentence, or an empty
+    group); history(row): the row's tokens so far."""
     rows: list[int] = []
     tokens: list[int] = []
+    whole_words: list[int] = []  # rows that have just written a term's last piece
     for b, lex in enumerate(lexical):
         if not lex:
             continue
@@ -152,27 +160,40 @@ def mask_lexical(lp: torch.Tensor, lexical: list[LexicalConstraints | None], pro
                 for token in lex.banned(history(row)):
                     rows.append(row)
                     tokens.append(token)
+            if lex.continuations is not None and lex.include:
+                tail = history(row)
+                if any(len(tail) >= len(seq) and tuple(tail[-len(seq):]) == seq for seq in lex.include):
+                    whole_words.append(row)
             if not at_max[b] and not lex.all_met(progress[b][k]):
                 rows.append(row)
                 tokens.append(eos)
     if rows:
         lp[torch.tensor(rows, device=lp.device), torch.tensor(tokens, device=lp.device)] = -math.inf
+    for row in whole_words:
+        lp[row].masked_fill_(next(lex.continuations for lex in lexical if lex and lex.continuations is not None), -math.inf)
 
 
 def constraint_candidates(candidates: torch.Tensor, lexical: list[LexicalConstraints | None], progress: list[list[Progress]],
-                           V: int) -> list[list[tuple[int, int, float]]]:
-    """Per running sentence, (beam, token, score) for every token that advances one of its beams'
-    unmet constraints; candidates (N, K*V) are the beam-summed scores."""
-    wanted = [[(k, t) for k, p in enumerate(progress[b]) for t in lex.wanted(p)] if lex else [] for b, lex in enumerate(lexical)]
-    flat = [(b, k * V + t) for b, pairs in enumerate(wanted) for k, t in pairs]
-    if not flat:
-        return [[] for _ in lexical]
-    rows, cols = zip(*flat)
-    scores = candidates[torch.tensor(rows, device=candidates.device), torch.tensor(cols, device=candidates.device)].tolist()
+                          V: int) -> list[list[tuple[int, int, float]]]:
+    """Per running sentence, (beam, token, score): each of its beams' own OWN_BEST best tokens (a beam
+    that has placed a term further than the others must be able to go on, though its continuations
+    rank below theirs), and every token that advances one of a beam's unmet constraints.
+    candidates (N, K*V) are the beam-summed scores."""
+    N = candidates.size(0)
+    K = candidates.size(1) // V
+    constrained = [b for b, lex in enumerate(lexical) if lex and lex.include]
     out: list[list[tuple[int, int, float]]] = [[] for _ in lexical]
-    i = 0
-    for b, pairs in enumerate(wanted):
-        for k, t in pairs:
-            out[b].append((k, t, scores[i]))
-            i += 1
+    if not constrained:
+        return out
+    index = torch.tensor(constrained, device=candidates.device)
+    own_scores, own_tokens = candidates.view(N, K, V).index_select(0, index).topk(OWN_BEST, dim=-1)  # (n, K, OWN_BEST)
+    for b, row_scores, row_tokens in zip(constrained, own_scores.tolist(), own_tokens.tolist()):
+        for k in range(K):
+            out[b] += [(k, t, sc) for t, sc in zip(row_tokens[k], row_scores[k])]
+    wanted = [(b, k, t) for b in constrained for k, p in enumerate(progress[b]) for t in lexical[b].wanted(p)]
+    if wanted:
+        rows = torch.tensor([b for b, _, _ in wanted], device=candidates.device)
+        cols = torch.tensor([k * V + t for _, k, t in wanted], device=candidates.device)
+        for (b, k, t), sc in zip(wanted, candidates[rows, cols].tolist()):
+            out[b].append((k, t, sc))
     return out

@@ -131,6 +131,7 @@ class Translator:
         self.step_mode = step_mode
         self.static_rows, self.static_length = static_rows, min(static_length, model.config.max_positions)
         self.packed_weights = packed_weights
+        self._continuations: torch.Tensor | None = None
         self._runner = self._new_runner()  # built now: a problem shows at load time
         self._device_search: DeviceSearch | None = None
         self.info = info
@@ -322,8 +323,17 @@ class Translator:
         out: list[LexicalConstraints | None] = []
         for text_terms in terms if terms is not None else [()] * n:
             include = tuple(dict.fromkeys(ids for ids in (tuple(encode(t)) for t in text_terms) if ids))
-            out.append(LexicalConstraints(include, avoided) if include or avoided else None)
+            out.append(LexicalConstraints(include, avoided, self.word_continuations()) if include or avoided else None)
         return out
+
+    def word_continuations(self) -> torch.Tensor:
+        """(V,) bool on this device: target pieces that continue a word (a letter or digit first, no
+        sentencepiece word-start marker)."""
+        if self._continuations is None:
+            known = min(self.tgt_tokenizer.vocab_size, self.config.tgt_vocab_size)  # rows past the pieces: padding
+            pieces = self.tgt_tokenizer.pieces(list(range(known))) + [""] * (self.config.tgt_vocab_size - known)
+            self._continuations = torch.tensor([p[:1].isalnum() for p in pieces], device=self.device)
+        return self._continuations
 
     def _hypothesis(self, h: SearchHypothesis, return_scores: bool, forced: int = 0) -> TranslationHypothesis:
         """forced: the target prefix's tokens at the start of h, which are not the translation's."""

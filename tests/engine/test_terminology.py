@@ -9,7 +9,6 @@ import torch
 
 from nmt_serve.engine.core import EngineConfig, EngineCore
 from nmt_serve.engine.protocol import DecodeOptions, Translate
-from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.search import SearchOptions, generate
 from nmt_serve.inference.translator import Translator
 
@@ -48,7 +47,7 @@ def test_terms_appear_where_asked_and_free_sentences_are_as_alone(translator):
     # the engine's constrained search is the eager one's, token for token
     encode = translator.tgt_tokenizer.encode
     src = translator.inputs
-    lexical = [LexicalConstraints(tuple(tuple(encode(t)) for t in ts)) if ts else None for ts in terms]
+    lexical = translator.lexical_constraints(terms, (), len(terms))
     for i, (hyp, lex) in enumerate(zip(out, lexical)):
         if lex is None:
             continue
@@ -64,7 +63,7 @@ def test_avoided_terms_are_enforced_as_in_the_eager_search(translator):
     free = run(translator, beam=2)
     avoided = decode(encode(free[0].text)[:2])
     out = run(translator, avoid=[avoided], beam=2)
-    lexical = LexicalConstraints(avoid=(tuple(encode(avoided)),))
+    [lexical] = translator.lexical_constraints(None, [avoided], 1)
     for i, hyp in enumerate(out):
         ids = translator.inputs.source_ids(translator.src_tokenizer.encode(GERMAN[i]))
         [eager] = generate(translator.runner, torch.tensor([ids]), SearchOptions(beam_size=4, max_length=16), constraints=[lexical])

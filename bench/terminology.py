@@ -1,0 +1,121 @@
+"""Terminology on a test set built from Multi30k: are the glossary's terms placed, what does it do to
+BLEU against references that use them, and what does it cost in speed.
+
+    python -m bench.terminology [--model checkpoints/multi30k] [--sentences 400] [--threads 2]
+
+The set: German test_2016_flickr captions (de-en) holding one to three words of a small lexicon of
+caption nouns, each mapped to an English term the model does not use for it ("Mann" -> "guy" where
+the model writes "man"); an entry is kept for a sentence only where the unconstrained translation
+lacks the term and its reference holds the usual word, which the rewritten reference replaces by
+the term (plural -s kept). Reported: the share of outputs holding every term, BLEU (sacreBLEU)
+against the rewritten references with and without the glossary, and sentences/s at batch 32 with
+and without it (beam 4 both; greedy too). Not part of the test suite.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import re
+import time
+from pathlib import Path
+
+import torch
+
+from bench.common import ROOT, emit, machine, table
+from nmt_serve.inference.translator import Translator
+from nmt_serve.text.glossary import GlossaryEntry, Terminology
+
+DATA = ROOT.parent / "shared" / "data" / "multi30k"
+
+# German caption noun -> (the English word the references and the model use, the term the glossary asks for)
+LEXICON = {
+    "Mann": ("man", "guy"), "Frau": ("woman", "lady"), "Hund": ("dog", "hound"), "Kind": ("child", "kid"),
+    "Junge": ("boy", "lad"), "Straße": ("street", "road"), "Gebäude": ("building", "structure"),
+    "Gruppe": ("group", "crowd"), "Hemd": ("shirt", "top"), "Hut": ("hat", "cap"), "Auto": ("car", "automobile"),
+    "Strand": ("beach", "shore"), "Jacke": ("jacket", "coat"), "Bühne": ("stage", "platform"),
+    "Stadt": ("city", "town"), "Felsen": ("rock", "boulder"), "Kleid": ("dress", "gown"), "Fahrrad": ("bike", "bicycle"),
+    "Mädchen": ("girl", "lass"), "Ball": ("ball", "sphere"), "Wasser": ("water", "lake"), "Baby": ("baby", "infant"),
+}
+
+
+def read(name: str) -> list[str]:
+    with gzip.open(DATA / name, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def rewrite(reference: str, usual: str, term: str) -> str:
+    def sub(m: re.Match) -> str:
+        word = term + (m.group(2) or "")
+        return word[0].upper() + word[1:] if m.group(1)[0].isupper() else word
+    return re.sub(rf"\b({usual[0]}(?i:{usual[1:]}))(s)?\b", sub, reference, flags=re.IGNORECASE)
+
+
+def build(translator: Translator, n: int) -> tuple[list[str], list[list[GlossaryEntry]], list[str]]:
+    sources, references = read("test_2016_flickr.de.gz"), read("test_2016_flickr.en.gz")
+    free = [r.text for r in translator.translate(sources, beam_size=4, target_lang="en", max_batch_size=64)]
+    entries = {german: GlossaryEntry(german, term) for german, (_, term) in LEXICON.items()}
+    chosen, glossaries, rewritten = [], [], []
+    for src, ref, out in zip(sources, references, free):
+        glossary, new_ref = [], ref
+        for german, (usual, term) in LEXICON.items():
+            entry = entries[german]
+            if Terminology((entry,)).terms_for([src])[0] and re.search(rf"\b{usual}s?\b", ref, re.IGNORECASE) \
+                    and term not in out.lower().split():
+                glossary.append(entry)
+                new_ref = rewrite(new_ref, usual, term)
+        if 1 <= len(glossary) <= 3:
+            chosen.append(src)
+            glossaries.append(glossary)
+            rewritten.append(new_ref)
+        if len(chosen) == n:
+            break
+    return chosen, glossaries, rewritten
+
+
+def run(translator: Translator, sources: list[str], terms: list[list[str]] | None, beam: int) -> tuple[list, float]:
+    started = time.perf_counter()
+    out = []
+    for i in range(0, len(sources), 32):
+        out += translator.translate(sources[i:i + 32], beam_size=beam, target_lang="en", max_batch_size=32,
+                                    terms=terms[i:i + 32] if terms is not None else None)
+    return out, time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sacrebleu
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=str(ROOT / "checkpoints" / "multi30k"))
+    parser.add_argument("--sentences", type=int, default=400)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--output")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    translator = Translator.load(args.model, device="cpu")
+    sources, glossaries, references = build(translator, args.sentences)
+    terms = [[e.target for e in g] for g in glossaries]
+    rows, speed = [], []
+    for beam in (4, 1):
+        for _ in range(2):  # alternated, twice: the shared machine's speed drifts
+            free, t_free = run(translator, sources, None, beam)
+            constrained, t_con = run(translator, sources, terms, beam)
+            speed.append((beam, len(sources) / t_free, len(sources) / t_con))
+        if beam == 4:
+            texts_free, texts_con = [r.text for r in free], [r.text for r in constrained]
+            placed = sum(all(re.search(rf"\b{re.escape(t)}", out, re.IGNORECASE) for t in ts) for ts, out in zip(terms, texts_con))
+            unmet = sum(r.hypotheses[0].constraint_unmet for r in constrained)
+            free_placed = sum(all(re.search(rf"\b{re.escape(t)}", out, re.IGNORECASE) for t in ts) for ts, out in zip(terms, texts_free))
+            bleu = lambda hyps: sacrebleu.corpus_bleu(hyps, [references]).score  # noqa: E731
+            rows.append(["without glossary", f"{free_placed / len(sources):.1%}", f"{bleu(texts_free):.2f}", "-"])
+            rows.append(["with glossary", f"{placed / len(sources):.1%}", f"{bleu(texts_con):.2f}", str(unmet)])
+    entries = sum(len(g) for g in glossaries)
+    report = [f"Machine: {machine()}; {args.threads} thread(s).",
+              f"{len(sources)} sentences of test_2016_flickr (de-en), {entries} glossary entries (1-3 per sentence), model {args.model}.\n",
+              table(["beam 4", "outputs holding every term", "BLEU vs rewritten references", "constraint_unmet"], rows), "",
+              table(["beam", "sentences/s without", "sentences/s with", "ratio"],
+                    [[str(b), f"{a:.1f}", f"{c:.1f}", f"{c / a:.2f}"] for b, a, c in speed])]
+    return emit("\n".join(report) + "\n", args.output)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
