@@ -1,5 +1,6 @@
 """Translated files kept for download (LibreTranslate's POST /translate_file answers with a URL, the
-client fetches the file from GET /download_file/<id> afterwards).
+client fetches the file from GET /download_file/<id> afterwards), and what each kind of file is
+served as (MEDIA_TYPES: every format /translate_file accepts).
 
 The files live in a directory, not in a process's memory: with several API workers the download may
 reach another worker than the upload did, and all of them see the same directory (the engine's socket
@@ -16,8 +17,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nmt_serve.text.documents import MEDIA_TYPES as DOCUMENT_MEDIA_TYPES
+
 ID = re.compile(r"[0-9a-f]{32}")
-MEDIA_TYPES = {".txt": "text/plain; charset=utf-8", ".html": "text/html; charset=utf-8", ".htm": "text/html; charset=utf-8"}
+MEDIA_TYPES = {".txt": "text/plain; charset=utf-8", ".html": "text/html; charset=utf-8", ".htm": "text/html; charset=utf-8",
+               **DOCUMENT_MEDIA_TYPES}
 
 
 @dataclass

@@ -34,6 +34,17 @@ class RequestLimits:
         if len(text) > limit:
             raise too_large(f"the file has {len(text)} characters; the limit is {limit} (max_chars_per_text)", param)
 
+    def check_file_bytes(self, size: int, param: str = "file") -> None:
+        limit = self.settings.max_file_bytes
+        if size > limit:
+            raise too_large(f"the file has {size} bytes; the limit is {limit} (max_file_bytes)", param)
+
+    def check_document(self, paragraphs: list[str], param: str = "file") -> None:
+        """A document's translatable text, all its paragraphs together (each one is then a text)."""
+        chars, limit = sum(len(p) for p in paragraphs), self.settings.max_document_chars
+        if chars > limit:
+            raise too_large(f"the document has {chars} characters of text; the limit is {limit} (max_document_chars)", param)
+
     def check_tokens(self, index: int, tokens: int, param: str = "text") -> None:
         """A text's tokens, all its sentences together."""
         if tokens > self.settings.max_tokens_per_text:

@@ -41,21 +41,24 @@ class MetricsMiddleware:
 class BodySizeLimit:
     """413 for bodies over max_bytes, whether announced by Content-Length or streamed in chunks."""
 
-    def __init__(self, app, max_bytes: int, plain_error_paths: frozenset[str] = frozenset()):
+    def __init__(self, app, max_bytes: int, plain_error_paths: frozenset[str] = frozenset(),
+                 path_limits: dict[str, int] | None = None):
         self.app = app
         self.max_bytes = max_bytes
         # LibreTranslate's routes answer {"error": "message"}, which its clients read
         self.plain_error_paths = plain_error_paths
+        self.path_limits = path_limits or {}  # paths that take larger bodies (file uploads)
 
-    def too_large(self) -> HTTPException:
-        return HTTPException(413, f"request body larger than the limit of {self.max_bytes} bytes")
+    def too_large(self, limit: int) -> HTTPException:
+        return HTTPException(413, f"request body larger than the limit of {limit} bytes")
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.path_limits.get(scope.get("path"), self.max_bytes)
         for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                return await self.reject(scope, send)
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                return await self.reject(scope, send, limit)
         received = 0
 
         async def limited_receive():
@@ -63,18 +66,18 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise self.too_large()  # FastAPI passes HTTPException through to the handlers
+                if received > limit:
+                    raise self.too_large(limit)  # FastAPI passes HTTPException through to the handlers
             return message
 
         await self.app(scope, limited_receive, send)
 
-    async def reject(self, scope, send) -> None:
+    async def reject(self, scope, send, limit: int) -> None:
         import json
 
         from nmt_serve.service.errors import error_body
 
-        message = str(self.too_large().detail)
+        message = str(self.too_large(limit).detail)
         plain = scope.get("path") in self.plain_error_paths
         body = json.dumps({"error": message} if plain else error_body("http_error", message)).encode()
         await send({"type": "http.response.start", "status": 413,

@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(30.0, gt=0, description="a request still waiting after this gets 504")
     retry_after_s: int = Field(1, ge=0, description="Retry-After header sent with 503")
     max_body_bytes: int = Field(1_000_000, ge=1, description="request bodies larger than this get 413")
+    max_file_bytes: int = Field(20_000_000, ge=1, description="an uploaded file (/translate_file, /v1/translate_file: these two "
+                                                             "take bodies up to this size instead of max_body_bytes)")
+    max_document_chars: int = Field(100_000, ge=1, description="characters of text in one uploaded document (.docx, .pptx, .odt, "
+                                                               ".odp, .epub), all its paragraphs together")
     graceful_shutdown_s: float = Field(30.0, ge=0, description="on SIGTERM, how long in-flight requests may take to finish")
 
     # jobs (POST /v1/jobs): many texts translated in the background, with progress, surviving restarts

@@ -14,7 +14,6 @@ import os
 import re
 import tempfile
 from typing import Any, Callable, Literal
-from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -26,7 +25,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nmt_serve.service.dependencies import authorize, get_state
 from nmt_serve.service.errors import APIError, bad_request
-from nmt_serve.service.file_store import MEDIA_TYPES, FileStore
+from nmt_serve.service.file_store import FileStore
+from nmt_serve.service.file_translation import FORMATS, attachment_headers, check_format, translated_name
+from nmt_serve.service.file_translation import translate_file as translate_whole_file
 from nmt_serve.service.pipeline import AUTO, FALLBACK_LANGUAGE, translate_texts
 from nmt_serve.service.schemas import Language
 from nmt_serve.service.state import ServiceState
@@ -34,7 +35,7 @@ from nmt_serve.text.language_detection import language_name
 
 log = logging.getLogger("nmt_serve.service.libretranslate")
 
-FILE_FORMATS = tuple(MEDIA_TYPES)  # .txt, .html, .htm
+FILE_FORMATS = FORMATS  # .txt, .html, .htm, .docx, .pptx, .odt, .odp, .epub
 FRONTEND_TIMEOUT_MS = 500  # upstream's default: how long its front-end waits after typing before it translates
 
 
@@ -211,7 +212,8 @@ class SuggestParams(BaseModel):
 
 
 class TranslateFileParams(BaseModel):
-    file: bytes = Field(json_schema_extra={"format": "binary"}, description=f"the file: {', '.join(FILE_FORMATS)}, UTF-8")
+    file: bytes = Field(json_schema_extra={"format": "binary"},
+                        description=f"the file: {', '.join(FILE_FORMATS)} (.txt and .html in UTF-8)")
     source: str = Field(description='source language code, or "auto"')
     target: str
     api_key: str | None = None
@@ -370,28 +372,20 @@ async def translate_file(request: Request, state: ServiceState = Depends(get_sta
         raise bad_request("Invalid request: missing file parameter", "file")
     source, target = text_param(params, "source"), text_param(params, "target")
     name = os.path.basename((upload.filename or "").replace("\\", "/"))
-    stem, ext = os.path.splitext(name)
     if not name:
         raise bad_request("Invalid request: empty file", "file")
-    if ext.lower() not in FILE_FORMATS:
-        raise bad_request(f"Invalid request: file format not supported ({ext or 'no extension'}); supported: {', '.join(FILE_FORMATS)}", "file")
+    check_format(name)
     state.require_ready()
     check_source(state, source)
     check_target(state, target)
     try:
-        text = (await upload.read()).decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise bad_request("Invalid request: the file is not UTF-8 text", "file") from None
+        data = await upload.read()
     finally:
         await upload.close()
-    state.limits.check_file(text)
-    html = ext.lower() in (".html", ".htm")
-    results = await translate_texts(state, request, source=source, target=target, texts=[text],
-                                    options=state.limits.decode_options(4, 1, None), param="file", format="html" if html else "text")
-    # named as upstream names it: the original name with the target language before the extension
-    translated_name = f"{stem}_{target}{ext}"
-    file_id = file_store(request, state).put(translated_name, results[0].text.encode())
-    url = str(request.url_for("download_file", file=f"{file_id}.{url_safe(translated_name)}"))
+    translated = await translate_whole_file(state, request, name=name, data=data, source=source, target=target)
+    name = translated_name(name, target)
+    file_id = file_store(request, state).put(name, translated)
+    url = str(request.url_for("download_file", file=f"{file_id}.{url_safe(name)}"))
     return {"translatedFileUrl": url}
 
 
@@ -404,8 +398,5 @@ async def download_file(file: str, request: Request, state: ServiceState = Depen
     stored = file_store(request, state).get(file.split(".", 1)[0])
     if stored is None:
         raise APIError(404, "not_found", "no such file: it was never stored or has expired")
-    ascii_name = stored.name.encode("ascii", "replace").decode().replace("?", "_").replace('"', "_")
-    disposition = f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(stored.name)}"
     # an uploaded page served from this origin: downloaded, never rendered or sniffed into something else
-    return Response(stored.data, media_type=stored.media_type,
-                    headers={"Content-Disposition": disposition, "X-Content-Type-Options": "nosniff"})
+    return Response(stored.data, media_type=stored.media_type, headers=attachment_headers(stored.name))

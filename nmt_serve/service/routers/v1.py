@@ -1,11 +1,13 @@
 """POST /v1/translate and POST /v1/attention, GET /v1/models."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 
 from nmt_serve.service.deadlines import request_timeout, with_deadline
 from nmt_serve.service.dependencies import get_state, require_api_key
 from nmt_serve.service.errors import bad_request
+from nmt_serve.service.file_translation import FORMATS, attachment_headers, media_type, translated_name
+from nmt_serve.service.file_translation import translate_file as translate_whole_file
 from nmt_serve.service.pipeline import translate_texts
 from nmt_serve.service.schemas import (
     AttentionRequest,
@@ -42,6 +44,30 @@ async def translate(body: TranslateRequest, request: Request, state: ServiceStat
     usage = Usage(source_tokens=sum(r.source_tokens for r in results), generated_tokens=sum(r.generated_tokens for r in results),
                   sentences=sum(r.sentences for r in results))
     return TranslateResponse(model=",".join(dict.fromkeys(r.model for r in results if r.model)), translations=translations, usage=usage)
+
+
+@router.post(
+    "/translate_file", response_class=Response,
+    responses={200: {"description": "the translated file, as an attachment named <name>_<target>.<extension>",
+                     "content": {media: {"schema": {"type": "string", "format": "binary"}} for media in
+                                 ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", "text/plain")}},
+               400: {"description": "a format not in " + ", ".join(FORMATS) + ", or a file that cannot be read as its "
+                                    "extension says (corrupt, encrypted, another format)"},
+               413: {"description": "larger than max_file_bytes, or more text than max_document_chars"}},
+)
+async def translate_file(request: Request, file: UploadFile = File(description=f"the document: {', '.join(FORMATS)}"),
+                         source: str = Form(description='source language code, or "auto"'), target: str = Form(),
+                         state: ServiceState = Depends(get_state)) -> Response:
+    """A whole file translated in place: paragraphs, runs' formatting, tables, headers, footers, notes
+    and comments kept (see README: Documents)."""
+    name = (file.filename or "").replace("\\", "/").rsplit("/", 1)[-1]
+    try:
+        data = await file.read()
+    finally:
+        await file.close()
+    translated = await translate_whole_file(state, request, name=name, data=data, source=source, target=target)
+    out = translated_name(name, target)
+    return Response(translated, media_type=media_type(out), headers=attachment_headers(out))
 
 
 def _indices(requested: list[int] | None, count: int, name: str) -> list[int]:

@@ -1,0 +1,100 @@
+"""Files translated whole, for LibreTranslate's /translate_file and our /v1/translate_file: plain
+text and HTML through the pipeline as one text, office documents and e-books (.docx, .pptx, .odt,
+.odp, .epub) through nmt_serve/text/documents: read into paragraph units (inline HTML), translated
+as HTML (so the runs' formatting lands on the target words by the alignment), written back.
+
+A document's units go to the pipeline in groups of max_texts_per_request, all groups at once, so
+the engine batches their sentences together; reading and writing the file run on a thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+from urllib.parse import quote
+
+from fastapi import Request
+
+from nmt_serve.service.errors import bad_request
+from nmt_serve.service.file_store import MEDIA_TYPES
+from nmt_serve.service.pipeline import AUTO, resolve_model, translate_texts
+from nmt_serve.service.state import ServiceState
+from nmt_serve.text.documents import DocumentError, read_document
+
+TEXT_FORMATS = {".txt": "text", ".html": "html", ".htm": "html"}
+FORMATS = tuple(MEDIA_TYPES)  # .txt, .html, .htm, then the documents'
+
+
+def media_type(name: str) -> str:
+    return MEDIA_TYPES.get(os.path.splitext(name)[1].lower(), "application/octet-stream")
+
+
+def translated_name(name: str, target: str) -> str:
+    """As LibreTranslate names it: the original name with the target language before the extension."""
+    stem, extension = os.path.splitext(name)
+    return f"{stem}_{target}{extension}"
+
+
+def attachment_headers(name: str) -> dict[str, str]:
+    """A file to download (never rendered or sniffed into something else), named in ASCII and UTF-8."""
+    ascii_name = name.encode("ascii", "replace").decode().replace("?", "_").replace('"', "_")
+    return {"Content-Disposition": f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}",
+            "X-Content-Type-Options": "nosniff"}
+
+
+def check_format(name: str, param: str = "file") -> str:
+    """The file's extension, refused (400) when it is not one of FORMATS."""
+    extension = os.path.splitext(name)[1].lower()
+    if extension not in FORMATS:
+        raise bad_request(f"file format not supported ({extension or 'no extension'}); supported: {', '.join(FORMATS)}", param)
+    return extension
+
+
+async def translate_file(state: ServiceState, request: Request, *, name: str, data: bytes, source: str, target: str,
+                         param: str = "file") -> bytes:
+    """The file's bytes translated; every failure is an APIError (a file that cannot be read: 400)."""
+    extension = check_format(name, param)
+    state.limits.check_file_bytes(len(data), param)
+    options = state.limits.decode_options(4, 1, None)
+    if state.language(source) == state.language(target):
+        return data  # nothing to translate (LibreTranslate gives a text back as it is, too)
+    if extension in TEXT_FORMATS:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise bad_request("the file is not UTF-8 text", param) from None
+        state.limits.check_file(text, param)
+        results = await translate_texts(state, request, source=source, target=target, texts=[text], options=options,
+                                        param=param, format=TEXT_FORMATS[extension])
+        return results[0].text.encode()
+    try:
+        document = await asyncio.to_thread(read_document, data, name)
+    except DocumentError as exc:
+        raise bad_request(str(exc), param) from None
+    texts = document.texts
+    state.limits.check_document([u.text for u in document.units], param)
+    if texts and source == AUTO:
+        # one language for the whole document, from all of its text (a short paragraph alone says little)
+        model, _ = resolve_model(state, AUTO, state.language(target), "\n".join(u.text for u in document.units), param)
+        if model is None:
+            return data  # already in the target language
+        source = model.source
+    translations = await _translate_units(state, request, texts, source, target, options, param)
+    try:
+        return await asyncio.to_thread(document.write, translations)
+    except (DocumentError, ValueError) as exc:
+        raise bad_request(f"the document could not be written back: {exc}", param) from None
+
+
+async def _translate_units(state: ServiceState, request: Request, texts: list[str], source: str, target: str, options,
+                           param: str) -> list[str]:
+    size = state.settings.max_texts_per_request
+    tasks = [asyncio.ensure_future(translate_texts(state, request, source=source, target=target, texts=texts[i:i + size],
+                                                   options=options, param=param, format="html"))
+             for i in range(0, len(texts), size)]
+    try:
+        groups = await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:  # one group failed: the others' sentences leave the engine too
+            task.cancel()
+        raise
+    return [r.text for group in groups for r in group]

@@ -1,0 +1,76 @@
+"""Office documents and e-books translated in place: .docx, .pptx, .odt, .odp and .epub.
+
+`read_document(data, filename)` reads a file into a `Document`: its translatable units (HTML
+fragments, one per paragraph, its runs' formatting as inline tags) and `write(translations)`, which
+gives back the file's bytes with every unit translated in place and everything else kept.
+`translate_document(data, filename, translate_units)` does both around one call.
+
+One module per format family: `word.py` (.docx, python-docx), `presentation.py` (.pptx,
+python-pptx), both through `office_open_xml.py`; `open_document.py` (.odt, .odp) and `epub.py`
+(.epub), zip and lxml; `inline_runs.py` turns a paragraph's runs into inline HTML and back.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Callable
+
+from lxml import etree
+
+from nmt_serve.text.documents.document import Document, DocumentError, open_zip
+
+MEDIA_TYPES = {
+    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    ".odt": "application/vnd.oasis.opendocument.text",
+    ".odp": "application/vnd.oasis.opendocument.presentation",
+    ".epub": "application/epub+zip",
+}
+FORMATS = tuple(MEDIA_TYPES)
+
+__all__ = ["FORMATS", "MEDIA_TYPES", "Document", "DocumentError", "read_document", "translate_document"]
+
+
+def _reader(extension: str) -> Callable[[bytes], Document]:
+    # imported on use: python-docx and python-pptx take ~0.1 s each to import
+    if extension == ".docx":
+        from nmt_serve.text.documents.word import read_docx
+
+        return read_docx
+    if extension == ".pptx":
+        from nmt_serve.text.documents.presentation import read_pptx
+
+        return read_pptx
+    if extension in (".odt", ".odp"):
+        from nmt_serve.text.documents.open_document import read_open_document
+
+        return lambda data: read_open_document(data, extension)
+    from nmt_serve.text.documents.epub import read_epub
+
+    return read_epub
+
+
+def read_document(data: bytes, filename: str) -> Document:
+    """The document's units, ready to translate; DocumentError when the file cannot be read as the
+    format its extension names."""
+    extension = os.path.splitext(filename)[1].lower()
+    if extension not in MEDIA_TYPES:
+        raise DocumentError(f"{extension or 'no extension'} is not a document format; supported: {', '.join(FORMATS)}")
+    try:
+        if extension in (".docx", ".pptx"):
+            open_zip(data).close()  # the container and its size checked before the library unpacks every part
+        return _reader(extension)(data)
+    except DocumentError as exc:
+        raise DocumentError(f"the file cannot be read as {extension}: {exc}") from exc
+    except (zipfile.BadZipFile, KeyError, ValueError, TypeError, AttributeError, etree.LxmlError) as exc:
+        # what the libraries raise on a file that is not what it claims (python-docx and python-pptx
+        # have no error type of their own for it)
+        raise DocumentError(f"the file cannot be read as {extension}: it is damaged or another format "
+                            f"({type(exc).__name__})") from exc
+
+
+def translate_document(data: bytes, filename: str, translate_units: Callable[[list[str]], list[str]]) -> bytes:
+    """The file translated: `translate_units` takes the units' HTML and returns their translations
+    (HTML, in the same order)."""
+    document = read_document(data, filename)
+    return document.write(translate_units(document.texts) if document.units else [])

@@ -1,0 +1,156 @@
+"""EPUB books (.epub): the zip container read and rewritten with lxml; every XHTML content document
+of the package (chapters, the EPUB 3 navigation document) translated block by block, and the
+labels of the EPUB 2 table of contents (toc.ncx).
+
+A unit is a run of inline content inside a block element (`<p>`, `<li>`, `<h1>`, `<td>`...): the
+block's text, or a nested block's tail, with the inline elements that follow up to the next block.
+It goes to the HTML path as the markup it is, so its inline tags (emphasis, links, footnote
+references) are placed on the target words by the alignment as for any HTML, and the translated
+fragment is parsed back in its place.
+
+Not ebooklib: writing a book with it regenerates the package document and the navigation (their
+metadata, guide and spine attributes are not all kept); here every other member of the zip is
+copied byte for byte.
+"""
+from __future__ import annotations
+
+import io
+import posixpath
+from html.parser import HTMLParser
+from urllib.parse import unquote
+
+from lxml import etree
+
+from nmt_serve.text.documents.document import (
+    Document,
+    DocumentError,
+    open_zip,
+    rewrite_zip,
+)
+from nmt_serve.text.documents.inline_runs import InlineParagraph, TextSlot
+from nmt_serve.text.documents.office_open_xml import SAFE_PARSER
+
+XHTML = "http://www.w3.org/1999/xhtml"
+CONTAINER = "urn:oasis:names:tc:opendocument:xmlns:container"
+OPF = "http://www.idpf.org/2007/opf"
+NCX = "http://www.daisy.org/z3986/2005/ncx/"
+
+BLOCK = frozenset(
+    ["html", "head", "title", "body", "div", "p", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li", "dl", "dt", "dd", "table", "thead", "tbody", "tfoot", "tr", "td", "th", "caption", "figure", "figcaption", "blockquote", "section", "article", "aside", "header", "footer", "nav", "main", "address", "hr", "form", "fieldset", "legend", "details", "summary", "center", "menu", "hgroup"])
+SKIP = frozenset(["script", "style", "pre", "textarea", "svg", "math", "noscript", "template"])  # not translated, and separate runs
+_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
+
+
+def _local(el: etree._Element) -> str | None:
+    return etree.QName(el).localname if isinstance(el.tag, str) else None
+
+
+class _InlineRun:
+    """One unit: the owner's text (a block's text, or a nested block's tail) and the inline elements
+    after it, their tails included."""
+
+    def __init__(self, parent: etree._Element, after: etree._Element | None, children: list[etree._Element]):
+        self.parent, self.after, self.children = parent, after, children
+        lead = (after.tail if after is not None else parent.text) or ""
+        self.html = _escape(lead) + "".join(etree.tostring(c, encoding="unicode", with_tail=True) for c in children)
+
+    @property
+    def text(self) -> str:
+        lead = (self.after.tail if self.after is not None else self.parent.text) or ""
+        return lead + "".join("".join(c.itertext()) + (c.tail or "") for c in self.children)
+
+    def write(self, translated_html: str) -> None:
+        try:
+            wrapper = etree.fromstring(f'<wrapper xmlns="{XHTML}">{translated_html}</wrapper>', _PARSER)
+            lead, new = wrapper.text, list(wrapper)
+        except etree.XMLSyntaxError:  # never expected (the HTML path keeps the markup): keep the text at least
+            lead, new = _text_of(translated_html), []
+        for c in self.children:
+            self.parent.remove(c)
+        if self.after is not None:
+            self.after.tail = lead
+            index = self.parent.index(self.after) + 1
+        else:
+            self.parent.text = lead
+            index = 0
+        for k, c in enumerate(new):
+            self.parent.insert(index + k, c)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _text_of(fragment: str) -> str:
+    parts: list[str] = []
+    parser = HTMLParser(convert_charrefs=True)
+    parser.handle_data = parts.append
+    parser.feed(fragment)
+    parser.close()
+    return "".join(parts)
+
+
+def inline_runs(root: etree._Element) -> list[_InlineRun]:
+    units: list[_InlineRun] = []
+
+    def finish(parent, after, children) -> None:
+        run = _InlineRun(parent, after, children)
+        if run.text.strip():
+            units.append(run)
+
+    def walk(block: etree._Element) -> None:
+        after, children = None, []
+        for child in block:
+            local = _local(child)
+            if local is None or (local not in BLOCK and local not in SKIP):
+                children.append(child)  # inline (comments and processing instructions ride along, kept)
+                continue
+            finish(block, after, children)
+            if local in BLOCK:
+                walk(child)
+            after, children = child, []
+        finish(block, after, children)
+
+    walk(root)
+    return units
+
+
+def _plain(el: etree._Element) -> InlineParagraph:
+    def write(text: str) -> None:
+        el.text = text
+
+    return InlineParagraph([TextSlot(el.text, None, write)])
+
+
+def read_epub(data: bytes) -> Document:
+    archive = open_zip(data)
+    try:
+        container = etree.fromstring(archive.read("META-INF/container.xml"), SAFE_PARSER)
+        opf_path = container.find(f".//{{{CONTAINER}}}rootfile").get("full-path")
+        opf = etree.fromstring(archive.read(opf_path), SAFE_PARSER)
+    except (KeyError, AttributeError, etree.XMLSyntaxError) as exc:
+        raise DocumentError("it is not an EPUB (no readable META-INF/container.xml or package document)") from exc
+    base = posixpath.dirname(opf_path)
+    names = set(archive.namelist())
+    trees: dict[str, etree._ElementTree] = {}
+    units = []
+    for item in opf.iter(f"{{{OPF}}}item"):
+        name = posixpath.normpath(posixpath.join(base, unquote(item.get("href", ""))))
+        kind = item.get("media-type")
+        if name not in names or kind not in ("application/xhtml+xml", "application/x-dtbncx+xml"):
+            continue
+        try:
+            tree = etree.parse(io.BytesIO(archive.read(name)), _PARSER)  # as a tree: its DOCTYPE is kept
+        except etree.XMLSyntaxError as exc:
+            raise DocumentError(f"{name} in the book is not well-formed XHTML ({exc})") from exc
+        trees[name] = tree
+        if kind == "application/x-dtbncx+xml":
+            units += [_plain(t) for t in tree.getroot().iter(f"{{{NCX}}}text") if (t.text or "").strip()]
+        else:
+            units += inline_runs(tree.getroot())
+
+    def save() -> bytes:
+        return rewrite_zip(archive, {name: etree.tostring(tree, xml_declaration=True, encoding="utf-8")
+                                     for name, tree in trees.items()})
+
+    return Document(units, save)

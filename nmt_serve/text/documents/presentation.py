@@ -1,0 +1,55 @@
+"""PowerPoint presentations (.pptx) through python-pptx: every slide's text (text boxes,
+placeholders, tables, grouped shapes, SmartArt, chart titles), the speaker notes and the comments,
+each paragraph translated in place. Slide layouts and masters are left alone: their text is the
+template's prompts ("Click to edit"), not the author's.
+"""
+from __future__ import annotations
+
+import io
+
+import pptx
+
+from nmt_serve.text.documents.document import Document
+from nmt_serve.text.documents.office_open_xml import (
+    DRAWING,
+    paragraphs,
+    part_root,
+    plain_text_unit,
+    store_root,
+)
+
+_PRESENTATION = "application/vnd.openxmlformats-officedocument.presentationml."
+_DRAWING = "application/vnd.openxmlformats-officedocument.drawingml."
+_PARTS = {
+    _PRESENTATION + "slide+xml", _PRESENTATION + "notesSlide+xml", _DRAWING + "chart+xml", _DRAWING + "diagramData+xml",
+    "application/vnd.ms-office.drawingml.diagramDrawing+xml",
+    "application/vnd.ms-powerpoint.comments+xml",  # modern comments: DrawingML paragraphs
+}
+_LEGACY_COMMENTS = _PRESENTATION + "comments+xml"  # <p:cm><p:text>plain text</p:text></p:cm>
+_P = "http://schemas.openxmlformats.org/presentationml/2006/main"
+
+
+def read_pptx(data: bytes) -> Document:
+    presentation = pptx.Presentation(io.BytesIO(data))
+    units, stored = [], []
+    for part in presentation.part.package.iter_parts():
+        if part.content_type in _PARTS:
+            root, as_bytes = part_root(part)
+            found = paragraphs(root, DRAWING)
+        elif part.content_type == _LEGACY_COMMENTS:
+            root, as_bytes = part_root(part)
+            found = [plain_text_unit(t) for t in root.iter(f"{{{_P}}}text") if (t.text or "").strip()]
+        else:
+            continue
+        units += found
+        if as_bytes and found:
+            stored.append((part, root))
+
+    def save() -> bytes:
+        for part, root in stored:
+            store_root(part, root)
+        out = io.BytesIO()
+        presentation.save(out)
+        return out.getvalue()
+
+    return Document(units, save)

@@ -1,0 +1,192 @@
+"""Office documents through the service (POST /v1/translate_file, LibreTranslate's /translate_file and
+/download_file) with the shipped de-en model: built here with python-docx and python-pptx (bold and
+italic runs inside sentences, a table, a header and a footer; slides with a table and notes), read
+back with the same libraries: every text run translated, every formatting element in place."""
+from __future__ import annotations
+
+import io
+import time
+import zipfile
+
+import docx
+import pptx
+import pytest
+from conftest import ROOT
+from document_files import build_epub, build_odp, build_odt, odf_texts
+from fastapi.testclient import TestClient
+from pptx.util import Inches
+
+from nmt_serve.service.app import create_app
+from nmt_serve.service.settings import Settings
+
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+SENTENCE = [("Ein kleiner ", None), ("brauner Hund", "bold"), (" rennt über die ", None), ("grüne Wiese", "italic"), (" vor dem Haus.", None)]
+CELLS = [["Zwei Kinder spielen.", "Ein Mann lacht."], ["Eine Frau liest ein Buch.", "Ein Hund schläft."]]
+MAX_FILE_BYTES, MAX_DOCUMENT_CHARS = 200_000, 3000
+
+
+@pytest.fixture(scope="module")
+def client():
+    settings = Settings(models_dir=str(ROOT / "checkpoints"), device="cpu", max_file_bytes=MAX_FILE_BYTES,
+                        max_document_chars=MAX_DOCUMENT_CHARS)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        deadline = time.time() + 60
+        while c.get("/health/ready").status_code != 200:
+            assert time.time() < deadline, "the shipped models did not load"
+            time.sleep(0.05)
+        yield c
+
+
+def build_docx() -> bytes:
+    d = docx.Document()
+    d.sections[0].header.paragraphs[0].text = "Ein Mann fährt Fahrrad."
+    d.sections[0].footer.paragraphs[0].text = "Zwei Hunde spielen im Schnee."
+    p = d.add_paragraph()
+    for text, style in SENTENCE:
+        run = p.add_run(text)
+        run.bold, run.italic = style == "bold" or None, style == "italic" or None
+    d.add_paragraph("Ein Mann steht auf einer Leiter.")
+    table = d.add_table(rows=2, cols=2)
+    for r, row in enumerate(CELLS):
+        for c, text in enumerate(row):
+            table.cell(r, c).text = text
+    out = io.BytesIO()
+    d.save(out)
+    return out.getvalue()
+
+
+def docx_runs(d) -> list:
+    paragraphs = list(d.paragraphs) + [p for t in d.tables for row in t.rows for cell in row.cells for p in cell.paragraphs]
+    paragraphs += list(d.sections[0].header.paragraphs) + list(d.sections[0].footer.paragraphs)
+    return [r for p in paragraphs for r in p.runs]
+
+
+def build_pptx() -> bytes:
+    prs = pptx.Presentation()
+    slide = prs.slides.add_slide(prs.slide_layouts[5])
+    slide.shapes.title.text = "Ein Hund rennt über die Wiese."
+    p = slide.shapes.add_textbox(Inches(1), Inches(2), Inches(8), Inches(1)).text_frame.paragraphs[0]
+    for text, style in SENTENCE:
+        run = p.add_run()
+        run.text, run.font.bold, run.font.italic = text, style == "bold" or None, style == "italic" or None
+    table = slide.shapes.add_table(2, 2, Inches(1), Inches(4), Inches(8), Inches(1)).table
+    for r, row in enumerate(CELLS):
+        for c, text in enumerate(row):
+            table.cell(r, c).text = text
+    slide.notes_slide.notes_text_frame.text = "Eine Frau sitzt auf einer Bank."
+    out = io.BytesIO()
+    prs.save(out)
+    return out.getvalue()
+
+
+def pptx_runs(prs) -> list:
+    runs = []
+    for slide in prs.slides:
+        for shape in slide.shapes:
+            if shape.has_text_frame:
+                runs += [r for p in shape.text_frame.paragraphs for r in p.runs]
+            if shape.has_table:
+                runs += [r for row in shape.table.rows for cell in row.cells for p in cell.text_frame.paragraphs for r in p.runs]
+        runs += [r for p in slide.notes_slide.notes_text_frame.paragraphs for r in p.runs]
+    return runs
+
+
+def translate_file(client, name: str, data: bytes, source: str = "de", target: str = "en"):
+    return client.post("/v1/translate_file", data={"source": source, "target": target}, files={"file": (name, data)})
+
+
+def assert_every_run_translated(before: list, after: list, formatting) -> None:
+    assert len(before) == len(after) > 0
+    for a, b in zip(before, after):
+        assert formatting(a) == formatting(b), (a.text, b.text)
+        if a.text.strip():
+            assert b.text.strip() and b.text != a.text, (a.text, b.text)
+
+
+def test_docx_comes_back_translated_with_its_formatting(client):
+    source = build_docx()
+    r = translate_file(client, "bericht.docx", source)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == DOCX and 'filename="bericht_en.docx"' in r.headers["content-disposition"]
+    before, after = docx.Document(io.BytesIO(source)), docx.Document(io.BytesIO(r.content))
+    runs_before, runs_after = docx_runs(before), docx_runs(after)
+    assert_every_run_translated(runs_before, runs_after, lambda run: (run.bold, run.italic))
+    assert sum(1 for x in runs_after if x.bold) == sum(1 for x in runs_before if x.bold) == 1
+    assert sum(1 for x in runs_after if x.italic) == sum(1 for x in runs_before if x.italic) == 1
+    bold = next(x.text for x in runs_after if x.bold).lower()
+    assert "dog" in bold or "brown" in bold, [x.text for x in runs_after]  # the format went with its words
+    assert "dog" in after.paragraphs[0].text.lower() and "ladder" in after.paragraphs[1].text.lower()
+    table = after.tables[0]
+    assert (len(table.rows), len(table.columns)) == (2, 2) and "children" in table.cell(0, 0).text.lower()
+    header, footer = after.sections[0].header.paragraphs[0].text, after.sections[0].footer.paragraphs[0].text
+    assert "bike" in header.lower() or "bicycle" in header.lower(), header
+    assert "snow" in footer.lower(), footer
+
+
+def test_pptx_comes_back_translated_with_its_formatting(client):
+    source = build_pptx()
+    r = translate_file(client, "folien.pptx", source)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == PPTX
+    before, after = pptx.Presentation(io.BytesIO(source)), pptx.Presentation(io.BytesIO(r.content))
+    runs_before, runs_after = pptx_runs(before), pptx_runs(after)
+    assert_every_run_translated(runs_before, runs_after, lambda run: (run.font.bold, run.font.italic))
+    slide = after.slides[0]
+    table = next(s for s in slide.shapes if s.has_table).table
+    assert (len(table.rows), len(table.columns)) == (2, 2) and "woman" in table.cell(1, 0).text.lower()
+    assert "woman" in slide.notes_slide.notes_text_frame.text.lower() and "dog" in slide.shapes.title.text.lower()
+
+
+@pytest.mark.parametrize("name, build", [("bericht.odt", build_odt), ("folien.odp", build_odp), ("buch.epub", build_epub)])
+def test_odf_and_epub_round_trips(client, name, build):
+    source = build()
+    r = translate_file(client, name, source)
+    assert r.status_code == 200, r.text
+    member = {"bericht.odt": "content.xml", "folien.odp": "content.xml", "buch.epub": "OEBPS/text/kapitel 1.xhtml"}[name]
+    before, after = odf_texts(source, member), odf_texts(r.content, member)
+    assert zipfile.ZipFile(io.BytesIO(r.content)).namelist() == zipfile.ZipFile(io.BytesIO(source)).namelist()
+    changed = [b for a, b in zip(before, after) if a != b]
+    assert len(after) >= len(before) - 1 and len(changed) >= len(before) // 2, (before, after)
+    assert "dog" in " ".join(after).lower()
+
+
+def test_libretranslate_translate_file_takes_documents(client):
+    assert ".docx" in client.get("/frontend/settings").json()["supportedFilesFormat"]
+    r = client.post("/translate_file", data={"source": "de", "target": "en"}, files={"file": ("bericht.docx", build_docx())})
+    assert r.status_code == 200, r.text
+    url = r.json()["translatedFileUrl"]
+    assert url.endswith(".bericht_en.docx")
+    download = client.get(url[url.index("/download_file/"):])
+    assert download.status_code == 200 and download.headers["content-type"] == DOCX
+    assert "dog" in docx.Document(io.BytesIO(download.content)).paragraphs[0].text.lower()
+    # source "auto": the document's language found from all its text
+    r = client.post("/translate_file", data={"source": "auto", "target": "en"}, files={"file": ("b.pptx", build_pptx())})
+    assert r.status_code == 200, r.text
+
+
+def our_error(r, status: int, type_: str) -> str:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "param"} and body["error"]["type"] == type_, body
+    return body["error"]["message"]
+
+
+def test_bad_files_get_the_one_error_shape(client):
+    good = build_docx()
+    for name, data in (("kaputt.docx", good[: len(good) // 2]), ("kaputt.docx", b"plain text"), ("kaputt.pptx", good),
+                       ("kaputt.epub", good), ("kaputt.odt", b"")):
+        assert "cannot be read" in our_error(translate_file(client, name, data), 400, "invalid_request")
+    assert "supported: .txt, .html, .htm, .docx, .pptx, .odt, .odp, .epub" in our_error(
+        translate_file(client, "scan.pdf", b"%PDF-1.4"), 400, "invalid_request")
+    assert "max_file_bytes" in our_error(translate_file(client, "gross.docx", b"x" * (MAX_FILE_BYTES + 1)), 413, "request_too_large")
+    d = docx.Document()
+    for _ in range(60):
+        d.add_paragraph("Ein Mann steht auf einer Leiter und streicht die Wand.")
+    big = io.BytesIO()
+    d.save(big)
+    assert "max_document_chars" in our_error(translate_file(client, "lang.docx", big.getvalue()), 413, "request_too_large")
+    assert translate_file(client, "ohne.docx", good, target="xx").status_code == 400
+    # LibreTranslate's routes keep LibreTranslate's shape
+    r = client.post("/translate_file", data={"source": "de", "target": "en"}, files={"file": ("kaputt.docx", b"nope")})
+    assert r.status_code == 400 and set(r.json()) == {"error"} and "cannot be read" in r.json()["error"]

@@ -1,0 +1,347 @@
+"""Office documents and e-books translated in place (nmt_serve/text/documents), with a stand-in
+translator: every word upper-cased (or the words reversed), inline tags placed by the HTML path from
+a word-for-word alignment. The files are built in the test with python-docx and python-pptx, or
+written as the minimal XML their formats need (.odt, .odp, .epub)."""
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+
+import docx
+import pptx
+import pytest
+from document_files import build_epub, build_odp, build_odt, odf_texts
+from lxml import etree
+from pptx.util import Inches
+
+from nmt_serve.text.documents import DocumentError, read_document, translate_document
+from nmt_serve.text.documents.document import open_zip
+from nmt_serve.text.documents.inline_runs import InlineParagraph, TextSlot
+from nmt_serve.text.html_markup import AlignedText, parse_html
+
+WORD = re.compile(r"[^ \t\n\r\f]+")
+
+
+def upper_words(text: str) -> AlignedText:
+    out, align, pos = [], [], 0
+    for m in WORD.finditer(text):
+        gap = text[pos:m.start()] if not out else " "
+        word = m.group().upper()
+        start = len("".join(out)) + len(gap)
+        out += [gap, word]
+        align.append(((start, start + len(word)), m.span()))
+        pos = m.end()
+    return AlignedText("".join(out), align)
+
+
+def reversed_words(text: str) -> AlignedText:
+    words = list(WORD.finditer(text))[::-1]
+    out, align = "", []
+    for m in words:
+        if out:
+            out += " "
+        align.append(((len(out), len(out) + len(m.group())), m.span()))
+        out += m.group().upper()
+    return AlignedText(out, align)
+
+
+def translator(translate_segment=upper_words, seen: list | None = None):
+    def translate_units(units: list[str]) -> list[str]:
+        if seen is not None:
+            seen.extend(units)
+        out = []
+        for unit in units:
+            document = parse_html(unit)
+            out.append(document.rebuild([translate_segment(s.text) for s in document.segments]))
+        return out
+
+    return translate_units
+
+
+# ---------------------------------------------------------------------------------------- runs <-> inline HTML
+
+
+def paragraph(*runs: tuple[str, str]) -> tuple[InlineParagraph, list[str]]:
+    """A paragraph of (text, format) runs; returns it and the list each run's new text is written to."""
+    written = [""] * len(runs)
+
+    def writer(i):
+        def write(text):
+            written[i] = text
+        return write
+
+    return InlineParagraph([TextSlot(t, f, writer(i)) for i, (t, f) in enumerate(runs)]), written
+
+
+def test_the_most_common_format_is_plain_text_and_the_others_spans():
+    p, _ = paragraph(("Ein ", "plain"), ("Hund", "bold"), (" rennt über die ", "plain"), ("Wiese", "italic"), (".", "plain"))
+    assert p.html == 'Ein <span data-run="0">Hund</span> rennt über die <span data-run="1">Wiese</span>.'
+    assert p.text == "Ein Hund rennt über die Wiese."
+
+
+def test_runs_alike_merge_and_separated_ones_do_not():
+    slots = [TextSlot("Ein ", "a", lambda t: None), TextSlot("Hund", "a", lambda t: None),
+             TextSlot(" und", "a", lambda t: None, separated=True)]
+    p = InlineParagraph(slots)
+    # one group per gap may be plain: the second (after a tab, say) becomes a span of its own
+    assert p.html == 'Ein Hund<span data-run="0"> und</span>'
+
+
+def test_text_goes_back_to_its_runs_in_order():
+    p, written = paragraph(("Ein ", "plain"), ("Hund", "bold"), (" rennt über die ", "plain"), ("Wiese", "italic"), (".", "plain"))
+    p.write('A <span data-run="0">dog</span> runs across the <span data-run="1">meadow</span>.')
+    assert written == ["A ", "dog", " runs across the ", "meadow", "."]
+    # text in a gap that had no plain run joins the span before it; entities are decoded
+    p, written = paragraph(("fett", "bold"), ("kursiv", "italic"), ("der lange Rest", "plain"))
+    p.write('<span data-run="0">bold</span> &amp; <span data-run="1">italic</span>rest')
+    assert written == ["bold & ", "italic", "rest"]
+
+
+def test_a_formatted_run_left_empty_by_the_alignment_takes_the_nearest_word():
+    p, written = paragraph(("Ein ", "plain"), ("Hund", "bold"), (" rennt.", "plain"))
+    p.write('A dog<span data-run="0"></span> runs.')
+    assert written[1].strip() == "dog" and "".join(written).split() == ["A", "dog", "runs."]
+
+
+# ---------------------------------------------------------------------------------------- .docx
+
+
+def build_docx() -> bytes:
+    d = docx.Document()
+    section = d.sections[0]
+    section.header.paragraphs[0].text = "Kopfzeile des Berichts"
+    section.footer.paragraphs[0].text = "Fußzeile mit Namen"
+    p = d.add_paragraph("Ein kleiner ")
+    p.add_run("brauner Hund").bold = True
+    p.add_run(" rennt über die ")
+    p.add_run("grüne Wiese").italic = True
+    p.add_run(" am Haus.")
+    tabbed = d.add_paragraph("Name:")
+    tabbed.runs[0].add_tab()
+    tabbed.add_run("zwei Kinder")
+    table = d.add_table(rows=2, cols=3)
+    for r, row in enumerate(table.rows):
+        for c, cell in enumerate(row.cells):
+            cell.text = f"zelle {r} {c}"
+    table.cell(0, 0).paragraphs[0].runs[0].bold = True
+    d.add_comment(p.runs[1], text="ein Kommentar zum Hund", author="Anna")
+    out = io.BytesIO()
+    d.save(out)
+    return out.getvalue()
+
+
+def docx_runs(d) -> list:
+    paragraphs = list(d.paragraphs) + [p for t in d.tables for row in t.rows for cell in row.cells for p in cell.paragraphs]
+    for s in d.sections:
+        paragraphs += list(s.header.paragraphs) + list(s.footer.paragraphs)
+    return [r for p in paragraphs for r in p.runs]
+
+
+def test_docx_every_run_translated_and_every_format_kept():
+    source = build_docx()
+    seen = []
+    out = translate_document(source, "bericht.docx", translator(seen=seen))
+    before, after = docx.Document(io.BytesIO(source)), docx.Document(io.BytesIO(out))
+    runs_before, runs_after = docx_runs(before), docx_runs(after)
+    assert len(runs_before) == len(runs_after)
+    for a, b in zip(runs_before, runs_after):
+        assert b.text == a.text.upper() and (a.bold, a.italic) == (b.bold, b.italic)
+    p = after.paragraphs[0]
+    assert [r.text for r in p.runs if r.text] == ["EIN KLEINER ", "BRAUNER HUND", " RENNT ÜBER DIE ", "GRÜNE WIESE", " AM HAUS."]
+    assert [r.bold for r in p.runs if r.text] == [None, True, None, None, None] and [r.text for r in p.runs if r.italic] == ["GRÜNE WIESE"]
+    assert "\t" in after.paragraphs[1].text and after.paragraphs[1].text == "NAME:\tZWEI KINDER"
+    table = after.tables[0]
+    assert (len(table.rows), len(table.columns)) == (2, 3) and table.cell(1, 2).text == "ZELLE 1 2"
+    assert table.cell(0, 0).paragraphs[0].runs[0].bold
+    assert after.sections[0].header.paragraphs[0].text == "KOPFZEILE DES BERICHTS"
+    assert after.sections[0].footer.paragraphs[0].text == "FUSSZEILE MIT NAMEN"
+    comments = list(after.comments)
+    assert len(comments) == 1 and comments[0].text == "EIN KOMMENTAR ZUM HUND" and comments[0].author == "Anna"
+    # one unit per paragraph, its formatting as inline spans
+    assert 'Ein kleiner <span data-run="0">brauner Hund</span> rennt über die <span data-run="1">grüne Wiese</span> am Haus.' in seen
+
+
+def test_docx_formatting_follows_its_words_when_they_move():
+    out = translate_document(build_docx(), "b.docx", translator(reversed_words))
+    runs = docx.Document(io.BytesIO(out)).paragraphs[0].runs
+    bold = [r.text for r in runs if r.bold]
+    italic = [r.text for r in runs if r.italic]
+    # "HAUS. AM WIESE GRÜNE DIE ÜBER RENNT HUND BRAUNER KLEINER EIN": tags keep their order, so one
+    # of the two moved runs holds its words and the other is clamped beside them, never lost
+    assert bold and italic and all(t.strip() for t in bold + italic)
+    assert "".join(r.text for r in runs).split() == ["HAUS.", "AM", "WIESE", "GRÜNE", "DIE", "ÜBER", "RENNT", "HUND", "BRAUNER", "KLEINER", "EIN"]
+
+
+def test_docx_footnotes_kept_as_bytes_by_python_docx_are_translated_too():
+    source = build_docx()
+    footnotes = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+                 '<w:footnotes xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
+                 '<w:footnote w:type="separator" w:id="-1"><w:p><w:r><w:separator/></w:r></w:p></w:footnote>'
+                 '<w:footnote w:id="1"><w:p><w:r><w:footnoteRef/></w:r><w:r><w:t xml:space="preserve"> Eine Fußnote hier.</w:t></w:r></w:p></w:footnote>'
+                 '</w:footnotes>')
+    with_footnotes = add_part(source, "word/footnotes.xml", footnotes,
+                              "application/vnd.openxmlformats-officedocument.wordprocessingml.footnotes+xml",
+                              "http://schemas.openxmlformats.org/officeDocument/2006/relationships/footnotes")
+    out = translate_document(with_footnotes, "f.docx", translator())
+    xml = zipfile.ZipFile(io.BytesIO(out)).read("word/footnotes.xml").decode()
+    assert "EINE FUSSNOTE HIER." in xml and "<w:footnoteRef/>" in xml and "<w:separator/>" in xml
+
+
+def add_part(package: bytes, name: str, xml: str, content_type: str, relationship: str) -> bytes:
+    """The package with one more part, related to the main document."""
+    src = zipfile.ZipFile(io.BytesIO(package))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "[Content_Types].xml":
+                data = data.replace(b"</Types>", f'<Override PartName="/{name}" ContentType="{content_type}"/></Types>'.encode())
+            elif info.filename == "word/_rels/document.xml.rels":
+                data = data.replace(b"</Relationships>", f'<Relationship Id="rIdF1" Type="{relationship}" Target="{name.split("/", 1)[1]}"/></Relationships>'.encode())
+            z.writestr(info, data)
+        z.writestr(name, xml)
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------- .pptx
+
+
+def build_pptx() -> bytes:
+    prs = pptx.Presentation()
+    slide = prs.slides.add_slide(prs.slide_layouts[5])  # title only
+    slide.shapes.title.text = "Ein Bericht über Hunde"
+    box = slide.shapes.add_textbox(Inches(1), Inches(2), Inches(6), Inches(1)).text_frame
+    p = box.paragraphs[0]
+    for text, bold, italic in (("Ein ", False, False), ("brauner Hund", True, False), (" rennt über die ", False, False),
+                               ("grüne Wiese", False, True), (" am Haus.", False, False)):
+        run = p.add_run()
+        run.text, run.font.bold, run.font.italic = text, bold or None, italic or None
+    table = slide.shapes.add_table(2, 3, Inches(1), Inches(4), Inches(6), Inches(1)).table
+    for r in range(2):
+        for c in range(3):
+            table.cell(r, c).text = f"zelle {r} {c}"
+    slide.notes_slide.notes_text_frame.text = "Notizen für den Sprecher"
+    out = io.BytesIO()
+    prs.save(out)
+    return out.getvalue()
+
+
+def pptx_runs(prs) -> list:
+    runs = []
+    for slide in prs.slides:
+        for shape in slide.shapes:
+            if shape.has_text_frame:
+                runs += [r for p in shape.text_frame.paragraphs for r in p.runs]
+            if shape.has_table:
+                runs += [r for row in shape.table.rows for cell in row.cells for p in cell.text_frame.paragraphs for r in p.runs]
+        runs += [r for p in slide.notes_slide.notes_text_frame.paragraphs for r in p.runs]
+    return runs
+
+
+def test_pptx_every_run_translated_and_every_format_kept():
+    source = build_pptx()
+    out = translate_document(source, "folien.pptx", translator())
+    before, after = pptx.Presentation(io.BytesIO(source)), pptx.Presentation(io.BytesIO(out))
+    runs_before, runs_after = pptx_runs(before), pptx_runs(after)
+    assert len(runs_before) == len(runs_after) > 10
+    for a, b in zip(runs_before, runs_after):
+        assert b.text == a.text.upper() and (a.font.bold, a.font.italic) == (b.font.bold, b.font.italic)
+    slide = after.slides[0]
+    table = next(s for s in slide.shapes if s.has_table).table
+    assert (len(table.rows), len(table.columns)) == (2, 3) and table.cell(1, 2).text == "ZELLE 1 2"
+    assert slide.notes_slide.notes_text_frame.text == "NOTIZEN FÜR DEN SPRECHER"
+    assert slide.shapes.title.text == "EIN BERICHT ÜBER HUNDE"
+
+
+# ---------------------------------------------------------------------------------------- .odt, .odp
+
+
+def test_odt_every_text_translated_and_its_structure_kept():
+    source = build_odt()
+    out = translate_document(source, "bericht.odt", translator())
+    names = zipfile.ZipFile(io.BytesIO(out)).infolist()
+    assert names[0].filename == "mimetype" and names[0].compress_type == zipfile.ZIP_STORED
+    before, after = odf_texts(source), odf_texts(out)
+    assert after == [t.upper().replace("ß", "SS") if t not in ("1", "Anna") else t for t in before]
+    content = zipfile.ZipFile(io.BytesIO(out)).read("content.xml").decode()
+    assert '<text:span text:style-name="Bold">BRAUNER HUND</text:span>' in content
+    assert '<text:span text:style-name="Italic">GRÜNE WIESE</text:span>' in content and "<text:s/>" in content
+    assert "<text:note-citation>1</text:note-citation>" in content and "<dc:creator>Anna</dc:creator>" in content
+    styles = odf_texts(out, "styles.xml")
+    assert styles == ["KOPFZEILE HIER", "SEITE ", "1", " VON ALLEN"]
+
+
+def test_odp_slides_tables_and_notes():
+    source = build_odp()
+    out = translate_document(source, "folien.odp", translator())
+    assert odf_texts(out) == [t.upper() for t in odf_texts(source)]
+    content = zipfile.ZipFile(io.BytesIO(out)).read("content.xml").decode()
+    assert "<presentation:notes>" in content and "<table:table-cell><text:p>ZWEI KINDER SPIELEN.</text:p>" in content
+    with pytest.raises(DocumentError, match="not an OpenDocument text"):
+        read_document(source, "folien.odt")
+
+
+# ---------------------------------------------------------------------------------------- .epub
+
+
+def test_epub_chapters_and_table_of_contents():
+    source = build_epub()
+    out = translate_document(source, "buch.epub", translator())
+    book = zipfile.ZipFile(io.BytesIO(out))
+    assert book.infolist()[0].filename == "mimetype" and book.read("OEBPS/content.opf") == zipfile.ZipFile(io.BytesIO(source)).read("OEBPS/content.opf")
+    chapter = book.read("OEBPS/text/kapitel 1.xhtml").decode()
+    assert chapter.startswith("<?xml") and "<!DOCTYPE html>" in chapter
+    root = etree.fromstring(chapter.encode())
+    ns = {"h": "http://www.w3.org/1999/xhtml"}
+    assert root.findtext(".//h:title", namespaces=ns) == "ERSTES KAPITEL"
+    p = root.find(".//h:body/h:p", ns)
+    assert p.findtext("h:b", namespaces=ns) == "BRAUNER HUND" and p.findtext("h:i", namespaces=ns) == "GRÜNE WIESE"
+    assert "".join(p.itertext()) == "EIN BRAUNER HUND RENNT ÜBER DIE GRÜNE WIESE AM HAUS.1"
+    assert p.find("h:a", ns).get("href") == "#n1"
+    div = root.find(".//h:body/h:div", ns)
+    assert div.text == "ZWEI KINDER SPIELEN." and div.findtext("h:p", namespaces=ns) == "EIN MANN LACHT." and div[0].tail == "EINE FRAU LIEST."
+    assert root.findtext(".//h:pre", namespaces=ns) == "nicht übersetzen" and "p { margin: 0 }" in chapter
+    assert root.findtext(".//h:aside/h:p", namespaces=ns) == "EINE FUSSNOTE HIER."
+    assert odf_texts(out, "OEBPS/toc.ncx") == ["EIN BUCH", "ERSTES KAPITEL"]
+
+
+# ---------------------------------------------------------------------------------------- bad files
+
+
+@pytest.mark.parametrize("name", ["a.docx", "a.pptx", "a.odt", "a.odp", "a.epub"])
+def test_files_that_are_not_what_they_claim_raise_one_error(name):
+    builders = {"a.docx": build_docx, "a.pptx": build_pptx, "a.odt": build_odt, "a.odp": build_odp, "a.epub": build_epub}
+    good = builders[name]()
+    truncated = good[: len(good) // 2]
+    other = build_docx() if not name.endswith(".docx") else build_epub()
+    broken_xml = corrupt_member(good)
+    for bad in (b"", b"not a zip at all", truncated, other, broken_xml):
+        with pytest.raises(DocumentError):
+            read_document(bad, name)
+
+
+def corrupt_member(package: bytes) -> bytes:
+    """The package with its main XML part cut in half."""
+    src = zipfile.ZipFile(io.BytesIO(package))
+    targets = {"word/document.xml", "ppt/slides/slide1.xml", "content.xml", "OEBPS/text/kapitel 1.xhtml"}
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for info in src.infolist():
+            data = src.read(info)
+            z.writestr(info, data[: len(data) // 2] if info.filename in targets else data)
+    return out.getvalue()
+
+
+def test_a_zip_bomb_is_refused_before_it_is_unpacked():
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("content.xml", b"\0" * (2 << 20))
+    assert len(out.getvalue()) < 10_000
+    with pytest.raises(DocumentError, match="expands"):
+        open_zip(out.getvalue(), max_unpacked_bytes=1 << 20)
+
+
+def test_unknown_formats_are_refused():
+    with pytest.raises(DocumentError, match="supported"):
+        read_document(b"x", "scan.pdf")
