@@ -22,7 +22,7 @@ from nmt_serve.service.errors import bad_request
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.entities import unescape_output
 from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
-from nmt_serve.text.language_detection import Detection, language_name
+from nmt_serve.text.language_detection import UNDETERMINED, Detection, language_name
 from nmt_serve.text.quality_flags import SentenceFlags, flags_for
 from nmt_serve.text.segmentation import Segmented, segment
 from nmt_serve.text.word_alignment import word_alignment
@@ -93,8 +93,9 @@ def resolve_model(state: ServiceState, source: str, target: str, text: str, para
         # no letters at all ("12345"): nothing a model could translate, so it comes back as it is
         return (state.models[direction] if unserved and direction in state.models else None), english
     if unserved:
-        raise bad_request(f"the text looks like {_language_name(found.language)}, which no loaded model translates; "
-                          f"served source languages: {', '.join(sorted(served))}", param)
+        looks = ("is in none of the languages the loaded models translate (too short to say which it is)"
+                 if found.language == UNDETERMINED else f"looks like {_language_name(found.language)}, which no loaded model translates")
+        raise bad_request(f"the text {looks}; served source languages: {', '.join(sorted(served))}", param)
     if not candidates:
         raise bad_request("the source language could not be detected (is there any text?); name it in 'source'", param)
     best = candidates[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import re
+from html.entities import html5
 
 # complete references only (with their ";"): "AT&T" or "&c" in a text is left alone
 REFERENCE = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
@@ -21,4 +22,11 @@ def unescape_output(source: str, output: str) -> str:
     if "&" not in output:
         return output
     kept = set(REFERENCE.findall(source))
-    return REFERENCE.sub(lambda m: m.group() if m.group() in kept else html.unescape(m.group()), output)
+    return REFERENCE.sub(lambda m: m.group() if m.group() in kept else _decoded(m.group()), output)
+
+
+def _decoded(reference: str) -> str:
+    if reference[1] == "#":
+        return html.unescape(reference)
+    # a whole name only: html.unescape would read "&notanentity;" as "&not" + "anentity;"
+    return html5.get(reference[1:], reference)

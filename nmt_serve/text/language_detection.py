@@ -55,8 +55,16 @@ WIDE = ("en", "de", "fr", "es", "it", "pt", "nl", "pl", "cs", "sk", "sv", "da", 
 NAMING_CONFIDENCE = 0.7
 SERVED_CERTAIN = 0.999
 # low-accuracy mode is confidently wrong on the shortest texts ("Hello world": Vietnamese 0.95, "Hallo
-# Welt": Finnish 0.72), so a language no model serves is named only from this many letters on
+# Welt": Finnish 0.72), so a text is called unserved only from this many letters on
 NAMING_MIN_LETTERS = 20
+# ... and the unserved language is named only from this many: below, trigrams still mix up neighbours
+# ("¿Dónde está la biblioteca? Necesito un libro.", 36 letters: Romanian 0.91, Spanish 0.07), so such a
+# text is "in a language no model serves" (UNDETERMINED) without a name
+NAMING_SURE_LETTERS = 40
+UNDETERMINED = "und"  # ISO 639-2's "undetermined": not a served language, not sure which
+# below this a detection is a guess ("not sure"): a short text the wider view gives to other languages
+# ("Hallo": English 0.87 among de/en, but Finnish 0.52 and English 0.11 among all)
+SURE_CONFIDENCE = 0.5
 # a text is judged by its beginning: lingua holds the GIL, and a whole 20,000-character text held the
 # event loop for 25 ms (detect) and 67 ms (identify), its first 1000 characters, which tell the
 # language as well, for 0.7 and 5.7 ms
@@ -78,6 +86,8 @@ def lingua_language(code: str) -> Language | None:
 
 def language_name(code: str) -> str:
     """The English name of a language code ("es" -> "Spanish"), the code itself when lingua does not know it."""
+    if code == UNDETERMINED:
+        return "an undetermined language"
     language = lingua_language(code)
     return language.name.title().replace("_", " ") if language is not None else code
 
@@ -111,28 +121,47 @@ class LanguageDetector:
         wide = {lingua_language(c) for c in WIDE} | set(languages)
         self._wide = LanguageDetectorBuilder.from_languages(*wide).with_low_accuracy_mode().with_preloaded_language_models().build()
 
+    def _among_served(self, sample: str) -> list[Detection]:
+        """The high-accuracy detector's view: which served language, if it is one (sums to 1)."""
+        return _ranked(self._served.compute_language_confidence_values(sample)) if self._served is not None else []
+
+    def _wide_view(self, sample: str) -> list[Detection]:
+        return _ranked(self._wide.compute_language_confidence_values(sample))
+
     def detect(self, text: str) -> list[Detection]:
-        """The served languages the text may be in, best first (confidences sum to 1); empty when the
-        text has nothing to tell languages apart by."""
-        if self._served is None:
+        """The served languages the text may be in, best first; empty when the text has nothing to tell
+        languages apart by. Each confidence is P(language | served) from the high-accuracy detector times
+        P(served) from the wide one: a long text in a served language keeps ~1, and a short or foreign
+        one whose letters fit other languages as well gets little (below SURE_CONFIDENCE: not sure)."""
+        sample = _sample(text)
+        ranked = self._among_served(sample)
+        if not ranked:
             return []
-        return _ranked(self._served.compute_language_confidence_values(_sample(text)))
+        served = sum(d.confidence for d in self._wide_view(sample) if d.language in self.served)
+        return [Detection(d.language, d.confidence * served) for d in ranked]
 
     def identify(self, text: str) -> Detection | None:
-        """The text's language among WIDE and the served ones, or None when unsure."""
-        ranked = _ranked(self._wide.compute_language_confidence_values(_sample(text)))
-        if not ranked or ranked[0].confidence < NAMING_CONFIDENCE:
+        """The text's language among WIDE and the served ones, UNDETERMINED for one no model serves
+        when it is too short to name, or None when unsure."""
+        sample = _sample(text)
+        ranked = self._wide_view(sample)
+        if not ranked:
             return None
         found = ranked[0]
-        served = self.detect(text)
+        served = self._among_served(sample)
         if found.language in self.served:
-            return found if served and served[0].language == found.language else None
-        if sum(c.isalpha() for c in _sample(text)) < NAMING_MIN_LETTERS:
+            sure = found.confidence >= NAMING_CONFIDENCE
+            return found if sure and served and served[0].language == found.language else None
+        letters = sum(c.isalpha() for c in sample)
+        unserved = sum(d.confidence for d in ranked if d.language not in self.served)
+        if letters < NAMING_MIN_LETTERS or unserved < NAMING_CONFIDENCE:
             return None
         # with one served language its detector is certain of any text, so it cannot contradict
         if len(self.served) > 1 and served and served[0].confidence >= SERVED_CERTAIN:
             return None
-        return found
+        if found.confidence >= NAMING_CONFIDENCE and letters >= NAMING_SURE_LETTERS:
+            return found
+        return Detection(UNDETERMINED, unserved)
 
 
 @lru_cache(maxsize=4)

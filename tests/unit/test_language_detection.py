@@ -2,15 +2,19 @@
 and identify() naming a language no model serves only when it is sure."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from nmt_serve.text.language_detection import (
-    Detection,
+    SURE_CONFIDENCE,
+    UNDETERMINED,
     LanguageDetector,
     detector_for,
     language_name,
 )
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GERMAN = ["Ein Mann fährt mit dem Fahrrad durch die Stadt.", "Zwei Hunde spielen im Schnee.", "Wo ist der Bahnhof?",
           "Kannst du mir bitte helfen?", "Die Kinder spielen im Garten hinter dem Haus."]
 ENGLISH = ["A man rides his bicycle through the city.", "Two dogs are playing in the snow.", "Where is the station?",
@@ -48,7 +52,8 @@ def test_german_and_english_sentences(de_en):
     found = de_en.detect(GERMAN[0])
     assert found[0].confidence > 0.9
     assert [d.confidence for d in found] == sorted((d.confidence for d in found), reverse=True)
-    assert sum(d.confidence for d in found) == pytest.approx(1.0)
+    # P(language | served) x P(served): a sentence in a served language keeps (almost) all of it
+    assert 0.99 < sum(d.confidence for d in found) <= 1.0 + 1e-9
 
 
 def test_short_texts(de_en):
@@ -109,10 +114,64 @@ def test_detectors_are_built_once_per_set_of_languages(de_en):
 def test_one_served_language_and_unknown_codes():
     detector = LanguageDetector(["de", "xx"])  # "xx": a model whose language lingua does not know
     assert detector.served == ("de",)
-    assert detector.detect(GERMAN[1]) == [Detection("de", 1.0)]
+    [found] = detector.detect(GERMAN[1])
+    assert found.language == "de" and found.confidence > 0.9
     assert detector.identify(SPANISH[0]).language == "es"  # one served language cannot contradict it
     assert LanguageDetector([]).detect(GERMAN[0]) == []
 
 
 def test_language_names():
     assert (language_name("es"), language_name("de"), language_name("xx")) == ("Spanish", "German", "xx")
+    assert language_name(UNDETERMINED) == "an undetermined language"
+
+
+LABELLED = [tuple(line.split("\t")) for line in (FIXTURES / "language_detection.tsv").read_text(encoding="utf-8").splitlines()
+            if line and not line.startswith("#")]
+
+
+def verdict(detector: LanguageDetector, text: str) -> tuple[str, str | None, float]:
+    """What the translation path makes of a text with source "auto" (pipeline.resolve_model): a language no
+    model serves (named, or UNDETERMINED), nothing to detect, or the best served language and how sure."""
+    found = detector.identify(text)
+    if found is not None and found.language not in detector.served:
+        return "unserved", found.language, found.confidence
+    candidates = detector.detect(text)
+    if not candidates:
+        return "none", None, 0.0
+    return "served", candidates[0].language, candidates[0].confidence
+
+
+def test_labelled_short_and_unserved_texts(de_en):
+    """66 texts (tests/fixtures/language_detection.tsv): greetings and sentences in de and en (served), and in
+    11 languages no shipped model serves. A served text must get its language; an unserved one must come out
+    as unserved (named rightly, or UNDETERMINED), as nothing to detect, or as a served guess below
+    SURE_CONFIDENCE: never as a served language with confidence. Before the P(served) weighting and
+    UNDETERMINED: 51 of 66 (15 unserved greetings called de/en at 0.52-0.96, the Spanish sentence called
+    Romanian, "Hallo" English at 0.87); after: 65 of 66 ("Hallo" still English, at 0.14: not sure)."""
+    assert len(LABELLED) == 66
+    right, confidently_wrong = 0, []
+    for label, text in LABELLED:
+        kind, language, confidence = verdict(de_en, text)
+        if label in de_en.served:
+            ok = kind == "served" and language == label
+            if not ok and (kind != "served" or confidence >= SURE_CONFIDENCE):
+                confidently_wrong.append((label, text, kind, language, confidence))
+        else:
+            ok = kind == "unserved" and language in (label, UNDETERMINED) or kind == "none" \
+                or kind == "served" and confidence < SURE_CONFIDENCE
+            if not ok:
+                confidently_wrong.append((label, text, kind, language, confidence))
+        right += ok
+    assert not confidently_wrong, confidently_wrong
+    assert right / len(LABELLED) >= 0.95, right
+
+
+def test_the_cases_from_the_issue(de_en):
+    # Spanish, 36 letters: low-accuracy trigrams say Romanian 0.91, so it is unserved without a name
+    found = de_en.identify("¿Dónde está la biblioteca? Necesito un libro.")
+    assert found is not None and found.language == UNDETERMINED
+    assert all(d.confidence < SURE_CONFIDENCE for d in de_en.detect("¿Dónde está la biblioteca? Necesito un libro."))
+    # "Hallo": whatever the guess, not English with confidence
+    best = de_en.detect("Hallo")[0]
+    assert best.language == "de" or best.confidence < SURE_CONFIDENCE, best
+    # (a longer Spanish text is named: test_identify_names_languages_no_model_serves)
