@@ -20,6 +20,7 @@ from nmt_serve.service.pipeline import AUTO, resolve_model, translate_texts
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.documents import DocumentError, read_document
 
+DETECTION_SAMPLE_CHARS = 5000  # the document's language is told from its beginning (on the event loop: kept short)
 TEXT_FORMATS = {".txt": "text", ".html": "html", ".htm": "html"}
 FORMATS = tuple(MEDIA_TYPES)  # .txt, .html, .htm, then the documents'
 
@@ -73,8 +74,9 @@ async def translate_file(state: ServiceState, request: Request, *, name: str, da
     texts = document.texts
     state.limits.check_document([u.text for u in document.units], param)
     if texts and source == AUTO:
-        # one language for the whole document, from all of its text (a short paragraph alone says little)
-        model, _ = resolve_model(state, AUTO, state.language(target), "\n".join(u.text for u in document.units), param)
+        # one language for the whole document, told from its text (a short paragraph alone says little)
+        sample = "\n".join(u.text for u in document.units)[:DETECTION_SAMPLE_CHARS]
+        model, _ = resolve_model(state, AUTO, state.language(target), sample, param)
         if model is None:
             return data  # already in the target language
         source = model.source
