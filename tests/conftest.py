@@ -26,6 +26,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
+# every server the tests start keeps its jobs apart from a real server's (and from earlier runs'): the
+# jobs directory is shared by design, and a job left in it would be taken up by the next server
+os.environ["NMT_JOBS_DIR"] = tempfile.mkdtemp(prefix="nmt-test-jobs-")
 
 
 def pytest_collection_modifyitems(config, items):

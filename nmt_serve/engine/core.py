@@ -16,8 +16,9 @@ The process around it (process.py) moves messages; the tests drive it directly.
   admitted work.
 - Attention maps are computed between steps.
 - A background call (a job's chunk, protocol.BACKGROUND) waits in a queue of its own: its sentences join
-  only while no interactive sentence waits, and hold at most `background_share` of a search's rows, so
-  interactive calls join at the next step boundary whatever a job has queued.
+  only while no interactive sentence waits, hold at most `background_share` of the running sentences
+  of a model and beam size, and keep to that share of the lanes (at least one): interactive calls join
+  at the next step boundary whatever a job has queued, and on CPU find lanes with no job in them.
 - On CPU the running sentences are spread over `lanes` searches per (model, beam size), whose steps
   run at the same time on a pool of threads, each with `threads` torch threads of its own (one by
   default): independent single-threaded decode loops, as CTranslate2's inter_threads, rather than one
@@ -342,15 +343,16 @@ class EngineCore:
                                 tuple(call.target_prefix), lexical[i])
             # dynamic beam allocation needs beams, so a greedy call's constrained sentences run beam search
             beam = max(options.beam_size, CONSTRAINED_MIN_BEAM) if lexical[i] else options.beam_size
-            key, group = self._group_for(call.model, beam, sentence)
+            key, group = self._group_for(call.model, beam, sentence, background=call.priority != INTERACTIVE)
             state.groups.add(key)
             (group.background if call.priority != INTERACTIVE else group.waiting).append((call.id, i, sentence))
         return []
 
     # ------------------------------------------------------------------ searches
-    def _group_for(self, model_id: str, beam: int, sentence: Sentence) -> tuple[tuple, _Group]:
+    def _group_for(self, model_id: str, beam: int, sentence: Sentence, background: bool = False) -> tuple[tuple, _Group]:
         """The running group a sentence joins: the device search where the model has one and the
-        sentence fits it, else the eager search; made on first use."""
+        sentence fits it, else the eager search; made on first use. A background sentence keeps to
+        the first lanes (_background_lanes), so that interactive ones find lanes with no job in them."""
         translator = self.models[model_id]
         kind = "eager"
         # lexical constraints are bookkeeping on the host: their sentences run in the eager search
@@ -366,7 +368,7 @@ class EngineCore:
             if (model_id, beam, kind, lane) not in self.groups:
                 self.groups[(model_id, beam, kind, lane)] = _Group(self._new_search(model_id, beam, kind))
         # the lane with the least work, running and waiting
-        key = min(((model_id, beam, kind, lane) for lane in range(lanes)),
+        key = min(((model_id, beam, kind, lane) for lane in range(self._background_lanes(lanes) if background else lanes)),
                   key=lambda k: len(self.groups[k].search) + len(self.groups[k].waiting) + len(self.groups[k].background))
         return key, self.groups[key]
 
@@ -563,9 +565,14 @@ class EngineCore:
         self._take(group.waiting, room, joining)
         if group.background and len(joining) < room and not any(g.waiting for g in self.groups.values()):
             running = sum(1 for key in search.keys() if self._is_background(key[0]))
-            share = max(1, int(cfg.background_share * most)) - running
-            self._take(group.background, min(room, len(joining) + share), joining)
+            # background_share of the model and beam size's sentences, spread over the lanes background work may use
+            share = -(-max(1, int(cfg.background_share * cfg.max_batch_sentences)) // self._background_lanes(lanes))
+            self._take(group.background, min(room, len(joining) + share - running), joining)
         return joining
+
+    def _background_lanes(self, lanes: int) -> int:
+        """Of `lanes` lanes, how many the first of which background sentences may use: their share, at least one."""
+        return max(1, int(self.config.background_share * lanes))
 
     def _is_background(self, call_id) -> bool:
         state = self.calls.get(call_id)

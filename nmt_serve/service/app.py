@@ -128,7 +128,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     if state.settings.origins():
         app.add_middleware(
-            CORSMiddleware, allow_origins=state.settings.origins(), allow_methods=["GET", "POST"],
+            CORSMiddleware, allow_origins=state.settings.origins(), allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["authorization", "content-type", "x-request-timeout"],
         )
     return app

@@ -12,14 +12,28 @@ heartbeat notices a cancel asked through any worker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from nmt_serve.engine.protocol import DecodeOptions
 from nmt_serve.service.errors import APIError
-from nmt_serve.service.jobs_store import CANCELLED, DONE, FAILED, RUNNING, Claim, JobStore
+from nmt_serve.service.jobs_store import (
+    CANCELLED,
+    DONE,
+    FAILED,
+    RUNNING,
+    Claim,
+    JobStore,
+)
 from nmt_serve.service.pipeline import TextResult, translate_texts
-from nmt_serve.service.schemas import DetectedLanguage, Hypothesis, SentenceFlag, Translation
+from nmt_serve.service.schemas import (
+    DetectedLanguage,
+    Hypothesis,
+    SentenceFlag,
+    Translation,
+)
 from nmt_serve.service.state import ServiceState
 
 log = logging.getLogger("nmt_serve.service.jobs")
@@ -50,6 +64,12 @@ class JobRunner:
         self.state, self.store = state, store
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        # the job's files, read and written on one thread in the order asked: a write whose coroutine was
+        # cancelled still lands before the next one (the final state is the last word)
+        self._files = ThreadPoolExecutor(1, thread_name_prefix="jobs-files")
+
+    async def _disk(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._files, functools.partial(fn, *args))
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._serve(), name="jobs")
@@ -62,6 +82,7 @@ class JobRunner:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        self._files.shutdown(wait=True)
 
     def wake(self) -> None:
         """A job was posted: look now rather than at the next scan."""
@@ -71,7 +92,7 @@ class JobRunner:
         while True:
             self._wake.clear()
             try:
-                claim = await asyncio.to_thread(self.store.claim)
+                claim = await self._disk(self.store.claim)
             except OSError:
                 log.exception("the jobs directory %s cannot be read", self.store.directory)
                 claim = None
@@ -83,21 +104,21 @@ class JobRunner:
                 continue
             try:
                 await self._run(claim)
-            except Exception as exc:  # noqa: BLE001 - one broken job must not stop the runner
+            except Exception as exc:
                 log.exception("job %s failed", claim.record["id"])
-                await asyncio.to_thread(self.store.finish, claim.record, FAILED, f"the job could not run: {type(exc).__name__}")
+                await self._disk(self.store.finish, claim.record, FAILED, f"the job could not run: {type(exc).__name__}")
             finally:
                 claim.release()
 
     async def _run(self, claim: Claim) -> None:
         record, store = claim.record, self.store
         job_id = record["id"]
-        texts = await asyncio.to_thread(store.texts, job_id)
-        finished = await asyncio.to_thread(store.tally, record)
+        texts = await self._disk(store.texts, job_id)
+        finished = await self._disk(store.tally, record)
         todo = iter([k for k in range(len(record["chunks"])) if k not in finished])
         now = time.time()
         record.update(state=RUNNING, started_at=record["started_at"] or now, resumed_at=now, done_at_resume=record["done"])
-        await asyncio.to_thread(store.write, record)
+        await self._disk(store.write, dict(record))
         log.info("job %s: %d of %d texts done, %d chunks to go", job_id, record["done"], record["total"],
                  len(record["chunks"]) - len(finished))
         options = DecodeOptions(**record["options"])
@@ -119,13 +140,13 @@ class JobRunner:
                 payload = dict(translations=[translation_of(r, options) for r in results],
                                sentences=sum(r.sentences for r in results), source_tokens=sum(r.source_tokens for r in results),
                                generated_tokens=sum(r.generated_tokens for r in results))
-                await asyncio.to_thread(store.write_chunk, job_id, k, payload)  # written before it counts as done
+                await self._disk(store.write_chunk, job_id, k, payload)  # written before it counts as done
                 async with lock:
                     record["done"] += end - start
                     for name in ("sentences", "source_tokens", "generated_tokens"):
                         record[name] += payload[name]
                     record["models"] = sorted(set(record["models"]) | {r.model for r in results if r.model})
-                    await asyncio.to_thread(store.write, record)
+                    await self._disk(store.write, dict(record))
 
         workers = [asyncio.create_task(chunks()) for _ in range(CHUNKS_IN_FLIGHT)]
         cancelled = False
@@ -134,13 +155,13 @@ class JobRunner:
             nonlocal cancelled
             while True:
                 await asyncio.sleep(HEARTBEAT_S)
-                if await asyncio.to_thread(store.cancelled, job_id):
+                if await self._disk(store.cancelled, job_id):
                     cancelled = True
                     for worker in workers:
                         worker.cancel()  # the engine drops the chunks in flight
                     return
                 async with lock:
-                    await asyncio.to_thread(store.write, record)
+                    await self._disk(store.write, dict(record))
 
         beat = asyncio.create_task(heartbeat())
         try:
@@ -158,7 +179,7 @@ class JobRunner:
                 log.error("job %s failed", job_id, exc_info=failures[0])
         else:
             state, error = DONE, None
-        await asyncio.to_thread(store.finish, record, state, error)
+        await self._disk(store.finish, record, state, error)
         log.info("job %s %s: %d of %d texts", job_id, state, record["done"], record["total"])
 
     async def _translate(self, record: dict, texts: list[str], options: DecodeOptions) -> list[TextResult]:

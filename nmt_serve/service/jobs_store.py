@@ -5,6 +5,7 @@ and of the API processes.
     <jobs_dir>/<id>/job.json          the record: what to do (languages, options, the chunks' bounds)
                                       and the progress (state, texts done, timestamps)
     <jobs_dir>/<id>/input.json        the texts, written once
+    <jobs_dir>/<id>/original          an uploaded file's bytes (a document job: its result is the file translated)
     <jobs_dir>/<id>/chunks/<k>.json   chunk k's translations: a chunk counts as done once its file exists
     <jobs_dir>/<id>/cancel            DELETE asked for the job to stop
     <jobs_dir>/<id>/lock              flock()ed by the process that runs the job
@@ -84,13 +85,16 @@ class JobStore:
         return self.directory / job_id if ID.fullmatch(job_id) else None
 
     # ------------------------------------------------------------------ made by POST /v1/jobs
-    def create(self, spec: dict, texts: list[str], chunk_texts: int) -> dict:
-        """A new queued job: `spec` is what to do (source, target, format, options, ...)."""
+    def create(self, spec: dict, texts: list[str], chunk_texts: int, original: bytes | None = None) -> dict:
+        """A new queued job: `spec` is what to do (source, target, format, options, ...); `original`, the
+        uploaded file its texts were read from."""
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         job_id = secrets.token_hex(16)  # 128 random bits: knowing the id is what grants reading the job
         home = self.directory / job_id
         (home / "chunks").mkdir(parents=True)
         _write(home / "input.json", texts)
+        if original is not None:
+            (home / "original").write_bytes(original)
         now = time.time()
         record = dict(spec, id=job_id, state=QUEUED, total=len(texts), done=0, sentences=0, source_tokens=0, generated_tokens=0,
                       models=[], error=None, created_at=now, started_at=None, updated_at=now, finished_at=None,
@@ -135,6 +139,9 @@ class JobStore:
             for name in ("sentences", "source_tokens", "generated_tokens"):
                 record[name] += payload[name]
         return done
+
+    def original(self, job_id: str) -> bytes:
+        return (self.directory / job_id / "original").read_bytes()
 
     def chunks(self, job_id: str) -> list[dict]:
         """Every chunk's results, in order (the job is done)."""

@@ -4,17 +4,34 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 
 from nmt_serve.service.dependencies import get_state, require_api_key
-from nmt_serve.service.errors import APIError, too_large
+from nmt_serve.service.errors import APIError, bad_request, too_large
+from nmt_serve.service.file_translation import attachment_headers, translated_name
+from nmt_serve.service.jobs_files import (
+    FORMATS,
+    extension_of,
+    media_type,
+    read_texts,
+    write_file,
+)
 from nmt_serve.service.jobs_runner import JobRunner
 from nmt_serve.service.jobs_store import DONE, RUNNING
-from nmt_serve.service.schemas import JobRequest, JobResult, JobStatus, Translation, Usage
+from nmt_serve.service.pipeline import AUTO, resolve_model
+from nmt_serve.service.schemas import (
+    JobRequest,
+    JobResult,
+    JobStatus,
+    Translation,
+    Usage,
+)
 from nmt_serve.service.state import ServiceState
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(require_api_key)])
 NOT_FOUND = {404: {"description": "no such job (or it expired: job_ttl_s)"}}
+SUBMIT = {400: {"description": "no model for the language pair, or a file that cannot be read as its extension says"},
+          503: {"description": "the models are still loading or the engine is restarting: retry (see Retry-After)"}}
 
 
 def runner_of(request: Request) -> JobRunner:
@@ -40,26 +57,62 @@ async def read_job(runner: JobRunner, job_id: str) -> dict:
     return record
 
 
-@router.post("/jobs", status_code=202, response_model=JobStatus,
-             responses={413: {"description": "more than max_job_texts texts, a text over max_chars_per_text, or a body over max_job_bytes"}})
-async def create_job(body: JobRequest, request: Request, state: ServiceState = Depends(get_state)) -> JobStatus:
+def check_texts(state: ServiceState, texts: list[str], param: str) -> None:
     s = state.settings
-    if len(body.q) > s.max_job_texts:
-        raise too_large(f"{len(body.q)} texts in one job; the limit is {s.max_job_texts} (max_job_texts)", "q")
-    for i, text in enumerate(body.q):
+    if len(texts) > s.max_job_texts:
+        raise too_large(f"{len(texts)} texts in one job; the limit is {s.max_job_texts} (max_job_texts)", param)
+    for i, text in enumerate(texts):
         if len(text) > s.max_chars_per_text:
-            raise too_large(f"text {i} has {len(text)} characters; the limit is {s.max_chars_per_text}", "q")
+            raise too_large(f"text {i} has {len(text)} characters; the limit is {s.max_chars_per_text}", param)
     state.require_ready()
-    if body.source != "auto":  # a wrong pair is refused now, not when the job runs
-        state.model_for(body.source, body.target)
-    options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
-    spec = dict(source=body.source, target=body.target, format=body.format, split_sentences=body.split_sentences,
-                options=dict(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses, max_length=options.max_length,
-                             length_penalty=options.length_penalty, return_scores=options.return_scores))
+
+
+async def submit(request: Request, state: ServiceState, texts: list[str], spec: dict, original: bytes | None = None) -> JobStatus:
     runner = runner_of(request)
-    record = await asyncio.to_thread(runner.store.create, spec, body.q, s.job_chunk_texts)
+    if spec["source"] != "auto":  # a wrong pair is refused now, not when the job runs
+        state.model_for(spec["source"], spec["target"])
+    record = await asyncio.to_thread(runner.store.create, spec, texts, state.settings.job_chunk_texts, original)
     runner.wake()
     return status_of(record)
+
+
+def options_of(options) -> dict:
+    return dict(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses, max_length=options.max_length,
+                length_penalty=options.length_penalty, return_scores=options.return_scores)
+
+
+@router.post("/jobs", status_code=202, response_model=JobStatus,
+             responses={**SUBMIT, 413: {"description": "more than max_job_texts texts, a text over max_chars_per_text, or a body over max_job_bytes"}})
+async def create_job(body: JobRequest, request: Request, state: ServiceState = Depends(get_state)) -> JobStatus:
+    check_texts(state, body.q, "q")
+    options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
+    return await submit(request, state, body.q, dict(source=body.source, target=body.target, format=body.format,
+                                                     split_sentences=body.split_sentences, options=options_of(options)))
+
+
+@router.post("/jobs/file", status_code=202, response_model=JobStatus,
+             responses={**SUBMIT, 413: {"description": "a file over max_job_bytes, more than max_job_texts paragraphs (lines of a .txt), "
+                                             "or one over max_chars_per_text"}})
+async def create_file_job(request: Request, file: UploadFile = File(description=f"the file: {', '.join(FORMATS)}"),
+                          source: str = Form(description="source language code (the whole file is in one language)"),
+                          target: str = Form(), state: ServiceState = Depends(get_state)) -> JobStatus:
+    """A document (one text per paragraph, its formatting kept) or a .txt file (one text per line) as a job; its
+    result is the file translated."""
+    name = file.filename or "file"
+    if extension_of(name) not in FORMATS:
+        raise bad_request(f"file format not supported ({extension_of(name) or 'no extension'}); supported: {', '.join(FORMATS)}", "file")
+    data = await file.read()
+    try:
+        texts, format = await asyncio.to_thread(read_texts, name, data)
+    except ValueError as exc:
+        raise bad_request(f"the file cannot be read as {extension_of(name)}: {exc}", "file") from None
+    check_texts(state, texts, "file")
+    if source == AUTO and any(t.strip() for t in texts):  # one language for the whole file, from all of its text
+        model, detected = await asyncio.to_thread(resolve_model, state, AUTO, state.language(target), "\n".join(texts), "file")
+        source = model.source if model is not None else detected.language
+    options = state.limits.decode_options(4, 1, None)
+    return await submit(request, state, texts, dict(source=source, target=target, format=format, split_sentences=True,
+                                                    options=options_of(options), file_name=name), data)
 
 
 @router.get("/jobs/{job_id}", response_model=JobStatus, responses=NOT_FOUND)
@@ -68,13 +121,21 @@ async def job_status(job_id: str, request: Request) -> JobStatus:
 
 
 @router.get("/jobs/{job_id}/result", response_model=JobResult, response_model_exclude_none=True,
-            responses={**NOT_FOUND, 409: {"description": "the job is not done (queued, running, failed or cancelled)"}})
+            responses={**NOT_FOUND, 409: {"description": "the job is not done (queued, running, failed or cancelled)"},
+                       200: {"description": "the translations; for a file job, the file translated",
+                             "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def job_result(job_id: str, request: Request) -> JobResult:
     runner = runner_of(request)
     record = await read_job(runner, job_id)
     if record["state"] != DONE:
         raise APIError(409, "job_not_done", f"the job is {record['state']}" + (f": {record['error']}" if record["error"] else ""), "id")
     chunks = await asyncio.to_thread(runner.store.chunks, job_id)
+    if record.get("file_name"):
+        name = record["file_name"]
+        original = await asyncio.to_thread(runner.store.original, job_id)
+        translated = await asyncio.to_thread(write_file, name, original, [t["text"] for chunk in chunks for t in chunk["translations"]])
+        out = translated_name(name, record["target"])
+        return Response(translated, media_type=media_type(out), headers=attachment_headers(out))
     return JobResult(id=job_id, model=",".join(record["models"]),
                      translations=[Translation(**t) for chunk in chunks for t in chunk["translations"]],
                      usage=Usage(source_tokens=record["source_tokens"], generated_tokens=record["generated_tokens"],
