@@ -18,6 +18,8 @@ from pptx.util import Inches
 from nmt_serve.text.documents import DocumentError, read_document, translate_document
 from nmt_serve.text.documents.document import open_zip
 from nmt_serve.text.documents.inline_runs import InlineParagraph, TextSlot
+from nmt_serve.text.documents.office_open_xml import WORD as WORDPROCESSING
+from nmt_serve.text.documents.office_open_xml import WORD_NS, paragraph_slots
 from nmt_serve.text.html_markup import AlignedText, parse_html
 
 WORD = re.compile(r"[^ \t\n\r\f]+")
@@ -202,6 +204,43 @@ def add_part(package: bytes, name: str, xml: str, content_type: str, relationshi
             z.writestr(info, data)
         z.writestr(name, xml)
     return out.getvalue()
+
+
+W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+
+
+def test_word_paragraph_walk_links_fields_and_separators():
+    p = etree.fromstring(
+        f'<w:p {W}><w:pPr/><w:r><w:t xml:space="preserve">Siehe </w:t></w:r><w:proofErr w:type="spellStart"/>'
+        '<w:hyperlink><w:r><w:rPr><w:rStyle w:val="Link"/><w:lang w:val="de-DE"/></w:rPr><w:t>die Seite</w:t></w:r></w:hyperlink>'
+        '<w:bookmarkStart w:id="0"/><w:r><w:t xml:space="preserve"> auf Seite </w:t></w:r>'
+        '<w:r><w:fldChar w:fldCharType="begin"/></w:r><w:r><w:instrText> PAGE </w:instrText></w:r>'
+        '<w:r><w:fldChar w:fldCharType="separate"/></w:r><w:r><w:t>7</w:t></w:r><w:r><w:fldChar w:fldCharType="end"/></w:r>'
+        '<w:r><w:t>:</w:t><w:tab/><w:t>Ende</w:t></w:r><w:fldSimple w:instr="DATE"><w:r><w:t>1.1.2026</w:t></w:r></w:fldSimple></w:p>')
+    slots = paragraph_slots(p, WORDPROCESSING)
+    # the page number and the date are fields' results: not text to translate
+    assert [s.text for s in slots] == ["Siehe ", "die Seite", " auf Seite ", ":", "Ende"]
+    assert [s.separated for s in slots] == [False, False, False, True, True]
+    assert slots[0].key == slots[2].key != slots[1].key  # the link's run: a format of its own (its language does not count)
+    unit = InlineParagraph(slots)
+    # the text after the fields and the tab: plain again, its gap has no other plain run
+    assert unit.html == 'Siehe <span data-run="0">die Seite</span> auf Seite <span data-run="1">:</span> Ende'
+    unit.write('See <span data-run="0">the page</span> on page <span data-run="1">:</span> End')
+    assert [t.text for t in p.iter(f"{{{WORD_NS}}}t")] == ["See ", "the page", " on page ", "7", ":", "End", "1.1.2026"]
+
+
+def test_epub_named_html_entities_are_read():
+    chapter = ('<?xml version="1.0" encoding="utf-8"?><html xmlns="http://www.w3.org/1999/xhtml"><head><title>T</title></head>'
+               '<body><p>Ein&nbsp;Hund &amp; eine Katze.</p></body></html>')
+    book = build_epub()
+    src = zipfile.ZipFile(io.BytesIO(book))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for info in src.infolist():
+            z.writestr(info, chapter if info.filename == "OEBPS/text/kapitel 1.xhtml" else src.read(info))
+    seen = []
+    translate_document(out.getvalue(), "b.epub", translator(seen=seen))
+    assert "Ein\xa0Hund &amp; eine Katze." in seen
 
 
 # ---------------------------------------------------------------------------------------- .pptx

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import io
 import posixpath
+import re
+from html.entities import name2codepoint
 from html.parser import HTMLParser
 from urllib.parse import unquote
 
@@ -122,6 +124,23 @@ def _plain(el: etree._Element) -> InlineParagraph:
     return InlineParagraph([TextSlot(el.text, None, write)])
 
 
+def _parse(data: bytes) -> etree._ElementTree:
+    """The document as a tree (so its DOCTYPE is kept). EPUB 2 books may use HTML's named entities
+    (`&nbsp;`), which XML knows only from the DTD, never loaded here: they become numeric references."""
+    try:
+        return etree.parse(io.BytesIO(data), _PARSER)
+    except etree.XMLSyntaxError:
+        named = re.sub(rb"&([A-Za-z][A-Za-z0-9]{1,31});", _numeric, data)
+        if named == data:
+            raise
+        return etree.parse(io.BytesIO(named), _PARSER)
+
+
+def _numeric(m: re.Match) -> bytes:
+    code = name2codepoint.get(m.group(1).decode())
+    return m.group() if code is None or m.group(1) in (b"amp", b"lt", b"gt", b"quot", b"apos") else b"&#%d;" % code
+
+
 def read_epub(data: bytes) -> Document:
     archive = open_zip(data)
     try:
@@ -140,7 +159,7 @@ def read_epub(data: bytes) -> Document:
         if name not in names or kind not in ("application/xhtml+xml", "application/x-dtbncx+xml"):
             continue
         try:
-            tree = etree.parse(io.BytesIO(archive.read(name)), _PARSER)  # as a tree: its DOCTYPE is kept
+            tree = _parse(archive.read(name))
         except etree.XMLSyntaxError as exc:
             raise DocumentError(f"{name} in the book is not well-formed XHTML ({exc})") from exc
         trees[name] = tree
