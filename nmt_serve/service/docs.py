@@ -115,6 +115,7 @@ RAISED: dict[tuple[str, str], tuple[int, ...]] = {
     # the LibreTranslate handlers authorize themselves: the key may come as a parameter
     ("post", "/translate"): (*ENGINE_ERRORS, 401, 429),
     ("post", "/translate_file"): (*ENGINE_ERRORS, 401, 429),
+    ("post", "/v1/translate_file"): ENGINE_ERRORS,
     ("post", "/detect"): (400, 401, 429, 503),
     ("get", "/health/ready"): (503,),
     ("get", "/metrics"): (401,),  # with --metrics-token

@@ -52,8 +52,14 @@ async def translate(body: TranslateRequest, request: Request, state: ServiceStat
                      "content": {media: {"schema": {"type": "string", "format": "binary"}} for media in
                                  ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", "text/plain")}},
                400: {"description": "a format not in " + ", ".join(FORMATS) + ", or a file that cannot be read as its "
-                                    "extension says (corrupt, encrypted, another format)"},
-               413: {"description": "larger than max_file_bytes, or more text than max_document_chars"}},
+                                    "extension says (corrupt, encrypted, another format)",
+                     "content": {"application/json": {"example": {"error": {
+                         "type": "invalid_request", "param": "file",
+                         "message": "the file cannot be read as .docx: it is damaged or another format (BadZipFile)"}}}}},
+               413: {"description": "larger than max_file_bytes, or more text than max_document_chars",
+                     "content": {"application/json": {"example": {"error": {
+                         "type": "request_too_large", "param": "file",
+                         "message": "the document has 120000 characters of text; the limit is 100000 (max_document_chars)"}}}}}},
 )
 async def translate_file(request: Request, file: UploadFile = File(description=f"the document: {', '.join(FORMATS)}"),
                          source: str = Form(description='source language code, or "auto"'), target: str = Form(),
