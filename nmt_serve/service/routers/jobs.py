@@ -29,7 +29,15 @@ from nmt_serve.service.schemas import (
 from nmt_serve.service.state import ServiceState
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(require_api_key)])
-NOT_FOUND = {404: {"description": "no such job (or it expired: job_ttl_s)"}}
+
+
+def error(description: str, type_: str, message: str, param: str | None = None) -> dict:
+    """A documented error response with its example (docs.py gives it the error schema)."""
+    return {"description": description, "content": {"application/json": {
+        "example": {"error": {"type": type_, "message": message, "param": param}}}}}
+
+
+NOT_FOUND = {404: error("no such job (or it expired: job_ttl_s)", "not_found", "no job 5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2", "id")}
 SUBMIT = {400: {"description": "no model for the language pair, or a file that cannot be read as its extension says"},
           503: {"description": "the models are still loading or the engine is restarting: retry (see Retry-After)"}}
 
@@ -121,7 +129,7 @@ async def job_status(job_id: str, request: Request) -> JobStatus:
 
 
 @router.get("/jobs/{job_id}/result", response_model=JobResult, response_model_exclude_none=True,
-            responses={**NOT_FOUND, 409: {"description": "the job is not done (queued, running, failed or cancelled)"},
+            responses={**NOT_FOUND, 409: error("the job is not done (queued, running, failed or cancelled)", "job_not_done", "the job is running", "id"),
                        200: {"description": "the translations; for a file job, the file translated",
                              "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def job_result(job_id: str, request: Request) -> JobResult:
