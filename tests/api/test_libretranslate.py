@@ -110,9 +110,11 @@ def test_source_auto_detects_the_language(base, http):
     assert r["detectedLanguage"]["language"] == "en"
 
 
-def test_source_auto_names_a_language_no_model_serves(base, http):
-    message = error_of(http.post(base + "/translate", json={"q": SPANISH, "source": "auto", "target": "en"}), 400)
-    assert "es" in message and "de" in message  # what it found, and what is served
+def test_source_auto_on_a_language_no_model_serves_falls_back_to_english(base, http):
+    """As upstream: English at confidence 0 (our own /v1/translate refuses it, naming the language)."""
+    r = http.post(base + "/translate", json={"q": SPANISH, "source": "auto", "target": "en"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"translatedText": SPANISH, "detectedLanguage": {"confidence": 0.0, "language": "en"}}
 
 
 def test_html_keeps_the_markup(base, http):
