@@ -21,7 +21,7 @@ from nmt_serve.training.corpus.heldout import is_held_out
 from nmt_serve.training.corpus.segments import Collector
 
 A, B, C, D, E = ("a" * 32, "b" * 32, "c" * 32, "d" * 32, "e" * 32)
-assert is_held_out("less") and is_held_out("pkg32") and not any(is_held_out(p) for p in ("hello", "tool", "pkg1", "pkg2"))
+assert is_held_out("less") and is_held_out("pkg32") and not any(is_held_out(p) for p in ("hello", "widget", "pkg1", "pkg2"))
 
 TRANSLATIONS = {
     "en": [
@@ -30,7 +30,7 @@ TRANSLATIONS = {
                      " non-programmers to use a classic computer science tool.\n .\n Features:\n"
                      "  * greets the world\n  * is friendly and kind"),
         ("less", B, "pager program similar to more\n This package provides a file pager. It is like more,\n but better."),
-        ("tool", C, "a tool with two paragraphs\n It has one paragraph.\n .\n And a second one."),
+        ("widget", C, "a tool with two paragraphs\n It has one paragraph.\n .\n And a second one."),
         ("pkg1", D, "shared helper files"),
         ("pkg32", D, "shared helper files"),
         ("pkg2", E, "pager program similar to more\n A different long text about paging files."),
@@ -42,7 +42,7 @@ TRANSLATIONS = {
                      " Funktionen:\n  * grüßt die Welt\n  * ist freundlich und nett"),
         ("less", B, "Pager-Programm ähnlich wie more\n Dieses Paket stellt einen Datei-Pager bereit. Es ist wie\n"
                     " more, aber besser."),
-        ("tool", C, "ein Werkzeug mit zwei Absätzen\n Es hat einen Absatz und einen zweiten."),
+        ("widget", C, "ein Werkzeug mit zwei Absätzen\n Es hat einen Absatz und einen zweiten."),
         ("pkg1", D, "gemeinsame Hilfsdateien"),
         ("pkg2", E, "Pager-Programm ähnlich wie more\n Ein anderer langer Text über das Blättern in Dateien."),
     ],
@@ -207,8 +207,10 @@ def test_catalogs_and_licenses_come_out_of_a_deb_without_installing_it(tmp_path)
     assert (tmp_path / "cache" / "extracted" / "demo_1.0-1" / ".done").is_file()  # reused by the next build
 
 
-def test_wrong_language_is_judged_only_on_long_enough_texts():
-    check = LanguageCheck(["en", "de"])
-    texts = ["Dies ist ein ganz gewöhnlicher deutscher Satz über Pakete.",
-             "This is a perfectly ordinary English sentence about packages.", "Help"]
-    assert check.wrong(texts, ["de", "de", "de"]) == [False, True, False]
+def test_wrong_language_is_judged_between_the_pairs_languages_on_long_enough_texts():
+    check = LanguageCheck()
+    english = ["tools for translating DocBook XML files with Gettext", "This is a perfectly ordinary English sentence.",
+               "Help", "Dies ist ein ganz gewöhnlicher deutscher Satz über Pakete."]
+    german = ["Werkzeuge zur Übersetzung von DocBook-XML-Dateien mittels Gettext",
+              "This is a perfectly ordinary English sentence, left untranslated.", "Hilfe", "Ein deutscher Satz."]
+    assert check.wrong(("en", "de"), english, german) == [False, True, False, True]

@@ -98,13 +98,13 @@ class Apt:
             out += ["-o", f"{key}={value}"]
         return out
 
-    def _run(self, *args: str, cwd: Path | None = None) -> str:
+    def _run(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         command = [*args[:1], *self.options(), *args[1:]]
         log.debug("%s", shlex.join(command))
         done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
         if done.returncode != 0:
             raise AptError(f"{shlex.join(args)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-        return done.stdout
+        return done
 
     def _list_file(self, release: str, name: str) -> Path | None:
         prefix = re.sub(r"^[a-z]+://", "", self.mirror).replace("/", "_")
@@ -120,9 +120,10 @@ class Apt:
         if self.has_lists() and not refresh:
             return False
         log.info("apt-get update: %s (%s)", ", ".join(self.releases), ",".join(self.languages))
-        self._run("apt-get", "update", "-q")
-        if not self.has_lists():
-            raise AptError(f"apt-get update left no InRelease/Translation-en for {self.releases} in {self.lists}")
+        done = self._run("apt-get", "update", "-q")
+        if not self.has_lists():  # apt only warns when a mirror cannot be reached
+            raise AptError(f"apt-get update left no InRelease/Translation-en for {self.releases} in {self.lists}: "
+                           f"{done.stderr.strip()[-2000:]}")
         return True
 
     def translation(self, release: str, language: str) -> Path | None:
@@ -149,7 +150,7 @@ class Apt:
         releases have no such package."""
         self._prepare()
         try:
-            uris = self._run("apt-get", "download", "--print-uris", "-q", package)
+            uris = self._run("apt-get", "download", "--print-uris", "-q", package).stdout
         except AptError as exc:
             if "Unable to locate package" in str(exc) or "has no installation candidate" in str(exc):
                 return None

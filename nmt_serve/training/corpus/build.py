@@ -92,7 +92,7 @@ def build(config: BuildConfig) -> dict:
     catalog_segments(catalogs, config.languages, config.pairs, "/".join(config.releases), collector)
     log.info("catalogs: %d segments from %d packages", len(collector.segments) - before, len(catalogs))
 
-    check = LanguageCheck(config.languages) if config.language_filter else None
+    check = LanguageCheck() if config.language_filter else None
     selected = select(collector.segments, config.pairs, counts, check)
     files = write(config.output, selected)
     result = manifest(config, apt, release_infos, translation_files, paired, packages, counts, counts_of(selected), files)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from nmt_serve.training.corpus.ddtp import DDTP_LICENSE
 from nmt_serve.training.corpus.filters import (LANGUAGE_MIN_LETTERS, MAX_CHARS, MAX_LENGTH_RATIO, MIN_LETTERS,
-                                               RATIO_SMOOTHING, Counts)
+                                               RATIO_SMOOTHING, WRONG_CONFIDENCE, Counts)
 from nmt_serve.training.corpus.package_list import __doc__ as PACKAGE_SELECTION
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ def manifest(config, apt: "Apt", releases: list["ReleaseInfo"], translation_file
         },
         "parameters": {"max_chars": MAX_CHARS, "min_letters": MIN_LETTERS, "max_length_ratio": MAX_LENGTH_RATIO,
                        "ratio_smoothing": RATIO_SMOOTHING, "language_min_letters": LANGUAGE_MIN_LETTERS,
+                       "wrong_language_confidence": WRONG_CONFIDENCE,
                        "language_filter": config.language_filter},
         "rules": counts.as_dict(),
         "counts": sets,

@@ -44,11 +44,9 @@ def select(segments: list[Segment], pairs: list[Pair], counts: Counts,
                 else:
                     kept.append(s)
             if language_check is not None and kept:
-                wrong = language_check.wrong([s.a for s in kept] + [s.b for s in kept],
-                                             [pair[0]] * len(kept) + [pair[1]] * len(kept))
-                n = len(kept)
-                counts.drop("wrong_language", label, sum(wrong[i] or wrong[n + i] for i in range(n)))
-                kept = [s for i, s in enumerate(kept) if not (wrong[i] or wrong[n + i])]
+                wrong = language_check.wrong(pair, [s.a for s in kept], [s.b for s in kept])
+                counts.drop("wrong_language", label, sum(wrong))
+                kept = [s for s, w in zip(kept, wrong) if not w]
             if name == "eval":
                 for s in kept:
                     if s.kind.startswith("ddtp"):
