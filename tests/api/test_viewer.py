@@ -185,3 +185,27 @@ def test_viewer_works_behind_an_api_key(browser, models_dir):
         show_attention(page)
         assert page.is_hidden("#error")
         context.close()
+
+
+def test_the_page_opens_on_a_pair_its_sample_sentence_is_in(browser, spm_model, tmp_path):
+    """Served pairs that list cs -> de first (as the shipped multilingual checkpoint does): the page still opens on
+    de -> en with its German sample, and the sample follows the pair until the user types their own sentence."""
+    from conftest import make_checkpoint
+
+    for seed, (source, target) in enumerate([("cs", "de"), ("de", "en"), ("en", "de")]):
+        make_checkpoint(tmp_path / f"{source}-{target}", spm_model, source, target, seed=seed)
+    with running_server(tmp_path) as base:
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(base + "/ui/")
+        page.wait_for_function("document.querySelectorAll('#pair option').length >= 3")
+        assert page.eval_on_selector_all("#pair option", "o => o.map(x => x.value)")[0] == "cs-de"
+        assert page.input_value("#pair") == "de-en"
+        assert page.input_value("#source") == "Ein Hund rennt über die grüne Wiese."
+        page.select_option("#pair", "en-de")
+        assert page.input_value("#source") == "A dog runs across the green meadow."
+        page.fill("#source", SOURCE)
+        page.select_option("#pair", "de-en")
+        assert page.input_value("#source") == SOURCE
+        show_attention(page)
+        context.close()

@@ -5,6 +5,15 @@ const $ = (id) => document.getElementById(id);
 const SVG = "http://www.w3.org/2000/svg";
 const CELL = 28;
 let data = null; // the last /v1/attention reply
+// a sample sentence per source language: the page opens on a pair whose source it is in (de -> en
+// first), and follows the pair while the user has not typed a sentence of their own
+const SAMPLES = {
+  de: "Ein Hund rennt über die grüne Wiese.",
+  en: "A dog runs across the green meadow.",
+  fr: "Un chien court sur la prairie verte.",
+  cs: "Pes běží přes zelenou louku.",
+};
+const PREFERRED_PAIRS = ["de-en", "en-de"];
 
 function showError(message) {
   $("error").textContent = message;
@@ -47,11 +56,23 @@ async function loadModels() {
       option.textContent = `${m.source} → ${m.target}`;
       select.appendChild(option);
     }
+    const pairs = reply.models.map((m) => `${m.source}-${m.target}`);
+    const start = PREFERRED_PAIRS.find((p) => pairs.includes(p)) || pairs.find((p) => p.split("-")[0] in SAMPLES);
+    if (start) select.value = start;
+    showSample();
     clearError();
     if (!reply.models.length) showError("The server has no models loaded yet. Reload the page in a moment.");
   } catch (e) {
     showError(`Could not list the models: ${e.message}`);
   }
+}
+
+function showSample() {
+  // only while the textarea holds one of our samples: a user's own sentence is never replaced
+  const text = $("source").value.trim();
+  if (text && !Object.values(SAMPLES).includes(text)) return;
+  const sample = SAMPLES[$("pair").value.split("-")[0]];
+  if (sample) $("source").value = sample;
 }
 
 function fillSelect(select, count, label) {
@@ -232,6 +253,7 @@ function tooltip(event) {
 
 $("query").addEventListener("submit", run);
 $("apikey").addEventListener("change", loadModels);
+$("pair").addEventListener("change", showSample);
 for (const id of ["view", "layer", "head", "average"]) $(id).addEventListener("change", redraw);
 $("download").addEventListener("click", download);
 $("heatmap").addEventListener("mousemove", tooltip);
