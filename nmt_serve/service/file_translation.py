@@ -3,8 +3,9 @@ text and HTML through the pipeline as one text, office documents and e-books (.d
 .odp, .epub) through nmt_serve/text/documents: read into paragraph units (inline HTML), translated
 as HTML (so the runs' formatting lands on the target words by the alignment), written back.
 
-A document's units go to the pipeline in groups of max_texts_per_request, all groups at once, so
-the engine batches their sentences together; reading and writing the file run on a thread.
+A document's units go to the pipeline in groups of max_texts_per_request, a few groups at once: the
+engine batches their sentences together, and a long document does not fill the queue (each group
+has the request's deadline). Reading and writing the file run on a thread.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from nmt_serve.service.state import ServiceState
 from nmt_serve.text.documents import DocumentError, read_document
 
 DETECTION_SAMPLE_CHARS = 5000  # the document's language is told from its beginning (on the event loop: kept short)
+GROUPS_AT_ONCE = 4  # groups of a document's paragraphs in the engine at once
 TEXT_FORMATS = {".txt": "text", ".html": "html", ".htm": "html"}
 FORMATS = tuple(MEDIA_TYPES)  # .txt, .html, .htm, then the documents'
 
@@ -90,9 +92,14 @@ async def translate_file(state: ServiceState, request: Request, *, name: str, da
 async def _translate_units(state: ServiceState, request: Request, texts: list[str], source: str, target: str, options,
                            param: str) -> list[str]:
     size = state.settings.max_texts_per_request
-    tasks = [asyncio.ensure_future(translate_texts(state, request, source=source, target=target, texts=texts[i:i + size],
-                                                   options=options, param=param, format="html"))
-             for i in range(0, len(texts), size)]
+    running = asyncio.Semaphore(GROUPS_AT_ONCE)
+
+    async def group(i: int):
+        async with running:
+            return await translate_texts(state, request, source=source, target=target, texts=texts[i:i + size],
+                                         options=options, param=param, format="html")
+
+    tasks = [asyncio.ensure_future(group(i)) for i in range(0, len(texts), size)]
     try:
         groups = await asyncio.gather(*tasks)
     except BaseException:
