@@ -102,8 +102,9 @@ async def create_job(body: JobRequest, request: Request, state: ServiceState = D
              responses={**SUBMIT, 413: {"description": "a file over max_job_bytes, more than max_job_texts paragraphs (lines of a .txt), "
                                              "or one over max_chars_per_text"}})
 async def create_file_job(request: Request, file: UploadFile = File(description=f"the file: {', '.join(FORMATS)}"),
-                          source: str = Form(description="source language code (the whole file is in one language)"),
-                          target: str = Form(), state: ServiceState = Depends(get_state)) -> JobStatus:
+                          source: str = Form(min_length=1, description='source language code, or "auto" (the whole file is '
+                                                                         "taken as one language)"),
+                          target: str = Form(min_length=1), state: ServiceState = Depends(get_state)) -> JobStatus:
     """A document (one text per paragraph, its formatting kept) or a .txt file (one text per line) as a job; its
     result is the file translated."""
     name = file.filename or "file"
@@ -123,9 +124,16 @@ async def create_file_job(request: Request, file: UploadFile = File(description=
                                                     options=options_of(options), file_name=name), data)
 
 
-@router.get("/jobs/{job_id}", response_model=JobStatus, responses=NOT_FOUND)
+# GET and DELETE as one route, so that a method the path does not take gets a 405 that names both (Allow)
+@router.api_route("/jobs/{job_id}", methods=["GET", "DELETE"], response_model=JobStatus, responses=NOT_FOUND)
 async def job_status(job_id: str, request: Request) -> JobStatus:
-    return status_of(await read_job(runner_of(request), job_id))
+    """GET: the job's state and progress. DELETE: cancel a queued or running job (its chunks in the engine are
+    dropped); a finished job is left as it is (it expires after job_ttl_s)."""
+    runner = runner_of(request)
+    await read_job(runner, job_id)
+    if request.method == "DELETE":
+        return status_of(await asyncio.to_thread(runner.store.cancel, job_id))
+    return status_of(await read_job(runner, job_id))
 
 
 @router.get("/jobs/{job_id}/result", response_model=JobResult, response_model_exclude_none=True,
@@ -148,12 +156,3 @@ async def job_result(job_id: str, request: Request) -> JobResult:
                      translations=[Translation(**t) for chunk in chunks for t in chunk["translations"]],
                      usage=Usage(source_tokens=record["source_tokens"], generated_tokens=record["generated_tokens"],
                                  sentences=record["sentences"]))
-
-
-@router.delete("/jobs/{job_id}", response_model=JobStatus, responses=NOT_FOUND)
-async def cancel_job(job_id: str, request: Request) -> JobStatus:
-    """Cancel a queued or running job (its chunks in the engine are dropped); a finished job is left as it is."""
-    runner = runner_of(request)
-    await read_job(runner, job_id)
-    record = await asyncio.to_thread(runner.store.cancel, job_id)
-    return status_of(record)
