@@ -62,7 +62,8 @@ async def translate(body: TranslateRequest, request: Request, state: ServiceStat
                          "message": "the document has 120000 characters of text; the limit is 100000 (max_document_chars)"}}}}}},
 )
 async def translate_file(request: Request, file: UploadFile = File(description=f"the document: {', '.join(FORMATS)}"),
-                         source: str = Form(description='source language code, or "auto"'), target: str = Form(),
+                         source: str = Form(min_length=1, description='source language code, or "auto"'),
+                         target: str = Form(min_length=1),
                          state: ServiceState = Depends(get_state)) -> Response:
     """A whole file translated in place: paragraphs, runs' formatting, tables, headers, footers, notes
     and comments kept (see README: Documents)."""
