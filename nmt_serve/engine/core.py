@@ -18,7 +18,9 @@ The process around it (process.py) moves messages; the tests drive it directly.
 - A background call (a job's chunk, protocol.BACKGROUND) waits in a queue of its own: its sentences join
   only while no interactive sentence waits, hold at most `background_share` of the running sentences
   of a model and beam size, and keep to that share of the lanes (at least one): interactive calls join
-  at the next step boundary whatever a job has queued, and on CPU find lanes with no job in them.
+  at the next step boundary whatever a job has queued, and on CPU find lanes with no job in them. On
+  CPU the lanes step together, so a round lasts as long as its largest step: while interactive calls
+  are about, a job's sentences join only one per lane (those running finish).
 - On CPU the running sentences are spread over `lanes` searches per (model, beam size), whose steps
   run at the same time on a pool of threads, each with `threads` torch threads of its own (one by
   default): independent single-threaded decode loops, as CTranslate2's inter_threads, rather than one
@@ -81,6 +83,7 @@ WARMUP_BEAMS = (1, 4)  # beam sizes whose device-search graphs are captured at s
 # max_batch_sentences by device: on CPU a step costs in proportion to its rows, so more rows mostly
 # add latency; on a GPU a step of 256 rows costs about what one of 16 does
 AUTO_BATCH_SENTENCES = {"cpu": 64, "cuda": 256}
+INTERACTIVE_GRACE_S = 0.5  # on CPU, background sentences keep to one per lane this long after an interactive call left
 
 
 @dataclass
@@ -177,6 +180,10 @@ class EngineCore:
         self._device_searches: dict[tuple[str, int], DeviceSearch] = {}  # one static decoder per model and beam size
         self.admission = Admission(rate=1.0, margin=config.admission_margin)
         self._queued_sentences = 0  # sentences of the calls taken in and not finished (max_queue_sentences)
+        # on CPU a step costs in proportion to its rows and the lanes step together: while interactive calls
+        # are about, background sentences join only one per lane (see _joining)
+        self._cpu = not on_cuda
+        self._interactive_at = -1e9  # when the last interactive call left
         # call id -> what screen() reserved (work units, sentences) and the sources it checked, until handle() takes them
         self._reserved: dict[Any, tuple[float, int, list]] = {}
         self.started = time.monotonic()
@@ -462,6 +469,8 @@ class EngineCore:
         state = self.calls.pop(call_id, None)
         if state is None:
             return []
+        if state.message.priority == INTERACTIVE:
+            self._interactive_at = time.monotonic()
         self._release(state.reservation)
         for key in state.groups if state.left else ():
             group = self.groups.get(key)
@@ -567,8 +576,16 @@ class EngineCore:
             running = sum(1 for key in search.keys() if self._is_background(key[0]))
             # background_share of the model and beam size's sentences, spread over the lanes background work may use
             share = -(-max(1, int(cfg.background_share * cfg.max_batch_sentences)) // self._background_lanes(lanes))
+            if self._cpu and self._interactive_about():
+                share = 1  # the lanes' steps last as long as the longest: a job's rows would slow every interactive step
             self._take(group.background, min(room, len(joining) + share - running), joining)
         return joining
+
+    def _interactive_about(self) -> bool:
+        """An interactive call is in the engine, or one left within INTERACTIVE_GRACE_S (the next of a
+        client's requests is on its way)."""
+        return (time.monotonic() - self._interactive_at < INTERACTIVE_GRACE_S
+                or any(c.message.priority == INTERACTIVE for c in self.calls.values()))
 
     def _background_lanes(self, lanes: int) -> int:
         """Of `lanes` lanes, how many the first of which background sentences may use: their share, at least one."""

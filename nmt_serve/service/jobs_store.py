@@ -52,13 +52,15 @@ def chunk_bounds(texts: list[str], chunk_texts: int, chunk_chars: int = CHUNK_CH
     return bounds
 
 
-def _write(path: Path, value) -> None:
-    """The JSON file whole or not at all: written beside it, flushed to disk, renamed over it."""
+def _write(path: Path, value, durable: bool = True) -> None:
+    """The JSON file whole or not at all: written beside it, renamed over it; durable: flushed to disk
+    first (the chunks' results; the record's counts are made again from them on resume: tally)."""
     partial = path.with_name(f".{path.name}.partial")
     with open(partial, "w", encoding="utf-8") as f:
         json.dump(value, f, ensure_ascii=False, separators=(",", ":"))
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(partial, path)
 
 
@@ -170,7 +172,7 @@ class JobStore:
     # ------------------------------------------------------------------ written by the runner holding the lock
     def write(self, record: dict) -> None:
         record["updated_at"] = time.time()
-        _write(self.directory / record["id"] / "job.json", record)
+        _write(self.directory / record["id"] / "job.json", record, durable=record["state"] != RUNNING)
 
     def write_chunk(self, job_id: str, k: int, results: dict) -> None:
         _write(self.directory / job_id / "chunks" / f"{k:06d}.json", results)

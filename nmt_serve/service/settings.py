@@ -73,7 +73,7 @@ class Settings(BaseSettings):
                                           "(empty: nmt-serve-jobs-<uid> in the system's temporary directory)")
     max_job_texts: int = Field(100_000, ge=1, description="texts in one job at most; beyond it 413")
     max_job_bytes: int = Field(16_000_000, ge=1, description="request body of POST /v1/jobs at most (bytes); beyond it 413")
-    job_chunk_texts: int = Field(32, ge=1, description="texts a job sends to the engine per call (a chunk's results are "
+    job_chunk_texts: int = Field(16, ge=1, description="texts a job sends to the engine per call (a chunk's results are "
                                                        "written to the job directory before the chunk counts as done)")
     job_chunk_timeout_s: float = Field(300.0, gt=0, description="deadline of one chunk in the engine; past it the chunk is sent again")
     job_ttl_s: float = Field(86400.0, gt=0, description="a finished, failed or cancelled job is removed this long after it ended")
