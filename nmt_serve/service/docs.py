@@ -200,14 +200,77 @@ def document_errors(schema: dict) -> dict:
     return schema
 
 
+def _set(node: dict | None, **bounds) -> None:
+    """Bounds on a property: on the branch of its anyOf whose type they fit (an integer or null: the integer)."""
+    if not node:
+        return
+    for branch in node.get("anyOf", [node]):
+        if branch.get("type") == "integer" and {"minimum", "maximum"} & set(bounds):
+            branch.update({k: v for k, v in bounds.items() if k in ("minimum", "maximum")})
+        elif branch.get("type") == "string" and "maxLength" in bounds:
+            branch.update({"maxLength": bounds["maxLength"], "minLength": max(branch.get("minLength", 0), bounds.get("minLength", 0))})
+        elif branch.get("type") == "array" and "maxItems" in bounds:
+            branch.update({"maxItems": bounds["maxItems"], "minItems": max(branch.get("minItems", 0), 1)})
+            _set(branch.get("items"), maxLength=bounds["maxLength"])
+
+
+def _languages(node: dict | None, codes: list[str]) -> None:
+    if node is not None and codes:
+        node["enum"] = codes
+
+
+def document_limits(schema: dict, state) -> dict:
+    """What a request may hold on this server, in the schema: the limits it was started with (settings) and
+    the languages and layers of the models it serves, so that a request the schema allows is one it takes.
+    (Without models yet there are no language lists: the schema is then not kept, see install_openapi.)"""
+    s = state.settings
+    models = list(state.models.values())
+    sources = sorted({m.source for m in models})
+    targets = sorted({m.target for m in models})
+    text = dict(maxLength=s.max_chars_per_text, maxItems=s.max_texts_per_request)
+    components = schema.get("components", {}).get("schemas", {})
+    for name in ("TranslateRequest", "AttentionRequest", "JobRequest"):
+        properties = components.get(name, {}).get("properties", {})
+        _set(properties.get("beam_size"), maximum=s.max_beam_size)
+        _set(properties.get("num_hypotheses"), maximum=s.max_beam_size)
+        _set(properties.get("max_length"), maximum=s.max_output_length)
+        _set(properties.get("text"), **text)
+        _set(properties.get("q"), maxLength=s.max_chars_per_text, maxItems=s.max_job_texts)  # a job's texts
+        _languages(properties.get("source"), sources if name == "AttentionRequest" else sources + ["auto"])
+        _languages(properties.get("target"), targets)
+    attention = components.get("AttentionRequest", {}).get("properties", {})
+    if models:
+        # indices every served model has (a request names no model until its pair picks one)
+        for key, count in (("layers", min(m.info["n_decoder_layers"] for m in models)),
+                           ("heads", min(m.info["n_heads"] for m in models))):
+            for branch in attention.get(key, {}).get("anyOf", []):
+                if branch.get("type") == "array":
+                    branch["items"].update(minimum=0, maximum=count - 1)
+    # LibreTranslate's routes document their parameters inline (routers/libretranslate.py)
+    for path in ("/translate", "/detect"):
+        for media in schema.get("paths", {}).get(path, {}).get("post", {}).get("requestBody", {}).get("content", {}).values():
+            properties = media.get("schema", {}).get("properties", {})
+            _set(properties.get("q"), **text)
+            _set(properties.get("alternatives"), maximum=s.max_beam_size - 1)
+            _languages(properties.get("source"), sources + ["auto"])
+            _languages(properties.get("target"), sorted(set(sources) | set(targets)))
+    return schema
+
+
 def install_openapi(app: FastAPI) -> None:
     generate = app.openapi
 
     def openapi() -> dict:
-        if app.openapi_schema is None:
-            # generate() caches its result in app.openapi_schema; ours replaces it, once
-            app.openapi_schema = document_errors(generate())
-        return app.openapi_schema
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        app.openapi_schema = None  # generate() caches its result in app.openapi_schema; ours replaces it
+        state = getattr(app.state, "service", None)
+        schema = document_errors(generate())
+        if state is not None:
+            schema = document_limits(schema, state)
+        # kept once the models are known (their languages are in it); until then built on each request
+        app.openapi_schema = schema if state is None or state.models else None
+        return schema
 
     app.openapi = openapi
 

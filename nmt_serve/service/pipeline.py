@@ -74,11 +74,11 @@ def resolve_model(state: ServiceState, source: str, target: str, text: str, para
     """The model for a text; with source "auto", the detected language picks it (None: the text is
     given back as it is, e.g. it is already in the target language).
 
-    upstream_fallbacks: answer as LibreTranslate does where our own API refuses: the source equal to
-    the target gives the text back; with "auto", a text with nothing to detect, or in a language no
-    model serves, is taken as English at confidence 0 (translated from English when a model does,
-    else given back)."""
-    if source == target and upstream_fallbacks:
+    The source equal to the target gives the text back (as LibreTranslate does).
+    upstream_fallbacks: answer as LibreTranslate does where our own API refuses: with "auto", a text
+    with nothing to detect, or in a language no model serves, is taken as English at confidence 0
+    (translated from English when a model does, else given back)."""
+    if source == target and (source in {c for m in state.models.values() for c in (m.source, m.target)} or upstream_fallbacks):
         return None, None
     if source != AUTO:
         return state.model_for(source, target), None

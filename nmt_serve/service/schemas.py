@@ -3,10 +3,24 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+
+def _integral(value):
+    # JSON Schema's integer includes 4.0; a strict int alone would refuse it
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# an integer as the schema says one: 4 or 4.0, never "4" or true (which lax validation would coerce); the
+# bound of an optional one goes inside (outside, pydantic writes it to the schema as "ge", unread)
+Integer = Annotated[int, Field(strict=True), BeforeValidator(_integral)]
+PositiveInteger = Annotated[int, Field(strict=True, ge=1), BeforeValidator(_integral)]
 
 
 class TranslateRequest(BaseModel):
+    # the options are strict (Integer, strict=True): a value of another type than the schema's (return_scores:
+    # 0, beam_size: "4") is refused, not coerced; the limits a server is started with are in its OpenAPI
+    # schema (docs.document_limits)
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={"examples": [{"text": ["Ein Hund rennt über die Wiese.", "Zwei Kinder spielen."], "source": "de", "target": "en", "beam_size": 4}]},
@@ -15,13 +29,13 @@ class TranslateRequest(BaseModel):
     source: str = Field("de", description='source language code, or "auto" to detect it (per text)')
     target: str = Field("en", description="target language code")
     format: Literal["text", "html"] = Field("text", description="html: translate the text between tags, keep the markup")
-    split_sentences: bool = Field(True, description="cut each text into sentences and translate them apart (the models "
+    split_sentences: bool = Field(True, strict=True, description="cut each text into sentences and translate them apart (the models "
                                                     "were trained on sentences); false: each text is one unit")
-    beam_size: int = Field(4, ge=1, description="1 = greedy")
-    num_hypotheses: int = Field(1, ge=1, description="n-best size, at most beam_size")
-    max_length: int | None = Field(None, ge=1, description="cap on generated tokens; default 1.5 x source + 10")
-    length_penalty: float = Field(1.0, ge=0.0, le=5.0, allow_inf_nan=False)
-    return_scores: bool = False
+    beam_size: Integer = Field(4, ge=1, description="1 = greedy")
+    num_hypotheses: Integer = Field(1, ge=1, description="n-best size (a larger one than beam_size widens the beam to it)")
+    max_length: PositiveInteger | None = Field(None, description="cap on generated tokens; default 1.5 x source + 10")
+    length_penalty: float = Field(1.0, ge=0.0, le=5.0, allow_inf_nan=False, strict=True)
+    return_scores: bool = Field(False, strict=True)
     glossary: list[GlossaryTerm] | None = Field(
         None, max_length=64, description="terminology: where an entry's source term occurs in a sentence (case- and "
         "inflection-tolerant: README, terminology), its target term appears in that sentence's translation, as written "
@@ -85,17 +99,20 @@ AttentionKind = Literal["cross", "decoder_self", "encoder_self"]
 
 
 class AttentionRequest(BaseModel):
+    # strict as TranslateRequest
     model_config = ConfigDict(
-        extra="forbid",
+        extra="forbid", strict=True,
         json_schema_extra={"examples": [{"text": "Ein Hund rennt über die Wiese.", "source": "de", "target": "en", "include": ["cross"], "layers": [2], "average_heads": True}]},
     )
     text: str = Field(min_length=1, description="source text")
     source: str = "de"
     target: str = "en"
     target_text: str | None = Field(None, description="a given translation to explain (forced decoding) instead of searching")
-    beam_size: int = Field(4, ge=1, description="search used when target_text is not given")
-    layers: list[int] | None = Field(None, description="layer indices to return (default all)")
-    heads: list[int] | None = Field(None, description="head indices to return (default all)")
+    beam_size: Integer = Field(4, ge=1, description="search used when target_text is not given")
+    layers: list[Integer] | None = Field(None, min_length=1, description="layer indices to return (default all): "
+                                                                         "0 to the model's decoder layers - 1 (/v1/models)")
+    heads: list[Integer] | None = Field(None, min_length=1, description="head indices to return (default all): "
+                                                                        "0 to the model's heads - 1")
     include: list[AttentionKind] = Field(default_factory=lambda: ["cross"])
     average_heads: bool = Field(False, description="one map per layer: the mean over the selected heads")
 
@@ -112,7 +129,7 @@ class AttentionResponse(BaseModel):
     translation: str
     score: float = Field(description="sum of target token log-probabilities")
     layers: list[int]
-    heads: list[int] | None = Field(description="head indices, or null when averaged")
+    heads: list[int] | None = Field(None, description="head indices; absent when averaged (average_heads)")
     num_layers: int
     num_heads: int
     cross: list[list[list[list[float]]]] | None = Field(None, description="cross[layer][head][target][source]")
@@ -175,12 +192,12 @@ class JobRequest(BaseModel):
     source: str = Field("de", description='source language code, or "auto" to detect it (per text)')
     target: str = Field("en", description="target language code")
     format: Literal["text", "html"] = "text"
-    split_sentences: bool = True
-    beam_size: int = Field(4, ge=1)
-    num_hypotheses: int = Field(1, ge=1)
-    max_length: int | None = Field(None, ge=1)
-    length_penalty: float = Field(1.0, ge=0.0, le=5.0, allow_inf_nan=False)
-    return_scores: bool = False
+    split_sentences: bool = Field(True, strict=True)
+    beam_size: Integer = Field(4, ge=1)
+    num_hypotheses: Integer = Field(1, ge=1)
+    max_length: PositiveInteger | None = None
+    length_penalty: float = Field(1.0, ge=0.0, le=5.0, allow_inf_nan=False, strict=True)
+    return_scores: bool = Field(False, strict=True)
 
 
 class JobStatus(BaseModel):

@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import tempfile
-from typing import Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -143,7 +143,9 @@ def texts_param(params: dict) -> str | list[str]:
 def authorize_libretranslate(state: ServiceState, request: Request, params: dict) -> None:
     """The key from the api_key parameter (or an Authorization: Bearer header); 403 as upstream."""
     key = params.get("api_key")
-    key = key if isinstance(key, str) and key else None
+    if key is not None and not isinstance(key, str):
+        raise bad_request("Invalid request: api_key must be a string", "api_key")
+    key = key or None
     try:
         authorize(state, request, key)
     except APIError as exc:
@@ -191,16 +193,17 @@ class LibreTranslation(BaseModel):
 
 
 class LibreTranslateParams(BaseModel):
-    q: str | list[str] = Field(description="text(s) to translate")
+    q: Annotated[str, Field(min_length=1)] | Annotated[list[str], Field(min_length=1)] = Field(description="text(s) to translate")
     source: str = Field(description='source language code, or "auto" to detect it')
     target: str
-    format: Literal["text", "html"] = "text"
-    alternatives: int = Field(0, ge=0, description="alternative translations to return as well")
+    # null is the default, as upstream takes it
+    format: Literal["text", "html"] | None = "text"
+    alternatives: Annotated[int, Field(ge=0)] | None = Field(0, description="alternative translations to return as well")
     api_key: str | None = None
 
 
 class DetectParams(BaseModel):
-    q: str = Field(description="text whose language to detect")
+    q: str = Field(min_length=1, description="text whose language to detect")
     api_key: str | None = None
 
 
@@ -219,8 +222,24 @@ class TranslateFileParams(BaseModel):
     api_key: str | None = None
 
 
+def inline_defs(schema: dict) -> dict:
+    """pydantic's schema with each of its $defs put where it is referred to: a body documented inline has
+    no place for them in the OpenAPI document (its "#/$defs/..." would not resolve)."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node):
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return walk(dict(defs[ref.rsplit("/", 1)[-1]]))
+            return {k: walk(v) for k, v in node.items()}
+        return [walk(v) for v in node] if isinstance(node, list) else node
+
+    return walk(schema)
+
+
 def body_doc(model: type[BaseModel], example: dict, content_types: tuple[str, ...]) -> dict:
-    schema = model.model_json_schema()
+    schema = inline_defs(model.model_json_schema())
     return {"requestBody": {"required": True, "content": {
         ct: {"schema": schema, "example": example} for ct in content_types}}}
 
@@ -253,6 +272,10 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)):
         raise bad_request(f"{format_} format is not supported", "format")
     alternatives = params.get("alternatives", 0)
     try:
+        # a form's "3", JSON's 3 (or 3.0); anything else is not the integer the schema says
+        if isinstance(alternatives, bool) or not isinstance(alternatives, (str, int, float)) \
+                or isinstance(alternatives, float) and not alternatives.is_integer():
+            raise ValueError(alternatives)
         alternatives = int(alternatives or 0)
     except (TypeError, ValueError, OverflowError):
         raise bad_request("Invalid request: alternatives parameter is not a number", "alternatives") from None
