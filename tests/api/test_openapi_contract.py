@@ -53,7 +53,7 @@ def test_every_operation_keeps_the_contract(secured, tmp_path):
          "--checks", "all", "--header", f"Authorization: Bearer {KEY}", "--max-examples", str(MAX_EXAMPLES),
          "--seed", "29", "--generation-database", "none", "--no-shrink", "--phases", "examples,coverage,fuzzing",
          "--workers", "2", "--request-timeout", "30", "--no-color"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,  # (st keeps a .schemathesis/ where it runs)
     )
     out = run.stdout
     assert run.returncode == 0, out[-8000:] + run.stderr[-2000:]

@@ -146,7 +146,7 @@ def test_labelled_short_and_unserved_texts(de_en):
     11 languages no shipped model serves. A served text must get its language; an unserved one must come out
     as unserved (named rightly, or UNDETERMINED), as nothing to detect, or as a served guess below
     SURE_CONFIDENCE: never as a served language with confidence. Before the P(served) weighting and
-    UNDETERMINED: 51 of 66 (15 unserved greetings called de/en at 0.52-0.96, the Spanish sentence called
+    UNDETERMINED: 51 of 66 (13 unserved greetings and short sentences called de/en at 0.52-0.96, the Spanish sentence called
     Romanian, "Hallo" English at 0.87); after: 65 of 66 ("Hallo" still English, at 0.14: not sure)."""
     assert len(LABELLED) == 66
     right, confidently_wrong = 0, []
