@@ -24,12 +24,13 @@ PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentatio
 SENTENCE = [("Ein kleiner ", None), ("brauner Hund", "bold"), (" rennt über die ", None), ("grüne Wiese", "italic"), (" vor dem Haus.", None)]
 CELLS = [["Zwei Kinder spielen.", "Ein Mann lacht."], ["Eine Frau liest ein Buch.", "Ein Hund schläft."]]
 MAX_FILE_BYTES, MAX_DOCUMENT_CHARS = 200_000, 3000
+MAX_BODY_BYTES = 20_000  # smaller than any of the documents: the file routes take bodies up to max_file_bytes
 
 
 @pytest.fixture(scope="module")
 def client():
     settings = Settings(models_dir=str(ROOT / "checkpoints"), device="cpu", max_file_bytes=MAX_FILE_BYTES,
-                        max_document_chars=MAX_DOCUMENT_CHARS)
+                        max_document_chars=MAX_DOCUMENT_CHARS, max_body_bytes=MAX_BODY_BYTES)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         deadline = time.time() + 60
         while c.get("/health/ready").status_code != 200:
@@ -180,6 +181,11 @@ def test_bad_files_get_the_one_error_shape(client):
     assert "supported: .txt, .html, .htm, .docx, .pptx, .odt, .odp, .epub" in our_error(
         translate_file(client, "scan.pdf", b"%PDF-1.4"), 400, "invalid_request")
     assert "max_file_bytes" in our_error(translate_file(client, "gross.docx", b"x" * (MAX_FILE_BYTES + 1)), 413, "request_too_large")
+    # past the file routes' body limit (the file and its form's framing) the body is refused unread
+    assert "265536 bytes" in our_error(translate_file(client, "riesig.docx", b"x" * 300_000), 413, "http_error")
+    # other routes keep max_body_bytes
+    assert "20000 bytes" in our_error(client.post("/v1/translate", json={"text": "x" * 30_000, "source": "de", "target": "en"}),
+                                      413, "http_error")
     d = docx.Document()
     for _ in range(60):
         d.add_paragraph("Ein Mann steht auf einer Leiter und streicht die Wand.")
