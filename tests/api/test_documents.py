@@ -199,10 +199,10 @@ def test_bad_files_get_the_one_error_shape(client):
 
 
 def test_text_and_html_files_and_a_document_already_in_the_target_language(client):
-    r = translate_file(client, "notiz.txt", "Ein Hund rennt.\n\nZwei Kinder spielen.\n".encode())
+    r = translate_file(client, "notiz.txt", b"Ein Hund rennt.\n\nZwei Kinder spielen.\n")
     assert r.status_code == 200 and r.headers["content-type"] == "text/plain; charset=utf-8", r.text
     assert "dog" in r.text.lower() and "\n\n" in r.text
-    r = translate_file(client, "seite.html", "<p>Ein <b>Hund</b> rennt.</p>".encode())
+    r = translate_file(client, "seite.html", b"<p>Ein <b>Hund</b> rennt.</p>")
     assert r.status_code == 200 and "<b>" in r.text and "dog" in r.text.lower(), r.text
     assert 'filename="seite_en.html"' in r.headers["content-disposition"]
     source = build_docx()
