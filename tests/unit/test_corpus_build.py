@@ -82,6 +82,8 @@ def test_descriptions_parse_into_short_paragraphs_and_items(tmp_path):
                                 ("Features:", "greets the world", "is friendly and kind"))
     assert hello.shape == (1, 3)
     assert found[D].packages == ("pkg1", "pkg32") and found[D].paragraphs == ()
+    french = ddtp.parse_description(A, ["x"], "court\n Fonctionnalités :\n  –\xa0première, sur\n    deux lignes ;\n  –\xa0seconde.")
+    assert french.paragraphs == (("Fonctionnalités :", "première, sur deux lignes ;", "seconde."),)
 
 
 def test_build_aligns_by_md5_holds_out_and_counts_every_rule(tmp_path):

@@ -6,7 +6,7 @@ French, Czech) descriptions pair up by that digest; the same digest in two langu
 pairs those too. Several packages may share one description (one digest): it belongs to all of them.
 
 A description is a short description (its first line) and a long one, in paragraphs separated by
-` .` lines; within a paragraph, a line starting with a list marker (`*`, `-`, `+`) starts a new
+` .` lines; within a paragraph, a line starting with a list marker (`*`, `-`, `+`, `–`, `—`, `•`) starts a new
 item. Paragraphs and items are the units aligned across languages (ddtp translators keep this
 structure); wrapped lines within a unit are joined.
 """
@@ -27,7 +27,7 @@ DDTP_LICENSE = ("no license field in the i18n/Translation-* files; the English t
                 "description (Debian main, DFSG-free), the translations are contributed by Debian's translators "
                 "through DDTP/DDTSS (https://www.debian.org/international/l10n/ddtp)")
 
-_ITEM = re.compile(r"^[*+\-]\s+")
+_ITEM = re.compile(r"^[*+\-–—•]\s+")  # French translators write "–\xa0item"
 
 
 @dataclass(frozen=True)
