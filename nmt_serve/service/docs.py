@@ -260,17 +260,17 @@ def document_limits(schema: dict, state) -> dict:
 def install_openapi(app: FastAPI) -> None:
     generate = app.openapi
 
+    built_for: list = [None]  # the served directions the kept schema was built for (their languages are in it)
+
     def openapi() -> dict:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        app.openapi_schema = None  # generate() caches its result in app.openapi_schema; ours replaces it
         state = getattr(app.state, "service", None)
-        schema = document_errors(generate())
-        if state is not None:
-            schema = document_limits(schema, state)
-        # kept once the models are known (their languages are in it); until then built on each request
-        app.openapi_schema = schema if state is None or state.models else None
-        return schema
+        directions = tuple(sorted(state.models)) if state is not None else ()
+        if app.openapi_schema is None or built_for[0] != directions:
+            app.openapi_schema = None  # generate() caches its result in app.openapi_schema; ours replaces it
+            schema = document_errors(generate())
+            app.openapi_schema = document_limits(schema, state) if state is not None else schema
+            built_for[0] = directions
+        return app.openapi_schema
 
     app.openapi = openapi
 
