@@ -219,11 +219,13 @@ class EngineClient:
         return None
 
     async def translate(self, model_id: str, sources: list[list[int]], options: DecodeOptions, timeout: float,
-                        target_prefix: list[int] | None = None, priority: int = INTERACTIVE) -> list[list[EngineHypothesis]]:
+                        target_prefix: list[int] | None = None, priority: int = INTERACTIVE, *,
+                        terms: list[list[str]] | None = None, avoid: tuple[str, ...] = ()) -> list[list[EngineHypothesis]]:
         """Per text (its source ids, eos excluded), its n-best translations (best first); priority
-        BACKGROUND for a job's chunk (it yields to interactive calls in the engine)."""
+        BACKGROUND for a job's chunk (it yields to interactive calls in the engine); terms: per text the
+        target terms it must contain, avoid: terms none may (protocol.Translate)."""
         call = Translate(self.connection.new_id(), model_id, sources, options, time.monotonic() + timeout, target_prefix or [],
-                         priority=priority)
+                         priority=priority, terms=terms, avoid=list(avoid))
         return self._value(await self._call(call), timeout)
 
     async def attention(self, model_id: str, timeout: float, **fields) -> dict:

@@ -21,6 +21,8 @@ from nmt_serve.service.directions import ServedDirection
 from nmt_serve.service.errors import bad_request
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.entities import unescape_output
+from nmt_serve.text.glossary import GlossaryEntry, Terminology
+from nmt_serve.text.glossary import check as check_glossary
 from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
 from nmt_serve.text.language_detection import UNDETERMINED, Detection, language_name
 from nmt_serve.text.quality_flags import SentenceFlags, flags_for
@@ -152,8 +154,9 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
 
 async def translate_texts(state: ServiceState, request: Request | None, *, source: str, target: str, texts: list[str],
                           options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True,
-                          upstream_fallbacks: bool = False) -> list[TextResult]:
+                          upstream_fallbacks: bool = False, terminology: Terminology | None = None) -> list[TextResult]:
     """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError.
+    terminology: glossary entries applied where their source terms occur, and terms to avoid (text/glossary.py).
     upstream_fallbacks: LibreTranslate's answers for source == target and undetectable texts (resolve_model).
     Without a request it is a job's chunk (jobs_runner.py): background priority in the engine, the
     chunk deadline, the job's own limits (checked when it was submitted)."""
@@ -177,8 +180,11 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
         # scores always: the low-confidence flag reads them (the response shows them only when asked)
         scored = replace(options, return_scores=True)
         served = {t.model.id: t.model for t in prepared if t.model is not None}
+        terms = terminology or Terminology()
         results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout,
-                                                                        served[m].target_prefix, priority) for m in ids))))
+                                                                        served[m].target_prefix, priority,
+                                                                        terms=terms.terms_for(sentence_texts[m]), avoid=terms.avoid)
+                                                       for m in ids))))
         results = {m: _unescaped(hyps, sentence_texts[m]) for m, hyps in results.items()}
         alignments = await _align(state, engine, prepared, batches, sentence_texts, results, timeout)
         return results, alignments
@@ -189,6 +195,19 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
         results, alignments = await run()  # the engine drops a chunk past its deadline (504)
     return [_assemble(state, t, results[t.model.id], sentence_texts[t.model.id], batches[t.model.id], alignments, options)
             if t.model is not None else _as_is(t, options) for t in prepared]
+
+
+def terminology(glossary: list | None, avoid: list[str] | None, param: str) -> Terminology | None:
+    """A request's glossary (entries with source and target, as objects or dicts) and avoided terms, checked
+    (text/glossary.py); None when it has neither."""
+    if not glossary and not avoid:
+        return None
+    entries = tuple(GlossaryEntry(e["source"], e["target"]) if isinstance(e, dict) else GlossaryEntry(e.source, e.target)
+                    for e in glossary or ())
+    avoided = tuple(avoid or ())
+    if (problem := check_glossary(list(entries), list(avoided))) is not None:
+        raise bad_request(problem, param)
+    return Terminology(entries, avoided)
 
 
 def _unescaped(hyps: list[list[EngineHypothesis]], sources: list[str]) -> list[list[EngineHypothesis]]:
@@ -249,6 +268,8 @@ def _assemble(state: ServiceState, text: _Text, hyps: list[list[EngineHypothesis
             found = flags_for(sources[first + k], best.text, truncated=best.truncated, split=k in seg.long_sentences,
                               long=len(ids[first + k]) > state.settings.max_sentence_tokens,
                               mean_logprob=best.score / (best.tokens + 1) if best.score is not None else None)
+            if best.constraint_unmet:  # its glossary terms did not fit: this is its free translation
+                found = (*found, "constraint_unmet")
             if found:
                 flags.append(SentenceFlags(count, sources[first + k], best.text, found))
                 for flag in found:

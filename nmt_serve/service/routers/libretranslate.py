@@ -28,9 +28,10 @@ from nmt_serve.service.errors import APIError, bad_request
 from nmt_serve.service.file_store import FileStore
 from nmt_serve.service.file_translation import FORMATS, attachment_headers, check_format, translated_name
 from nmt_serve.service.file_translation import translate_file as translate_whole_file
-from nmt_serve.service.pipeline import AUTO, FALLBACK_LANGUAGE, translate_texts
-from nmt_serve.service.schemas import Language
+from nmt_serve.service.pipeline import AUTO, FALLBACK_LANGUAGE, terminology, translate_texts
+from nmt_serve.service.schemas import GlossaryTerm, Language
 from nmt_serve.service.state import ServiceState
+from nmt_serve.text.glossary import Terminology
 from nmt_serve.text.language_detection import language_name
 
 log = logging.getLogger("nmt_serve.service.libretranslate")
@@ -200,6 +201,10 @@ class LibreTranslateParams(BaseModel):
     format: Literal["text", "html"] | None = "text"
     alternatives: Annotated[int, Field(ge=0)] | None = Field(0, description="alternative translations to return as well")
     api_key: str | None = None
+    glossary: str | list[GlossaryTerm] | None = Field(None, description="an extension of ours (upstream has none): "
+                                                      "terminology as /v1/translate's glossary; in a form, as JSON text")
+    avoid: str | list[str] | None = Field(None, description="an extension of ours: target terms no translation may "
+                                                            "contain, as /v1/translate's avoid; in a form, as JSON text")
 
 
 class DetectParams(BaseModel):
@@ -290,7 +295,7 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)):
     texts = [q] if isinstance(q, str) else q
     results = await translate_texts(state, request, source=source, target=target, texts=texts,
                                     options=state.limits.decode_options(max(4, n), n, None), param="q", format=format_,
-                                    upstream_fallbacks=True)
+                                    upstream_fallbacks=True, terminology=terminology_params(params))
     body: dict[str, Any] = {"translatedText": results[0].text if isinstance(q, str) else [r.text for r in results]}
     if source == AUTO:
         body["detectedLanguage"] = detected_language(results[0]) if isinstance(q, str) else [detected_language(r) for r in results]
@@ -298,6 +303,27 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)):
         alts = [list(dict.fromkeys(a for a in r.alternatives if a != r.text)) for r in results]
         body["alternatives"] = alts[0] if isinstance(q, str) else alts
     return body
+
+
+def terminology_params(params: dict) -> Terminology | None:
+    """The glossary and avoid extension parameters: lists in JSON bodies, JSON text in forms."""
+    found = {}
+    for name in ("glossary", "avoid"):
+        value = params.get(name)
+        if isinstance(value, str) and value.strip():
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise bad_request(f"Invalid request: {name} is not valid JSON", name) from None
+        found[name] = None if value in (None, "") else value
+    glossary, avoid = found["glossary"], found["avoid"]
+    if glossary is not None and not (isinstance(glossary, list) and all(
+            isinstance(e, dict) and set(e) == {"source", "target"} and isinstance(e["source"], str) and isinstance(e["target"], str)
+            for e in glossary)):
+        raise bad_request('Invalid request: glossary must be a list of {"source": ..., "target": ...}', "glossary")
+    if avoid is not None and not (isinstance(avoid, list) and all(isinstance(t, str) for t in avoid)):
+        raise bad_request("Invalid request: avoid must be a list of strings", "avoid")
+    return terminology(glossary, avoid, "glossary")
 
 
 @router.post(

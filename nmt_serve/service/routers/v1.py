@@ -8,7 +8,7 @@ from nmt_serve.service.dependencies import get_state, require_api_key
 from nmt_serve.service.errors import bad_request
 from nmt_serve.service.file_translation import FORMATS, attachment_headers, media_type, translated_name
 from nmt_serve.service.file_translation import translate_file as translate_whole_file
-from nmt_serve.service.pipeline import translate_texts
+from nmt_serve.service.pipeline import terminology, translate_texts
 from nmt_serve.service.schemas import (
     AttentionRequest,
     AttentionResponse,
@@ -32,7 +32,8 @@ async def translate(body: TranslateRequest, request: Request, state: ServiceStat
     texts = [body.text] if isinstance(body.text, str) else body.text
     options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
     results = await translate_texts(state, request, source=body.source, target=body.target, texts=texts, options=options,
-                                    param="text", format=body.format, split_sentences=body.split_sentences)
+                                    param="text", format=body.format, split_sentences=body.split_sentences,
+                                    terminology=terminology(body.glossary, body.avoid, "glossary"))
     translations = [Translation(
         text=r.text, score=r.score, normalized_score=r.normalized_score,
         hypotheses=[Hypothesis(text=t, score=sc) for t, sc in zip([r.text, *r.alternatives], r.hypothesis_scores)]
