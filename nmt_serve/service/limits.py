@@ -63,9 +63,10 @@ class RequestLimits:
     def decode_options(self, beam_size: int, num_hypotheses: int, max_length: int | None, length_penalty: float = 1.0,
                        return_scores: bool = False) -> DecodeOptions:
         s = self.settings
+        if max(beam_size, num_hypotheses) > s.max_beam_size:
+            name = "beam_size" if beam_size >= num_hypotheses else "num_hypotheses"
+            raise APIError(422, "validation_error", f"{name} must be at most {s.max_beam_size}", name)
         beam_size = max(beam_size, num_hypotheses)  # an n-best list longer than the beam widens the beam to it
-        if beam_size > s.max_beam_size:
-            raise APIError(422, "validation_error", f"beam_size must be at most {s.max_beam_size}", "beam_size")
         if max_length is not None and max_length > s.max_output_length:
             raise APIError(422, "validation_error", f"max_length must be at most {s.max_output_length}", "max_length")
         return DecodeOptions(beam_size, num_hypotheses, max_length, length_penalty, return_scores)

@@ -60,3 +60,26 @@ def test_every_operation_keeps_the_contract(secured, tmp_path):
     selected, listed = map(int, re.search(r"Selected: (\d+)/(\d+)", out).groups())
     tested = int(re.search(r"Tested: (\d+)", out).group(1))
     assert selected == listed == tested >= 15, out[-2000:]  # every operation the schema lists
+
+
+def test_types_are_the_schemas(secured):
+    """What the issue found accepted against the schema, and its opposite: a request the schema allows."""
+    import httpx
+
+    auth = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=secured, headers=auth, timeout=60) as http:
+        for field, value in (("return_scores", 0), ("beam_size", "4"), ("split_sentences", "yes"), ("beam_size", True),
+                             ("length_penalty", "1.0"), ("max_length", 0)):
+            r = http.post("/v1/translate", json={"text": "Ein Hund rennt.", field: value})
+            assert r.status_code == 422, (field, value, r.text)
+            assert r.json()["error"]["type"] == "validation_error" and r.json()["error"]["param"] == field
+        assert http.post("/v1/translate", json={"text": "Ein Hund rennt.", "beam_size": 4.0}).status_code == 200
+        # more hypotheses than beams: the beam widens (the schema cannot say "at most beam_size")
+        r = http.post("/v1/translate", json={"text": "Ein Hund rennt.", "beam_size": 1, "num_hypotheses": 3})
+        assert r.status_code == 200 and len(r.json()["translations"][0]["hypotheses"]) == 3
+        r = http.post("/translate", json={"q": "Ein Hund rennt.", "source": "de", "target": "en", "alternatives": -1})
+        assert r.status_code == 400 and list(r.json()) == ["error"]
+        r = http.post("/v1/attention", json={"text": "Ein Hund rennt.", "average_heads": True})
+        assert r.status_code == 200 and "heads" not in r.json()  # optional in the schema, absent when averaged
+        r = http.post("/v1/attention", json={"text": "Ein Hund rennt.", "average_heads": 1})
+        assert r.status_code == 422

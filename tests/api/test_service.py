@@ -117,7 +117,7 @@ def test_other_direction(client):
         ({"text": " ".join(["Hund"] * 45)}, 413, "request_too_large", "text"),
         ({"text": "Hallo", "beam_size": 9}, 422, "validation_error", "beam_size"),
         ({"text": "Hallo", "beam_size": 0}, 422, "validation_error", "beam_size"),
-        ({"text": "Hallo", "beam_size": 2, "num_hypotheses": 3}, 422, "validation_error", "num_hypotheses"),
+        ({"text": "Hallo", "beam_size": 2, "num_hypotheses": 9}, 422, "validation_error", "num_hypotheses"),
         ({"text": 5}, 422, "validation_error", None),
         ({"text": "Hallo", "bogus": 1}, 422, "validation_error", "bogus"),
     ],
