@@ -99,10 +99,11 @@ def main() -> int:
             time.sleep(0.05)
         during = interactive(base, probes)
         killed = False
+        killed_at = None
         while poller.is_alive():
             if args.kill_engine_at is not None and not killed and polls[-1][1]["done"] >= args.kill_engine_at * len(texts):
                 os.kill(engine_pid(proc.pid), signal.SIGKILL)
-                killed = True
+                killed, killed_at = True, time.monotonic()
             time.sleep(0.05)
         stop.set()
         final = polls[-1][1]
@@ -112,11 +113,14 @@ def main() -> int:
         proc.wait(timeout=60)
 
     running = [(t, s) for t, s in polls if s["state"] == "running"]
-    gap_done = gap_updated = 0.0
+    gap_done = gap_updated = recovery = 0.0
     last_done = last_updated = None
     for t, s in running:
         if last_done is None or s["done"] != last_done[1]:
-            gap_done = max(gap_done, t - last_done[0]) if last_done else 0.0
+            if last_done and killed_at is not None and last_done[0] <= killed_at <= t:
+                recovery = t - killed_at  # the engine's restart: counted apart
+            elif last_done:
+                gap_done = max(gap_done, t - last_done[0])
             last_done = (t, s["done"])
         if last_updated is None or s["updated_at"] != last_updated[1]:
             gap_updated = max(gap_updated, t - last_updated[0]) if last_updated else 0.0
@@ -135,7 +139,8 @@ def main() -> int:
             ["sentences", final["sentences_done"]],
             ["start to end (s)", seconds],
             ["texts/s", len(texts) / seconds if final.get("finished_at") else float("nan")],
-            ["longest wait between progress increments (s)", gap_done],
+            ["longest wait between progress increments (s), the engine's restart apart", gap_done],
+            ["from the kill to the next progress (s)", recovery if killed else "-"],
             ["longest wait between record updates (s)", gap_updated],
             ["engine killed at", f"{args.kill_engine_at:.0%} done" if killed else "no"],
         ]),
