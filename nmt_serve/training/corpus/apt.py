@@ -145,14 +145,15 @@ class Apt:
         return ReleaseInfo(fields.get("Codename", release), fields.get("Suite", ""), fields.get("Version", ""),
                            fields.get("Date", ""))
 
-    def download(self, package: str) -> DebFile | None:
-        """The candidate .deb of a package (from the cache when its hash matches); None when the
-        releases have no such package."""
+    def download(self, package: str, release: str | None = None) -> DebFile | None:
+        """The .deb of a package in `release` (else the releases' candidate), from the cache when its
+        hash matches; None when there is no such package."""
         self._prepare()
+        wanted = f"{package}/{release}" if release else package
         try:
-            uris = self._run("apt-get", "download", "--print-uris", "-q", package).stdout
+            uris = self._run("apt-get", "download", "--print-uris", "-q", wanted).stdout
         except AptError as exc:
-            if "Unable to locate package" in str(exc) or "has no installation candidate" in str(exc):
+            if any(m in str(exc) for m in ("Unable to locate package", "has no installation candidate", "not found")):
                 return None
             raise
         match = re.search(r"^'[^']+' (\S+) (\d+) SHA256:([0-9a-f]+)", uris, re.M)
@@ -162,7 +163,7 @@ class Apt:
         path = self.debs / name
         if not (path.is_file() and _sha256(path) == sha256):
             log.info("downloading %s", name)
-            self._run("apt-get", "download", "-q", package, cwd=self.debs)
+            self._run("apt-get", "download", "-q", wanted, cwd=self.debs)
             if not path.is_file() or _sha256(path) != sha256:
                 raise AptError(f"{package}: apt-get download did not leave {path} with SHA-256 {sha256}")
         version = name.split("_")[1].replace("%3a", ":")

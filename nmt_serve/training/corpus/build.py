@@ -27,7 +27,8 @@ log = logging.getLogger("nmt_serve.training.corpus")
 class BuildConfig:
     output: Path
     cache: Path
-    releases: list[str] = field(default_factory=lambda: ["bookworm"])
+    # descriptions from every release (a digest seen twice taken from the first); catalogs from the first
+    releases: list[str] = field(default_factory=lambda: ["bookworm", "trixie"])
     languages: list[str] = field(default_factory=lambda: ["en", "de", "fr", "cs"])
     mirror: str = DEFAULT_MIRROR
     keyring: str = DEFAULT_KEYRING
@@ -79,9 +80,9 @@ def build(config: BuildConfig) -> dict:
 
     catalogs, packages = [], []
     for package in sorted(config.packages):
-        deb = apt.download(package)
+        deb = apt.download(package, config.releases[0])
         if deb is None:
-            packages.append({"package": package, "missing": f"not in {', '.join(config.releases)}"})
+            packages.append({"package": package, "missing": f"not in {config.releases[0]}"})
             continue
         pc = package_catalogs(deb, config.languages, config.cache)
         catalogs.append(pc)
@@ -89,7 +90,7 @@ def build(config: BuildConfig) -> dict:
                          "split": "eval" if is_held_out(package) else "train", "licenses": list(pc.licenses),
                          "messages": {lang: len(m) for lang, m in sorted(pc.messages.items())}})
     before = len(collector.segments)
-    catalog_segments(catalogs, config.languages, config.pairs, "/".join(config.releases), collector)
+    catalog_segments(catalogs, config.languages, config.pairs, config.releases[0], collector)
     log.info("catalogs: %d segments from %d packages", len(collector.segments) - before, len(catalogs))
 
     check = LanguageCheck() if config.language_filter else None

@@ -1,7 +1,7 @@
 """nmt-corpus: build the Debian translation corpus (see nmt_serve/training/corpus/__init__.py).
 
     nmt-corpus                                   # corpora/debian-v1, cache in corpora/cache
-    nmt-corpus --releases bookworm,trixie --output corpora/debian-v1-trixie
+    nmt-corpus --releases bookworm --output corpora/debian-bookworm
     nmt-corpus --packages ''                     # package descriptions only
 """
 from __future__ import annotations
@@ -28,7 +28,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default="corpora/debian-v1", help="corpus directory (default: %(default)s)")
     p.add_argument("--cache", default="corpora/cache",
                    help="downloads and the private apt tree, reused by the next build (default: %(default)s)")
-    p.add_argument("--releases", default="bookworm", help="Debian releases, comma-separated (default: %(default)s)")
+    p.add_argument("--releases", default="bookworm,trixie",
+                   help="Debian releases, comma-separated: descriptions from all, a description in several taken "
+                        "from the first that has it; catalogs from the first (default: %(default)s)")
     p.add_argument("--languages", default="en,de,fr,cs", help="languages, en first (default: %(default)s)")
     p.add_argument("--packages", default=",".join(CATALOG_PACKAGES),
                    help="packages whose message catalogs are read, comma-separated (default: the list in "

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from debian.deb822 import Deb822
 
 from nmt_serve.training.corpus.heldout import split_of
 from nmt_serve.training.corpus.segments import Collector, where
@@ -71,13 +70,36 @@ def parse_description(md5: str, packages, text: str) -> Description:
     return Description(md5, tuple(sorted(set(packages))), short, tuple(paragraphs))
 
 
+def stanzas(lines: Iterable[str]) -> Iterator[dict[str, str]]:
+    """The stanzas of a deb822 file: {field: value}, a multi-line value's lines joined with "\n", their
+    leading space kept (as in the file). Written here rather than taken from python-debian, whose
+    parser refuses a whole file over one description that holds a Unicode line separator (trixie's do)."""
+    stanza: dict[str, str] = {}
+    key = None
+    for line in lines:
+        line = line.rstrip("\n")
+        if not line.strip(" \t\r"):  # only ASCII whitespace ends a stanza: a no-break space is text
+            if stanza:
+                yield stanza
+            stanza, key = {}, None
+        elif line[0] in " \t":
+            if key is not None:
+                stanza[key] += "\n" + line
+        else:
+            key, _, value = line.partition(":")
+            key = key.strip()
+            stanza[key] = value.strip()
+    if stanza:
+        yield stanza
+
+
 def read_translation(path: str | Path, language: str) -> dict[str, Description]:
     """{Description-md5: description} of a Translation-{language} file, packages sharing a digest merged."""
     field = f"Description-{language}"
     texts: dict[str, str] = {}
     packages: dict[str, set[str]] = {}
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for stanza in Deb822.iter_paragraphs(f, use_apt_pkg=False):
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+        for stanza in stanzas(f):
             md5, text, package = stanza.get("Description-md5"), stanza.get(field), stanza.get("Package")
             if not md5 or text is None or not package:
                 continue
