@@ -2,9 +2,14 @@
 confident nonsense: the shipped models are small and trained on image captions, and given greetings or
 chat they answer things like "A morning morning morning morning".
 
-Each check is cheap and reads only the source and output text (and the engine's truncation bit). The
-thresholds were set on test_2016_flickr's outputs of the shipped models (`python -m bench.quality_flags`)
-so that in-domain translations are almost never flagged; the figures are in BENCHMARKS.md.
+Each check is cheap and reads only the source and output text (and the engine's truncation bit and score).
+The repetition and length thresholds were set on test_2016_flickr's outputs of the shipped models
+(`python -m bench.quality_flags`) so that in-domain translations are almost never flagged. The
+low-confidence threshold is calibrated on held-out sentences against nonsense
+(`python -m bench.quality_flags --labelled`): the 5th percentile of the mean log-probability per token
+that the served (multilingual) model gives Multi30k val, measured on test_2016_flickr against the same
+sentences garbled (words shuffled, word salad, letters shuffled): precision 0.98, recall 0.70 for de-en
+(the -1.0 it replaces: 0.99 and 0.38); the figures are in BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -27,7 +32,8 @@ FLAG_DESCRIPTIONS = {
     TRUNCATED: "the output was cut at max_length before the model ended it",
     SPLIT: "the sentence was longer than the model handles well and was translated in pieces",
     LONG: "the sentence is longer than the model handles well (max_sentence_tokens) and was translated whole",
-    LOW_CONFIDENCE: "the model was unsure of its words (mean log-probability per token below what 99% of in-domain sentences get)",
+    LOW_CONFIDENCE: "the model was unsure of its words (mean log-probability per token below what 95% of held-out in-domain "
+                    "sentences get)",
 }
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -36,9 +42,11 @@ _LETTER_RUN = re.compile(r"(\w)\1{3,}", re.UNICODE)  # "rabbooooo": four or more
 # output words / source words on test_2016_flickr (de-en and en-de): 1st-99.9th percentile 0.5-2.0;
 # short sources vary more, so a fixed slack in words is allowed as well
 MIN_RATIO, MAX_RATIO, SLACK_WORDS = 0.4, 2.2, 3
-# mean log-probability per output token (eos included): the 1st percentile on test_2016_flickr is
-# -0.96 (de-en) and -1.00 (en-de), and greetings and chat, which the models never saw, score -0.9 to -1.6
-MIN_MEAN_LOGPROB = -1.0
+# mean log-probability per output token (eos included) of the served multilingual model on Multi30k val
+# (500 sentences, beam 4): 5th percentile -0.68 (de-en); 1st -0.83, 10th -0.58. In-domain sentences score
+# about -0.3; chat lines the model never saw -0.4 to -1.2 ("Ich heiße Anna und wohne in Berlin." -> "Ich
+# seems to be sailing and son in Berlin.": -0.87)
+MIN_MEAN_LOGPROB = -0.68
 
 
 @dataclass(frozen=True)
