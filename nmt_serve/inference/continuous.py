@@ -261,8 +261,8 @@ class ContinuousSearch:
                 s = running.sentence
                 lex = s.constraints
                 if lex:
-                    ended, chosen = choose_constrained(lex, running.progress, row_scores, row_index, extra[g], K, V, eos)
-                    continuing = [(beam, token, score) for beam, token, score, _ in chosen]
+                    ended, picked = choose_constrained(lex, running.progress, row_scores, row_index, extra[g], K, V, eos)
+                    continuing = [(beam, token, score) for beam, token, score, _ in picked]
                 else:
                     ended, continuing = choose_beams(row_scores, row_index, K, V, eos)
                 for beam, score in ended:
@@ -270,7 +270,7 @@ class ContinuousSearch:
                     running.finished.append(SearchHypothesis(list(running.beams[beam]), score,
                                                              normalize(score, running.step, s.length_penalty), True, unmet))
                 if lex:
-                    running.progress = [after for *_, after in chosen]
+                    running.progress = [after for *_, after in picked]
                 beams: list[list[int]] = []
                 for beam, token, score in continuing:
                     parents.append(g * K + beam)
