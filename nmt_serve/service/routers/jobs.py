@@ -124,9 +124,7 @@ async def create_file_job(request: Request, file: UploadFile = File(description=
                                                     options=options_of(options), file_name=name), data)
 
 
-# GET and DELETE as one route, so that a method the path does not take gets a 405 that names both (Allow)
-@router.api_route("/jobs/{job_id}", methods=["GET", "DELETE"], response_model=JobStatus, responses=NOT_FOUND)
-async def job_status(job_id: str, request: Request) -> JobStatus:
+async def job(job_id: str, request: Request) -> JobStatus:
     """GET: the job's state and progress. DELETE: cancel a queued or running job (its chunks in the engine are
     dropped); a finished job is left as it is (it expires after job_ttl_s)."""
     runner = runner_of(request)
@@ -134,6 +132,17 @@ async def job_status(job_id: str, request: Request) -> JobStatus:
     if request.method == "DELETE":
         return status_of(await asyncio.to_thread(runner.store.cancel, job_id))
     return status_of(await read_job(runner, job_id))
+
+
+# One route serves both methods, so that a method the path does not take gets a 405 whose Allow names both
+# (with a route per method, the first one's 405 names only its own); the schema lists them one by one, each
+# with an operation id of its own (FastAPI gives a route of several methods one id for all)
+router.add_api_route("/jobs/{job_id}", job, methods=["GET", "DELETE"], response_model=JobStatus, include_in_schema=False)
+router.add_api_route("/jobs/{job_id}", job, methods=["GET"], response_model=JobStatus, responses=NOT_FOUND, name="job_status",
+                     summary="Job Status", description="The job's state and progress.")
+router.add_api_route("/jobs/{job_id}", job, methods=["DELETE"], response_model=JobStatus, responses=NOT_FOUND, name="cancel_job",
+                     summary="Cancel Job", description="Cancel a queued or running job (its chunks in the engine are dropped); "
+                                                       "a finished job is left as it is (it expires after job_ttl_s).")
 
 
 @router.get("/jobs/{job_id}/result", response_model=JobResult, response_model_exclude_none=True,
