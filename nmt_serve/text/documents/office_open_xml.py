@@ -13,6 +13,8 @@ dates and tables of contents), except a HYPERLINK field's, whose text is the aut
 from __future__ import annotations
 
 import copy
+import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lxml import etree
@@ -157,6 +159,18 @@ def part_root(part) -> tuple[etree._Element, bool]:
 
 def store_root(part, root: etree._Element) -> None:
     part._blob = etree.tostring(root, xml_declaration=True, encoding="UTF-8", standalone=True)
+
+
+def package_writer(package, stored: list[tuple[object, etree._Element]]) -> Callable[[], bytes]:
+    """The document's bytes once translated: the parts kept as bytes (`part_root`) written back, then
+    the python-docx / python-pptx package saved."""
+    def save() -> bytes:
+        for part, root in stored:
+            store_root(part, root)
+        out = io.BytesIO()
+        package.save(out)
+        return out.getvalue()
+    return save
 
 
 def plain_text_unit(el: etree._Element) -> InlineParagraph:

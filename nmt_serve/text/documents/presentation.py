@@ -12,10 +12,10 @@ import pptx
 from nmt_serve.text.documents.document import Document
 from nmt_serve.text.documents.office_open_xml import (
     DRAWING,
+    package_writer,
     paragraphs,
     part_root,
     plain_text_unit,
-    store_root,
 )
 
 _PRESENTATION = "application/vnd.openxmlformats-officedocument.presentationml."
@@ -45,11 +45,4 @@ def read_pptx(data: bytes) -> Document:
         if as_bytes and found:
             stored.append((part, root))
 
-    def save() -> bytes:
-        for part, root in stored:
-            store_root(part, root)
-        out = io.BytesIO()
-        presentation.save(out)
-        return out.getvalue()
-
-    return Document(units, save)
+    return Document(units, package_writer(presentation, stored))

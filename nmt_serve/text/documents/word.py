@@ -16,9 +16,9 @@ import docx
 from nmt_serve.text.documents.document import Document
 from nmt_serve.text.documents.office_open_xml import (
     WORD,
+    package_writer,
     paragraphs,
     part_root,
-    store_root,
 )
 
 _WML = "application/vnd.openxmlformats-officedocument.wordprocessingml."
@@ -42,11 +42,4 @@ def read_docx(data: bytes) -> Document:
         if as_bytes and found:
             stored.append((part, root))
 
-    def save() -> bytes:
-        for part, root in stored:
-            store_root(part, root)
-        out = io.BytesIO()
-        document.save(out)
-        return out.getvalue()
-
-    return Document(units, save)
+    return Document(units, package_writer(document, stored))
