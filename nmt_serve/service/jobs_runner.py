@@ -29,9 +29,6 @@ from nmt_serve.service.jobs_store import (
 )
 from nmt_serve.service.pipeline import TextResult, translate_texts
 from nmt_serve.service.schemas import (
-    DetectedLanguage,
-    Hypothesis,
-    SentenceFlag,
     Translation,
 )
 from nmt_serve.service.state import ServiceState
@@ -49,14 +46,7 @@ class JobFailed(Exception):
 
 def translation_of(result: TextResult, options: DecodeOptions) -> dict:
     """One text's translation as /v1/translate shows it (schemas.Translation), as JSON."""
-    return Translation(
-        text=result.text, score=result.score, normalized_score=result.normalized_score,
-        hypotheses=[Hypothesis(text=t, score=sc) for t, sc in zip([result.text, *result.alternatives], result.hypothesis_scores)]
-        if options.num_hypotheses > 1 else None,
-        detected_language=DetectedLanguage(language=result.detected.language, confidence=round(result.detected.confidence, 4))
-        if result.detected else None,
-        flags=[SentenceFlag(sentence=f.sentence, source=f.source, text=f.text, flags=list(f.flags)) for f in result.flags] or None,
-    ).model_dump(exclude_none=True)
+    return Translation.of(result, options.num_hypotheses).model_dump(exclude_none=True)
 
 
 class JobRunner:

@@ -1,9 +1,12 @@
 """Request and response bodies (pydantic), kept apart from the engine."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from nmt_serve.service.pipeline import TextResult
 
 
 def _integral(value):
@@ -77,6 +80,18 @@ class Translation(BaseModel):
     hypotheses: list[Hypothesis] | None = Field(None, description="n-best list, best first (num_hypotheses > 1)")
     detected_language: DetectedLanguage | None = Field(None, description='the source language found (source "auto")')
     flags: list[SentenceFlag] | None = Field(None, description="sentences whose translation is doubtful, and why")
+
+    @classmethod
+    def of(cls, result: TextResult, num_hypotheses: int) -> Translation:
+        """One text's translation as /v1/translate and a job's result show it."""
+        return cls(
+            text=result.text, score=result.score, normalized_score=result.normalized_score,
+            hypotheses=[Hypothesis(text=t, score=sc) for t, sc in zip([result.text, *result.alternatives], result.hypothesis_scores)]
+            if num_hypotheses > 1 else None,
+            detected_language=DetectedLanguage(language=result.detected.language, confidence=round(result.detected.confidence, 4))
+            if result.detected else None,
+            flags=[SentenceFlag(sentence=f.sentence, source=f.source, text=f.text, flags=list(f.flags)) for f in result.flags] or None,
+        )
 
 
 class Usage(BaseModel):

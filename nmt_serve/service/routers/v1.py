@@ -6,17 +6,19 @@ from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFil
 from nmt_serve.service.deadlines import request_timeout, with_deadline
 from nmt_serve.service.dependencies import get_state, require_api_key
 from nmt_serve.service.errors import bad_request
-from nmt_serve.service.file_translation import FORMATS, attachment_headers, media_type, translated_name
+from nmt_serve.service.file_translation import (
+    FORMATS,
+    attachment_headers,
+    media_type,
+    translated_name,
+)
 from nmt_serve.service.file_translation import translate_file as translate_whole_file
 from nmt_serve.service.pipeline import terminology, translate_texts
 from nmt_serve.service.schemas import (
     AttentionRequest,
     AttentionResponse,
-    DetectedLanguage,
-    Hypothesis,
     ModelInfo,
     ModelList,
-    SentenceFlag,
     TranslateRequest,
     TranslateResponse,
     Translation,
@@ -34,14 +36,7 @@ async def translate(body: TranslateRequest, request: Request, state: ServiceStat
     results = await translate_texts(state, request, source=body.source, target=body.target, texts=texts, options=options,
                                     param="text", format=body.format, split_sentences=body.split_sentences,
                                     terminology=terminology(body.glossary, body.avoid, "glossary"))
-    translations = [Translation(
-        text=r.text, score=r.score, normalized_score=r.normalized_score,
-        hypotheses=[Hypothesis(text=t, score=sc) for t, sc in zip([r.text, *r.alternatives], r.hypothesis_scores)]
-        if body.num_hypotheses > 1 else None,
-        detected_language=DetectedLanguage(language=r.detected.language, confidence=round(r.detected.confidence, 4))
-        if r.detected else None,
-        flags=[SentenceFlag(sentence=f.sentence, source=f.source, text=f.text, flags=list(f.flags)) for f in r.flags] or None,
-    ) for r in results]
+    translations = [Translation.of(r, body.num_hypotheses) for r in results]
     usage = Usage(source_tokens=sum(r.source_tokens for r in results), generated_tokens=sum(r.generated_tokens for r in results),
                   sentences=sum(r.sentences for r in results))
     return TranslateResponse(model=",".join(dict.fromkeys(r.model for r in results if r.model)), translations=translations, usage=usage)
