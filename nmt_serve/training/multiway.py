@@ -8,6 +8,7 @@ one batch and the decoder needs nothing per row. Training data is multi-way para
 from __future__ import annotations
 
 from itertools import permutations
+from pathlib import Path
 
 from nmt_serve.network.tokenizer import Tokenizer
 from nmt_serve.training.data import ParallelData, read_lines
@@ -87,3 +88,49 @@ def multiway_pairs(
 
 def concatenate(parts: list[ParallelData]) -> ParallelData:
     return ParallelData([s for p in parts for s in p.src], [t for p in parts for t in p.tgt])
+
+
+def pair_corpora(
+    pattern: str, directions: list[tuple[str, str]], tokenizer: Tokenizer, tags: dict[str, int],
+    valid_lines: int = 0, max_tokens_per_sentence: int | None = None,
+) -> tuple[dict[tuple[str, str], ParallelData], dict[tuple[str, str], tuple[ParallelData, list[str]]]]:
+    """Pairwise corpora (`train.{pair}.{lang}`, as nmt-corpus writes them) as training pairs of the
+    directions they serve, both ways of each pair -> (training data, validation (data, references)) per
+    direction. `valid_lines` pairs of each corpus, spread evenly over it so that they come from many
+    packages, are kept apart for validation and never trained on."""
+    if "{pair}" not in pattern or "{lang}" not in pattern:
+        raise ValueError(f"{pattern!r}: a pair corpus path needs {{pair}} and {{lang}}")
+    wanted = set(directions)
+    train: dict[tuple[str, str], ParallelData] = {}
+    valid: dict[tuple[str, str], tuple[ParallelData, list[str]]] = {}
+    pairs = {tuple(sorted(d)) for d in wanted}
+    for a, b in sorted(pairs):
+        name = next((f"{x}-{y}" for x, y in ((a, b), (b, a))
+                     if Path(pattern.format(pair=f"{x}-{y}", lang=x)).exists()), None)
+        if name is None:
+            continue
+        texts = {lang: read_lines(pattern.format(pair=name, lang=lang)) for lang in (a, b)}
+        if len(texts[a]) != len(texts[b]):
+            raise ValueError(f"{pattern.format(pair=name, lang='*')}: the two sides differ in length")
+        count = len(texts[a])
+        held = set(range(count // (2 * valid_lines), count, max(1, count // valid_lines))[:valid_lines]) if valid_lines else set()
+        ids = {lang: [tokenizer.encode(line, add_eos=True) for line in lines] for lang, lines in texts.items()}
+        for src, tgt in ((a, b), (b, a)):
+            if (src, tgt) not in wanted:
+                continue
+            parts = {False: ParallelData([], []), True: ParallelData([], [])}
+            refs = []
+            for i, (s, t) in enumerate(zip(ids[src], ids[tgt])):
+                if not texts[src][i].strip() or not texts[tgt][i].strip():
+                    continue
+                part = parts[i in held]
+                if i in held:
+                    refs.append(texts[tgt][i])
+                elif max_tokens_per_sentence and max(len(s) + 1, len(t)) > max_tokens_per_sentence:
+                    continue
+                part.src.append([tags[tgt]] + s)
+                part.tgt.append(t)
+            train[(src, tgt)] = parts[False]
+            if held:
+                valid[(src, tgt)] = (parts[True], refs)
+    return train, valid

@@ -50,6 +50,7 @@ from nmt_serve.network.config import ModelConfig
 from nmt_serve.network.tokenizer import Tokenizer, train_sentencepiece
 from nmt_serve.network.transformer import Transformer
 from nmt_serve.training.data import (
+    ParallelData,
     collate,
     read_parallel,
     token_batches,
@@ -58,6 +59,7 @@ from nmt_serve.training.data import (
 from nmt_serve.training.multiway import (
     concatenate,
     multiway_pairs,
+    pair_corpora,
     parse_directions,
     parse_languages,
     read_multiway,
@@ -79,6 +81,12 @@ class TrainConfig:
     directions: str = "all"  # multilingual: "all" (every ordered pair) or "en-de,de-en,..."
     train_data: str = ""  # multilingual: multi-way parallel training files, "{lang}" for the code (train.{lang}.gz)
     valid_data: str = ""  # multilingual: validation files, same form
+    # multilingual: pairwise corpora beside the multi-way files, a path with {pair} ("en-de", as the corpus
+    # names it) and {lang} (corpora/debian-v1/train.{pair}.{lang}); each pair found gives both its directions
+    pair_data: str = ""
+    pair_directions: str = "all"  # the directions taken from the pair corpora ("all" or "en-de,de-en,..."), among --directions
+    pair_valid_lines: int = 150  # pairs of each pair corpus kept apart (evenly spread) to validate on, never trained on
+    init_from: str = ""  # a checkpoint to start from: its architecture, tokenizer and weights (fine-tuning)
     source_lang: str = "src"
     target_lang: str = "tgt"
     run_dir: str = "runs/model"  # scratch: tokenizer, state, best checkpoints, log
@@ -155,6 +163,7 @@ class TrainConfig:
             with user_errors(parser, ValueError):
                 languages = parse_languages(cfg.languages)
                 parse_directions(cfg.directions, languages)
+                parse_directions(cfg.pair_directions, languages)
                 names = ("train_data", "valid_data")
                 for name in names:
                     if getattr(cfg, name) and "{lang}" not in getattr(cfg, name):
@@ -171,6 +180,12 @@ class TrainConfig:
             fail(parser, f"--device {cfg.device}: expected auto, cpu or cuda")
         if cfg.device.startswith("cuda") and not torch.cuda.is_available():
             fail(parser, f"--device {cfg.device}: CUDA is not available here")
+        if cfg.pair_data and (not cfg.languages or "{pair}" not in cfg.pair_data or "{lang}" not in cfg.pair_data):
+            fail(parser, f"--pair-data {cfg.pair_data}: needs --languages and a path with {{pair}} and {{lang}}")
+        if cfg.init_from:
+            check_files(parser, {"--init-from": str(Path(cfg.init_from) / "config.json")})
+            if cfg.spm_model:
+                fail(parser, "--init-from brings its own tokenizer: leave --spm-model out")
         check_files(parser, {**data, "--spm-model": cfg.spm_model})
         with user_errors(parser, AssertionError):  # ModelConfig's checks (d_model divisible by n_heads, ...)
             ModelConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, activation=cfg.activation,
@@ -239,8 +254,9 @@ class Trainer:
         self.directions = (parse_directions(cfg.directions, self.languages) if self.languages
                            else [(cfg.source_lang, cfg.target_lang)])
         self.stop_requested = False
+        self.initial = load_checkpoint(cfg.init_from) if cfg.init_from else None
         self.tokenizer = self.prepare_tokenizer()
-        self.model_config = ModelConfig(
+        self.model_config = self.initial_config() if self.initial else ModelConfig(
             src_vocab_size=self.tokenizer.vocab_size, tgt_vocab_size=self.tokenizer.vocab_size,
             d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff,
             n_encoder_layers=cfg.n_encoder_layers, n_decoder_layers=cfg.n_decoder_layers,
@@ -251,6 +267,8 @@ class Trainer:
         )
         torch.manual_seed(cfg.seed)
         self.model = Transformer(self.model_config).to(self.device)
+        if self.initial:
+            self.model.load_state_dict({k: v.float() for k, v in self.initial[0].state_dict().items()})
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay
         )
@@ -268,9 +286,10 @@ class Trainer:
         cfg = self.cfg
         target = self.run_dir / "spm.model"
         if not target.exists():
-            if cfg.spm_model:
-                shutil.copyfile(cfg.spm_model, target)
-                say(f"tokenizer: reusing {cfg.spm_model}")
+            if cfg.spm_model or cfg.init_from:
+                source = cfg.spm_model or Path(cfg.init_from) / self.initial[1].src_tokenizer
+                shutil.copyfile(source, target)
+                say(f"tokenizer: reusing {source}")
             else:
                 # sentencepiece reads plain text: write every training side once, uncompressed
                 scratch = self.run_dir / "spm_input.txt"
@@ -286,6 +305,15 @@ class Trainer:
                 say(f"tokenizer: trained {cfg.spm_type} vocab {cfg.vocab_size} in {time.time() - t0:.0f}s")
         return Tokenizer(target)
 
+    def initial_config(self) -> ModelConfig:
+        """The starting checkpoint's architecture, with this run's dropout (fine-tuning may want more)."""
+        model, info = self.initial[:2]
+        if not info.multilingual or info.src_tokenizer != info.tgt_tokenizer:
+            raise ValueError(f"--init-from {self.cfg.init_from}: expected a multilingual checkpoint with one joint tokenizer")
+        if self.languages:
+            tag_ids(self.tokenizer, self.languages)  # every tag must already be a piece of its tokenizer
+        return dataclasses.replace(info.config, dropout=self.cfg.dropout, attention_dropout=self.cfg.attention_dropout)
+
     def load_data(self) -> None:
         """self.train: every training pair; self.valid_sets: per direction its pairs and references."""
         cfg = self.cfg
@@ -296,13 +324,22 @@ class Trainer:
             self.train = concatenate(list(multiway_pairs(texts, self.directions, self.tokenizer, tags, cfg.max_sentence_tokens).values()))
             vtexts = {lang: lines[:n] for lang, lines in read_multiway(cfg.valid_data, self.languages).items()}
             valid = multiway_pairs(vtexts, self.directions, self.tokenizer, tags, drop_empty=False)
-            self.valid_sets = {d: (valid[d], vtexts[d[1]]) for d in self.directions}
+            self.valid_sets = {f"{s}-{t}": (valid[(s, t)], vtexts[t]) for s, t in self.directions}
+            if cfg.pair_data:
+                wanted = [d for d in parse_directions(cfg.pair_directions, self.languages) if d in self.directions]
+                train, valid_pairs = pair_corpora(cfg.pair_data, wanted, self.tokenizer, tags,
+                                                  cfg.pair_valid_lines, cfg.max_sentence_tokens)
+                self.train = concatenate([self.train, *train.values()])
+                for (s, t), (data, refs) in valid_pairs.items():
+                    self.valid_sets[f"{s}-{t} pairs"] = (
+                        ParallelData(data.src[:n], data.tgt[:n]) if n else data, refs[:n] if n else refs)
+                say("pair corpora: " + ", ".join(f"{s}-{t} {len(d)}" for (s, t), d in train.items()))
         else:
             src, tgt = read_parallel(cfg.train_src, cfg.train_tgt)
             self.train = tokenize_parallel(src, tgt, self.tokenizer, self.tokenizer, cfg.max_sentence_tokens)
             vsrc, vtgt = read_parallel(cfg.valid_src, cfg.valid_tgt)
             vsrc, vtgt = vsrc[:n], vtgt[:n]
-            self.valid_sets = {self.directions[0]: (tokenize_parallel(vsrc, vtgt, self.tokenizer, self.tokenizer, drop_empty=False), vtgt)}
+            self.valid_sets = {"-".join(self.directions[0]): (tokenize_parallel(vsrc, vtgt, self.tokenizer, self.tokenizer, drop_empty=False), vtgt)}
         self.valid = concatenate([data for data, _ in self.valid_sets.values()])
         say(
             f"data: {len(self.train)} training pairs ({self.train.num_target_tokens()} target tokens) in "
@@ -471,9 +508,9 @@ class Trainer:
         model = model or self.model
         hyps = iter(translate_ids(model, self.valid.src, SearchOptions(beam_size=1)))
         scores = {}
-        for (src, tgt), (data, refs) in self.valid_sets.items():
+        for name, (data, refs) in self.valid_sets.items():
             texts = [self.tokenizer.decode(next(hyps)) for _ in range(len(data))]
-            scores[f"{src}-{tgt}"] = sacrebleu.corpus_bleu(texts, [refs]).score
+            scores[name] = sacrebleu.corpus_bleu(texts, [refs]).score
         return scores
 
     def valid_bleu(self, model: Transformer | None = None) -> float:
@@ -489,7 +526,7 @@ class Trainer:
         bleu = self.valid_bleu()
         say(
             f"validation at step {self.step} (epoch {self.epoch}): loss {loss:.4f} ppl {math.exp(loss):.2f} "
-            f"greedy BLEU {bleu:.2f}{' (mean of directions)' if len(self.directions) > 1 else ''} ({time.time() - t0:.0f}s)"
+            f"greedy BLEU {bleu:.2f}{' (mean of the sets)' if len(self.valid_sets) > 1 else ''} ({time.time() - t0:.0f}s)"
         )
         best_dir = self.run_dir / "best"
         if len(self.best) < self.cfg.keep_best or bleu > self.best[-1]["bleu"]:

@@ -1,5 +1,6 @@
 """One model for many directions: tags, multi-way data, training, checkpoints, the Translator and the
 CLIs with a target language, and the service routing each direction to a model."""
+import dataclasses
 import gzip
 import json
 import subprocess
@@ -8,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import make_checkpoint, random_model
 
 from nmt_serve.engine.loader import load_models
@@ -95,7 +97,7 @@ def test_multilingual_training_resumes_exports_and_translates(tmp_path):
     assert len(first.train) == 6 * 300 and len(first.valid) == 6 * 8
     first.run()
     log = (run_dir / "train.log").read_text()
-    assert "in 6 direction(s)" in log and "(mean of directions)" in log and "fr-de " in log
+    assert "in 6 direction(s)" in log and "(mean of the sets)" in log and "fr-de " in log
     second = Trainer(config(max_steps=5))
     assert second.step == 3
     second.run()
@@ -110,6 +112,27 @@ def test_multilingual_training_resumes_exports_and_translates(tmp_path):
     pivoted = evaluate(translator, (FIXTURES / "val40.fr").read_text().splitlines()[:4],
                        (FIXTURES / "val40.de").read_text().splitlines()[:4], beam_size=2, target_lang="de", pivot="en")
     assert pivoted["pivot"] == "en"
+
+    # fine-tuned from that checkpoint on a pairwise corpus beside the multi-way files
+    pairs = tmp_path / "pairs"
+    pairs.mkdir()
+    for lang in ("en", "de"):
+        (pairs / f"train.en-de.{lang}").write_text((FIXTURES / f"train300.{lang}").read_text())
+    tuned = Trainer(dataclasses.replace(
+        config(max_steps=2), validate_every=2, run_dir=str(tmp_path / "tune"), output=str(tmp_path / "tuned"),
+        init_from=str(tmp_path / "mul"), pair_data=str(pairs / "train.{pair}.{lang}"), pair_directions="de-en,fr-de",
+        pair_valid_lines=10, dropout=0.2))
+    start, _, tuned_tok, _ = load_checkpoint(tmp_path / "mul")
+    assert all(torch.equal(v.float(), tuned.model.state_dict()[k]) for k, v in start.state_dict().items())
+    assert tuned.model_config.dropout == 0.2 and tuned_tok.vocab_size == tuned.tokenizer.vocab_size
+    # only de-en comes from the pair corpus (fr-de has none), its 10 validation lines never trained on
+    assert len(tuned.train) == 6 * 300 + 290 and len(tuned.valid_sets["de-en pairs"][0]) == 8
+    held = set(tuned.valid_sets["de-en pairs"][1])
+    english = (FIXTURES / "train300.en").read_text().splitlines()
+    assert held <= set(english) and "en-de pairs" not in tuned.valid_sets
+    tuned.run()
+    assert "de-en pairs" in (tmp_path / "tune" / "train.log").read_text()
+    assert read_info(tmp_path / "tuned").directions == info.directions
 
     # its model card: every direction, split and beam, and the two non-English directions through English
     data = tmp_path / "data"
