@@ -7,6 +7,7 @@ one batch and the decoder needs nothing per row. Training data is multi-way para
 """
 from __future__ import annotations
 
+import random
 from itertools import permutations
 from pathlib import Path
 
@@ -92,12 +93,15 @@ def concatenate(parts: list[ParallelData]) -> ParallelData:
 
 def pair_corpora(
     pattern: str, directions: list[tuple[str, str]], tokenizer: Tokenizer, tags: dict[str, int],
-    valid_lines: int = 0, max_tokens_per_sentence: int | None = None,
+    valid_lines: int = 0, max_tokens_per_sentence: int | None = None, weights: dict[str, float] | None = None,
+    seed: int = 1,
 ) -> tuple[dict[tuple[str, str], ParallelData], dict[tuple[str, str], tuple[ParallelData, list[str]]]]:
     """Pairwise corpora (`train.{pair}.{lang}`, as nmt-corpus writes them) as training pairs of the
     directions they serve, both ways of each pair -> (training data, validation (data, references)) per
     direction. `valid_lines` pairs of each corpus, spread evenly over it so that they come from many
-    packages, are kept apart for validation and never trained on."""
+    packages, are kept apart for validation and never trained on. `weights` repeat (or thin out) the
+    pairs by their origin's kind, the first column of `train.{pair}.origin` ({"ddtp-short": 3,
+    "catalog": 0.5}; a fraction keeps each pair once with that probability, drawn from `seed`)."""
     if "{pair}" not in pattern or "{lang}" not in pattern:
         raise ValueError(f"{pattern!r}: a pair corpus path needs {{pair}} and {{lang}}")
     wanted = set(directions)
@@ -115,6 +119,7 @@ def pair_corpora(
         count = len(texts[a])
         held = set(range(count // (2 * valid_lines), count, max(1, count // valid_lines))[:valid_lines]) if valid_lines else set()
         ids = {lang: [tokenizer.encode(line, add_eos=True) for line in lines] for lang, lines in texts.items()}
+        copies = origin_copies(Path(pattern.format(pair=name, lang="origin")), count, weights, seed) if weights else None
         for src, tgt in ((a, b), (b, a)):
             if (src, tgt) not in wanted:
                 continue
@@ -128,9 +133,40 @@ def pair_corpora(
                     refs.append(texts[tgt][i])
                 elif max_tokens_per_sentence and max(len(s) + 1, len(t)) > max_tokens_per_sentence:
                     continue
-                part.src.append([tags[tgt]] + s)
-                part.tgt.append(t)
+                for _ in range(1 if i in held or copies is None else copies[i]):
+                    part.src.append([tags[tgt]] + s)
+                    part.tgt.append(t)
             train[(src, tgt)] = parts[False]
             if held:
                 valid[(src, tgt)] = (parts[True], refs)
     return train, valid
+
+
+def parse_weights(spec: str) -> dict[str, float]:
+    """"ddtp-short=3,catalog=0.5" -> {"ddtp-short": 3.0, "catalog": 0.5}."""
+    weights = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        kind, sep, value = item.partition("=")
+        try:
+            weights[kind.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or weights[kind.strip()] < 0:
+            raise ValueError(f"pair weight {item!r}: expected KIND=WEIGHT, a number >= 0")
+    return weights
+
+
+def origin_copies(path: Path, count: int, weights: dict[str, float], seed: int) -> list[int]:
+    """How many times each line of a pair corpus is trained on, by the kind of its origin (the first
+    tab-separated column of the corpus's `.origin` file; kinds not named weigh 1)."""
+    if not path.exists():
+        raise ValueError(f"{path}: pair weights need the corpus's origin file")
+    rng = random.Random(seed)
+    kinds = [line.split("\t", 1)[0] for line in read_lines(path, entities=False)]
+    if len(kinds) != count:
+        raise ValueError(f"{path} has {len(kinds)} lines, its corpus {count}")
+    out = []
+    for kind in kinds:
+        w = weights.get(kind, 1.0)
+        out.append(int(w) + (rng.random() < w - int(w)))
+    return out

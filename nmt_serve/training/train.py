@@ -62,6 +62,7 @@ from nmt_serve.training.multiway import (
     pair_corpora,
     parse_directions,
     parse_languages,
+    parse_weights,
     read_multiway,
     tag_ids,
     target_tag,
@@ -85,6 +86,7 @@ class TrainConfig:
     # names it) and {lang} (corpora/debian-v1/train.{pair}.{lang}); each pair found gives both its directions
     pair_data: str = ""
     pair_directions: str = "all"  # the directions taken from the pair corpora ("all" or "en-de,de-en,..."), among --directions
+    pair_weights: str = ""  # repeat pairs by their origin's kind: "ddtp-short=3,catalog=0.5" (others weigh 1)
     pair_valid_lines: int = 150  # pairs of each pair corpus kept apart (evenly spread) to validate on, never trained on
     init_from: str = ""  # a checkpoint to start from: its architecture, tokenizer and weights (fine-tuning)
     source_lang: str = "src"
@@ -164,6 +166,7 @@ class TrainConfig:
                 languages = parse_languages(cfg.languages)
                 parse_directions(cfg.directions, languages)
                 parse_directions(cfg.pair_directions, languages)
+                parse_weights(cfg.pair_weights)
                 names = ("train_data", "valid_data")
                 for name in names:
                     if getattr(cfg, name) and "{lang}" not in getattr(cfg, name):
@@ -328,7 +331,8 @@ class Trainer:
             if cfg.pair_data:
                 wanted = [d for d in parse_directions(cfg.pair_directions, self.languages) if d in self.directions]
                 train, valid_pairs = pair_corpora(cfg.pair_data, wanted, self.tokenizer, tags,
-                                                  cfg.pair_valid_lines, cfg.max_sentence_tokens)
+                                                  cfg.pair_valid_lines, cfg.max_sentence_tokens,
+                                                  parse_weights(cfg.pair_weights), cfg.seed)
                 self.train = concatenate([self.train, *train.values()])
                 for (s, t), (data, refs) in valid_pairs.items():
                     self.valid_sets[f"{s}-{t} pairs"] = (

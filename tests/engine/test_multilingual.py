@@ -27,7 +27,9 @@ from nmt_serve.training import model_card
 from nmt_serve.training.evaluate import evaluate
 from nmt_serve.training.multiway import (
     multiway_pairs,
+    pair_corpora,
     parse_directions,
+    parse_weights,
     parse_languages,
     read_multiway,
     tag_ids,
@@ -81,6 +83,38 @@ def test_multiway_pairs_put_the_target_tag_first(tagged_spm):
         read_multiway(str(FIXTURES / "{lang}.de"), ["val40", "train300"])
     with pytest.raises(ValueError, match="needs {lang}"):
         read_multiway(str(FIXTURES / "val40.de"), LANGS)
+
+
+def test_pair_corpora_weigh_pairs_by_origin_and_keep_validation_apart(tmp_path, tagged_spm):
+    tok = Tokenizer(tagged_spm)
+    tags = tag_ids(tok, LANGS)
+    english = (FIXTURES / "train300.en").read_text().splitlines()[:100]
+    (tmp_path / "train.en-fr.en").write_text("\n".join(english) + "\n")
+    (tmp_path / "train.en-fr.fr").write_text("\n".join((FIXTURES / "train300.fr").read_text().splitlines()[:100]) + "\n")
+    kinds = ["short"] * 20 + ["catalog"] * 80
+    (tmp_path / "train.en-fr.origin").write_text("".join(f"{k}\tpkg{i}\tbookworm\n" for i, k in enumerate(kinds)))
+    pattern = str(tmp_path / "train.{pair}.{lang}")
+    train, valid = pair_corpora(pattern, [("fr", "en"), ("en", "fr")], tok, tags, valid_lines=10,
+                                weights=parse_weights("short=3, catalog=0.5"), seed=3)
+    assert set(train) == set(valid) == {("fr", "en"), ("en", "fr")}
+    data, refs = valid[("fr", "en")]
+    assert len(data) == len(refs) == 10 and refs[0] == english[5] and refs[1] == english[15]
+    assert data.src[0][0] == tags["en"] and data.tgt[0] == tok.encode(english[5], add_eos=True)
+    trained = [tok.decode(t) for t in train[("fr", "en")].tgt]
+    assert not set(refs) & set(trained)
+    # 18 short lines trained three times each; about half of the 72 catalog lines, each once
+    assert trained.count(tok.decode(tok.encode(english[0]))) == 3 and 18 * 3 + 20 < len(trained) < 18 * 3 + 52
+    again, _ = pair_corpora(pattern, [("fr", "en")], tok, tags, valid_lines=10,
+                            weights=parse_weights("short=3,catalog=0.5"), seed=3)
+    assert again[("fr", "en")].tgt == train[("fr", "en")].tgt and ("en", "fr") not in again
+    unweighted, _ = pair_corpora(pattern, [("fr", "en")], tok, tags)
+    assert len(unweighted[("fr", "en")]) == 100
+    for bad in ("short", "short=x", "short=-1"):
+        with pytest.raises(ValueError, match="KIND=WEIGHT"):
+            parse_weights(bad)
+    (tmp_path / "train.en-fr.origin").unlink()
+    with pytest.raises(ValueError, match="origin file"):
+        pair_corpora(pattern, [("fr", "en")], tok, tags, weights={"short": 2})
 
 
 def test_multilingual_training_resumes_exports_and_translates(tmp_path):
