@@ -70,7 +70,7 @@ def choose(models_dir: str | Path) -> dict[Path, tuple[str, CheckpointInfo]]:
     (network.routing); a multilingual checkpoint's id is its directory's name (the API routes its
     directions to it), a bilingual one's its pair."""
     from nmt_serve.network.checkpoint import read_info
-    from nmt_serve.network.routing import route
+    from nmt_serve.network.routing import Offer, route
 
     paths = discover(models_dir)
     infos = {path: read_info(path) for path in paths}
@@ -82,12 +82,12 @@ def choose(models_dir: str | Path) -> dict[Path, tuple[str, CheckpointInfo]]:
             raise ValueError(f"two checkpoints for {name}: {other} and {path}")
         names[path] = name
     # a checkpoint whose every direction another one serves better would only take memory and load time
-    routes = route((names[p], d, info.test_bleu().get(d), info.multilingual) for p, info in infos.items() for d in info.served())
+    routes = route(Offer(names[p], d, info.test_scores().get(d, {}), info.multilingual) for p, info in infos.items() for d in info.served())
     chosen = {}
     for path in paths:
         if names[path] not in routes.values():
             better = sorted({routes[d] for d in infos[path].served()})
-            log.info("not loading %s from %s: every direction it serves goes to %s (model.routing: the better recorded test BLEU)",
+            log.info("not loading %s from %s: every direction it serves goes to %s (network/routing.py: the better recorded test scores)",
                      names[path], path, ", ".join(better))
             continue
         chosen[path] = (names[path], infos[path])

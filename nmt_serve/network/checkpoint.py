@@ -63,10 +63,15 @@ class CheckpointInfo:
 
     def test_bleu(self) -> dict[str, float]:
         """{direction: sacreBLEU on test_2016_flickr, beam 4, float weights} as the model card recorded it."""
-        out = {}
+        return {d: sets["test_2016_flickr"] for d, sets in self.test_scores().items() if "test_2016_flickr" in sets}
+
+    def test_scores(self) -> dict[str, dict[str, float]]:
+        """{direction: {test set: sacreBLEU, beam 4, float weights}} as the model card recorded them: every
+        split but the validation one (routing.py compares models by them)."""
+        out: dict[str, dict[str, float]] = {}
         for row in self.metadata.get("scores", []):
-            if (row.get("split"), row.get("beam_size"), row.get("quantization", "none")) == ("test_2016_flickr", 4, "none"):
-                out[row.get("direction") or self.served()[0]] = row["bleu"]
+            if row.get("split", "val") != "val" and not row.get("pivot") and (row.get("beam_size"), row.get("quantization", "none")) == (4, "none"):
+                out.setdefault(row.get("direction") or self.served()[0], {})[row["split"]] = row["bleu"]
         return out
 
 

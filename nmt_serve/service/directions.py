@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nmt_serve.inference.input_processor import InputProcessor
-from nmt_serve.network.routing import preference
+from nmt_serve.network.routing import Offer, best
 from nmt_serve.network.tokenizer import Tokenizer
 
 
@@ -46,7 +46,8 @@ class ServedDirection:
     def describe(self) -> dict:
         """The engine's report of the model, as this direction's entry of /v1/models."""
         return {**self.info, "id": self.id, "source": self.source, "target": self.target, "model": self.engine_model,
-                "multilingual": self.multilingual, "test_bleu": _test_bleu(self.info, self.id)}
+                "multilingual": self.multilingual, "test_bleu": _test_bleu(self.info, self.id),
+                "test_scores": _test_scores(self.info, self.id)}
 
 
 def public_names(inputs: InputProcessor) -> dict[str, str]:
@@ -69,6 +70,10 @@ def _test_bleu(info: dict, direction: str) -> float | None:
     return (info.get("test_bleu") or {}).get(direction)
 
 
+def _test_scores(info: dict, direction: str) -> dict[str, float]:
+    return (info.get("test_scores") or {}).get(direction, {})
+
+
 def served_directions(infos: list[dict]) -> dict[str, ServedDirection]:
     """{direction: ServedDirection} over every model the engine reports, each direction routed to one model."""
     candidates: dict[str, list[ServedDirection]] = {}
@@ -86,7 +91,9 @@ def served_directions(infos: list[dict]) -> dict[str, ServedDirection]:
             source, target = direction.split("-", 1)
             candidates.setdefault(direction, []).append(ServedDirection(direction, info, inputs, source, target, info["id"]))
 
-    def rank(m: ServedDirection) -> tuple:
-        return preference(_test_bleu(m.info, m.id), m.multilingual, m.engine_model)
+    def chosen(found: list[ServedDirection]) -> ServedDirection:
+        offers = [Offer(m.engine_model, m.id, _test_scores(m.info, m.id), m.multilingual) for m in found]
+        pick = best(offers)
+        return next(m for m, o in zip(found, offers) if o is pick)
 
-    return {d: max(found, key=rank) for d, found in sorted(candidates.items())}
+    return {d: chosen(found) for d, found in sorted(candidates.items())}

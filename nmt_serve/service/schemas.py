@@ -162,6 +162,8 @@ class ModelInfo(BaseModel):
     multilingual: bool = False
     test_bleu: float | None = Field(None, description="the model's recorded sacreBLEU for this direction on "
                                                       "Multi30k test_2016_flickr, beam 4 (its model card), if measured")
+    test_scores: dict[str, float] = Field(default_factory=dict, description="the model's recorded sacreBLEU for this direction "
+                                          "on every test set its card measured ({test set: BLEU}, beam 4): what routing compares")
     parameters: int
     device: str
     dtype: str
@@ -232,6 +234,19 @@ class JobStatus(BaseModel):
     updated_at: float = Field(description="last written; moves at least every second while the job runs")
     finished_at: float | None = None
     error: str | None = Field(None, description="why it failed")
+
+    @classmethod
+    def of(cls, record: dict) -> JobStatus:
+        """A job's record (jobs_store.py) as GET /v1/jobs/{id} shows it; the ETA at the rate of this run."""
+        done, total = record["done"], record["total"]
+        eta = None
+        if record["state"] == "running" and record["resumed_at"]:
+            rate = (done - record["done_at_resume"]) / max(record["updated_at"] - record["resumed_at"], 1e-9)
+            eta = round((total - done) / rate, 1) if rate > 0 else None
+        return cls(id=record["id"], state=record["state"], done=done, total=total, sentences_done=record["sentences"],
+                   percent=round(100.0 * done / total, 2) if total else 100.0, eta_seconds=eta, created_at=record["created_at"],
+                   started_at=record["started_at"], updated_at=record["updated_at"], finished_at=record["finished_at"],
+                   error=record["error"])
 
 
 class JobResult(BaseModel):

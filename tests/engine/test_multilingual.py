@@ -20,7 +20,7 @@ from nmt_serve.network.checkpoint import (
     read_info,
     save_checkpoint,
 )
-from nmt_serve.network.routing import route
+from nmt_serve.network.routing import Offer, best, route
 from nmt_serve.network.tokenizer import Tokenizer
 from nmt_serve.service.directions import served_directions
 from nmt_serve.training import model_card
@@ -225,7 +225,8 @@ def test_checkpoint_keeps_directions_and_refuses_a_missing_tag(tmp_path, tagged_
 
 def _info(mid, path, directions=None, tags=None, test_bleu=None, source=None, target=None):
     return dict(id=mid, source=source or "mul", target=target or "mul", directions=directions, target_tags=tags,
-                test_bleu=test_bleu, src_tokenizer=str(path / "spm.model"))
+                test_bleu=test_bleu, src_tokenizer=str(path / "spm.model"),
+                test_scores={d: {"test_2016_flickr": b} for d, b in (test_bleu or {}).items()})
 
 
 def test_each_direction_goes_to_the_model_with_the_best_recorded_score(tmp_path, tagged_spm, tiny_checkpoint):
@@ -270,8 +271,24 @@ def test_the_engine_leaves_a_checkpoint_unloaded_when_every_direction_it_serves_
     assert list(loaded) == ["multi"]
     assert "not loading de-en" in caplog.text and "goes to multi" in caplog.text
     # a recorded score beats none, whatever the kind of model
-    assert route([("a", "de-en", None, False), ("b", "de-en", 40.0, True), ("b", "fr-de", None, True)]) == {
+    assert route([Offer("a", "de-en"), Offer("b", "de-en", {"test": 40.0}, True), Offer("b", "fr-de", {}, True)]) == {
         "de-en": "b", "fr-de": "b"}
+
+
+def test_routing_compares_models_over_every_test_set_any_was_measured_on():
+    captions = Offer("captions", "de-en", {"test_2016_flickr": 43.3})
+    general = Offer("general", "de-en", {"test_2016_flickr": 42.5, "debian-eval-short": 24.0}, multilingual=True)
+    # measured on package descriptions too: a few BLEU on captions do not take the direction back
+    assert best([captions, general]) is general
+    measured = Offer("captions", "de-en", {"test_2016_flickr": 43.3, "debian-eval-short": 1.1})
+    assert best([measured, general]) is general
+    # over the same sets, the better mean wins; then bilingual before multilingual, then the name
+    better = Offer("better", "de-en", {"test_2016_flickr": 30.0, "debian-eval-short": 40.0}, multilingual=True)
+    assert best([better, general]) is better
+    twin = Offer("twin", "de-en", dict(general.scores))
+    assert best([general, twin]) is twin
+    assert route([general, captions, Offer("captions", "en-de", {"test_2016_flickr": 40.0})]) == {
+        "de-en": "general", "en-de": "captions"}
 
 
 def test_cli_translate_needs_a_direction_of_a_multilingual_model(tmp_path, tagged_spm):
