@@ -44,13 +44,43 @@ def measure(translator: Translator, data: Path, beam_sizes: list[int]) -> list[d
     return rows
 
 
-def measure_directions(translator: Translator, data: Path, beam_sizes: list[int], pivot: str = "en") -> list[dict]:
-    """A multilingual model's rows: every direction, split and beam size; then, for each direction that
-    does not touch the pivot language, the test set through it with beam 4."""
+def pair_test_files(pattern: str, direction: str) -> tuple[Path, Path] | None:
+    """(source file, reference file) of a direction in a pairwise test set (`eval-short.{pair}.{lang}`,
+    as nmt-corpus writes it: one file pair serves both directions), or None where it has none."""
+    src, tgt = direction.split("-")
+    for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
+        files = Path(pattern.format(pair=pair, lang=src)), Path(pattern.format(pair=pair, lang=tgt))
+        if all(f.is_file() for f in files):
+            return files
+    return None
+
+
+def measure_pair_tests(translator: Translator, name: str, pattern: str, beam_sizes: list[int]) -> list[dict]:
+    """Rows of a pairwise test set (split `name`) in every direction the model serves and the set holds."""
+    rows = []
+    for direction in translator.directions:
+        files = pair_test_files(pattern, direction)
+        if files is None:
+            continue
+        sources, references = read_lines(files[0]), read_lines(files[1])
+        for beam in beam_sizes:
+            report = evaluate(translator, sources, references, beam_size=beam, target_lang=direction.split("-")[1])
+            del report["hypotheses"]
+            rows.append({"direction": direction, "split": name, "quantization": translator.quantization, **report})
+            print(f"{direction} {name} beam {beam}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} "
+                  f"runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
+    return rows
+
+
+def measure_directions(translator: Translator, data: Path, beam_sizes: list[int], pivot: str = "en",
+                       pair_tests: dict[str, str] | None = None, splits: list[str] | None = None) -> list[dict]:
+    """A multilingual model's rows: every direction, split and beam size, and every pairwise test set
+    named in `pair_tests` ({name: path pattern}); then, for each direction that does not touch the pivot
+    language, the test set through it with beam 4."""
     rows = []
     for direction in translator.directions:
         src, tgt = direction.split("-")
-        for split in SPLITS.values():
+        for split in SPLITS.values() if splits is None else splits:
             sources, references = read_lines(data / f"{split}.{src}.gz"), read_lines(data / f"{split}.{tgt}.gz")
             for beam in beam_sizes:
                 report = evaluate(translator, sources, references, beam_size=beam, target_lang=tgt)
@@ -58,10 +88,12 @@ def measure_directions(translator: Translator, data: Path, beam_sizes: list[int]
                 rows.append({"direction": direction, "split": split, "quantization": translator.quantization, **report})
                 print(f"{direction} {split} beam {beam}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} "
                       f"runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
+    for name, pattern in (pair_tests or {}).items():
+        rows += measure_pair_tests(translator, name, pattern, beam_sizes)
     served = set(translator.directions)
     for direction in translator.directions:
         src, tgt = direction.split("-")
-        if pivot in (src, tgt) or not {f"{src}-{pivot}", f"{pivot}-{tgt}"} <= served:
+        if pivot in (src, tgt) or not {f"{src}-{pivot}", f"{pivot}-{tgt}"} <= served or "test_2016_flickr" not in (SPLITS if splits is None else splits):
             continue
         split = "test_2016_flickr"
         sources, references = read_lines(data / f"{split}.{src}.gz"), read_lines(data / f"{split}.{tgt}.gz")
@@ -92,10 +124,18 @@ def render_multilingual_card(directory: Path, payload: dict, rows: list[dict], h
     runaway = sum(r["runaway_outputs"] for r in rows)
     hours = training.get("train_seconds", 0) / 3600
     averaged = training.get("averaged", [])
-    return f"""# Multilingual Transformer, Multi30k: {len(directions)} directions
+    extra = pair_tests_table(rows, directions)
+    corpus = corpus_manifest(tcfg.get("pair_data", ""))
+    if corpus:
+        title = f"Multi30k and {corpus['name']}"
+        what = "image captions, software messages and package descriptions"
+        origin = (f"Fine-tuned from `{tcfg['init_from']}` with" if tcfg.get("init_from") else "Trained from scratch with")
+    else:
+        title, what, origin = "Multi30k", "image captions", "Trained from scratch with"
+    return f"""# Multilingual Transformer, {title}: {len(directions)} directions
 
-Translates image captions between {names}: every direction listed below, with one set of weights.
-Trained from scratch with this project's pipeline (`python -m nmt_serve.training.train --languages ...`).
+Translates {what} between {names}: every direction listed below, with one set of weights.
+{origin} this project's pipeline (`python -m nmt_serve.training.train --languages ...`).
 The target language is a tag before the source (`{payload['target_tags'][languages[0]]}` ...); the service
 adds it from the request's `target`, and one batch mixes directions.
 
@@ -109,7 +149,7 @@ the baseline a direct direction should beat. Outputs over 3x the source length, 
 | --- | --- | --- | --- | --- | --- |
 {table}
 
-BLEU signature: `{rows[0]['bleu_signature']}`
+{extra}BLEU signature: `{rows[0]['bleu_signature']}`
 chrF signature: `{rows[0]['chrf_signature']}`
 
 ## Data
@@ -119,7 +159,7 @@ in all four languages give {len(directions)} x 29,000 training pairs (and the to
 (1,014) model selection (the mean greedy BLEU over the directions, on its first
 {tcfg.get('valid_max_sentences') or 'all'} lines), `test_2016_flickr` (1,000) the reported score.
 Partly derived from Flickr30K: for non-commercial research and educational use.
-
+{corpus_section(corpus, tcfg) if corpus else ""}
 ## Model
 
 | | |
@@ -142,9 +182,63 @@ Partly derived from Flickr30K: for non-commercial research and educational use.
 
 ## Limitations
 
-Multi30k is small and narrow: short descriptions of photos. Expect good output on such sentences and
-poor output on news, dialogue, technical text or long sentences. A multilingual model shares its
-capacity between directions; the table above is the evidence per direction.
+{"Multi30k is small and narrow: short descriptions of photos. Expect good output on such sentences and" if not corpus else
+ "Multi30k and Debian's translations are narrow: photo captions, software messages, package descriptions. Expect"}
+{"poor output on news, dialogue, technical text or long sentences." if not corpus else
+ "weaker output on news, dialogue and literary text, and on long sentences."} A multilingual model shares its
+capacity between directions; the tables above are the evidence per direction.
+"""
+
+
+def pair_tests_table(rows: list[dict], directions: list[str]) -> str:
+    """The pairwise test sets' scores (greedy and beam 4 per direction), or "" when none were measured."""
+    names = sorted({r["split"] for r in rows if r["split"] not in SPLITS.values() and not r.get("pivot")})
+    parts = []
+    for name in names:
+        found = {(r["direction"], r["beam_size"]): r for r in rows
+                 if r["split"] == name and r.get("quantization", "none") == "none" and not r.get("pivot")}
+        lines = []
+        for d in directions:
+            if any(k[0] == d for k in found):
+                cells = [f"{found[(d, b)]['bleu']:.2f} / {found[(d, b)]['chrf']:.2f}" if (d, b) in found else "-" for b in (1, 4)]
+                count = next(r["sentences"] for k, r in found.items() if k[0] == d)
+                lines.append(f"| {d} | {count} | {cells[0]} | {cells[1]} |")
+        parts.append(f"""Held-out test set `{name}` (sacreBLEU / chrF):
+
+| direction | sentences | greedy | beam 4 |
+| --- | --- | --- | --- |
+""" + "\n".join(lines) + "\n\n")
+    return "".join(parts)
+
+
+def corpus_manifest(pattern: str) -> dict | None:
+    """The manifest of the pairwise corpus a model was trained on (beside its files), if it is here."""
+    path = Path(pattern).parent / "manifest.json" if pattern else None
+    return json.loads(path.read_text()) if path and path.is_file() else None
+
+
+def corpus_section(manifest: dict, tcfg: dict) -> str:
+    counts = manifest.get("counts", {})
+    train = counts.get("train", {})
+    rows = "\n".join(f"| {pair} | {c.get('pairs', 0):,} | {c.get('ddtp-short', 0):,} | {c.get('ddtp-long', 0):,} | {c.get('catalog', 0):,} |"
+                     for pair, c in sorted(train.items()))
+    releases = ", ".join(f"{r['codename']} {r['version']}" for r in manifest.get("archive", {}).get("releases", []))
+    return f"""
+`{manifest['name']}`, built by `nmt-corpus` from Debian's archive ({releases}) through apt only:
+package descriptions paired with their translations (DDTP; short descriptions and sentence-aligned
+paragraphs) and the message catalogs of a fixed list of programs (gettext msgid -> msgstr). Its manifest
+lists every source package, version and license field and what each filter dropped. Packages whose
+name's SHA-1 hex digest ends in `0` are held out of training (the `eval` and `eval-short` sets).
+
+| pair | training pairs | short descriptions | description sentences | catalog messages |
+| --- | --- | --- | --- | --- |
+{rows}
+
+Used here: `{tcfg.get('pair_data')}`, directions {tcfg.get('pair_directions', 'all')}, pairs weighted by
+origin `{tcfg.get('pair_weights') or 'none'}`, sentences over {tcfg.get('max_sentence_tokens')} pieces
+left out, {tcfg.get('pair_valid_lines')} pairs per corpus kept apart for validation (the mean greedy BLEU
+over Multi30k's and these sets selects checkpoints). Licenses: the descriptions are Debian main's
+(DFSG-free) with translations contributed through DDTP; each catalog carries its program's license.
 """
 
 
@@ -223,6 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notes", type=Path, help="a markdown file put after the card's introduction (a model's status, "
                         "caveats): kept when the card is measured again")
     parser.add_argument("--render-only", action="store_true", help="write the card from the scores config.json holds")
+    parser.add_argument("--pair-tests", action="append", default=[], metavar="NAME=PATTERN",
+                        help="a pairwise held-out test set to measure too, e.g. "
+                             "debian-v1/eval-short=corpora/debian-v1/eval-short.{pair}.{lang} (repeatable)")
+    parser.add_argument("--splits", default=",".join(SPLITS.values()), help="Multi30k splits to measure")
+    parser.add_argument("--keep-scores", action="store_true",
+                        help="add the rows measured now to those recorded (same direction, split, beam replaced)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -235,13 +335,25 @@ def main(argv: list[str] | None = None) -> int:
         if not rows:
             parser.error(f"{config_path} holds no scores: measure them first (leave out --render-only)")
     else:
-        if args.data is None:
-            parser.error("--data is needed to measure the scores")
+        if args.data is None and args.splits:
+            parser.error("--data is needed to measure the Multi30k scores (or --splits '' for none)")
+        pair_tests = {}
+        for item in args.pair_tests:
+            name, sep, pattern = item.partition("=")
+            if not sep or "{pair}" not in pattern or "{lang}" not in pattern:
+                parser.error(f"--pair-tests {item}: expected NAME=PATTERN with {{pair}} and {{lang}}")
+            pair_tests[name] = pattern
         rows = []
         for quantization in args.quantizations.split(","):
             translator = Translator.load(args.model, device="cpu", quantization=quantization)
-            rows += (measure_directions(translator, args.data, beam_sizes) if multilingual
+            rows += (measure_directions(translator, args.data, beam_sizes, pair_tests=pair_tests,
+                                        splits=[s for s in args.splits.split(",") if s]) if multilingual
                      else measure(translator, args.data, beam_sizes))
+        if args.keep_scores:
+            def key(r: dict) -> tuple:
+                return (r.get("direction"), r["split"], r["beam_size"], r.get("pivot"), r.get("quantization", "none"))
+            fresh = {key(r) for r in rows}
+            rows = [r for r in payload.get("metadata", {}).get("scores", []) if key(r) not in fresh] + rows
         payload.setdefault("metadata", {})["scores"] = rows
         config_path.write_text(json.dumps(payload, indent=2) + "\n")
     render = render_multilingual_card if multilingual else render_card

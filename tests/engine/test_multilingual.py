@@ -182,6 +182,16 @@ def test_multilingual_training_resumes_exports_and_translates(tmp_path):
     card = (tmp_path / "mul" / "README.md").read_text()
     assert "6 directions" in card and "| fr-de |" in card and "through en" in card
     assert Translator.load(tmp_path / "mul", device="cpu").test_bleu().keys() == set(info.directions)
+    # a pairwise held-out set measured afterwards joins the recorded scores, and routing sees both
+    for lang in ("de", "fr"):
+        (data / f"eval.fr-de.{lang}").write_text("\n".join((FIXTURES / f"val40.{lang}").read_text().splitlines()[6:9]) + "\n")
+    assert model_card.main(["--model", str(tmp_path / "mul"), "--splits", "", "--beam-sizes", "4", "--keep-scores",
+                            "--quantizations", "none", "--pair-tests", f"held={data}/eval.{{pair}}.{{lang}}"]) == 0
+    again = json.loads((tmp_path / "mul" / "config.json").read_text())["metadata"]["scores"]
+    assert len(again) == len(scores) + 2 and {r["direction"] for r in again if r["split"] == "held"} == {"de-fr", "fr-de"}
+    assert read_info(tmp_path / "mul").test_scores()["fr-de"].keys() == {"test_2016_flickr", "held"}
+    assert "Held-out test set `held`" in (tmp_path / "mul" / "README.md").read_text()
+    card = (tmp_path / "mul" / "README.md").read_text()
     # written again from the recorded scores, with notes after the introduction
     notes = tmp_path / "notes.md"
     notes.write_text("**Status: a test model.**\n")
