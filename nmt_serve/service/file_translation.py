@@ -5,12 +5,14 @@ as HTML (so the runs' formatting lands on the target words by the alignment), wr
 
 A document's units go to the pipeline in groups of max_texts_per_request, a few groups at once: the
 engine batches their sentences together, and a long document does not fill the queue (each group
-has the request's deadline). Reading and writing the file run on a thread.
+has the request's deadline). Reading and writing the file run on a thread; a file is read once
+(read_file), then translated here (translate_uploaded) or, from /translate_file, made a job (jobs_files.py).
 """
 from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from urllib.parse import quote
 
 from fastapi import Request
@@ -19,9 +21,9 @@ from nmt_serve.service.errors import bad_request
 from nmt_serve.service.file_store import MEDIA_TYPES
 from nmt_serve.service.pipeline import AUTO, resolve_model, translate_texts
 from nmt_serve.service.state import ServiceState
-from nmt_serve.text.documents import DocumentError, read_document
+from nmt_serve.text.documents import Document, DocumentError, read_document
 
-DETECTION_SAMPLE_CHARS = 5000  # the document's language is told from its beginning (on the event loop: kept short)
+DETECTION_SAMPLE_CHARS = 5000  # a file's language is told from its beginning (on the event loop: kept short)
 GROUPS_AT_ONCE = 4  # groups of a document's paragraphs in the engine at once
 TEXT_FORMATS = {".txt": "text", ".html": "html", ".htm": "html"}
 FORMATS = tuple(MEDIA_TYPES)  # .txt, .html, .htm, then the documents'
@@ -52,37 +54,82 @@ def check_format(name: str, param: str = "file") -> str:
     return extension
 
 
+@dataclass
+class UploadedFile:
+    """A file read for translation: a text (.txt, .html, .htm) or an office document / e-book."""
+
+    name: str
+    data: bytes
+    extension: str
+    text: str | None = None
+    document: Document | None = None
+
+    @property
+    def chars(self) -> int:
+        """Its characters of text: a text's whole, a document's paragraphs without their tags."""
+        return len(self.text) if self.document is None else sum(len(u.text) for u in self.document.units)
+
+    def sample(self) -> str:
+        """Its beginning, which tells its language (a short paragraph alone says little)."""
+        text = self.text if self.document is None else "\n".join(u.text for u in self.document.units)
+        return text[:DETECTION_SAMPLE_CHARS]
+
+
+async def read_file(state: ServiceState, *, name: str, data: bytes, param: str = "file") -> UploadedFile:
+    """The file decoded (a text) or read (a document, on a thread); 400 for a format not in FORMATS or a
+    file that cannot be read as its extension says, 413 past max_file_bytes."""
+    extension = check_format(name, param)
+    state.limits.check_file_bytes(len(data), param)
+    if extension in TEXT_FORMATS:
+        try:
+            return UploadedFile(name, data, extension, text=data.decode("utf-8-sig"))
+        except UnicodeDecodeError:
+            raise bad_request("the file is not UTF-8 text", param) from None
+    try:
+        return UploadedFile(name, data, extension, document=await asyncio.to_thread(read_document, data, name))
+    except DocumentError as exc:
+        raise bad_request(str(exc), param) from None
+
+
+def file_source(state: ServiceState, file: UploadedFile, source: str, target: str, param: str = "file") -> str | None:
+    """One source language for the whole file: "auto" told from its beginning; None when there is
+    nothing to translate (the source is the target, or the file is already in it)."""
+    if state.language(source) == state.language(target):
+        return None
+    sample = file.sample()
+    if source != AUTO or not sample.strip():
+        return source
+    model, _ = resolve_model(state, AUTO, state.language(target), sample, param)
+    return model.source if model is not None else None
+
+
 async def translate_file(state: ServiceState, request: Request, *, name: str, data: bytes, source: str, target: str,
                          param: str = "file") -> bytes:
     """The file's bytes translated; every failure is an APIError (a file that cannot be read: 400)."""
-    extension = check_format(name, param)
+    check_format(name, param)
     state.limits.check_file_bytes(len(data), param)
-    options = state.limits.decode_options(4, 1, None)
     if state.language(source) == state.language(target):
         return data  # nothing to translate (LibreTranslate gives a text back as it is, too)
-    if extension in TEXT_FORMATS:
-        try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            raise bad_request("the file is not UTF-8 text", param) from None
-        state.limits.check_file(text, param)
-        results = await translate_texts(state, request, source=source, target=target, texts=[text], options=options,
-                                        param=param, format=TEXT_FORMATS[extension])
+    return await translate_uploaded(state, request, await read_file(state, name=name, data=data, param=param), source, target, param)
+
+
+async def translate_uploaded(state: ServiceState, request: Request, file: UploadedFile, source: str, target: str,
+                             param: str = "file") -> bytes:
+    """A file read by read_file, translated in this request (max_chars_per_text for a text,
+    max_document_chars for a document: 413 past them)."""
+    options = state.limits.decode_options(4, 1, None)
+    if file.document is None:
+        state.limits.check_file(file.text, param)
+        results = await translate_texts(state, request, source=source, target=target, texts=[file.text], options=options,
+                                        param=param, format=TEXT_FORMATS[file.extension])
         return results[0].text.encode()
-    try:
-        document = await asyncio.to_thread(read_document, data, name)
-    except DocumentError as exc:
-        raise bad_request(str(exc), param) from None
-    texts = document.texts
+    document = file.document
     state.limits.check_document([u.text for u in document.units], param)
-    if texts and source == AUTO:
-        # one language for the whole document, told from its text (a short paragraph alone says little)
-        sample = "\n".join(u.text for u in document.units)[:DETECTION_SAMPLE_CHARS]
-        model, _ = resolve_model(state, AUTO, state.language(target), sample, param)
-        if model is None:
-            return data  # already in the target language
-        source = model.source
-    translations = await _translate_units(state, request, texts, source, target, options, param)
+    if document.texts:
+        source = file_source(state, file, source, target, param)
+        if source is None:
+            return file.data  # already in the target language
+    translations = await _translate_units(state, request, document.texts, source, target, options, param)
     try:
         return await asyncio.to_thread(document.write, translations)
     except (DocumentError, ValueError) as exc:

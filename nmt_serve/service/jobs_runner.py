@@ -12,6 +12,7 @@ heartbeat notices a cancel asked through any worker.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -77,6 +78,15 @@ class JobRunner:
     def wake(self) -> None:
         """A job was posted: look now rather than at the next scan."""
         self._wake.set()
+
+    async def submit(self, spec: dict, texts: list[str], options: DecodeOptions, original: bytes | None = None) -> dict:
+        """A new job's record (jobs_store.JobStore.create), picked up at once by this runner or any other."""
+        if spec["source"] != "auto":  # a wrong pair is refused now, not when the job runs
+            self.state.model_for(spec["source"], spec["target"])
+        spec = dict(spec, options=dataclasses.asdict(options))
+        record = await asyncio.to_thread(self.store.create, spec, texts, self.state.settings.job_chunk_texts, original)
+        self.wake()
+        return record
 
     async def _serve(self) -> None:
         while True:

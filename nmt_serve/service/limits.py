@@ -34,16 +34,26 @@ class RequestLimits:
         if len(text) > limit:
             raise too_large(f"the file has {len(text)} characters; the limit is {limit} (max_chars_per_text)", param)
 
-    def check_file_bytes(self, size: int, param: str = "file") -> None:
-        limit = self.settings.max_file_bytes
+    def check_file_bytes(self, size: int, param: str = "file", setting: str = "max_file_bytes") -> None:
+        """An uploaded file's size: translated in the request (max_file_bytes) or as a job (max_job_bytes)."""
+        limit = getattr(self.settings, setting)
         if size > limit:
-            raise too_large(f"the file has {size} bytes; the limit is {limit} (max_file_bytes)", param)
+            raise too_large(f"the file has {size} bytes; the limit is {limit} ({setting})", param)
 
     def check_document(self, paragraphs: list[str], param: str = "file") -> None:
         """A document's translatable text, all its paragraphs together (each one is then a text)."""
         chars, limit = sum(len(p) for p in paragraphs), self.settings.max_document_chars
         if chars > limit:
             raise too_large(f"the document has {chars} characters of text; the limit is {limit} (max_document_chars)", param)
+
+    def check_job_texts(self, texts: list[str], param: str = "q") -> None:
+        """A job's texts: how many, how many characters each (max_texts_per_request does not apply)."""
+        s = self.settings
+        if len(texts) > s.max_job_texts:
+            raise too_large(f"{len(texts)} texts in one job; the limit is {s.max_job_texts} (max_job_texts)", param)
+        for i, text in enumerate(texts):
+            if len(text) > s.max_chars_per_text:
+                raise too_large(f"text {i} has {len(text)} characters; the limit is {s.max_chars_per_text} (max_chars_per_text)", param)
 
     def check_tokens(self, index: int, tokens: int, param: str = "text") -> None:
         """A text's tokens, all its sentences together."""

@@ -65,7 +65,12 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(20_000_000, ge=1, description="an uploaded file (/translate_file, /v1/translate_file: these two "
                                                              "take bodies up to this size instead of max_body_bytes)")
     max_document_chars: int = Field(100_000, ge=1, description="characters of text in one uploaded document (.docx, .pptx, .odt, "
-                                                               ".odp, .epub), all its paragraphs together")
+                                                               ".odp, .epub), all its paragraphs together, translated in "
+                                                               "the request (/translate_file makes a larger one a job)")
+    sync_file_chars: int = Field(20_000, ge=0, description="LibreTranslate's /translate_file translates a .txt file or a document "
+                                                           "of up to this many characters in the request; a larger one (or one "
+                                                           "past max_chars_per_text / max_document_chars) becomes a job, its "
+                                                           "download answering 202 with the progress until it is done")
     graceful_shutdown_s: float = Field(30.0, ge=0, description="on SIGTERM, how long in-flight requests may take to finish")
 
     # jobs (POST /v1/jobs): many texts translated in the background, with progress, surviving restarts

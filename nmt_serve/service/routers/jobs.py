@@ -7,17 +7,18 @@ import asyncio
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 
 from nmt_serve.service.dependencies import get_state, require_api_key
-from nmt_serve.service.errors import APIError, bad_request, too_large
-from nmt_serve.service.file_translation import attachment_headers, translated_name
+from nmt_serve.service.errors import APIError, bad_request
+from nmt_serve.service.file_translation import attachment_headers
 from nmt_serve.service.jobs_files import (
     FORMATS,
     extension_of,
     media_type,
     read_texts,
-    write_file,
+    submit_file,
+    translated_file,
 )
 from nmt_serve.service.jobs_runner import JobRunner
-from nmt_serve.service.jobs_store import DONE, RUNNING
+from nmt_serve.service.jobs_store import DONE
 from nmt_serve.service.pipeline import AUTO, resolve_model
 from nmt_serve.service.schemas import (
     JobRequest,
@@ -46,18 +47,6 @@ def runner_of(request: Request) -> JobRunner:
     return request.app.state.jobs
 
 
-def status_of(record: dict) -> JobStatus:
-    done, total = record["done"], record["total"]
-    eta = None
-    if record["state"] == RUNNING and record["resumed_at"]:
-        rate = (done - record["done_at_resume"]) / max(record["updated_at"] - record["resumed_at"], 1e-9)
-        eta = round((total - done) / rate, 1) if rate > 0 else None
-    return JobStatus(id=record["id"], state=record["state"], done=done, total=total, sentences_done=record["sentences"],
-                     percent=round(100.0 * done / total, 2) if total else 100.0, eta_seconds=eta, created_at=record["created_at"],
-                     started_at=record["started_at"], updated_at=record["updated_at"], finished_at=record["finished_at"],
-                     error=record["error"])
-
-
 async def read_job(runner: JobRunner, job_id: str) -> dict:
     record = await asyncio.to_thread(runner.store.read, job_id)
     if record is None:
@@ -65,37 +54,15 @@ async def read_job(runner: JobRunner, job_id: str) -> dict:
     return record
 
 
-def check_texts(state: ServiceState, texts: list[str], param: str) -> None:
-    s = state.settings
-    if len(texts) > s.max_job_texts:
-        raise too_large(f"{len(texts)} texts in one job; the limit is {s.max_job_texts} (max_job_texts)", param)
-    for i, text in enumerate(texts):
-        if len(text) > s.max_chars_per_text:
-            raise too_large(f"text {i} has {len(text)} characters; the limit is {s.max_chars_per_text}", param)
-    state.require_ready()
-
-
-async def submit(request: Request, state: ServiceState, texts: list[str], spec: dict, original: bytes | None = None) -> JobStatus:
-    runner = runner_of(request)
-    if spec["source"] != "auto":  # a wrong pair is refused now, not when the job runs
-        state.model_for(spec["source"], spec["target"])
-    record = await asyncio.to_thread(runner.store.create, spec, texts, state.settings.job_chunk_texts, original)
-    runner.wake()
-    return status_of(record)
-
-
-def options_of(options) -> dict:
-    return dict(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses, max_length=options.max_length,
-                length_penalty=options.length_penalty, return_scores=options.return_scores)
-
-
 @router.post("/jobs", status_code=202, response_model=JobStatus,
              responses={**SUBMIT, 413: {"description": "more than max_job_texts texts, a text over max_chars_per_text, or a body over max_job_bytes"}})
 async def create_job(body: JobRequest, request: Request, state: ServiceState = Depends(get_state)) -> JobStatus:
-    check_texts(state, body.q, "q")
+    state.limits.check_job_texts(body.q, "q")
+    state.require_ready()
     options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
-    return await submit(request, state, body.q, dict(source=body.source, target=body.target, format=body.format,
-                                                     split_sentences=body.split_sentences, options=options_of(options)))
+    record = await runner_of(request).submit(dict(source=body.source, target=body.target, format=body.format,
+                                                  split_sentences=body.split_sentences), body.q, options)
+    return JobStatus.of(record)
 
 
 @router.post("/jobs/file", status_code=202, response_model=JobStatus,
@@ -115,13 +82,13 @@ async def create_file_job(request: Request, file: UploadFile = File(description=
         texts, format = await asyncio.to_thread(read_texts, name, data)
     except ValueError as exc:
         raise bad_request(f"the file cannot be read as {extension_of(name)}: {exc}", "file") from None
-    check_texts(state, texts, "file")
+    state.limits.check_job_texts(texts, "file")  # before the language of all of its text is told
+    state.require_ready()
     if source == AUTO and any(t.strip() for t in texts):  # one language for the whole file, from all of its text
         model, detected = await asyncio.to_thread(resolve_model, state, AUTO, state.language(target), "\n".join(texts), "file")
         source = model.source if model is not None else detected.language
-    options = state.limits.decode_options(4, 1, None)
-    return await submit(request, state, texts, dict(source=source, target=target, format=format, split_sentences=True,
-                                                    options=options_of(options), file_name=name), data)
+    return JobStatus.of(await submit_file(state, runner_of(request), name=name, data=data, texts=texts, format=format,
+                                          source=source, target=target))
 
 
 async def job(job_id: str, request: Request) -> JobStatus:
@@ -130,8 +97,8 @@ async def job(job_id: str, request: Request) -> JobStatus:
     runner = runner_of(request)
     await read_job(runner, job_id)
     if request.method == "DELETE":
-        return status_of(await asyncio.to_thread(runner.store.cancel, job_id))
-    return status_of(await read_job(runner, job_id))
+        return JobStatus.of(await asyncio.to_thread(runner.store.cancel, job_id))
+    return JobStatus.of(await read_job(runner, job_id))
 
 
 # One route serves both methods, so that a method the path does not take gets a 405 whose Allow names both
@@ -154,13 +121,10 @@ async def job_result(job_id: str, request: Request) -> JobResult:
     record = await read_job(runner, job_id)
     if record["state"] != DONE:
         raise APIError(409, "job_not_done", f"the job is {record['state']}" + (f": {record['error']}" if record["error"] else ""), "id")
-    chunks = await asyncio.to_thread(runner.store.chunks, job_id)
     if record.get("file_name"):
-        name = record["file_name"]
-        original = await asyncio.to_thread(runner.store.original, job_id)
-        translated = await asyncio.to_thread(write_file, name, original, [t["text"] for chunk in chunks for t in chunk["translations"]])
-        out = translated_name(name, record["target"])
+        out, translated = await asyncio.to_thread(translated_file, runner.store, record)
         return Response(translated, media_type=media_type(out), headers=attachment_headers(out))
+    chunks = await asyncio.to_thread(runner.store.chunks, job_id)
     return JobResult(id=job_id, model=",".join(record["models"]),
                      translations=[Translation(**t) for chunk in chunks for t in chunk["translations"]],
                      usage=Usage(source_tokens=record["source_tokens"], generated_tokens=record["generated_tokens"],

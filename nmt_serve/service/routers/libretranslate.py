@@ -5,11 +5,18 @@ As upstream, every parameter may come in the query string, a form (urlencoded or
 body (the body wins over the query string), and errors are {"error": "message"}: 400 for a bad
 parameter (where our own endpoints say 422), 403 for a missing or wrong API key (ours: 401), and our
 413, 429, 500, 503 and 504 with their headers (Retry-After).
+
+/translate_file translates a file in the request, as upstream, up to sync_file_chars; a larger .txt or
+document becomes a job (jobs_files.translate_or_submit) and the answer, at once, is the same URL, whose
+download answers 202 with the job's progress until the file is there.
 """
 from __future__ import annotations
 
+import asyncio
+import html
 import json
 import logging
+import math
 import os
 import re
 import tempfile
@@ -27,9 +34,11 @@ from nmt_serve.service.dependencies import authorize, get_state
 from nmt_serve.service.errors import APIError, bad_request
 from nmt_serve.service.file_store import FileStore
 from nmt_serve.service.file_translation import FORMATS, attachment_headers, check_format, translated_name
-from nmt_serve.service.file_translation import translate_file as translate_whole_file
+from nmt_serve.service.file_translation import media_type as media_type_of
+from nmt_serve.service.jobs_files import translate_or_submit, translated_file
+from nmt_serve.service.jobs_store import CANCELLED, DONE, FAILED
 from nmt_serve.service.pipeline import AUTO, FALLBACK_LANGUAGE, terminology, translate_texts
-from nmt_serve.service.schemas import GlossaryTerm, Language
+from nmt_serve.service.schemas import GlossaryTerm, JobStatus, Language
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.glossary import Terminology
 from nmt_serve.text.language_detection import language_name
@@ -407,11 +416,25 @@ def url_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "file"
 
 
+JOB_ANSWER = {"translatedFileUrl": "http://127.0.0.1:8000/download_file/5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2.roman_en.docx",
+              "jobId": "5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2", "jobUrl": "http://127.0.0.1:8000/v1/jobs/5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2"}
+
+
 @router.post(
     "/translate_file",
     openapi_extra=body_doc(TranslateFileParams, {"source": "de", "target": "en"}, ("multipart/form-data",)),
-    responses={200: example({"translatedFileUrl": "http://127.0.0.1:8000/download_file/3f2a9c0e5b7d4e1f8a6b2c9d0e1f2a3b.bericht_en.txt"},
-                            "where to download the translated file (for 30 minutes)"), **FORBIDDEN},
+    responses={200: {"description": "where to download the translated file: translated in the request (kept for 30 minutes), "
+                                    "or, past sync_file_chars, a job (an extension of ours: jobId and jobUrl, the job's "
+                                    "GET /v1/jobs/{id}; the download answers 202 with the progress until the file is ready, "
+                                    "and is kept for job_ttl_s)",
+                     "content": {"application/json": {"examples": {
+                         "translated": {"value": {"translatedFileUrl": "http://127.0.0.1:8000/download_file/"
+                                                                       "3f2a9c0e5b7d4e1f8a6b2c9d0e1f2a3b.bericht_en.txt"}},
+                         "job": {"value": JOB_ANSWER}}}}},
+               413: example({"error": "the file has 17000000 bytes; the limit is 16000000 (max_job_bytes)"},
+                            "past max_file_bytes; a job past max_job_bytes, max_job_texts paragraphs (lines of a .txt) or "
+                            "max_chars_per_text in one of them; an HTML page past max_chars_per_text"),
+               **FORBIDDEN},
 )
 async def translate_file(request: Request, state: ServiceState = Depends(get_state)):
     params = await read_params(request)
@@ -431,21 +454,61 @@ async def translate_file(request: Request, state: ServiceState = Depends(get_sta
         data = await upload.read()
     finally:
         await upload.close()
-    translated = await translate_whole_file(state, request, name=name, data=data, source=source, target=target)
+    outcome = await translate_or_submit(state, request, request.app.state.jobs, name=name, data=data, source=source,
+                                        target=target, download_file=True)
     name = translated_name(name, target)
-    file_id = file_store(request, state).put(name, translated)
-    url = str(request.url_for("download_file", file=f"{file_id}.{url_safe(name)}"))
-    return {"translatedFileUrl": url}
+    if isinstance(outcome, bytes):
+        file_id = file_store(request, state).put(name, outcome)
+        return {"translatedFileUrl": str(request.url_for("download_file", file=f"{file_id}.{url_safe(name)}"))}
+    job_id = outcome["id"]  # the download serves the job's file under the job's id
+    return {"translatedFileUrl": str(request.url_for("download_file", file=f"{job_id}.{url_safe(name)}")), "jobId": job_id,
+            "jobUrl": str(request.url_for("job_status", job_id=job_id))}
 
 
 @router.get(
     "/download_file/{file}", response_class=Response,
     responses={200: {"description": "the translated file, as an attachment", "content": {"text/plain": {"example": "A dog runs."}}},
-               404: example({"error": "no such file: it was never stored or has expired"}, "unknown or expired")},
+               202: {"description": "a job's file not ready yet: its progress (as GET /v1/jobs/{id}), with Retry-After; a "
+                                    "browser (Accept: text/html) gets a page that reloads itself until the file downloads",
+                     "content": {"application/json": {"schema": JobStatus.model_json_schema()},
+                                 "text/html": {"schema": {"type": "string"}}}},
+               404: example({"error": "no such file: it was never stored or has expired"}, "unknown or expired"),
+               410: example({"error": "the translation of roman.docx was cancelled"}, "a job's file whose job was cancelled"),
+               500: example({"error": "the translation of roman.docx failed: text 12 has 9000 tokens; the limit is 8192"},
+                            "a job's file whose job failed")},
 )
 async def download_file(file: str, request: Request, state: ServiceState = Depends(get_state)) -> Response:
-    stored = file_store(request, state).get(file.split(".", 1)[0])
-    if stored is None:
+    file_id = file.split(".", 1)[0]
+    stored = file_store(request, state).get(file_id)
+    if stored is not None:
+        # an uploaded page served from this origin: downloaded, never rendered or sniffed into something else
+        return Response(stored.data, media_type=stored.media_type, headers=attachment_headers(stored.name))
+    store = request.app.state.jobs.store
+    record = await asyncio.to_thread(store.read, file_id)
+    if record is None or not record.get("download_file"):  # a job of /v1/jobs/file is read there, with its key
         raise APIError(404, "not_found", "no such file: it was never stored or has expired")
-    # an uploaded page served from this origin: downloaded, never rendered or sniffed into something else
-    return Response(stored.data, media_type=stored.media_type, headers=attachment_headers(stored.name))
+    name = record["file_name"]
+    if record["state"] == DONE:
+        out, data = await asyncio.to_thread(translated_file, store, record)
+        return Response(data, media_type=media_type_of(out), headers=attachment_headers(out))
+    if record["state"] == CANCELLED:
+        raise APIError(410, "gone", f"the translation of {name} was cancelled")
+    if record["state"] == FAILED:
+        raise APIError(500, "job_failed", f"the translation of {name} failed: {record['error']}")
+    return job_progress(request, JobStatus.of(record), name)
+
+
+def job_progress(request: Request, status: JobStatus, name: str) -> Response:
+    """202 while the job runs: its progress as JSON, or for a browser (LibreTranslate's page opens the URL in
+    a tab) a page that reloads itself, so that the file downloads once it is there."""
+    wait = max(1, min(10, math.ceil(status.eta_seconds if status.eta_seconds is not None else 2)))
+    headers = {"Retry-After": str(wait), "Cache-Control": "no-store"}
+    if "text/html" not in request.headers.get("accept", ""):
+        return JSONResponse(status.model_dump(), 202, headers=headers)
+    left = f", about {status.eta_seconds:g} s left" if status.eta_seconds is not None else ""
+    page = (f'<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="{wait}">'
+            f"<title>Translating {html.escape(name)}</title></head><body><p>Translating {html.escape(name)} ({status.state}): "
+            f"{status.done} of {status.total} paragraphs, {status.percent:g}%{left}.</p>"
+            "<p>This page reloads itself; the file downloads when it is ready.</p></body></html>")
+    return Response(page, 202, media_type="text/html; charset=utf-8",
+                    headers={**headers, "Content-Security-Policy": "default-src 'none'", "X-Content-Type-Options": "nosniff"})
