@@ -19,8 +19,8 @@ probabilities, and `SearchOptions(use_cache=False)` decodes with it.
 The runner is built from a model (`ModelRunner(model)`, by the Translator or whoever searches); the model
 knows nothing of it. The fused weights are copies, unless the owner asks for `share_storage`: then
 the model's own parameters become views into them, so that a served model holds its weights once.
-Packed weights are a second copy by design (the model keeps its own for the nn.Module path), which
-the memory plan counts. `ModelRunner.is_current()` says whether the model's
+Packed weights (and their transposed twin for a lone row) are copies by design (the model keeps its
+own for the nn.Module path), which the memory plan counts. `ModelRunner.is_current()` says whether the model's
 parameters and buffers are still the ones it was made from (keyed on each tensor's storage and
 version counter), so an owner that trains between searches remakes it rather than decoding with
 stale weights.
@@ -71,16 +71,28 @@ class FloatLinear:
     from a second thread, where oneDNN scales (BENCHMARKS.md). `packed`: the weight is copied once into
     oneDNN's blocked layout for this CPU (prepacked), which runs 1.5-3x faster again from 2 rows on; it
     costs a second copy of the weight, so the memory plan decides (the model keeps its own for the
-    nn.Module path). Without it oneDNN reads the (C_out, C_in) weight as it is."""
+    nn.Module path). Without it oneDNN reads the (C_out, C_in) weight as it is.
+
+    A packed Linear also keeps W transposed, (C_in, C_out), for a lone row (greedy search of one
+    sentence): there oneDNN's fixed cost per call outweighs its kernel, and ATen's addmm on the
+    transposed weight is 1.2-4.7x faster per layer of the shipped model at 1 thread (BENCHMARKS.md);
+    from 2 rows on the packed weight is the faster one. The memory plan counts this third copy with the
+    packed one."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, packed: bool = False):
         self.out_features = weight.size(0)
         self.bias = bias
         self.onednn = onednn_runs(weight)
+        pack = packed and self.onednn
+        self.lone_row = weight.detach().t().contiguous() if pack else None  # (C_in, C_out)
         # a packed weight replaces the plain one: a fused weight's plain copy is then dropped
-        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if packed and self.onednn else weight
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.lone_row is not None and x.numel() == x.size(-1):
+            row = x.reshape(1, -1)
+            y = torch.mm(row, self.lone_row) if self.bias is None else torch.addmm(self.bias, row, self.lone_row)
+            return y.view(*x.shape[:-1], self.out_features)
         if self.onednn:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)

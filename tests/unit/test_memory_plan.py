@@ -29,8 +29,9 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint):
     storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in plain.model.parameters()}
     assert needs.weights_bytes() == sum(storages.values())  # held once
     packed = Translator.load(tiny_checkpoint, device="cpu")
-    copies = [linear.weight for linear in runner_linears(packed.runner)]
-    assert all(w.is_mkldnn for w in copies)
+    linears = runner_linears(packed.runner)
+    copies = [linear.weight for linear in linears] + [linear.lone_row for linear in linears]
+    assert all(linear.weight.is_mkldnn and linear.lone_row.is_contiguous() for linear in linears)
     packed_needs = ModelNeeds("de-en", packed.config, "float32", max_length=64, packed_weights=True)
     assert packed_needs.weights_bytes() == sum(storages.values()) + sum(w.numel() * w.element_size() for w in copies)
     decoder = StaticDecoder(plain.runner, max_rows=12, max_length=64)

@@ -142,11 +142,16 @@ def test_packed_weights_translate_as_the_plain_ones_and_leave_the_model_its_own(
     packed = Translator.load(tiny_checkpoint, device="cpu")
     assert packed.runner.packed_weights and not plain.runner.packed_weights
     assert packed.runner.output.weight.is_mkldnn and not plain.runner.output.weight.is_mkldnn
-    for beam in (1, 2):
-        a = plain.translate(SENTENCES, beam_size=beam, max_length=8, return_scores=True)
-        b = packed.translate(SENTENCES, beam_size=beam, max_length=8, return_scores=True)
+    # a lone sentence in greedy search runs every product on one row: the transposed weights
+    for beam, sentences in ((1, SENTENCES), (2, SENTENCES), (1, SENTENCES[:1])):
+        a = plain.translate(sentences, beam_size=beam, max_length=8, return_scores=True)
+        b = packed.translate(sentences, beam_size=beam, max_length=8, return_scores=True)
         assert [r.text for r in a] == [r.text for r in b]
         assert [r.hypotheses[0].score for r in a] == pytest.approx([r.hypotheses[0].score for r in b], abs=1e-4)
+    out = packed.runner.output
+    row = torch.randn(1, 1, out.lone_row.size(0))
+    assert out(row).shape == (1, 1, out.out_features)
+    torch.testing.assert_close(out(row)[0], out(row.expand(2, 1, -1).contiguous())[0], atol=1e-4, rtol=1e-4)
     # the model's parameters stay plain tensors of their own: the nn.Module path (attention maps) reads them
     layer = packed.model.decoder_layers[0].self_attn
     assert not layer.q_proj.weight.is_mkldnn and layer.q_proj.weight.is_contiguous()
