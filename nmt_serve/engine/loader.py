@@ -98,7 +98,10 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
                 budget_gb: float = 0.0, max_batch_sentences: int = 0, max_batch_tokens: int = 4096) -> MemoryPlan:
     """What the chosen models and their running sentences will hold (memory_plan.py), before any loads;
     DoesNotFit (one line) when not even one sentence fits."""
+    import torch
+
     from nmt_serve.engine.core import AUTO_BATCH_SENTENCES, WARMUP_BEAMS
+    from nmt_serve.inference.model_runner import lone_row_weights
     from nmt_serve.inference.translator import (
         STATIC_LENGTH,
         resolve_device,
@@ -110,7 +113,8 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
 
     def planned(packed: bool) -> MemoryPlan:
         needs = [ModelNeeds(name, info.config, dtype_name, quantization, beams=WARMUP_BEAMS,
-                            max_length=min(STATIC_LENGTH, info.config.max_positions), device=resolved.type, packed_weights=packed)
+                            max_length=min(STATIC_LENGTH, info.config.max_positions), device=resolved.type, packed_weights=packed,
+                            lone_row_weights=packed and lone_row_weights(torch.get_num_threads()))
                  for name, info in chosen.values()]
         return plan(needs, budget_bytes=budget_bytes, budget_source=source,
                     max_batch_sentences=max_batch_sentences or AUTO_BATCH_SENTENCES[resolved.type], max_batch_tokens=max_batch_tokens)

@@ -4,8 +4,8 @@ The budget (`memory_budget_gb`; 0: what the device has free at start-up, less a 
 this order:
 1. the weights of every model that will load (counted from its config, at the dtype it runs in;
    int8 adds its packed copy of every Linear weight beside the float ones; oneDNN's packed float
-   weights on the CPU add two (packed, and transposed for a lone row), and load only where they cost
-   no running sentence: plan_memory);
+   weights on the CPU add one (and at 1 thread a second, transposed for a lone row), and load only
+   where they cost no running sentence: plan_memory);
 2. a reserve for joining sentences: the encoder's activations and the cross-attention keys/values of
    `max_batch_tokens` source tokens, made before they are copied into a decoder's rows;
 3. the running sentences, the same number S for every model and start-up beam size, the most that
@@ -48,7 +48,8 @@ class ModelNeeds:
     beams: tuple[int, ...] = (1, 4)  # beam sizes with rows of their own from the start (static decoders; eager: the common ones)
     max_length: int = 256  # positions of source and target a row holds
     device: str = "cpu"  # cpu | cuda: what the runner adds beside the weights differs
-    packed_weights: bool = False  # CPU: every Linear weight also held prepacked for oneDNN and transposed for a lone row (model_runner.FloatLinear)
+    packed_weights: bool = False  # CPU: every Linear weight also held prepacked for oneDNN (model_runner.FloatLinear)
+    lone_row_weights: bool = False  # with packed_weights, at 1 thread: and transposed for a lone row
 
     @property
     def itemsize(self) -> int:
@@ -68,11 +69,12 @@ class ModelNeeds:
 
     def weights_bytes(self) -> int:
         """The model's parameters, plus what its runner holds beside them: int8's packed weights, or the
-        float Linear weights' two copies (packed for oneDNN, transposed for a lone row)."""
+        float Linear weights' copies (packed for oneDNN, and transposed for a lone row)."""
         total, linear = self.parameters()
         if self.quantization == "int8":
             return total * self.itemsize + linear
-        return total * self.itemsize + (2 * linear * self.itemsize if self.packed_weights else 0)
+        copies = (1 + self.lone_row_weights) if self.packed_weights else 0
+        return (total + copies * linear) * self.itemsize
 
     def row_bytes(self) -> int:
         c = self.config

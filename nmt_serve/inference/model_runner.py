@@ -19,7 +19,7 @@ probabilities, and `SearchOptions(use_cache=False)` decodes with it.
 The runner is built from a model (`ModelRunner(model)`, by the Translator or whoever searches); the model
 knows nothing of it. The fused weights are copies, unless the owner asks for `share_storage`: then
 the model's own parameters become views into them, so that a served model holds its weights once.
-Packed weights (and their transposed twin for a lone row) are copies by design (the model keeps its
+Packed weights (and, at 1 thread, their transposed twin for a lone row) are copies by design (the model keeps its
 own for the nn.Module path), which the memory plan counts. `ModelRunner.is_current()` says whether the model's
 parameters and buffers are still the ones it was made from (keyed on each tensor's storage and
 version counter), so an owner that trains between searches remakes it rather than decoding with
@@ -63,6 +63,11 @@ def onednn_runs(weight: torch.Tensor) -> bool:
 PACK_ROWS = 4
 
 
+def lone_row_weights(threads: int) -> bool:
+    """Whether packed Linear weights also keep a transposed copy for a lone row (FloatLinear)."""
+    return threads == 1
+
+
 class FloatLinear:
     """y = x W^T + b, W (C_out, C_in).
 
@@ -73,18 +78,18 @@ class FloatLinear:
     costs a second copy of the weight, so the memory plan decides (the model keeps its own for the
     nn.Module path). Without it oneDNN reads the (C_out, C_in) weight as it is.
 
-    A packed Linear also keeps W transposed, (C_in, C_out), for a lone row (greedy search of one
-    sentence): there oneDNN's fixed cost per call outweighs its kernel, and ATen's addmm on the
-    transposed weight is 1.2-4.7x faster per layer of the shipped model at 1 thread (BENCHMARKS.md);
-    from 2 rows on the packed weight is the faster one. The memory plan counts this third copy with the
-    packed one."""
+    `lone_row` (with `packed`, for an engine at 1 thread): W is also kept transposed, (C_in, C_out), for
+    a lone row (greedy search of one sentence). There oneDNN's fixed cost per call outweighs its
+    kernel at 1 thread, and ATen's addmm on the transposed weight is 1.2-4.7x faster per layer of the
+    shipped model; from 2 rows on, or with more threads (where oneDNN scales and ATen's gemv does not),
+    the packed weight is the faster one (BENCHMARKS.md). The memory plan counts this third copy."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, packed: bool = False):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, packed: bool = False, lone_row: bool = False):
         self.out_features = weight.size(0)
         self.bias = bias
         self.onednn = onednn_runs(weight)
         pack = packed and self.onednn
-        self.lone_row = weight.detach().t().contiguous() if pack else None  # (C_in, C_out)
+        self.lone_row = weight.detach().t().contiguous() if pack and lone_row else None  # (C_in, C_out)
         # a packed weight replaces the plain one: a fused weight's plain copy is then dropped
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
@@ -203,6 +208,7 @@ class ModelRunner:
         self.activation = model.decoder_layers[0].ffn.activation
         pack = packed_weights and quantization == "none" and onednn_runs(model.output_proj.weight)
         self.packed_weights = pack
+        lone_row = pack and lone_row_weights(torch.get_num_threads())
 
         def of(*modules: nn.Linear, bias: torch.Tensor | None = None) -> Linear:
             """One Linear computing several that read the same input, outputs side by side; `bias`: the
@@ -221,7 +227,7 @@ class ModelRunner:
                     start += rows
             if quantization == "int8":
                 return Int8Linear(weight, bias)
-            return FloatLinear(weight, bias, packed=pack)
+            return FloatLinear(weight, bias, packed=pack, lone_row=lone_row)
 
         def ffn(layer) -> FeedForwardWeights:
             return FeedForwardWeights(of(layer.ffn.fc1), of(layer.ffn.fc2), Norm.of(layer.ffn_block.norm))

@@ -1,5 +1,6 @@
 """The memory plan: its figures against what the objects it plans for really hold, and its choices."""
 import pytest
+import torch
 from conftest import tiny_config
 
 from nmt_serve.engine.core import EngineConfig, EngineCore
@@ -28,12 +29,18 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint):
     needs = ModelNeeds("de-en", plain.config, "float32", max_length=64)
     storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in plain.model.parameters()}
     assert needs.weights_bytes() == sum(storages.values())  # held once
-    packed = Translator.load(tiny_checkpoint, device="cpu")
-    linears = runner_linears(packed.runner)
-    copies = [linear.weight for linear in linears] + [linear.lone_row for linear in linears]
-    assert all(linear.weight.is_mkldnn and linear.lone_row.is_contiguous() for linear in linears)
-    packed_needs = ModelNeeds("de-en", packed.config, "float32", max_length=64, packed_weights=True)
-    assert packed_needs.weights_bytes() == sum(storages.values()) + sum(w.numel() * w.element_size() for w in copies)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):  # at 1 thread the runner also keeps a transposed copy for a lone row
+            torch.set_num_threads(n)
+            packed = Translator.load(tiny_checkpoint, device="cpu")
+            linears = runner_linears(packed.runner)
+            copies = [linear.weight for linear in linears] + [linear.lone_row for linear in linears if n == 1]
+            assert all(linear.weight.is_mkldnn and (linear.lone_row is not None) == (n == 1) for linear in linears)
+            packed_needs = ModelNeeds("de-en", packed.config, "float32", max_length=64, packed_weights=True, lone_row_weights=n == 1)
+            assert packed_needs.weights_bytes() == sum(storages.values()) + sum(w.numel() * w.element_size() for w in copies)
+    finally:
+        torch.set_num_threads(threads)
     decoder = StaticDecoder(plain.runner, max_rows=12, max_length=64)
     kv = sum(t.numel() * t.element_size() for t in (decoder.self_kv, decoder.cross_kv))
     assert needs.row_bytes() * 12 == kv

@@ -137,9 +137,16 @@ def test_a_served_model_holds_its_weights_once_and_still_saves(tmp_path, tiny_ch
     assert [(r.text, r.hypotheses[0].score) for r in before] == [(r.text, r.hypotheses[0].score) for r in after]
 
 
-def test_packed_weights_translate_as_the_plain_ones_and_leave_the_model_its_own(tiny_checkpoint):
-    plain = Translator.load(tiny_checkpoint, device="cpu", packed_weights=False)
-    packed = Translator.load(tiny_checkpoint, device="cpu")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_weights_translate_as_the_plain_ones_and_leave_the_model_its_own(tiny_checkpoint, threads):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        plain = Translator.load(tiny_checkpoint, device="cpu", packed_weights=False)
+        packed = Translator.load(tiny_checkpoint, device="cpu")
+    finally:
+        torch.set_num_threads(before)
+    assert (packed.runner.output.lone_row is not None) == (threads == 1)
     assert packed.runner.packed_weights and not plain.runner.packed_weights
     assert packed.runner.output.weight.is_mkldnn and not plain.runner.output.weight.is_mkldnn
     # a lone sentence in greedy search runs every product on one row: the transposed weights
@@ -149,7 +156,7 @@ def test_packed_weights_translate_as_the_plain_ones_and_leave_the_model_its_own(
         assert [r.text for r in a] == [r.text for r in b]
         assert [r.hypotheses[0].score for r in a] == pytest.approx([r.hypotheses[0].score for r in b], abs=1e-4)
     out = packed.runner.output
-    row = torch.randn(1, 1, out.lone_row.size(0))
+    row = torch.randn(1, 1, packed.config.d_model)
     assert out(row).shape == (1, 1, out.out_features)
     torch.testing.assert_close(out(row)[0], out(row.expand(2, 1, -1).contiguous())[0], atol=1e-4, rtol=1e-4)
     # the model's parameters stay plain tensors of their own: the nn.Module path (attention maps) reads them
