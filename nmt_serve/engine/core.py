@@ -362,8 +362,9 @@ class EngineCore:
         the first lanes (_background_lanes), so that interactive ones find lanes with no job in them."""
         translator = self.models[model_id]
         kind = "eager"
-        # lexical constraints are bookkeeping on the host: their sentences run in the eager search
-        if translator.uses_static_decoder and sentence.constraints is None and self._decoder_fits(model_id, beam):
+        # a sentence with lexical constraints joins the device search too (its fits() says whether they fit
+        # the device buffers): constrained and free sentences share its steps
+        if translator.uses_static_decoder and self._decoder_fits(model_id, beam):
             device = self.groups.get((model_id, beam, "device", 0))
             search = device.search if device is not None else self._new_search(model_id, beam, "device")
             if search.fits(sentence):

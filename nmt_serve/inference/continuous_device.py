@@ -22,8 +22,14 @@ finished sentences are copied out and their slots freed for the next ones to joi
 finished sentence's rows keep being computed and ignored, a little work instead of a wait on the
 device each step. When the live sentences fit a smaller bucket they move to the front slots.
 
-Sentences must fit the decoder (`fits`): source and output within its max_length; the caller sends
-the others to the eager ContinuousSearch.
+Sentences with lexical constraints (beam search only) join like the others, their constraints in the
+search's device buffers (device_constraints.py); while any runs, the step is the constrained program,
+which gives the free sentences beside them what the plain one does. A hypothesis that ends with a
+term unmet comes back flagged `unmet`, as from the eager search: the caller searches again without the
+terms.
+
+Sentences must fit the decoder (`fits`): source and output within its max_length, constraints within
+the buffers; the caller sends the others to the eager ContinuousSearch.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ import torch
 
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.continuous import Sentence
+from nmt_serve.inference.device_constraints import fits as constraints_fit
 from nmt_serve.inference.device_search import CHECK_EVERY, DeviceSearch, collect
 from nmt_serve.inference.search import SearchHypothesis
 from nmt_serve.inference.static_decoder import bucket_of
@@ -67,6 +74,7 @@ class ContinuousDeviceSearch:
         self._longest_source = 0  # source positions every step reads
         self._first_joined = 0  # the step count when the oldest joined (bounds every row's position)
         self._first_end = 0  # the step count by which some sentence reaches its max_length
+        self._lexical = False  # some running sentence has lexical constraints: the steps apply them
         self._cancelled = False
 
     def __len__(self) -> int:
@@ -92,9 +100,11 @@ class ContinuousDeviceSearch:
         return self._running == 0 or self._since_check == 0
 
     def fits(self, sentence: Sentence) -> bool:
-        """Whether the sentence's source and output fit the decoder's positions."""
+        """Whether the sentence's source and output fit the decoder's positions, and its lexical
+        constraints (beam search only) the device buffers."""
         return (len(sentence.src) <= self.decoder.max_length and sentence.max_length < self.decoder.max_length
-                and len(sentence.prefix) <= (1 if self.device_search.constants.forcing else 0))
+                and len(sentence.prefix) <= (1 if self.device_search.constants.forcing else 0)
+                and (not sentence.constraints or (self.K > 1 and constraints_fit(sentence.constraints))))
 
     # ------------------------------------------------------------------ joining
     @torch.inference_mode()
@@ -139,7 +149,7 @@ class ContinuousDeviceSearch:
             fresh = torch.full((n, K), -math.inf, device=device)
             fresh[:, 0] = 0.0
             st.score[rows] = fresh.view(-1)
-            st.fin_count[g_index] = 0
+        st.start(g_index, [s.constraints for s in sentences])
         st.alive[g_index] = True
         for g, s in zip(groups, sentences):
             self.slots[g] = _Slot(s, self.steps)
@@ -158,6 +168,7 @@ class ContinuousDeviceSearch:
             self._longest_source = max(len(s.sentence.src) for s in running)
             self._first_joined = min(s.joined for s in running)
             self._first_end = min(s.joined + s.sentence.max_length for s in running)
+        self._lexical = any(s.sentence.constraints for s in running)
 
     # ------------------------------------------------------------------ one step
     def _group_bucket(self) -> int:
@@ -182,7 +193,8 @@ class ContinuousDeviceSearch:
         # positions this step reads: every running row's source, and its target up to the new token;
         # no row has run more steps than the oldest, nor past the decoder's positions
         target = min(self.steps - self._first_joined + 1, dec.max_length)
-        dec.run(*self.device_search.program(self.K, self._group_bucket(), dec.length_bucket(max(self._longest_source, target))))
+        dec.run(*self.device_search.program(self.K, self._group_bucket(), dec.length_bucket(max(self._longest_source, target)),
+                                            self._lexical))
         self.steps += 1
         self._since_check += 1
         if self._since_check < self.check_every and self.steps < self._first_end:

@@ -12,21 +12,30 @@ Results are those of the eager reference search (search.py), hypothesis for hypo
 candidates are taken in the same order, and scores are the same float32 sums; only the attention
 kernels differ (masked over a bucket instead of exact lengths), so half-precision logits may differ
 in the last bits. no_repeat_ngram_size is not done here (search.py does it).
+
+Lexical constraints (terms, avoided sequences) run in a second program per bucket, the beam step with
+device_constraints.py's masks and choice: it is used while some running sentence has constraints, and
+gives free sentences beside them what the plain step gives them.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from nmt_serve.inference.device_constraints import DeviceConstraints
+from nmt_serve.inference.device_constraints import fits as constraints_fit
+from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.search import (
+    CONSTRAINED_MIN_BEAM,
     SearchHypothesis,
     SearchOptions,
     banned_tokens,
     check_deadline,
     max_lengths_for,
     normalize,
+    ranking,
 )
 from nmt_serve.inference.static_decoder import StaticDecoder, bucket_of, buckets
 
@@ -40,6 +49,8 @@ class SearchSlots:
         R, T, device = decoder.max_rows, decoder.max_length, decoder.device
         G = R // K
         self.K = K
+        self.V = decoder.runner.output.out_features
+        self.lexical: DeviceConstraints | None = None  # made with the first constrained sentence (constraints())
         self.group_buckets = buckets(G)
         self.score = torch.zeros(R, device=device)  # greedy: the row's sum of log-probs; beam: the beam's score
         self.history = torch.zeros(R, T, dtype=torch.long, device=device)  # tokens each row generated so far
@@ -53,6 +64,7 @@ class SearchSlots:
             self.fin_len = torch.zeros(G, 2 * K + 1, dtype=torch.long, device=device)
             self.fin_tokens = torch.zeros(G, 2 * K + 1, T, dtype=torch.long, device=device)
             self.fin_count = torch.zeros(G, dtype=torch.long, device=device)
+            self.fin_unmet = torch.zeros(G, 2 * K + 1, dtype=torch.bool, device=device)  # ended with a term unmet
             self.first_k = torch.arange(2 * K, device=device) < K
             self.group_base = torch.arange(G, device=device)[:, None] * K
 
@@ -60,9 +72,25 @@ class SearchSlots:
         n, m = rows.numel(), groups.numel()
         for buffer in (self.score, self.history, self.min_len, self.max_len, self.forced):
             buffer[:n] = buffer[rows]
-        per_group = (self.alive,) + ((self.fin_score, self.fin_len, self.fin_tokens, self.fin_count) if self.K > 1 else ())
+        per_group = (self.alive,) + ((self.fin_score, self.fin_len, self.fin_tokens, self.fin_count, self.fin_unmet) if self.K > 1 else ())
         for buffer in per_group:
             buffer[:m] = buffer[groups]
+        if self.lexical is not None:
+            self.lexical.keep(groups, rows)
+
+    def constraints(self) -> DeviceConstraints:
+        """The groups' lexical constraint buffers, made on first use (every group free)."""
+        if self.lexical is None:
+            self.lexical = DeviceConstraints(self.alive.numel(), self.K, self.V, self.score.device)
+        return self.lexical
+
+    def start(self, groups: torch.Tensor, constraints: list[LexicalConstraints | None] | None) -> None:
+        """Sentences join these groups: their constraints (None: free) where any group has some."""
+        if self.K > 1:
+            self.fin_count[groups] = 0
+            self.fin_unmet[groups] = False
+        if self.lexical is not None or (constraints is not None and any(constraints)):
+            self.constraints().load(groups, constraints if constraints is not None else [None] * groups.numel())
 
 
 @dataclass
@@ -149,6 +177,47 @@ def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, 
     pos.add_(was_alive[:, None].expand(G, K).reshape(B))  # (no repeat_interleave: nothing here may wait on the device)
 
 
+def _lexical_beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, L: int) -> None:
+    """_beam_update with lexical constraints (device_constraints.py): the masks, then the choice among
+    the top 2K and the constraint candidates, grouped in banks."""
+    K, lex = slots.K, slots.lexical
+    B = G * K
+    lp = torch.log_softmax(dec.step(B, L), dim=-1, dtype=torch.float32)  # (B, V)
+    V = lp.size(-1)
+    pos = dec.pos[:B]
+    max_len = slots.max_len[:B]
+    _constrain(lp, pos, slots.min_len[:B], max_len, slots.forced[:B], c)
+    lex.mask(lp, slots.history[:B], pos, max_len, c.eos)
+    candidates = (lp.view(G, K, V) + slots.score[:B].view(G, K, 1)).view(G, K * V)
+    top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (G, 2K), best first
+    step = pos.view(G, K)[:, 0] + 1
+    alive = slots.alive[:G]
+    was_alive = alive.clone()
+    chosen = lex.choose(candidates, top_scores, top_index, alive, c.eos)
+
+    # the hypotheses that end go to their sentence's next free slots, in list order; one per beam at most
+    ended = chosen["ended"]
+    count = slots.fin_count[:G]
+    slot = torch.where(ended, count[:, None] + ended.cumsum(1) - 1, 2 * K)  # (G, M); 2K: discarded
+    slots.fin_score[:G].scatter_(1, slot, chosen["score"])
+    slots.fin_len[:G].scatter_(1, slot, step[:, None].expand_as(slot))
+    slots.fin_unmet[:G].scatter_(1, slot, chosen["unmet"])
+    beam_slot = slot.new_full((G, K + 1), 2 * K).scatter_(1, torch.where(ended, chosen["beam"], K), slot)[:, :K]
+    slots.fin_tokens[:G, :, :L].scatter_(1, beam_slot[:, :, None].expand(G, K, L), slots.history[:B, :L].view(G, K, L))
+    count.add_(ended.sum(1))
+
+    next_token = chosen["next_token"].reshape(B)
+    parent = (slots.group_base[:G] + chosen["next_beam"]).view(B)
+    alive.logical_and_(~((count >= K) | (step >= max_len.view(G, K)[:, 0])))
+    slots.score[:B] = chosen["next_score"].reshape(B)
+    lex.progress[:B] = chosen["next_progress"].reshape(B, -1)
+    slots.history[:B, :L] = slots.history[parent, :L]
+    slots.history[dec.rows[:B], pos] = next_token
+    dec.reorder(parent, L)
+    dec.tokens[:B] = next_token
+    pos.add_(was_alive[:, None].expand(G, K).reshape(B))
+
+
 def supports(decoder: StaticDecoder, src: torch.Tensor, options: SearchOptions) -> bool:
     """Whether this search fits the decoder: rows, lengths and options (n-gram blocking is search.py's)."""
     if options.no_repeat_ngram_size or not options.use_cache or len(options.target_prefix) > 1:
@@ -180,8 +249,13 @@ class DeviceSearch:
         self.constants = _constants(decoder, forced_first_token)
         self._slots: dict[int, SearchSlots] = {}
 
-    def accepts(self, src: torch.Tensor, options: SearchOptions) -> bool:
-        """supports(), and a target prefix only where the steps force one."""
+    def accepts(self, src: torch.Tensor, options: SearchOptions, constraints: list[LexicalConstraints | None] | None = None) -> bool:
+        """supports(), a target prefix only where the steps force one, and constraints that fit the
+        buffers (device_constraints.fits) with room for the wider beam they run with."""
+        if constraints is not None and any(constraints):
+            options = replace(options, beam_size=max(options.beam_size, CONSTRAINED_MIN_BEAM))
+            if not all(constraints_fit(lex) for lex in constraints):
+                return False
         return supports(self.decoder, src, options) and (not options.target_prefix or self.constants.forcing)
 
     def slots(self, K: int) -> SearchSlots:
@@ -189,17 +263,21 @@ class DeviceSearch:
             self._slots[K] = SearchSlots(self.decoder, K)
         return self._slots[K]
 
-    def program(self, K: int, G: int, L: int):
-        """The step of G groups of K rows over L positions: (its graph key, the function to run or capture)."""
+    def program(self, K: int, G: int, L: int, lexical: bool = False):
+        """The step of G groups of K rows over L positions: (its graph key, the function to run or capture).
+        lexical: with lexical constraints (beam search only; slots(K).constraints() made)."""
         dec, slots, c = self.decoder, self.slots(K), self.constants
         if K == 1:
             return ("greedy", G, L), lambda: _greedy_update(dec, slots, c, G, L)
+        if lexical:
+            return ("beam-lexical", K, G, L), lambda: _lexical_beam_update(dec, slots, c, G, L)
         return ("beam", K, G, L), lambda: _beam_update(dec, slots, c, G, L)
 
-    def warmup(self, beam_sizes=(1, 4), max_sentences: int | None = None, lengths: list[int] | None = None) -> int:
+    def warmup(self, beam_sizes=(1, 4), max_sentences: int | None = None, lengths: list[int] | None = None,
+               lexical: bool = False) -> int:
         """Run (and on CUDA capture) the step of every bucket for these beam sizes, up to max_sentences
-        per step and these length buckets (all by default), so that no request pays for a first run.
-        Returns the number of programs."""
+        per step and these length buckets (all by default), so that no request pays for a first run;
+        lexical: the constrained beam steps too. Returns the number of programs."""
         dec = self.decoder
         count = 0
         for K in beam_sizes:
@@ -214,13 +292,33 @@ class DeviceSearch:
                     slots.alive[:G] = False
                     dec.run(*self.program(K, G, L))
                     count += 1
+                    if lexical and K > 1:
+                        slots.constraints()
+                        dec.run(*self.program(K, G, L, lexical=True))
+                        count += 1
         if dec.device.type == "cuda":
             torch.cuda.synchronize(dec.device)
         return count
 
     @torch.inference_mode()
-    def search(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None) -> list[list[SearchHypothesis]]:
-        """src (B, S) right-padded ids -> per sentence the n-best hypotheses, as search.generate."""
+    def search(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None,
+               constraints: list[LexicalConstraints | None] | None = None) -> list[list[SearchHypothesis]]:
+        """src (B, S) right-padded ids -> per sentence the n-best hypotheses, as search.generate;
+        constraints as there (search.constrained_search: at least CONSTRAINED_MIN_BEAM beams, and a
+        sentence whose terms no hypothesis met is searched again with its avoided sequences only)."""
+        if constraints is None or not any(constraints):
+            return self._search(src, options, deadline, None)
+        options = replace(options, beam_size=max(options.beam_size, CONSTRAINED_MIN_BEAM))
+        results = self._search(src, options, deadline, constraints)
+        unmet = [i for i, (hyps, c) in enumerate(zip(results, constraints)) if c is not None and c.include and hyps[0].unmet]
+        if unmet:
+            free = [LexicalConstraints(avoid=constraints[i].avoid) if constraints[i].avoid else None for i in unmet]
+            for i, hyps in zip(unmet, self.search(src[unmet], options, deadline, free)):
+                results[i] = [replace(h, unmet=True) for h in hyps]
+        return results
+
+    def _search(self, src: torch.Tensor, options: SearchOptions, deadline: float | None,
+                constraints: list[LexicalConstraints | None] | None) -> list[list[SearchHypothesis]]:
         dec, cfg = self.decoder, self.decoder.config
         K = options.beam_size
         B, S = src.shape
@@ -242,14 +340,15 @@ class DeviceSearch:
             slots.score[:n] = 0.0
         else:
             slots.score[:n].view(B, K).fill_(-math.inf)[:, 0] = 0.0  # only beam 0 is live at first
-            slots.fin_count[:B] = 0
+        slots.start(torch.arange(B, device=device), constraints)
+        lexical = K > 1 and constraints is not None
         sentences = list(range(B))  # sentence index of each group of rows
         results: list[list[SearchHypothesis] | None] = [None] * B
 
         steps = 0
         while True:
             check_deadline(deadline)
-            dec.run(*self.program(K, Gb, dec.length_bucket(max(S, steps + 1))))
+            dec.run(*self.program(K, Gb, dec.length_bucket(max(S, steps + 1)), lexical))
             steps += 1
             if steps % self.check_every and steps < max_steps:
                 continue
@@ -295,12 +394,14 @@ def collect(decoder: StaticDecoder, slots: SearchSlots, groups: list[int], lengt
     scores = slots.fin_score[index].tolist()
     lengths = slots.fin_len[index].tolist()
     tokens = slots.fin_tokens[index].tolist()
+    unmet = slots.fin_unmet[index].tolist()
     found = []
     for i, (lp, n) in enumerate(zip(length_penalties, num_hypotheses)):
         hyps = [
-            SearchHypothesis(tokens[i][j][: lengths[i][j] - 1], scores[i][j], normalize(scores[i][j], lengths[i][j], lp), True)
+            SearchHypothesis(tokens[i][j][: lengths[i][j] - 1], scores[i][j], normalize(scores[i][j], lengths[i][j], lp), True,
+                             unmet[i][j])
             for j in range(counts[i])
         ]
-        hyps.sort(key=lambda h: h.normalized_score, reverse=True)
+        hyps.sort(key=ranking, reverse=True)
         found.append(hyps[:n])
     return found
