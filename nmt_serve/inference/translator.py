@@ -11,7 +11,7 @@ Options are keyword-only; optional result fields (scores, attention) stay None u
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -26,7 +26,7 @@ from nmt_serve.inference.search import EMPTY, SearchHypothesis, SearchOptions, g
 from nmt_serve.inference.static_decoder import StaticDecoder
 from nmt_serve.network.checkpoint import CheckpointInfo, load_checkpoint
 from nmt_serve.network.masks import pad_batch
-from nmt_serve.network.tokenizer import Tokenizer
+from nmt_serve.network.tokenizer import UNKNOWN_MARK, Tokenizer, restore_unknowns
 from nmt_serve.network.transformer import Transformer
 
 ATTENTION_KINDS = ("cross", "decoder_self", "encoder_self")
@@ -314,6 +314,11 @@ class Translator:
             )
             for i, hyps, attn in zip(indices, nbest, attention):
                 results[i] = TranslationResult([self._hypothesis(h, return_scores, len(options.target_prefix)) for h in hyps], attn)
+        if texts is not None:  # the source's characters the tokenizer has no piece for, back where the model wrote <unk>
+            for text, result in zip(texts, results):
+                if any(UNKNOWN_MARK in h.text for h in result.hypotheses):
+                    spans = self.inputs.tokenizer.unknown_spans(text)
+                    result.hypotheses = [replace(h, text=restore_unknowns(h.text, spans)) for h in result.hypotheses]
         return results  # type: ignore[return-value]
 
     def lexical_constraints(self, terms: Sequence[Sequence[str]] | None, avoid: Sequence[str], n: int) -> list[LexicalConstraints | None]:

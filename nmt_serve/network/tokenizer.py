@@ -6,6 +6,7 @@ models ship it) is given: then pieces are looked up there and missing ones becom
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import sentencepiece as spm
@@ -90,6 +91,18 @@ class Tokenizer:
             return self.sp.decode_pieces(self.pieces(kept))
         return self.sp.decode(kept)
 
+    def unknown_spans(self, text: str) -> list[str]:
+        """The characters of a text this tokenizer has no piece for, as the runs it encodes to <unk>,
+        in order: what restore_unknowns puts back into a translation (a model trained on captions has
+        no `+`, `{` or `~`)."""
+        text = text.strip()
+        if not text or self.unk_id < 0:
+            return []
+        if self.vocab is not None:
+            pieces = self.sp.encode(text, out_type=str)
+            return [p.replace("\u2581", " ").strip() for p in pieces if p not in self.vocab]
+        return [piece.surface for piece in self.sp.encode(text, return_type="proto").pieces if piece.id == self.unk_id]
+
     def pieces(self, ids: list[int]) -> list[str]:
         """Ids -> surface pieces, for attention-map labels."""
         if self.vocab is not None:
@@ -118,3 +131,26 @@ def train_sentencepiece(
         user_defined_symbols=user_defined_symbols or [],
     )
     return model_prefix.with_suffix(".model")
+
+
+UNKNOWN_MARK = "\u2047"  # how sentencepiece writes <unk> in decoded text, one space on either side
+_UNKNOWN = re.compile(f"( *){UNKNOWN_MARK}( *)")
+
+
+def restore_unknowns(translation: str, spans: list[str]) -> str:
+    """A translation with each <unk> the model wrote replaced by the source's unknown character runs,
+    in order (as OpenNMT's and CTranslate2's replace_unknowns do, without attention): the last run
+    again once they are used up, nothing where the source had none. The space sentencepiece puts on
+    either side of the mark goes with it; the text's own spaces stay (one, where the mark goes)."""
+    if UNKNOWN_MARK not in translation:
+        return translation
+    runs = iter(spans)
+    last = ""
+
+    def fill(match: re.Match) -> str:
+        nonlocal last
+        last = next(runs, last)
+        before, after = match.group(1)[1:], match.group(2)[1:]
+        return before + last + after if last else (" " if before or after else "")
+
+    return _UNKNOWN.sub(fill, translation).strip()

@@ -1,0 +1,42 @@
+"""Characters the tokenizer has no piece for come back into the translation where the model wrote <unk>."""
+from pathlib import Path
+
+import pytest
+
+from nmt_serve.inference.translator import Translator
+from nmt_serve.network.tokenizer import UNKNOWN_MARK, Tokenizer, restore_unknowns
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTIONS_SPM = ROOT / "checkpoints" / "multi30k" / "spm.model"  # trained on captions: no `+`, `{`, `~`
+
+
+def test_the_source_runs_without_a_piece_in_order():
+    tok = Tokenizer(CAPTIONS_SPM)
+    assert tok.unknown_spans("GTK+3 und {foo} für C++") == ["+", "{", "}", "++"]
+    assert tok.unknown_spans("Ein Hund läuft.") == [] and tok.unknown_spans("  ") == []
+    # what the model writes for them: sentencepiece's mark with a space either side
+    ids = tok.encode("GTK+3-Daten")
+    assert tok.decode(ids) == f"GTK {UNKNOWN_MARK} 3-Daten"
+
+
+@pytest.mark.parametrize("translation, spans, expected", [
+    (f"GTK {UNKNOWN_MARK} 3 data", ["+"], "GTK+3 data"),
+    (f"a  {UNKNOWN_MARK}  b", ["~"], "a ~ b"),  # the text's own spaces stay
+    (f"library  {UNKNOWN_MARK} foo {UNKNOWN_MARK}  for C {UNKNOWN_MARK}", ["{", "}", "++"], "library {foo} for C++"),
+    (f"{UNKNOWN_MARK} 3 and  {UNKNOWN_MARK} 4", ["["], "[3 and [4"),  # runs used up: the last again
+    (f"the  {UNKNOWN_MARK}  dog", [], "the dog"),  # nothing to put back: the mark goes
+    ("no mark here", ["+"], "no mark here"),
+])
+def test_restore_unknowns(translation, spans, expected):
+    assert restore_unknowns(translation, spans) == expected
+
+
+def test_the_translator_puts_them_back(tiny_checkpoint, monkeypatch):
+    translator = Translator.load(tiny_checkpoint, device="cpu")
+    tok = translator.inputs.tokenizer
+    text = next(t for t in ("a+b", "a~b", "a{b") if tok.unknown_spans(t))
+    decode = tok.decode
+    # a model that writes <unk> where the source has the unknown character
+    monkeypatch.setattr(translator.tgt_tokenizer, "decode", lambda ids: f"x {UNKNOWN_MARK} y" if ids else decode(ids))
+    [result] = translator.translate([text], beam_size=2, num_hypotheses=2, max_length=4)
+    assert [h.text for h in result.hypotheses] == [f"x{tok.unknown_spans(text)[0]}y"] * 2
