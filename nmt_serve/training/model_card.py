@@ -93,7 +93,7 @@ def measure_directions(translator: Translator, data: Path, beam_sizes: list[int]
     served = set(translator.directions)
     for direction in translator.directions:
         src, tgt = direction.split("-")
-        if pivot in (src, tgt) or not {f"{src}-{pivot}", f"{pivot}-{tgt}"} <= served or "test_2016_flickr" not in (SPLITS if splits is None else splits):
+        if not pivot or pivot in (src, tgt) or not {f"{src}-{pivot}", f"{pivot}-{tgt}"} <= served or "test_2016_flickr" not in (SPLITS if splits is None else splits):
             continue
         split = "test_2016_flickr"
         sources, references = read_lines(data / f"{split}.{src}.gz"), read_lines(data / f"{split}.{tgt}.gz")
@@ -321,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a pairwise held-out test set to measure too, e.g. "
                              "debian-v1/eval-short=corpora/debian-v1/eval-short.{pair}.{lang} (repeatable)")
     parser.add_argument("--splits", default=",".join(SPLITS.values()), help="Multi30k splits to measure")
+    parser.add_argument("--pivot", default="en", help="the language non-English directions are also measured through ('' for none)")
     parser.add_argument("--keep-scores", action="store_true",
                         help="add the rows measured now to those recorded (same direction, split, beam replaced)")
     args = parser.parse_args(argv)
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for quantization in args.quantizations.split(","):
             translator = Translator.load(args.model, device="cpu", quantization=quantization)
-            rows += (measure_directions(translator, args.data, beam_sizes, pair_tests=pair_tests,
+            rows += (measure_directions(translator, args.data, beam_sizes, pivot=args.pivot, pair_tests=pair_tests,
                                         splits=[s for s in args.splits.split(",") if s]) if multilingual
                      else measure(translator, args.data, beam_sizes))
         if args.keep_scores:
