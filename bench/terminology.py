@@ -1,7 +1,7 @@
 """Terminology on a test set built from Multi30k: are the glossary's terms placed, what does it do to
 BLEU against references that use them, and what does it cost in speed.
 
-    python -m bench.terminology [--model checkpoints/multi30k] [--sentences 400] [--threads 2]
+    python -m bench.terminology [--model checkpoints/multi30k] [--sentences 400] [--threads 2] [--search device]
 
 The set: German test_2016_flickr captions (de-en) holding one to three words of a small lexicon of
 caption nouns, each mapped to an English term the model does not use for it ("Mann" -> "guy" where
@@ -9,7 +9,9 @@ the model writes "man"); an entry is kept for a sentence only where the unconstr
 lacks the term and its reference holds the usual word, which the rewritten reference replaces by
 the term (plural -s kept). Reported: the share of outputs holding every term, BLEU (sacreBLEU)
 against the rewritten references with and without the glossary, and sentences/s at batch 32 with
-and without it (beam 4 both; greedy too). Not part of the test suite.
+and without it (beam 4 both; greedy too). --search device runs both through the static decoder's
+search (DeviceSearch, constraints in its step program: device_constraints.py) instead of the eager
+one, on the CPU op by op as the engine's device search runs there. Not part of the test suite.
 """
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ import re
 import time
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from bench.common import ROOT, emit, machine, table
+from nmt_serve.inference.search import SearchOptions, generate
 from nmt_serve.inference.translator import Translator
 from nmt_serve.text.glossary import GlossaryEntry, Terminology
 
@@ -75,13 +79,40 @@ def build(translator: Translator, n: int, lexicon: dict = LEXICON) -> tuple[list
     return chosen, glossaries, rewritten
 
 
-def run(translator: Translator, sources: list[str], terms: list[list[str]] | None, beam: int) -> tuple[list, float]:
+def run(translator: Translator, sources: list[str], terms: list[list[str]] | None, beam: int,
+        search: str = "eager") -> tuple[list[str], list[bool], float]:
+    """The translations at batch 32, whether each left its terms unmet, and the seconds it took."""
+    if search == "device":
+        return run_device(translator, sources, terms, beam)
     started = time.perf_counter()
     out = []
     for i in range(0, len(sources), 32):
         out += translator.translate(sources[i:i + 32], beam_size=beam, target_lang="en", max_batch_size=32,
                                     terms=terms[i:i + 32] if terms is not None else None)
-    return out, time.perf_counter() - started
+    return [r.text for r in out], [r.hypotheses[0].constraint_unmet for r in out], time.perf_counter() - started
+
+
+def run_device(translator: Translator, sources: list[str], terms: list[list[str]] | None, beam: int) -> tuple[list[str], list[bool], float]:
+    """run() through the static decoder's search, constrained or not (the eager search only where a
+    batch does not fit it)."""
+    started = time.perf_counter()
+    searcher, inputs = translator.device_search(), translator.inputs
+    prefix = inputs.prefix("en", None)
+    forced = tuple(inputs.target_prefix("en"))
+    options = SearchOptions(beam_size=beam, target_prefix=forced)
+    lexical = translator.lexical_constraints(terms, (), len(sources)) if terms is not None else [None] * len(sources)
+    texts, unmet = [], []
+    for i in range(0, len(sources), 32):
+        ids = [torch.tensor(inputs.source_ids(prefix + inputs.tokenizer.encode(s))) for s in sources[i:i + 32]]
+        src = pad_sequence(ids, batch_first=True, padding_value=translator.config.pad_id)
+        constraints = lexical[i:i + 32]
+        if searcher.accepts(src, options, constraints):
+            nbest = searcher.search(src, options, constraints=constraints)
+        else:
+            nbest = generate(translator.runner, src, options, constraints=constraints)
+        texts += [translator.tgt_tokenizer.decode(h[0].tokens[len(forced):]) for h in nbest]
+        unmet += [h[0].unmet for h in nbest]
+    return texts, unmet, time.perf_counter() - started
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,22 +122,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=str(ROOT / "checkpoints" / "multi30k"))
     parser.add_argument("--sentences", type=int, default=400)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--search", choices=("eager", "device"), default="eager",
+                        help="device: the static decoder's search (DeviceSearch) for both, constraints in its step")
     parser.add_argument("--output")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    translator = Translator.load(args.model, device="cpu")
+    static = dict(step_mode="static", static_rows=32 * 4, static_length=160, warmup=False) if args.search == "device" else {}
+    translator = Translator.load(args.model, device="cpu", **static)
     sources, glossaries, references = build(translator, args.sentences)
     terms = [[e.target for e in g] for g in glossaries]
     rows, speed = [], []
     for beam in (4, 1):
         for _ in range(2):  # alternated, twice: the shared machine's speed drifts
-            free, t_free = run(translator, sources, None, beam)
-            constrained, t_con = run(translator, sources, terms, beam)
+            texts_free, _, t_free = run(translator, sources, None, beam, args.search)
+            texts_con, unmet_flags, t_con = run(translator, sources, terms, beam, args.search)
             speed.append((beam, len(sources) / t_free, len(sources) / t_con))
         if beam == 4:
-            texts_free, texts_con = [r.text for r in free], [r.text for r in constrained]
             placed = sum(all(re.search(rf"\b{re.escape(t)}", out, re.IGNORECASE) for t in ts) for ts, out in zip(terms, texts_con))
-            unmet = sum(r.hypotheses[0].constraint_unmet for r in constrained)
+            unmet = sum(unmet_flags)
             free_placed = sum(all(re.search(rf"\b{re.escape(t)}", out, re.IGNORECASE) for t in ts) for ts, out in zip(terms, texts_free))
             bleu = lambda hyps: sacrebleu.corpus_bleu(hyps, [references]).score  # noqa: E731
             rows.append(["without glossary", f"{free_placed / len(sources):.1%}", f"{bleu(texts_free):.2f}", "-"])
@@ -114,14 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     # the same measure with terms the model never saw
     u_sources, u_glossaries, u_references = build(translator, args.sentences // 2, UNSEEN)
     u_terms = [[e.target for e in g] for g in u_glossaries]
-    u_free, _ = run(translator, u_sources, None, 4)
-    u_con, _ = run(translator, u_sources, u_terms, 4)
-    u_placed = sum(all(re.search(rf"\b{re.escape(t)}", r.text, re.IGNORECASE) for t in ts) for ts, r in zip(u_terms, u_con))
+    u_free, _, _ = run(translator, u_sources, None, 4, args.search)
+    u_con, _, _ = run(translator, u_sources, u_terms, 4, args.search)
+    u_placed = sum(all(re.search(rf"\b{re.escape(t)}", text, re.IGNORECASE) for t in ts) for ts, text in zip(u_terms, u_con))
     unseen_rows = [[f"{len(u_sources)} sentences, terms never in the training data (hound, lad, lass)", f"{u_placed / len(u_sources):.1%}",
-                    f"{sacrebleu.corpus_bleu([r.text for r in u_free], [u_references]).score:.2f}",
-                    f"{sacrebleu.corpus_bleu([r.text for r in u_con], [u_references]).score:.2f}"]]
+                    f"{sacrebleu.corpus_bleu(u_free, [u_references]).score:.2f}",
+                    f"{sacrebleu.corpus_bleu(u_con, [u_references]).score:.2f}"]]
     entries = sum(len(g) for g in glossaries)
-    report = [f"Machine: {machine()}; {args.threads} thread(s).",
+    report = [f"Machine: {machine()}; {args.threads} thread(s); {args.search} search.",
               f"{len(sources)} sentences of test_2016_flickr (de-en), {entries} glossary entries (1-3 per sentence), model {args.model}.\n",
               table(["beam 4", "outputs holding every term", "BLEU vs rewritten references", "constraint_unmet"], rows), "",
               table(["beam", "sentences/s without", "sentences/s with", "ratio"],

@@ -43,6 +43,7 @@ import torch
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.continuous import Sentence
 from nmt_serve.inference.device_constraints import fits as constraints_fit
+from nmt_serve.inference.device_constraints import term_slots
 from nmt_serve.inference.device_search import CHECK_EVERY, DeviceSearch, collect
 from nmt_serve.inference.search import SearchHypothesis
 from nmt_serve.inference.static_decoder import bucket_of
@@ -74,7 +75,7 @@ class ContinuousDeviceSearch:
         self._longest_source = 0  # source positions every step reads
         self._first_joined = 0  # the step count when the oldest joined (bounds every row's position)
         self._first_end = 0  # the step count by which some sentence reaches its max_length
-        self._lexical = False  # some running sentence has lexical constraints: the steps apply them
+        self._terms: int | None = None  # term slots of the running sentences' constraints (term_slots); None: no constraints
         self._cancelled = False
 
     def __len__(self) -> int:
@@ -168,7 +169,8 @@ class ContinuousDeviceSearch:
             self._longest_source = max(len(s.sentence.src) for s in running)
             self._first_joined = min(s.joined for s in running)
             self._first_end = min(s.joined + s.sentence.max_length for s in running)
-        self._lexical = any(s.sentence.constraints for s in running)
+        constraints = [s.sentence.constraints for s in running]
+        self._terms = term_slots(constraints) if any(constraints) else None
 
     # ------------------------------------------------------------------ one step
     def _group_bucket(self) -> int:
@@ -194,7 +196,7 @@ class ContinuousDeviceSearch:
         # no row has run more steps than the oldest, nor past the decoder's positions
         target = min(self.steps - self._first_joined + 1, dec.max_length)
         dec.run(*self.device_search.program(self.K, self._group_bucket(), dec.length_bucket(max(self._longest_source, target)),
-                                            self._lexical))
+                                            self._terms))
         self.steps += 1
         self._since_check += 1
         if self._since_check < self.check_every and self.steps < self._first_end:

@@ -15,8 +15,9 @@ likewise, and per row its progress on each term (tokens of it matched). A step t
     round-robin are counts over M x M comparisons: a candidate's rank in its bank (those with as
     many term tokens matched, better score first, earlier first among equal scores), its turn in
     the round-robin (rank, then more progress first), its place among the K taken (score, then
-    turn); candidates with no score (-inf) fill what is left, in list order. With M = 4K + 2K *
-    MAX_TERMS (80 at K = 4) this is a few small tensors per group, against a decoder step.
+    turn); candidates with no score (-inf) fill what is left, in list order. With M = 4K + 2K * T
+    (T: term slots, the running sentences' most terms rounded up to a power of two: one program per
+    T; 40 candidates at K = 4, T = 3 or 4) this is a few small tensors per group beside a decoder step.
 The result is the eager search's choice, candidate for candidate (tests/unit/test_device_constraints.py).
 
 A free group (no constraints) goes through the same choice and gets what search.choose_beams gives
@@ -30,12 +31,18 @@ import math
 import torch
 
 from nmt_serve.inference.lexical_constraints import OWN_BEST, LexicalConstraints
+from nmt_serve.inference.static_decoder import bucket_of, buckets
 
 # the buffers' shape: terms per sentence and tokens per term, avoided sequences and their tokens
 MAX_TERMS = 8
 MAX_TERM_TOKENS = 32
 MAX_AVOIDED = 32
 MAX_AVOIDED_TOKENS = 8
+
+
+def term_slots(constraints: list[LexicalConstraints | None]) -> int:
+    """The term slots a step over these sentences needs: their most terms, rounded up to a power of two."""
+    return bucket_of(max([len(c.include) for c in constraints if c] + [1]), buckets(MAX_TERMS))
 
 
 def fits(constraints: LexicalConstraints | None) -> bool:
@@ -69,12 +76,12 @@ class DeviceConstraints:
         self.row_offset = torch.arange(R, device=device) * V  # a row's first index in a flattened (rows, V)
         self.term_offset = (torch.arange(groups, device=device)[:, None] * C + torch.arange(C, device=device)) * Lc  # (groups, C)
         self.tail = torch.arange(max(Lc, La), device=device)
-        M = 4 * K + 2 * K * C  # candidates per group: top 2K, K * OWN_BEST own, K * C * 2 wanted
+        M = 4 * K + 2 * K * C  # candidates per group at most: top 2K, K * OWN_BEST own, K * C * 2 wanted
         position = torch.arange(M, device=device)
         self.first_k = position < K
         self.earlier = position[None, :] < position[:, None]  # [i, j]: j comes before i in the list
         self.own_beam = torch.arange(K, device=device).repeat_interleave(OWN_BEST)
-        self.wanted_beam = torch.arange(K, device=device).repeat_interleave(2 * C)
+        self.wanted_beam = {T: torch.arange(K, device=device).repeat_interleave(2 * T) for T in buckets(C)}
 
     # ------------------------------------------------------------------ joining
     def load(self, groups: torch.Tensor, constraints: list[LexicalConstraints | None]) -> None:
@@ -119,9 +126,10 @@ class DeviceConstraints:
         self.progress[: rows.numel()] = self.progress[rows]
 
     # ------------------------------------------------------------------ the step
-    def mask(self, lp: torch.Tensor, history: torch.Tensor, pos: torch.Tensor, max_len: torch.Tensor, eos: int) -> None:
+    def mask(self, lp: torch.Tensor, history: torch.Tensor, pos: torch.Tensor, max_len: torch.Tensor, eos: int, terms: int) -> None:
         """In place on lp (B, V), after the search's own constraints: lexical_constraints.mask_lexical.
-        history (B, T): the rows' tokens so far, pos (B,) how many, max_len (B,) their limit."""
+        history (B, T): the rows' tokens so far, pos (B,) how many, max_len (B,) their limit; terms:
+        the term slots in use (term_slots)."""
         B, V = lp.shape
         T = history.size(1)
         group = self.group_of_row[:B]
@@ -137,36 +145,39 @@ class DeviceConstraints:
         lp.view(-1).index_add_(0, (self.row_offset[:B, None] + last).view(-1),
                                torch.where(after_head, -math.inf, 0.0).view(-1))
         # a term just written: the next piece must start a word
-        terms, length = self.include[group], self.include_len[group]  # (B, C, Lc), (B, C)
+        length = self.include_len[group, :terms]  # (B, terms)
+        terms = self.include[group, :terms]  # (B, terms, Lc)
         Lc = terms.size(2)
         j = self.tail[:Lc]
         written = history.gather(1, (pos[:, None, None] - length[:, :, None] + j).clamp(0, T - 1).view(B, -1)).view(B, -1, Lc)
         ends_term = ((written == terms) | (j >= length[:, :, None])).all(-1) & (pos[:, None] >= length) & (length > 0)
         lp.masked_fill_((ends_term.any(-1) & self.whole_words[group])[:, None] & self.continuations, -math.inf)
         # eos only once every term is in, or at the length limit
-        met = (self.progress[:B] >= length).all(-1)
+        met = (self.progress[:B, : length.size(1)] >= length).all(-1)
         lp[:, eos].masked_fill_(~met & (pos + 1 < max_len), -math.inf)
 
     def choose(self, candidates: torch.Tensor, top_scores: torch.Tensor, top_index: torch.Tensor, alive: torch.Tensor,
-               eos: int) -> dict[str, torch.Tensor]:
+               eos: int, terms: int) -> dict[str, torch.Tensor]:
         """One step's choice for G groups: lexical_constraints.choose_constrained on every group at once.
 
         candidates (G, K*V): beam-summed scores; top_scores, top_index (G, 2K) their best, best first;
-        alive (G,): groups still searching. Returns, per candidate (G, M): `ended` (an eos that ends a
+        alive (G,): groups still searching; terms: the term slots in use (term_slots), C below.
+        Returns, per candidate (G, M): `ended` (an eos that ends a
         hypothesis, at most one per beam, in list order), `unmet` (it ends with a term unmet), `beam`,
         `score`; and for the K that continue (G, K): `next_beam`, `next_token`, `next_score`, and
         `next_progress` (G, K, C)."""
         K, V = self.K, self.V
-        G = candidates.size(0)
-        C, Lc = self.include.shape[1:]
-        progress = self.progress[: G * K].view(G, K, C)
-        length = self.include_len[:G]
+        G, C = candidates.size(0), terms
+        M = 4 * K + 2 * K * C
+        progress = self.progress[: G * K, :C].view(G, K, C)
+        length = self.include_len[:G, :C]
+        first_token = self.include[:G, None, :C, 0]  # (G, 1, C)
         own_score, own_token = candidates.view(G, K, V).topk(OWN_BEST, dim=-1)  # (G, K, OWN_BEST)
         # per beam and term: its next token, and its first where a partial match could start over
         unmet = progress < length[:, None, :]  # (G, K, C)
-        wanted = torch.stack((self._term_token(progress, G), self.include[:G, None, :, 0].expand(G, K, C)), -1).view(G, -1)
+        wanted = torch.stack((self._term_token(progress, G), first_token.expand(G, K, C)), -1).view(G, -1)
         wanted_ok = torch.stack((unmet, unmet & (progress > 0)), -1).view(G, -1)
-        wanted_beam = self.wanted_beam.expand(G, -1)
+        wanted_beam = self.wanted_beam[C].expand(G, -1)
         wanted_score = candidates.gather(1, wanted_beam * V + wanted.clamp(min=0))
 
         beam = torch.cat([top_index // V, self.own_beam.expand(G, -1), wanted_beam], 1)  # (G, M)
@@ -174,26 +185,27 @@ class DeviceConstraints:
         score = torch.cat([top_scores, own_score.view(G, -1), wanted_score], 1)
         valid = torch.cat([torch.ones_like(top_index, dtype=torch.bool), self.has_terms[:G, None].expand(G, K * OWN_BEST), wanted_ok], 1)
         key = beam * V + token
-        valid &= ~(valid[:, None, :] & (key[:, :, None] == key[:, None, :]) & self.earlier).any(-1)  # first of each (beam, token)
+        earlier = self.earlier[:M, :M]
+        valid &= ~(valid[:, None, :] & (key[:, :, None] == key[:, None, :]) & earlier).any(-1)  # first of each (beam, token)
 
         is_eos = token == eos
         live = score > -math.inf
         beam_met = (progress >= length[:, None, :]).all(-1)  # (G, K)
         met_all = beam_met.gather(1, beam)
-        ended = valid & is_eos & live & (self.first_k | (self.lexical[:G, None] & met_all)) & alive[:, None]
+        ended = valid & is_eos & live & (self.first_k[:M] | (self.lexical[:G, None] & met_all)) & alive[:, None]
 
         # each candidate's progress after its token: a term met stays met, a match goes on, a broken one
         # starts over (at 1 where the token begins the term)
         before = progress.gather(1, beam[:, :, None].expand(-1, -1, C))  # (G, M, C)
         t = token[:, :, None]
         after = torch.where(before >= length[:, None, :], before,
-                            torch.where(self._term_token(before, G) == t, before + 1, (self.include[:G, None, :, 0] == t).long()))
+                            torch.where(self._term_token(before, G) == t, before + 1, (first_token == t).long()))
         bank = after.sum(-1)  # term tokens matched
 
         banked = valid & ~is_eos & live
         spare = valid & ~is_eos & ~live
         s_i, s_j = score[:, :, None], score[:, None, :]
-        ahead = (s_j > s_i) | ((s_j == s_i) & self.earlier)  # [g, i, j]: j ranks before i on score
+        ahead = (s_j > s_i) | ((s_j == s_i) & earlier)  # [g, i, j]: j ranks before i on score
         b_i, b_j = bank[:, :, None], bank[:, None, :]
         rank = (banked[:, None, :] & (b_j == b_i) & ahead).sum(-1)  # place within its bank
         r_i, r_j = rank[:, :, None], rank[:, None, :]
@@ -201,7 +213,7 @@ class DeviceConstraints:
         taken = banked & (turn < K)
         t_i, t_j = turn[:, :, None], turn[:, None, :]
         place = (taken[:, None, :] & ((s_j > s_i) | ((s_j == s_i) & (t_j < t_i)))).sum(-1)  # best score first
-        spare_place = taken.sum(1, keepdim=True) + (spare[:, None, :] & self.earlier).sum(-1)
+        spare_place = taken.sum(1, keepdim=True) + (spare[:, None, :] & earlier).sum(-1)
         dest = torch.where(taken, place, torch.where(spare & (spare_place < K), spare_place, K))  # K: not taken
 
         next_beam = beam.new_zeros(G, K + 1).scatter_(1, dest, beam)[:, :K]
@@ -212,7 +224,7 @@ class DeviceConstraints:
                     next_beam=next_beam, next_token=next_token, next_score=next_score, next_progress=next_progress)
 
     def _term_token(self, done: torch.Tensor, G: int) -> torch.Tensor:
-        """(G, N, C) tokens matched of each term -> the term's next token (-1 past its end)."""
+        """(G, N, C) tokens matched of each of the first C terms -> the term's next token (-1 past its end)."""
         Lc = self.include.size(2)
-        return self.include.view(-1)[self.term_offset[:G, None, :] + done.clamp(max=Lc - 1)]
+        return self.include.view(-1)[self.term_offset[:G, None, : done.size(2)] + done.clamp(max=Lc - 1)]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from nmt_serve.inference.device_constraints import DeviceConstraints
+from nmt_serve.inference.device_constraints import MAX_TERMS, DeviceConstraints, term_slots
 from nmt_serve.inference.device_constraints import fits as constraints_fit
 from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.search import (
@@ -177,9 +177,9 @@ def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, 
     pos.add_(was_alive[:, None].expand(G, K).reshape(B))  # (no repeat_interleave: nothing here may wait on the device)
 
 
-def _lexical_beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, L: int) -> None:
-    """_beam_update with lexical constraints (device_constraints.py): the masks, then the choice among
-    the top 2K and the constraint candidates, grouped in banks."""
+def _lexical_beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, L: int, terms: int) -> None:
+    """_beam_update with lexical constraints (device_constraints.py) over `terms` term slots: the masks,
+    then the choice among the top 2K and the constraint candidates, grouped in banks."""
     K, lex = slots.K, slots.lexical
     B = G * K
     lp = torch.log_softmax(dec.step(B, L), dim=-1, dtype=torch.float32)  # (B, V)
@@ -187,13 +187,13 @@ def _lexical_beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, 
     pos = dec.pos[:B]
     max_len = slots.max_len[:B]
     _constrain(lp, pos, slots.min_len[:B], max_len, slots.forced[:B], c)
-    lex.mask(lp, slots.history[:B], pos, max_len, c.eos)
+    lex.mask(lp, slots.history[:B], pos, max_len, c.eos, terms)
     candidates = (lp.view(G, K, V) + slots.score[:B].view(G, K, 1)).view(G, K * V)
     top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (G, 2K), best first
     step = pos.view(G, K)[:, 0] + 1
     alive = slots.alive[:G]
     was_alive = alive.clone()
-    chosen = lex.choose(candidates, top_scores, top_index, alive, c.eos)
+    chosen = lex.choose(candidates, top_scores, top_index, alive, c.eos, terms)
 
     # the hypotheses that end go to their sentence's next free slots, in list order; one per beam at most
     ended = chosen["ended"]
@@ -210,7 +210,7 @@ def _lexical_beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, 
     parent = (slots.group_base[:G] + chosen["next_beam"]).view(B)
     alive.logical_and_(~((count >= K) | (step >= max_len.view(G, K)[:, 0])))
     slots.score[:B] = chosen["next_score"].reshape(B)
-    lex.progress[:B] = chosen["next_progress"].reshape(B, -1)
+    lex.progress[:B, :terms] = chosen["next_progress"].reshape(B, terms)
     slots.history[:B, :L] = slots.history[parent, :L]
     slots.history[dec.rows[:B], pos] = next_token
     dec.reorder(parent, L)
@@ -263,21 +263,22 @@ class DeviceSearch:
             self._slots[K] = SearchSlots(self.decoder, K)
         return self._slots[K]
 
-    def program(self, K: int, G: int, L: int, lexical: bool = False):
+    def program(self, K: int, G: int, L: int, terms: int | None = None):
         """The step of G groups of K rows over L positions: (its graph key, the function to run or capture).
-        lexical: with lexical constraints (beam search only; slots(K).constraints() made)."""
+        terms: with lexical constraints over that many term slots (device_constraints.term_slots; beam
+        search only, slots(K).constraints() made); None: without."""
         dec, slots, c = self.decoder, self.slots(K), self.constants
         if K == 1:
             return ("greedy", G, L), lambda: _greedy_update(dec, slots, c, G, L)
-        if lexical:
-            return ("beam-lexical", K, G, L), lambda: _lexical_beam_update(dec, slots, c, G, L)
+        if terms is not None:
+            return ("beam-lexical", K, G, L, terms), lambda: _lexical_beam_update(dec, slots, c, G, L, terms)
         return ("beam", K, G, L), lambda: _beam_update(dec, slots, c, G, L)
 
     def warmup(self, beam_sizes=(1, 4), max_sentences: int | None = None, lengths: list[int] | None = None,
                lexical: bool = False) -> int:
         """Run (and on CUDA capture) the step of every bucket for these beam sizes, up to max_sentences
         per step and these length buckets (all by default), so that no request pays for a first run;
-        lexical: the constrained beam steps too. Returns the number of programs."""
+        lexical: the constrained beam steps too (every number of term slots). Returns the number of programs."""
         dec = self.decoder
         count = 0
         for K in beam_sizes:
@@ -294,8 +295,9 @@ class DeviceSearch:
                     count += 1
                     if lexical and K > 1:
                         slots.constraints()
-                        dec.run(*self.program(K, G, L, lexical=True))
-                        count += 1
+                        for terms in buckets(MAX_TERMS):
+                            dec.run(*self.program(K, G, L, terms))
+                            count += 1
         if dec.device.type == "cuda":
             torch.cuda.synchronize(dec.device)
         return count
@@ -341,14 +343,14 @@ class DeviceSearch:
         else:
             slots.score[:n].view(B, K).fill_(-math.inf)[:, 0] = 0.0  # only beam 0 is live at first
         slots.start(torch.arange(B, device=device), constraints)
-        lexical = K > 1 and constraints is not None
+        terms = term_slots(constraints) if K > 1 and constraints is not None else None
         sentences = list(range(B))  # sentence index of each group of rows
         results: list[list[SearchHypothesis] | None] = [None] * B
 
         steps = 0
         while True:
             check_deadline(deadline)
-            dec.run(*self.program(K, Gb, dec.length_bucket(max(S, steps + 1)), lexical))
+            dec.run(*self.program(K, Gb, dec.length_bucket(max(S, steps + 1)), terms))
             steps += 1
             if steps % self.check_every and steps < max_steps:
                 continue

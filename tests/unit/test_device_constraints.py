@@ -14,7 +14,7 @@ from conftest import random_model, random_sources
 
 from nmt_serve.inference.continuous import Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
-from nmt_serve.inference.device_constraints import MAX_TERMS, DeviceConstraints, fits
+from nmt_serve.inference.device_constraints import MAX_TERMS, DeviceConstraints, fits, term_slots
 from nmt_serve.inference.device_search import DeviceSearch
 from nmt_serve.inference.lexical_constraints import LexicalConstraints, choose_constrained, constraint_candidates
 from nmt_serve.inference.model_runner import ModelRunner
@@ -53,9 +53,11 @@ def random_constraints(rng: random.Random, V: int, continuations: torch.Tensor |
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_the_choice_is_the_eager_choice(seed):
+@pytest.mark.parametrize("spare_slots", [False, True])
+def test_the_choice_is_the_eager_choice(seed, spare_slots):
     """Random candidates with tied scores across beams, dead beams (-inf), random progress: every
-    group's ended hypotheses and continuing beams (with their progress) are the eager ones, in order."""
+    group's ended hypotheses and continuing beams (with their progress) are the eager ones, in order,
+    with as many term slots as needed or all of them."""
     rng = random.Random(seed)
     G, K, V = 6, rng.choice([2, 4, 5]), 14  # a small vocabulary: constraint tokens among the top ones, duplicates
     lexical = [random_constraints(rng, V, None) for _ in range(G)]
@@ -71,7 +73,8 @@ def test_the_choice_is_the_eager_choice(seed):
     for g, lex in enumerate(lexical):
         for k, p in enumerate(progress[g]):
             state.progress[g * K + k, : len(p)] = torch.tensor(p, dtype=torch.long)
-    out = state.choose(candidates, top_scores, top_index, torch.ones(G, dtype=torch.bool), EOS)
+    terms = MAX_TERMS if spare_slots else term_slots(lexical)
+    out = state.choose(candidates, top_scores, top_index, torch.ones(G, dtype=torch.bool), EOS, terms)
 
     extra = constraint_candidates(candidates, lexical, progress, V)
     for g, lex in enumerate(lexical):
