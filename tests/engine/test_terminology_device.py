@@ -4,18 +4,13 @@ the eager constrained search's translations, the free ones what they get with no
 and a term that cannot fit gives the free translation flagged."""
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
+from test_terminology import GERMAN, run
 
-from nmt_serve.engine.core import EngineConfig, EngineCore
-from nmt_serve.engine.protocol import DecodeOptions, Translate
+from nmt_serve.engine.core import EngineCore
 from nmt_serve.inference.search import SearchOptions, generate
 from nmt_serve.inference.translator import Translator
-
-GERMAN = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch im Park.",
-          "Ein kleines Kind sitzt auf einer Bank.", "Hallo Welt"]
 
 
 @pytest.fixture(scope="module")
@@ -23,22 +18,18 @@ def translator(tiny_checkpoint):
     return Translator.load(tiny_checkpoint, device="cpu", step_mode="static", static_rows=64, static_length=64)
 
 
-def run(translator, *, terms=None, avoid=(), beam=1, max_length=16):
-    """The call's best hypotheses, and the kinds of search groups the engine ran them in."""
-    core = EngineCore({"de-en": translator}, EngineConfig())
-    core.admission.rate = 1e9
-    message = Translate("c", "de-en", [translator.src_tokenizer.encode(t) for t in GERMAN],
-                        DecodeOptions(beam_size=beam, max_length=max_length, return_scores=True), time.monotonic() + 60,
-                        terms=terms, avoid=list(avoid))
-    replies = core.handle(message)
-    kinds = {key[2] for key in core.groups}
-    while core.busy:
-        replies += core.work()
-        kinds |= {key[2] for key in core.groups}
-    [reply] = replies
-    assert reply.error is None, reply.message
-    return [nbest[0] for nbest in reply.value], kinds
+@pytest.fixture
+def kinds(monkeypatch):
+    """The kinds of search ("device", "eager") the engine makes while the test runs."""
+    made = set()
+    new_search = EngineCore._new_search
 
+    def recording(self, model_id, beam, kind):
+        made.add(kind)
+        return new_search(self, model_id, beam, kind)
+
+    monkeypatch.setattr(EngineCore, "_new_search", recording)
+    return made
 
 def eager(translator, i, lexical, beam=4, max_length=16):
     ids = translator.inputs.source_ids(translator.src_tokenizer.encode(GERMAN[i]))
@@ -46,10 +37,10 @@ def eager(translator, i, lexical, beam=4, max_length=16):
     return translator.tgt_tokenizer.decode(hyps[0].tokens)
 
 
-def test_constrained_and_free_sentences_share_the_device_search(translator):
-    free, _ = run(translator, beam=4)
-    terms = [["house"], [], ["green", "cat"], [], ["dog"]]
-    out, kinds = run(translator, terms=terms, beam=4)
+def test_constrained_and_free_sentences_share_the_device_search(translator, kinds):
+    free = run(translator, beam=4)
+    terms = [["house"], [], ["green", "cat"], ["dog"]]
+    out = run(translator, terms=terms, beam=4)
     assert kinds == {"device"}  # no eager group
     lexical = translator.lexical_constraints(terms, (), len(terms))
     for i, (hyp, wanted, alone) in enumerate(zip(out, terms, free)):
@@ -61,21 +52,21 @@ def test_constrained_and_free_sentences_share_the_device_search(translator):
             assert (hyp.text, hyp.score) == (alone.text, alone.score)
 
 
-def test_greedy_calls_with_terms_and_avoided_terms(translator):
+def test_greedy_calls_with_terms_and_avoided_terms(translator, kinds):
     decode, encode = translator.tgt_tokenizer.decode, translator.tgt_tokenizer.encode
-    greedy, _ = run(translator)
+    greedy = run(translator)
     avoided = decode(encode(greedy[1].text)[:2])
-    terms = [["house"], [], [], ["green"], []]
-    out, kinds = run(translator, terms=terms, avoid=[avoided])
+    terms = [["house"], [], [], ["green"]]
+    out = run(translator, terms=terms, avoid=[avoided])
     assert kinds == {"device"}
     lexical = translator.lexical_constraints(terms, [avoided], len(terms))
     for i, hyp in enumerate(out):
         assert hyp.text == eager(translator, i, lexical[i])  # greedy with constraints: 4 beams
 
 
-def test_a_term_that_does_not_fit_gives_the_free_translation_flagged(translator):
-    free, _ = run(translator, beam=4, max_length=3)
-    out, kinds = run(translator, terms=[["green house"], [], [], [], []], beam=4, max_length=3)
+def test_a_term_that_does_not_fit_gives_the_free_translation_flagged(translator, kinds):
+    free = run(translator, beam=4, max_length=3)
+    out = run(translator, terms=[["green house"], [], [], []], beam=4, max_length=3)
     assert kinds == {"device"}
     assert out[0].constraint_unmet and out[0].text == free[0].text
     assert not any(h.constraint_unmet for h in out[1:])
