@@ -17,7 +17,7 @@ likewise, and per row its progress on each term (tokens of it matched). A step t
     the round-robin (rank, then more progress first), its place among the K taken (score, then
     turn); candidates with no score (-inf) fill what is left, in list order. With M = 4K + 2K * T
     (T: term slots, the running sentences' most terms rounded up to a power of two: one program per
-    T; 40 candidates at K = 4, T = 3 or 4) this is a few small tensors per group beside a decoder step.
+    T; 48 candidates at K = 4 with 3 or 4 terms) this is a few small tensors per group beside a decoder step.
 The result is the eager search's choice, candidate for candidate (tests/unit/test_device_constraints.py).
 
 A free group (no constraints) goes through the same choice and gets what search.choose_beams gives

@@ -190,3 +190,26 @@ def test_continuous_device_search_with_constraints_joining_at_different_steps(ch
     for i, src in enumerate(srcs):
         [want] = beam_search(runner, torch.tensor([src]), options[i], lexical=[lexical[i]])
         assert_same([results[i]], [want])
+
+
+@pytest.mark.cuda
+def test_constrained_steps_captured_as_cuda_graphs_give_the_uncaptured_results():
+    """Nothing in the constrained step waits on the host: captured, it replays to the same results."""
+    model = random_model(seed=31).cuda()
+    runner = ModelRunner(model)
+    V = model.config.tgt_vocab_size
+    continuations = torch.zeros(V, dtype=torch.bool, device="cuda")
+    continuations[: V // 3] = True
+    rng = random.Random(31)
+    lexical = [random_constraints(rng, V, continuations) for _ in range(13)]
+    src = random_sources(13, 9, 64, seed=32).cuda()
+    opts = SearchOptions(beam_size=4, num_hypotheses=2, max_length=20)
+    captured = DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64), check_every=1)
+    plain = DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64, capture=False), check_every=1)
+    first = captured.search(src, opts, constraints=lexical)  # captures as it goes
+    again = captured.search(src, opts, constraints=lexical)  # replays
+    reference = plain.search(src, opts, constraints=lexical)
+    assert any(key[0] == "beam-lexical" for key in captured.decoder.graphs)
+    assert_same(first, reference, abs_tol=0)
+    assert_same(again, reference, abs_tol=0)
+    assert_same(first, generate(runner, src, opts, constraints=lexical), abs_tol=1e-3)
