@@ -1,11 +1,14 @@
 """The attention endpoint's work, done in the engine process: translate (or force-decode a given
-translation) with attention maps, and select the layers and heads asked for as plain lists."""
+translation) with attention maps, and select the layers and heads asked for as plain lists; and the one
+number of a map that the quality flags read (source_entropy)."""
 from __future__ import annotations
+
+import math
 
 import torch
 
 from nmt_serve.engine.protocol import Attention
-from nmt_serve.inference.translator import Translator
+from nmt_serve.inference.translator import AttentionMaps, Translator
 
 
 def select(maps: torch.Tensor, layers: list[int], heads: list[int], average: bool) -> list:
@@ -14,6 +17,26 @@ def select(maps: torch.Tensor, layers: list[int], heads: list[int], average: boo
     if average:
         chosen = chosen.mean(dim=1, keepdim=True)
     return chosen.tolist()
+
+
+def source_entropy(translator: Translator, maps: AttentionMaps) -> float:
+    """How spread the decoder's attention is over the source's own pieces: 0 when each target token
+    looks at one source piece, 1 when it looks at all of them alike. Per target token (the end of
+    sentence's row left out), the entropy of the cross-attention averaged over layers and heads, over the
+    source's pieces (the language tag or code and </s> left out, the rest renormalised: they draw mass in
+    short sentences however well those are translated), divided by its maximum log(pieces); the mean over
+    target tokens. An output the source does not ground, a model out of its domain writing what its
+    decoder expects, spreads it (text/quality_flags.py: `detached`); a source of one piece gives 0."""
+    cross = maps.cross.mean(dim=(0, 1))  # (T, S)
+    rows = cross[:-1] if cross.shape[0] > 1 else cross
+    first = 1 if translator.inputs.multilingual else 0
+    last = cross.shape[1] - (1 if translator.inputs.append_eos else 0)
+    own = rows[:, first:last]
+    if own.shape[1] < 2:
+        return 0.0
+    p = own / own.sum(dim=-1, keepdim=True).clamp_min(1e-9)
+    entropy = -(p * p.clamp_min(1e-9).log()).sum(dim=-1)
+    return float(entropy.mean() / math.log(own.shape[1]))
 
 
 def attention_maps(translator: Translator, call: Attention) -> dict:
@@ -35,4 +58,5 @@ def attention_maps(translator: Translator, call: Attention) -> dict:
         decoder_self=select(maps.decoder_self, layers, heads, average) if "decoder_self" in call.include else None,
         encoder_self=select(maps.encoder_self, call.encoder_layers, heads, average) if "encoder_self" in call.include else None,
         alignment=maps.cross[layers][:, heads].mean(dim=(0, 1)).argmax(dim=-1).tolist(),  # (T,) over (T, S)
+        source_entropy=source_entropy(translator, maps),
     )

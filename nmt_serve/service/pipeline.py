@@ -6,7 +6,8 @@ the request goes to the engine in one call per model (so they are batched togeth
 requests'), and each text is put back together around its own whitespace and markup. For HTML, only
 the text between tags is translated; sentences that hold inline tags are aligned word by word
 (the engine's attention, by forced decoding of the translation) so that the tags land on the right
-words. Doubtful sentences are flagged (quality.py).
+words. Doubtful sentences are flagged (text/quality_flags.py), those with a borderline score after a
+look at the same attention.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from nmt_serve.text.glossary import GlossaryEntry, Terminology
 from nmt_serve.text.glossary import check as check_glossary
 from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
 from nmt_serve.text.language_detection import UNDETERMINED, Detection, language_name
-from nmt_serve.text.quality_flags import SentenceFlags, flags_for
+from nmt_serve.text.quality_flags import SentenceFlags, flags_for, needs_attention_check
 from nmt_serve.text.segmentation import Segmented, segment
 from nmt_serve.text.word_alignment import word_alignment
 
@@ -154,10 +155,13 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
 
 async def translate_texts(state: ServiceState, request: Request | None, *, source: str, target: str, texts: list[str],
                           options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True,
-                          upstream_fallbacks: bool = False, terminology: Terminology | None = None) -> list[TextResult]:
+                          upstream_fallbacks: bool = False, terminology: Terminology | None = None,
+                          attention_check: bool = False) -> list[TextResult]:
     """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError.
     terminology: glossary entries applied where their source terms occur, and terms to avoid (text/glossary.py).
     upstream_fallbacks: LibreTranslate's answers for source == target and undetectable texts (resolve_model).
+    attention_check: the caller shows the flags, so the `detached` check runs as the attention_check
+    setting says (it costs a forced decoding per sentence checked; callers that show no flags skip it).
     Without a request it is a job's chunk (jobs_runner.py): background priority in the engine, the
     chunk deadline, the job's own limits (checked when it was submitted)."""
     engine = state.require_ready()
@@ -175,7 +179,7 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
     big = sum(len(t) for t in texts) > INLINE_PREPARE_CHARS
     prepared, batches, sentence_texts = await asyncio.to_thread(prepare) if big else prepare()
 
-    async def run() -> tuple[dict[str, list[list[EngineHypothesis]]], dict]:
+    async def run() -> tuple[dict[str, list[list[EngineHypothesis]]], _Attention]:
         ids = list(batches)
         # scores always: the low-confidence flag reads them (the response shows them only when asked)
         scored = replace(options, return_scores=True)
@@ -186,14 +190,16 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
                                                                         terms=terms.terms_for(sentence_texts[m]), avoid=terms.avoid)
                                                        for m in ids))))
         results = {m: _unescaped(hyps, sentence_texts[m]) for m, hyps in results.items()}
-        alignments = await _align(state, engine, prepared, batches, sentence_texts, results, timeout)
-        return results, alignments
+        # a job's sentences are never checked: the engine takes attention calls ahead of interactive work
+        check = state.settings.attention_check if attention_check and request is not None else "off"
+        attention = await _attention(engine, prepared, batches, sentence_texts, results, timeout, check)
+        return results, attention
 
     if request is not None:
-        results, alignments = await with_deadline(state, request, timeout, run())
+        results, attention = await with_deadline(state, request, timeout, run())
     else:
-        results, alignments = await run()  # the engine drops a chunk past its deadline (504)
-    return [_assemble(state, t, results[t.model.id], sentence_texts[t.model.id], batches[t.model.id], alignments, options)
+        results, attention = await run()  # the engine drops a chunk past its deadline (504)
+    return [_assemble(state, t, results[t.model.id], sentence_texts[t.model.id], batches[t.model.id], attention, options)
             if t.model is not None else _as_is(t, options) for t in prepared]
 
 
@@ -223,31 +229,54 @@ def _as_is(text: _Text, options: DecodeOptions) -> TextResult:
                       model="", score=score, normalized_score=score, hypothesis_scores=[score] * options.num_hypotheses)
 
 
-async def _align(state: ServiceState, engine, prepared: list[_Text], batches: dict[str, list[list[int]]], sentence_texts: dict[str, list[str]],
-                 results: dict[str, list[list[EngineHypothesis]]], timeout: float) -> dict[tuple[str, int], list]:
-    """Word alignments of the sentences inside HTML segments that hold inline tags (only those pay
-    for it): the engine's attention over the chosen translation, by forced decoding."""
-    wanted = [(t.model, unit.first + k) for t in prepared if t.model for unit in t.units if unit.needs_alignment
-              for k in range(len(unit.segmented.sentences))]
-    wanted = [(m, k) for m, k in wanted if results[m.id][k][0].text]
-    if not wanted:
-        return {}
+@dataclass
+class _Attention:
+    """What the pipeline read from the engine's attention, per (model id, sentence index in its batch)."""
 
-    async def one(model: ServedDirection, k: int):
-        source, target = sentence_texts[model.id][k], results[model.id][k][0].text
-        maps = await engine.attention(model.engine_model, timeout, source=batches[model.id][k], target_text=target,
-                                      target_prefix=model.target_prefix,
-                                      beam_size=1, include=("cross",),
+    alignments: dict[tuple[str, int], list] = field(default_factory=dict)
+    source_entropy: dict[tuple[str, int], float] = field(default_factory=dict)
+
+
+async def _attention(engine, prepared: list[_Text], batches: dict[str, list[list[int]]], sentence_texts: dict[str, list[str]],
+                     results: dict[str, list[list[EngineHypothesis]]], timeout: float, check: str) -> _Attention:
+    """The engine's attention over the chosen translations, by forced decoding, one call per sentence that
+    needs it (only those pay for it): word alignments of the sentences inside HTML segments that hold
+    inline tags, and the source entropy of those the `detached` flag checks (check: the attention_check
+    setting)."""
+    align = {(t.model.id, unit.first + k) for t in prepared if t.model for unit in t.units if unit.needs_alignment
+             for k in range(len(unit.segmented.sentences))}
+    served = {t.model.id: t.model for t in prepared if t.model is not None}
+    checked = set() if check == "off" else {
+        (m, k) for m, hyps in results.items() for k, nbest in enumerate(hyps)
+        if check == "all" or needs_attention_check(_mean_logprob(nbest[0]))}
+    wanted = sorted((m, k) for m, k in align | checked if results[m][k][0].text)
+    if not wanted:
+        return _Attention()
+
+    async def one(model: ServedDirection, k: int) -> dict:
+        return await engine.attention(model.engine_model, timeout, source=batches[model.id][k], target_text=results[model.id][k][0].text,
+                                      target_prefix=model.target_prefix, beam_size=1, include=(),
                                       layers=list(range(model.info["n_decoder_layers"])), heads=list(range(model.info["n_heads"])),
                                       encoder_layers=[], average_heads=True)
-        return word_alignment(source, target, maps["source_tokens"], maps["target_tokens"], maps["alignment"])
 
-    found = await asyncio.gather(*(one(m, k) for m, k in wanted))
-    return {(m.id, k): a for (m, k), a in zip(wanted, found)}
+    found = await asyncio.gather(*(one(served[m], k) for m, k in wanted))
+    out = _Attention()
+    for (m, k), maps in zip(wanted, found):
+        if (m, k) in align:
+            source, target = sentence_texts[m][k], results[m][k][0].text
+            out.alignments[(m, k)] = word_alignment(source, target, maps["source_tokens"], maps["target_tokens"], maps["alignment"])
+        if (m, k) in checked:
+            out.source_entropy[(m, k)] = maps["source_entropy"]
+    return out
+
+
+def _mean_logprob(h: EngineHypothesis) -> float | None:
+    """The score per generated token, eos included (what low_confidence reads)."""
+    return h.score / (h.tokens + 1) if h.score is not None else None
 
 
 def _assemble(state: ServiceState, text: _Text, hyps: list[list[EngineHypothesis]], sources: list[str], ids: list[list[int]],
-              alignments: dict, options: DecodeOptions) -> TextResult:
+              attention: _Attention, options: DecodeOptions) -> TextResult:
     n = options.num_hypotheses
     rebuilt: list[list[str]] = [[] for _ in range(n)]  # per n-best rank, per unit
     aligned: list[AlignedText] = []
@@ -262,12 +291,13 @@ def _assemble(state: ServiceState, text: _Text, hyps: list[list[EngineHypothesis
         for rank in range(1, n):
             rebuilt[rank].append(seg.rebuild([nbest[min(rank, len(nbest) - 1)].text for nbest in mine]))
         if text.document is not None:
-            aligned.append(AlignedText(best_text, _unit_alignment(unit, target_spans, alignments, text.model.id)))
+            aligned.append(AlignedText(best_text, _unit_alignment(unit, target_spans, attention.alignments, text.model.id)))
         for k, nbest in enumerate(mine):
             best = nbest[0]
             found = flags_for(sources[first + k], best.text, truncated=best.truncated, split=k in seg.long_sentences,
                               long=len(ids[first + k]) > state.settings.max_sentence_tokens,
-                              mean_logprob=best.score / (best.tokens + 1) if best.score is not None else None)
+                              mean_logprob=_mean_logprob(best),
+                              source_entropy=attention.source_entropy.get((text.model.id, first + k)))
             if best.constraint_unmet:  # its glossary terms did not fit: this is its free translation
                 found = (*found, "constraint_unmet")
             if found:

@@ -69,7 +69,7 @@ class SentenceFlag(BaseModel):
     source: str
     text: str = Field(description="its translation")
     flags: list[str] = Field(description="repetition, length_ratio, copied_source, truncated, split, long, low_confidence, "
-                                         "constraint_unmet "
+                                         "detached, constraint_unmet "
                                          "(README: quality flags)")
 
 
@@ -136,7 +136,7 @@ class AttentionResponse(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{
         "model": "de-en", "source_tokens": ["▁Ein", "▁Hund", "</s>"], "target_tokens": ["▁A", "▁dog", "</s>"],
         "translation": "A dog", "score": -1.2, "layers": [2], "heads": None, "num_layers": 3, "num_heads": 4,
-        "cross": [[[[0.9, 0.08, 0.02], [0.1, 0.85, 0.05], [0.05, 0.1, 0.85]]]], "alignment": [0, 1, 2],
+        "cross": [[[[0.9, 0.08, 0.02], [0.1, 0.85, 0.05], [0.05, 0.1, 0.85]]]], "alignment": [0, 1, 2], "source_entropy": 0.31,
     }]})
     model: str
     source_tokens: list[str] = Field(description="source pieces, end-of-sentence included")
@@ -151,6 +151,9 @@ class AttentionResponse(BaseModel):
     decoder_self: list[list[list[list[float]]]] | None = Field(None, description="decoder_self[layer][head][target][target]")
     encoder_self: list[list[list[list[float]]]] | None = Field(None, description="encoder_self[layer][head][source][source]")
     alignment: list[int] = Field(description="for each target token, the most-attended source token (cross attention, selected layers and heads averaged)")
+    source_entropy: float = Field(description="how spread the cross attention (all layers and heads averaged) is over the source's "
+                                              "own pieces, 0 (each target token looks at one) to 1 (at all alike): what the "
+                                              "`detached` quality flag reads (README: quality flags)")
 
 
 class ModelInfo(BaseModel):

@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     max_sentence_tokens: int = Field(48, ge=4, description="a sentence longer than this many source tokens is cut at clause "
                                                            "punctuation, else between words, and translated in pieces "
                                                            "(the shipped models saw at most ~40 in training and stop early past it)")
+    attention_check: str = Field("borderline", pattern="^(borderline|all|off)$",
+                                 description="the `detached` quality flag reads the model's attention over a translation, a "
+                                             "forced decoding of it in the engine: borderline: for sentences whose score is "
+                                             "between low_confidence's threshold and -0.4 (about a third of in-domain ones); "
+                                             "all: for every sentence; off: never (only /v1/translate checks, and not in jobs)")
     max_beam_size: int = Field(8, ge=1)
     max_output_length: int = Field(512, ge=1, description="upper bound for max_length in a request")
     request_timeout_s: float = Field(30.0, gt=0, description="a request still waiting after this gets 504")

@@ -129,3 +129,12 @@ def test_out_of_domain_sentences_are_flagged_and_in_domain_ones_not(client):
     assert "flags" not in fine
     metrics = client.get("/metrics").text
     assert 'nmt_translation_flags_total{flag="' in metrics
+
+
+def test_a_fluent_translation_the_source_does_not_ground_is_flagged_detached(client):
+    """A borderline score and the attention spread over the whole source: flagged by the attention check
+    (a labelled everyday sentence of bench/quality_flags_labelled.tsv), the in-domain sentence not checked."""
+    body = translate(client, ["Wo ist der Bahnhof?", "Zwei Kinder spielen im Garten."], return_scores=True)
+    doubtful, fine = body["translations"]
+    assert doubtful["flags"] == [{"sentence": 0, "source": "Wo ist der Bahnhof?", "text": doubtful["text"], "flags": ["detached"]}], doubtful
+    assert "flags" not in fine

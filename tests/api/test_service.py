@@ -248,6 +248,7 @@ def test_attention_maps_shaped_and_normalized(client):
             assert all(v == 0 for t, row in enumerate(head) for v in row[t + 1 :])
     assert len(body["alignment"]) == T and all(0 <= a < S for a in body["alignment"])
     assert body["source_tokens"][-1] == "</s>" and body["target_tokens"][-1] == "</s>"
+    assert 0.0 <= body["source_entropy"] <= 1.0  # what the detached quality flag reads
 
 
 def test_attention_of_a_given_translation_with_selection(client):
