@@ -115,12 +115,13 @@ def marian_twin(checkpoint: Path, out: Path, seed: int = 0, shape: str | None = 
     return out
 
 
-def start_service(port: int, models_dir: Path, flags: list[str], timeout: float = 300.0) -> subprocess.Popen:
+def start_service(port: int, models_dir: Path, flags: list[str], timeout: float = 300.0, root: Path = ROOT) -> subprocess.Popen:
     """`python -m nmt_serve.service` on a loopback port with `flags`, once ready (on CUDA the engine
-    captures its graphs first); its log, which nobody reads, goes to a file, not a pipe that could fill."""
+    captures its graphs first); its log, which nobody reads, goes to a file, not a pipe that could fill.
+    root: the checkout whose code runs (another one: to compare with a revision of it)."""
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(models_dir),
-                             "--log-level", "warning", *flags], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                             "--log-level", "warning", *flags], cwd=root, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:

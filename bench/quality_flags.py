@@ -4,14 +4,28 @@ greetings and chat lines.
 
     python -m bench.quality_flags [--data ../shared/data/multi30k]
     python -m bench.quality_flags --labelled [--data ...]
+    python -m bench.quality_flags --latency [--baseline-root ../before]
+    python -m bench.quality_flags --directions fr-en,en-fr,cs-en,en-cs
 
 --labelled: precision and recall of "doubtful" (any flag) on a labelled set built from Multi30k: clean
 sentences (label: fine) and the same sentences garbled three ways (label: nonsense in, so nonsense out):
 words shuffled, word salad (random words of the split's vocabulary, as many as the sentence has) and
-letters shuffled inside each word. The score threshold is calibrated on val (held out from training)
-and the figures are measured on test_2016_flickr, which the calibration never saw; it prints the
-mean log-probability per token at the percentiles of val's clean sentences, and precision/recall per
-flag and for each candidate threshold.
+letters shuffled inside each word; and on hand-labelled translations of sentences the model was not
+trained for (bench/quality_flags_labelled.tsv: everyday sentences, short captions; how they were
+labelled is in the file). The thresholds of the score (low_confidence) and of the attention's source
+entropy (detached) are calibrated on val (held out from training) and the figures are measured on
+test_2016_flickr, which the calibration never saw; it prints both at the percentiles of val's clean
+sentences, and precision/recall per flag, for each candidate threshold, and for low_confidence and
+detached alone and together.
+
+--directions: how many clean val sentences each flag takes in other directions of the served model, whose
+thresholds were calibrated on de-en and en-de only.
+
+--latency: what the attention check costs a /v1/translate request: one service per attention_check setting
+(off, borderline, all; and --baseline-root: a checkout from before the check, as it is), all on the
+shipped checkpoints, CPU, default settings; one sentence per request, concurrency 1, the same sentence
+sent to each service in turn (rotating who goes first) so that the machine's other load falls on all of
+them alike: in-domain sentences (test_2016_flickr) and the hand-labelled everyday ones.
 """
 from __future__ import annotations
 
@@ -19,11 +33,23 @@ import argparse
 import gzip
 import os
 import random
+import statistics
+import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
+from bench.common import ROOT, start_service
+from nmt_serve.engine.attention_maps import source_entropy
 from nmt_serve.inference.translator import Translator
-from nmt_serve.text.quality_flags import flags_for
+from nmt_serve.text.quality_flags import (
+    DETACHED,
+    LOW_CONFIDENCE,
+    MAX_SOURCE_ENTROPY,
+    MIN_MEAN_LOGPROB,
+    flags_for,
+    needs_attention_check,
+)
 
 OUT_OF_DOMAIN = {
     "de": ["Hallo", "Guten Morgen", "Wie geht es dir?", "Danke schön!", "Bis morgen", "Ich liebe dich.",
@@ -41,6 +67,7 @@ def flags_of(source: str, result) -> tuple[str, ...]:
 
 
 GARBLINGS = ("shuffled", "salad", "letters")
+LABELS = Path(__file__).with_name("quality_flags_labelled.tsv")
 
 
 def garble(lines: list[str], kind: str, seed: int = 0) -> list[str]:
@@ -68,49 +95,199 @@ def read(data: str, split: str, lang: str) -> list[str]:
         return [line.strip() for line in f]
 
 
-def labelled(translator: Translator, lines: list[str], beam_size: int, target: str) -> list[tuple[str, str, str, float, tuple[str, ...]]]:
-    """(kind: clean or a garbling, source, output, mean log-probability per token, flags) for the clean lines and
-    their garblings; all but clean are labelled nonsense."""
+@dataclass
+class Row:
+    kind: str  # clean or a garbling; everyday or short (the hand-labelled file)
+    source: str
+    output: str
+    doubtful: bool  # the label: garbled, or labelled wrong by hand
+    mean_logprob: float
+    source_entropy: float
+    flags: tuple[str, ...]  # as the service gives them with every sentence's attention checked
+
+
+def translated(translator: Translator, kinds_sources: list[tuple[str, str, bool]], beam_size: int, target: str) -> list[Row]:
+    sources = [source for _, source, _ in kinds_sources]
+    results = translator.translate(sources, beam_size=beam_size, return_scores=True, return_attention=True, target_lang=target)
     rows = []
-    for kind in ("clean", *GARBLINGS):
-        sources = lines if kind == "clean" else garble(lines, kind)
-        for source, r in zip(sources, translator.translate(sources, beam_size=beam_size, return_scores=True, target_lang=target)):
-            best = r.hypotheses[0]
-            rows.append((kind, source, best.text, best.score / (len(best.tokens) + 1), flags_of(source, r)))
+    for (kind, source, doubtful), r in zip(kinds_sources, results):
+        best = r.hypotheses[0]
+        mean, entropy = best.score / (len(best.tokens) + 1), source_entropy(translator, r.attention)
+        rows.append(Row(kind, source, best.text, doubtful, mean, entropy,
+                        flags_for(source, best.text, mean_logprob=mean, source_entropy=entropy)))
     return rows
 
 
-def precision_recall(rows, predicted) -> str:
-    tp = sum(1 for row in rows if row[0] != "clean" and predicted(row))
-    fp = sum(1 for row in rows if row[0] == "clean" and predicted(row))
-    fn = sum(1 for row in rows if row[0] != "clean" and not predicted(row))
+def labelled(translator: Translator, lines: list[str], beam_size: int, target: str) -> list[Row]:
+    """The clean lines and their garblings; all but clean are labelled doubtful."""
+    return translated(translator, [(kind, source, kind != "clean") for kind in ("clean", *GARBLINGS)
+                                   for source in (lines if kind == "clean" else garble(lines, kind))], beam_size, target)
+
+
+def hand_labelled(translator: Translator, pair: str, beam_size: int) -> tuple[list[Row], int]:
+    """The rows of LABELS for a direction whose output the model still gives, and how many it no longer does."""
+    entries = [line.rstrip("\n").split("\t") for line in LABELS.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
+    mine = [(kind, source, output, label == "wrong") for kind, direction, source, output, label in entries if direction == pair]
+    rows = translated(translator, [(kind, source, wrong) for kind, source, _, wrong in mine], beam_size, pair.split("-")[1])
+    kept = [row for row, (*_, output, _) in zip(rows, mine) if row.output == output]
+    return kept, len(rows) - len(kept)
+
+
+def precision_recall(rows: list[Row], predicted) -> str:
+    tp = sum(1 for row in rows if row.doubtful and predicted(row))
+    fp = sum(1 for row in rows if not row.doubtful and predicted(row))
+    fn = sum(1 for row in rows if row.doubtful and not predicted(row))
     precision = tp / (tp + fp) if tp + fp else 0.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     return f"precision {precision:.3f}, recall {recall:.3f} (tp {tp}, fp {fp}, fn {fn})"
 
 
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[int(p / 100 * (len(ordered) - 1))]
+
+
+def low_confidence(row: Row) -> bool:
+    return LOW_CONFIDENCE in row.flags
+
+
+def detached(row: Row) -> bool:
+    return DETACHED in row.flags
+
+
+def borderline_detached(row: Row) -> bool:
+    """detached as the service gives it by default: only where the score is borderline (attention_check)."""
+    return detached(row) and needs_attention_check(row.mean_logprob)
+
+
 def labelled_report(args) -> None:
-    for pair in ("de-en", "en-de"):
+    translator = Translator.load(args.model, device="cpu")
+    pairs = ("de-en", "en-de")
+    val = {pair: labelled(translator, read(args.data, "val", pair[:2])[: args.lines], args.beam_size, pair[3:]) for pair in pairs}
+    clean_val = {pair: [row for row in rows if row.kind == "clean"] for pair, rows in val.items()}
+    pooled = [row.source_entropy for rows in clean_val.values() for row in rows]
+    print(f"# {args.model}, beam {args.beam_size}, CPU; val: {args.lines} clean sentences per direction and 3x as many garbled")
+    print("source entropy, clean val, both directions pooled: "
+          + ", ".join(f"p{p}={percentile(pooled, p):.3f}" for p in (90, 95, 98, 99)) + f" (shipped: {MAX_SOURCE_ENTROPY})")
+    for pair in pairs:
         src, tgt = pair.split("-")
-        translator = Translator.load(args.model, device="cpu")
-        val = labelled(translator, read(args.data, "val", src)[: args.lines], args.beam_size, tgt)
-        clean = sorted(row[3] for row in val if row[0] == "clean")
-        print(f"## {pair} ({args.model}): val, {len(clean)} clean sentences and {len(val) - len(clean)} garbled, beam {args.beam_size}")
+        clean = [row.mean_logprob for row in clean_val[pair]]
+        entropies = [row.source_entropy for row in clean_val[pair]]
+        print(f"## {pair}: val")
         print("mean log-probability per token, clean val, percentiles: "
-              + ", ".join(f"p{p}={clean[int(p / 100 * (len(clean) - 1))]:.3f}" for p in (1, 2, 5, 10, 20)))
+              + ", ".join(f"p{p}={percentile(clean, p):.3f}" for p in (1, 2, 5, 10, 20)))
+        print("source entropy, clean val, percentiles: " + ", ".join(f"p{p}={percentile(entropies, p):.3f}" for p in (50, 90, 95, 98, 99)))
         for kind in GARBLINGS:
-            values = sorted(row[3] for row in val if row[0] == kind)
-            print(f"  {kind}: median {values[len(values) // 2]:.3f}")
+            rows = [row for row in val[pair] if row.kind == kind]
+            print(f"  {kind}: median log-prob {percentile([r.mean_logprob for r in rows], 50):.3f}, "
+                  f"median source entropy {percentile([r.source_entropy for r in rows], 50):.3f}")
         test = labelled(translator, read(args.data, "test_2016_flickr", src)[: args.lines], args.beam_size, tgt)
+        clean_test = [row for row in test if row.kind == "clean"]
         print(f"## {pair}: test_2016_flickr (held out), {len(test)} rows")
-        print(f"- any flag (as shipped): {precision_recall(test, lambda row: bool(row[4]))}")
-        for flag in sorted({f for row in test for f in row[4]}):
-            print(f"  - {flag}: {precision_recall(test, lambda row, flag=flag: flag in row[4])}")
+        print(f"- any flag, every sentence's attention checked: {precision_recall(test, lambda row: bool(row.flags))}")
+        print(f"- any flag, attention checked where the score is borderline (the service's default): "
+              f"{precision_recall(test, lambda row: bool(set(row.flags) - {DETACHED}) or borderline_detached(row))}")
+        for flag in sorted({f for row in test for f in row.flags}):
+            print(f"  - {flag}: {precision_recall(test, lambda row, flag=flag: flag in row.flags)}")
+        both = lambda row: low_confidence(row) or detached(row)
+        gated = lambda row: low_confidence(row) or borderline_detached(row)
+        checked = sum(needs_attention_check(row.mean_logprob) for row in clean_test) / len(clean_test)
+        print(f"- low_confidence alone (< {MIN_MEAN_LOGPROB}): {precision_recall(test, low_confidence)}")
+        print(f"- detached alone (> {MAX_SOURCE_ENTROPY}): {precision_recall(test, detached)}")
+        print(f"- both: {precision_recall(test, both)}")
+        print(f"- both, detached only where borderline ({checked:.3f} of clean test sentences checked): {precision_recall(test, gated)}")
+        share = sum(both(row) for row in clean_val[pair]) / len(clean_val[pair])
+        matched = percentile(clean, 100 * share)
+        print(f"- low_confidence alone at {matched:.3f}, the val percentile both flag ({100 * share:.1f}%): "
+              f"{precision_recall(test, lambda row, t=matched: row.mean_logprob < t)}")
+        for kind in GARBLINGS:
+            rows = [row for row in test if row.kind == kind]
+            print(f"  - recall on {kind}: " + ", ".join(f"{name} {sum(map(f, rows)) / len(rows):.3f}" for name, f in
+                                                       (("low_confidence", low_confidence), ("detached", detached), ("both", both), ("both, borderline", gated))))
         for p in (1, 2, 5, 10):
-            threshold = clean[int(p / 100 * (len(clean) - 1))]
-            print(f"- mean log-prob < {threshold:.3f} (val p{p}): {precision_recall(test, lambda row, t=threshold: row[3] < t)}")
-            print(f"  with the other flags: {precision_recall(test, lambda row, t=threshold: row[3] < t or bool(set(row[4]) - {'low_confidence'}))}")
+            threshold = percentile(clean, p)
+            print(f"- mean log-prob < {threshold:.3f} (val p{p}): {precision_recall(test, lambda row, t=threshold: row.mean_logprob < t)}")
+            print(f"  with the other flags: {precision_recall(test, lambda row, t=threshold: row.mean_logprob < t or bool(set(row.flags) - {LOW_CONFIDENCE}))}")
+        for p in (95, 98, 99):
+            threshold = percentile(pooled, p)
+            print(f"- source entropy > {threshold:.3f} (pooled val p{p}): {precision_recall(test, lambda row, t=threshold: row.source_entropy > t)}; "
+                  f"or low_confidence: {precision_recall(test, lambda row, t=threshold: row.source_entropy > t or low_confidence(row))}")
+        rows, changed = hand_labelled(translator, pair, args.beam_size)
+        print(f"## {pair}: hand-labelled ({LABELS.name}), {len(rows)} rows ({changed} outputs changed since labelled, left out)")
+        for kind in ("everyday", "short"):
+            mine = [row for row in rows if row.kind == kind]
+            wrong = [row for row in mine if row.doubtful]
+            print(f"- {kind}: {len(wrong)} wrong, {len(mine) - len(wrong)} fine; flagged: " + "; ".join(
+                f"{name} {sum(map(f, wrong))}/{len(wrong)} wrong, {sum(f(row) for row in mine if not row.doubtful)}/{len(mine) - len(wrong)} fine"
+                for name, f in (("low_confidence", low_confidence), ("detached", detached), ("both", both), ("both, borderline", gated),
+                                ("any flag", lambda row: bool(row.flags)))))
+            for row in mine:
+                if args.verbose or row.doubtful and detached(row) and not low_confidence(row) or not row.doubtful and row.flags:
+                    print(f"    {'wrong' if row.doubtful else 'fine'} {row.mean_logprob:.2f} {row.source_entropy:.3f} "
+                          f"{','.join(row.flags) or '-'}: {row.source!r} -> {row.output!r}")
         print()
+
+
+def directions_report(args) -> None:
+    translator = Translator.load(args.model, device="cpu")
+    print(f"# {args.model}, beam {args.beam_size}, CPU: clean val, the first {args.lines} sentences per direction, share flagged")
+    for pair in args.directions.split(","):
+        rows = translated(translator, [("clean", line, False) for line in read(args.data, "val", pair[:2])[: args.lines]],
+                          args.beam_size, pair[3:])
+        print(f"- {pair}: " + ", ".join(f"{name} {sum(map(f, rows)) / len(rows):.3f}" for name, f in (
+            ("low_confidence", low_confidence), ("detached", detached), ("both", lambda row: low_confidence(row) or detached(row)),
+            ("both, borderline", lambda row: low_confidence(row) or borderline_detached(row)))))
+
+
+def latency_report(args) -> None:
+    import httpx
+
+    services = {mode: ["--attention-check", mode] for mode in ("off", "borderline", "all")}
+    roots = {mode: ROOT for mode in services}
+    if args.baseline_root:
+        services = {"before": [], **services}
+        roots["before"] = Path(args.baseline_root).resolve()
+    entries = [line.split("\t") for line in LABELS.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
+    sets = {"in-domain (test_2016_flickr)": read(args.data, "test_2016_flickr", "de")[: args.requests],
+            "everyday (hand-labelled)": [source for kind, direction, source, *_ in entries if kind == "everyday" and direction == "de-en"]}
+    procs, clients = [], {}
+    try:
+        for k, (mode, flags) in enumerate(services.items()):
+            procs.append(start_service(args.port + k, ROOT / "checkpoints", ["--device", "cpu", *flags], root=roots[mode]))
+            clients[mode] = httpx.Client(base_url=f"http://127.0.0.1:{args.port + k}", timeout=60)
+        modes = list(services)
+        print(f"# /v1/translate, one de-en sentence per request, beam 4, concurrency 1, {len(modes)} services in turn")
+        for name, sentences in sets.items():
+            times: dict[str, list[float]] = {mode: [] for mode in modes}
+            checked = 0
+            for warmup in sentences[:5]:
+                for mode in modes:
+                    clients[mode].post("/v1/translate", json={"text": warmup, "source": "de", "target": "en"})
+            for i, sentence in enumerate(sentences):
+                order = modes[i % len(modes):] + modes[: i % len(modes)]
+                for mode in order:
+                    start = time.perf_counter()
+                    r = clients[mode].post("/v1/translate", json={"text": sentence, "source": "de", "target": "en", "return_scores": True})
+                    times[mode].append(time.perf_counter() - start)
+                    r.raise_for_status()
+                    if mode == "off":
+                        body = r.json()
+                        checked += needs_attention_check(body["translations"][0]["score"] / (body["usage"]["generated_tokens"] + 1))
+            print(f"## {name}: {len(sentences)} requests each, {checked} ({100 * checked / len(sentences):.0f}%) with a borderline score")
+            for mode in modes:
+                t = sorted(times[mode])
+                # the same sentence's time against the first service's: paired, so sentence lengths cancel out
+                diffs = [1000 * (a - b) for a, b in zip(times[mode], times[modes[0]])]
+                spread = 1.96 * statistics.stdev(diffs) / len(diffs) ** 0.5
+                print(f"- {mode}: p50 {1000 * statistics.median(t):.1f} ms, p90 {1000 * t[int(0.9 * (len(t) - 1))]:.1f} ms, "
+                      f"mean {1000 * statistics.fmean(t):.1f} ms; against {modes[0]}, per request: median "
+                      f"{statistics.median(diffs):+.1f} ms, mean {statistics.fmean(diffs):+.1f} ± {spread:.1f} ms")
+    finally:
+        for client in clients.values():
+            client.close()
+        for proc in procs:
+            proc.terminate()
+            proc.wait(30)
 
 
 def main() -> None:
@@ -121,9 +298,21 @@ def main() -> None:
     parser.add_argument("--model", default="checkpoints/multi30k", help="--labelled: the checkpoint (the service routes "
                                                                       "every direction to the multilingual one)")
     parser.add_argument("--lines", type=int, default=500, help="--labelled: the first N lines of val and of test")
+    parser.add_argument("--verbose", action="store_true", help="--labelled: every hand-labelled row with its score and entropy")
+    parser.add_argument("--directions", help="clean val sentences flagged in these directions (see above)")
+    parser.add_argument("--latency", action="store_true", help="/v1/translate latency for each attention_check setting (see above)")
+    parser.add_argument("--baseline-root", help="--latency: also a service run from this checkout (before the check)")
+    parser.add_argument("--requests", type=int, default=200, help="--latency: in-domain sentences")
+    parser.add_argument("--port", type=int, default=18790, help="--latency: the first service's port (one more for each next)")
     args = parser.parse_args()
     if args.labelled:
         labelled_report(args)
+        return
+    if args.latency:
+        latency_report(args)
+        return
+    if args.directions:
+        directions_report(args)
         return
     for pair in ("de-en", "en-de"):
         src = pair.split("-")[0]
