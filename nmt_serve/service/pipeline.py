@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from fastapi import Request
 
 from nmt_serve.engine.protocol import BACKGROUND, INTERACTIVE, DecodeOptions, EngineHypothesis
+from nmt_serve.network.tokenizer import UNKNOWN_MARK, Tokenizer, restore_unknowns
 from nmt_serve.service.deadlines import request_timeout, with_deadline
 from nmt_serve.service.directions import ServedDirection
 from nmt_serve.service.errors import bad_request
@@ -189,7 +190,7 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
                                                                         served[m].target_prefix, priority,
                                                                         terms=terms.terms_for(sentence_texts[m]), avoid=terms.avoid)
                                                        for m in ids))))
-        results = {m: _unescaped(hyps, sentence_texts[m]) for m, hyps in results.items()}
+        results = {m: _cleaned(hyps, sentence_texts[m], served[m].inputs.tokenizer) for m, hyps in results.items()}
         # a job's sentences are never checked: the engine takes attention calls ahead of interactive work
         check = state.settings.attention_check if attention_check and request is not None else "off"
         attention = await _attention(engine, prepared, batches, sentence_texts, results, timeout, check)
@@ -216,11 +217,19 @@ def terminology(glossary: list | None, avoid: list[str] | None, param: str) -> T
     return Terminology(entries, avoided)
 
 
-def _unescaped(hyps: list[list[EngineHypothesis]], sources: list[str]) -> list[list[EngineHypothesis]]:
-    """The models' outputs with the character references they learned from their data (`&amp;`)
-    decoded once, before alignment and reassembly (text/entities.py)."""
-    return [[replace(h, text=unescape_output(src, h.text)) if "&" in h.text else h for h in nbest]
-            for nbest, src in zip(hyps, sources)]
+def _cleaned(hyps: list[list[EngineHypothesis]], sources: list[str], tokenizer: Tokenizer) -> list[list[EngineHypothesis]]:
+    """The models' outputs with the source's characters the tokenizer has no piece for put back where
+    the model wrote <unk> (network/tokenizer.restore_unknowns), and the character references they
+    learned from their data (`&amp;`) decoded once (text/entities.py), before alignment and reassembly."""
+    def clean(h: EngineHypothesis, src: str) -> EngineHypothesis:
+        text = h.text
+        if UNKNOWN_MARK in text:
+            text = restore_unknowns(text, tokenizer.unknown_spans(src))
+        if "&" in text:
+            text = unescape_output(src, text)
+        return h if text == h.text else replace(h, text=text)
+
+    return [[clean(h, src) for h in nbest] for nbest, src in zip(hyps, sources)]
 
 
 def _as_is(text: _Text, options: DecodeOptions) -> TextResult:

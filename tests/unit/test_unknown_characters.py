@@ -40,3 +40,14 @@ def test_the_translator_puts_them_back(tiny_checkpoint, monkeypatch):
     monkeypatch.setattr(translator.tgt_tokenizer, "decode", lambda ids: f"x {UNKNOWN_MARK} y" if ids else decode(ids))
     [result] = translator.translate([text], beam_size=2, num_hypotheses=2, max_length=4)
     assert [h.text for h in result.hypotheses] == [f"x{tok.unknown_spans(text)[0]}y"] * 2
+
+
+def test_the_service_puts_them_back_before_it_unescapes():
+    from nmt_serve.engine.protocol import EngineHypothesis
+    from nmt_serve.service.pipeline import _cleaned
+
+    tok = Tokenizer(CAPTIONS_SPM)
+    hyps = [[EngineHypothesis(f"GTK {UNKNOWN_MARK} 3 &amp; Qt", -1.0), EngineHypothesis("plain", -2.0)]]
+    [[first, second]] = _cleaned(hyps, ["GTK+3 & Qt"], tok)
+    assert first.text == "GTK+3 & Qt" and first.score == -1.0
+    assert second is hyps[0][1]  # nothing to do: the same object
