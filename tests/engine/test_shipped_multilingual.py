@@ -101,8 +101,10 @@ def test_every_direction_through_the_service():
         wait_ready(client, timeout=120)
         models = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
         assert sorted(models) == sorted(DIRECTIONS)
-        # the multilingual model's recorded scores beat the bilingual models' in de-en and en-de too
-        assert {m["model"] for m in models.values()} == {"multi30k"}
+        # the model trained on captions and package descriptions takes every direction: routing compares
+        # the models over both test sets (the caption-only ones were measured on captions, or score ~1 BLEU
+        # on the descriptions)
+        assert {m["model"] for m in models.values()} == {"debian-multi30k"}
         for direction in DIRECTIONS:
             source, target = direction.split("-")
             response = client.post("/v1/translate", json={"text": sample(source, 3), "source": source, "target": target})
