@@ -3,7 +3,8 @@
 The budget (`memory_budget_gb`; 0: what the device has free at start-up, less a tenth) is spent in
 this order:
 1. the weights of every model that will load (counted from its config, at the dtype it runs in;
-   int8 adds its packed copy of every Linear weight beside the float ones; oneDNN's packed float
+   int8 adds its packed copy of every Linear weight beside the float ones, and of the output layer's a
+   second one in oneDNN's layout for large batches; oneDNN's packed float
    weights on the CPU add one (and at 1 thread a second, transposed for a lone row), and load only
    where they cost no running sentence: plan_memory);
 2. a reserve for joining sentences: the encoder's activations and the cross-attention keys/values of
@@ -68,11 +69,12 @@ class ModelNeeds:
         return total, linear + model.output_proj.weight.numel()
 
     def weights_bytes(self) -> int:
-        """The model's parameters, plus what its runner holds beside them: int8's packed weights, or the
-        float Linear weights' copies (packed for oneDNN, and transposed for a lone row)."""
+        """The model's parameters, plus what its runner holds beside them: int8's packed weights (the
+        output layer's twice: fbgemm's and oneDNN's), or the float Linear weights' copies (packed for
+        oneDNN, and transposed for a lone row)."""
         total, linear = self.parameters()
         if self.quantization == "int8":
-            return total * self.itemsize + linear
+            return total * self.itemsize + linear + self.config.tgt_vocab_size * self.config.d_model
         copies = (1 + self.lone_row_weights) if self.packed_weights else 0
         return (total + copies * linear) * self.itemsize
 

@@ -110,28 +110,57 @@ class FloatLinear:
 INT8_MIN_MACS = 2_000_000
 
 
+# The output layer of the int8 engine (tens of thousands of outputs) runs through oneDNN's u8 x s8 kernel
+# from this many rows on: fbgemm's dynamic kernel slows there (at 1 thread, OPUS-MT's 58101x512 weight:
+# oneDNN 1.1-1.7x faster from 16 to 256 rows, the shipped 8000x256 one 1.1-1.3x from 64 rows) while it
+# stays ahead below, and on the narrower weights of the layers at every row count (0.5-0.97x there).
+# bench/int8_kernels.py measures both.
+ONEDNN_INT8_MIN_ROWS = 32
+
+
+def onednn_int8_runs() -> bool:
+    """Whether this PyTorch build has oneDNN's quantized linear (x86 builds with mkldnn)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
+
+
 class Int8Linear:
     """y = x W^T + b with W in int8 (one scale per output channel) and x quantized on the fly; calls too
-    small for int8 to pay (INT8_MIN_MACS) use the float32 weight instead."""
+    small for int8 to pay (INT8_MIN_MACS) use the float32 weight instead. `wide` (the output layer):
+    from ONEDNN_INT8_MIN_ROWS rows on, oneDNN's kernel with the same int8 weights, x quantized per
+    call to uint8 around 128 (symmetric, 8 bits: fbgemm's reduce_range uses 7)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, wide: bool = False):
         self.float = FloatLinear(weight, bias)
         self.min_rows = INT8_MIN_MACS // weight.numel()
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise ValueError("int8 quantization needs PyTorch's fbgemm engine (x86 CPUs); it is not available here")
         weight = weight.detach().float().cpu()
-        scale = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-8).double()
+        scale = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-8)
         zero = torch.zeros(weight.size(0), dtype=torch.long)
         with warnings.catch_warnings():
             # quantized tensors are deprecated in favor of torchao; the fbgemm kernels are what we use
             warnings.simplefilter("ignore")
-            qweight = torch.quantize_per_channel(weight, scale, zero, 0, torch.qint8)
+            qweight = torch.quantize_per_channel(weight, scale.double(), zero, 0, torch.qint8)
         b = bias.detach().float().cpu() if bias is not None else None
         self.packed = torch.ops.quantized.linear_prepack(qweight, b)
+        self.onednn = None
+        if wide and onednn_int8_runs():
+            # the same int8 values as fbgemm's, in oneDNN's layout (a second copy: the memory plan counts it)
+            self.onednn = torch.ops.onednn.qlinear_prepack(qweight.int_repr(), None)
+            self.scale, self.zero, self.bias = scale.float(), zero, b
+            self.out_features = weight.size(0)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() < self.min_rows * x.size(-1):
+        rows = x.numel() // x.size(-1)
+        if rows < self.min_rows:
             return self.float(x)
+        if self.onednn is not None and rows >= ONEDNN_INT8_MIN_ROWS:
+            x2 = x.reshape(rows, x.size(-1))
+            x_scale = float(x2.abs().amax()) / 127.0 or 1.0
+            qx = torch.round(x2 / x_scale).add_(128).clamp_(0, 255).to(torch.uint8)
+            y = torch.ops.onednn.qlinear_pointwise(qx, x_scale, 128, self.onednn, self.scale, self.zero, self.bias,
+                                                   1.0, 0, torch.float32, "none", [], "")
+            return y.view(*x.shape[:-1], self.out_features)
         # reduce_range: 7-bit activations, which fbgemm needs on CPUs without VNNI to avoid overflow
         return torch.ops.quantized.linear_dynamic(x, self.packed, True)
 
@@ -210,7 +239,7 @@ class ModelRunner:
         self.packed_weights = pack
         lone_row = pack and lone_row_weights(torch.get_num_threads())
 
-        def of(*modules: nn.Linear, bias: torch.Tensor | None = None) -> Linear:
+        def of(*modules: nn.Linear, bias: torch.Tensor | None = None, wide: bool = False) -> Linear:
             """One Linear computing several that read the same input, outputs side by side; `bias`: the
             one Linear's bias where the module has none of its own (the output layer's logits bias)."""
             if len(modules) > 1:
@@ -226,7 +255,7 @@ class ModelRunner:
                     m.weight.data, m.bias.data = weight[start:start + rows], bias[start:start + rows]
                     start += rows
             if quantization == "int8":
-                return Int8Linear(weight, bias)
+                return Int8Linear(weight, bias, wide=wide)
             return FloatLinear(weight, bias, packed=pack, lone_row=lone_row)
 
         def ffn(layer) -> FeedForwardWeights:
@@ -263,7 +292,7 @@ class ModelRunner:
         # keys and values of every decoder layer's cross-attention from one matmul: (n_layers * 2C, C)
         self.cross_kv = of(*[m for layer in model.decoder_layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)])
         self.decoder_norm = Norm.of(model.decoder_norm)
-        self.output = of(model.output_proj, bias=model.logits_bias)
+        self.output = of(model.output_proj, bias=model.logits_bias, wide=True)
         self.key = weights_key(model)  # after share_storage re-pointed the model's tensors
 
     def is_current(self) -> bool:

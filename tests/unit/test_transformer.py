@@ -236,3 +236,32 @@ def test_int8_linear_runs_small_calls_in_float():
     reference = torch.nn.functional.linear(large, weight, bias)
     assert not torch.equal(quantized, reference)
     assert (quantized - reference).abs().max().item() <= 0.1 * reference.abs().max().item()
+
+
+@pytest.mark.skipif(not engine_module.onednn_int8_runs(), reason="needs oneDNN's quantized linear")
+def test_int8_output_layer_takes_onednn_from_its_row_count_with_the_same_weights():
+    """The output layer's int8 call switches to oneDNN's kernel at ONEDNN_INT8_MIN_ROWS rows: it reads the
+    same int8 weights (same scales), so both kernels stay close to float32 and to each other."""
+    torch.manual_seed(21)
+    weight, bias = torch.randn(4096, 64) * 0.1, torch.randn(4096) * 0.01
+    wide, narrow = engine_module.Int8Linear(weight, bias, wide=True), engine_module.Int8Linear(weight, bias)
+    assert wide.onednn is not None and narrow.onednn is None
+    rows = max(engine_module.ONEDNN_INT8_MIN_ROWS, wide.min_rows)
+    x = torch.randn(2, rows, 64)  # (batch, rows, C): leading dimensions are kept
+    calls = []
+    original = torch.ops.onednn.qlinear_pointwise
+    with torch.inference_mode():
+        reference = torch.nn.functional.linear(x, weight, bias)
+        fbgemm = narrow(x)
+        torch.ops.onednn.qlinear_pointwise = lambda *a: calls.append(1) or original(*a)
+        try:
+            onednn = wide(x)
+            below = wide(x[0, : engine_module.ONEDNN_INT8_MIN_ROWS - 1])  # fewer rows: fbgemm
+        finally:
+            torch.ops.onednn.qlinear_pointwise = original
+    assert len(calls) == 1 and onednn.shape == reference.shape
+    assert torch.equal(below, narrow(x[0, : engine_module.ONEDNN_INT8_MIN_ROWS - 1]))
+    scale = reference.abs().max().item()
+    assert not torch.equal(onednn, fbgemm)
+    assert (onednn - reference).abs().max().item() <= 0.05 * scale
+    assert (onednn - fbgemm).abs().max().item() <= 0.05 * scale
