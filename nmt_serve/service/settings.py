@@ -76,6 +76,10 @@ class Settings(BaseSettings):
                                                            "of up to this many characters in the request; a larger one (or one "
                                                            "past max_chars_per_text / max_document_chars) becomes a job, its "
                                                            "download answering 202 with the progress until it is done")
+    file_download_wait_s: float = Field(20.0, ge=0, description="the download of a /translate_file job's file waits this long "
+                                                                "for the job to end before answering 202 with its progress (a "
+                                                                "client that fetches the URL once gets the file of a job that "
+                                                                "ends meanwhile; ?wait=0 answers at once; browsers never wait)")
     graceful_shutdown_s: float = Field(30.0, ge=0, description="on SIGTERM, how long in-flight requests may take to finish")
 
     # jobs (POST /v1/jobs): many texts translated in the background, with progress, surviving restarts

@@ -23,7 +23,8 @@ LINES = TEXTS[:12]  # 12 texts: 3 chunks of 4 (test_jobs.client_for sets job_chu
 
 
 def lt_client(models_dir, tmp_path, **settings):
-    return client_for(models_dir, tmp_path / "jobs", **{"sync_file_chars": THRESHOLD, **settings})
+    # the download answers at once unless a test asks it to wait for the job (file_download_wait_s)
+    return client_for(models_dir, tmp_path / "jobs", **{"sync_file_chars": THRESHOLD, "file_download_wait_s": 0, **settings})
 
 
 def upload(client, name: str, data: bytes, source: str = "de", target: str = "en"):
@@ -193,9 +194,8 @@ def test_the_job_goes_on_after_the_api_process_restarts_and_its_download_still_w
 
 
 def test_libretranslate_aio_gets_the_url_and_a_polling_download_gets_the_file(models_dir, tmp_path):
-    """libretranslate-aio's translate_file returns translatedFileUrl, which it does not fetch; a client that
-    fetches it once without looking at the status (its CLI's --output) would save the 202's progress JSON, so
-    such clients keep files under sync_file_chars or poll until 200 (README: LibreTranslate)."""
+    """libretranslate-aio's translate_file returns translatedFileUrl, which it does not fetch; a polling client
+    gets the file once the job is done."""
     from libretranslate_aio.client import LibreTranslate
 
     path = tmp_path / "notiz.txt"
@@ -206,3 +206,33 @@ def test_libretranslate_aio_gets_the_url_and_a_polling_download_gets_the_file(mo
         assert url.endswith("notiz_en.txt")
         done = download(c, url)
         assert done.status_code == 200 and len(done.content.decode().split("\n")) == len(LINES)
+
+
+def test_a_client_that_fetches_the_url_once_gets_the_file_of_a_job_that_ends_within_the_wait(models_dir, tmp_path, monkeypatch):
+    """libretranslate-aio's CLI (`translate-file --output`) fetches the URL once and saves whatever comes
+    back: the download waits up to file_download_wait_s for the job, so the CLI saves the translation. A
+    job held back past the wait still answers 202 (after the wait), `?wait=0` answers at once, and a browser
+    gets the progress page without waiting."""
+    from libretranslate_aio import cli
+    from libretranslate_aio.client import LibreTranslate
+
+    path, out = tmp_path / "notiz.txt", tmp_path / "notiz_en.txt"
+    path.write_text("\n".join(LINES), encoding="utf-8")
+    with lt_client(models_dir, tmp_path, file_download_wait_s=60) as c:
+        monkeypatch.setattr(cli, "LibreTranslate", lambda **kw: LibreTranslate("http://testserver", client=ready(c)))
+        assert cli.main(["translate-file", str(path), "-s", "de", "-t", "en", "-o", str(out)]) == 0
+        assert out.read_text(encoding="utf-8").split("\n") == translated_lines(c, LINES)
+
+    held = Chunks(hold=lambda n: True)
+    monkeypatch.setattr(jobs_runner, "translate_texts", held)
+    with lt_client(models_dir, tmp_path / "held", file_download_wait_s=0.5) as c:
+        full = upload(ready(c), "notiz.txt", "\n".join(LINES).encode()).json()["translatedFileUrl"]
+        url = path_of(full)
+        start = time.monotonic()
+        assert c.get(url).status_code == 202 and time.monotonic() - start >= 0.5
+        start = time.monotonic()
+        assert c.get(url, params={"wait": 0}).status_code == 202 and time.monotonic() - start < 0.5
+        page = c.get(url, headers={"accept": "text/html"})
+        assert page.status_code == 202 and "reloads itself" in page.text
+        held.gate.set()
+        assert download(c, full).status_code == 200

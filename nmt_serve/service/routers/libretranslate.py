@@ -20,9 +20,10 @@ import math
 import os
 import re
 import tempfile
+import time
 from typing import Annotated, Any, Callable, Literal
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -36,7 +37,7 @@ from nmt_serve.service.file_store import FileStore
 from nmt_serve.service.file_translation import FORMATS, attachment_headers, check_format, translated_name
 from nmt_serve.service.file_translation import media_type as media_type_of
 from nmt_serve.service.jobs_files import translate_or_submit, translated_file
-from nmt_serve.service.jobs_store import CANCELLED, DONE, FAILED
+from nmt_serve.service.jobs_store import CANCELLED, DONE, FAILED, FINISHED
 from nmt_serve.service.pipeline import AUTO, FALLBACK_LANGUAGE, terminology, translate_texts
 from nmt_serve.service.schemas import GlossaryTerm, JobStatus, Language
 from nmt_serve.service.state import ServiceState
@@ -468,7 +469,8 @@ async def translate_file(request: Request, state: ServiceState = Depends(get_sta
 @router.get(
     "/download_file/{file}", response_class=Response,
     responses={200: {"description": "the translated file, as an attachment", "content": {"text/plain": {"example": "A dog runs."}}},
-               202: {"description": "a job's file not ready yet: its progress (as GET /v1/jobs/{id}), with Retry-After; a "
+               202: {"description": "a job's file not ready yet (after waiting up to `wait` seconds for it): its progress (as "
+                                    "GET /v1/jobs/{id}), with Retry-After; a "
                                     "browser (Accept: text/html) gets a page that reloads itself until the file downloads",
                      "content": {"application/json": {"schema": JobStatus.model_json_schema()},
                                  "text/html": {"schema": {"type": "string"}}}},
@@ -477,7 +479,10 @@ async def translate_file(request: Request, state: ServiceState = Depends(get_sta
                500: example({"error": "the translation of roman.docx failed: text 12 has 9000 tokens; the limit is 8192"},
                             "a job's file whose job failed")},
 )
-async def download_file(file: str, request: Request, state: ServiceState = Depends(get_state)) -> Response:
+async def download_file(file: str, request: Request, state: ServiceState = Depends(get_state),
+                        wait: Annotated[float | None, Query(ge=0, description=
+                            "seconds to wait for a job's file before answering 202 (default: the server's "
+                            "file_download_wait_s; 0: answer at once, for a client that polls)")] = None) -> Response:
     file_id = file.split(".", 1)[0]
     stored = file_store(request, state).get(file_id)
     if stored is not None:
@@ -488,6 +493,11 @@ async def download_file(file: str, request: Request, state: ServiceState = Depen
     if record is None or not record.get("download_file"):  # a job of /v1/jobs/file is read there, with its key
         raise APIError(404, "not_found", "no such file: it was never stored or has expired")
     name = record["file_name"]
+    if record["state"] not in FINISHED and "text/html" not in request.headers.get("accept", ""):
+        # a client that fetches the URL once (libretranslate-aio's CLI --output) gets the file of a job that
+        # ends meanwhile; a browser gets the self-reloading progress page at once
+        seconds = state.settings.file_download_wait_s if wait is None else min(wait, state.settings.file_download_wait_s)
+        record = await job_end(store, file_id, record, seconds, request)
     if record["state"] == DONE:
         out, data = await asyncio.to_thread(translated_file, store, record)
         return Response(data, media_type=media_type_of(out), headers=attachment_headers(out))
@@ -496,6 +506,18 @@ async def download_file(file: str, request: Request, state: ServiceState = Depen
     if record["state"] == FAILED:
         raise APIError(500, "job_failed", f"the translation of {name} failed: {record['error']}")
     return job_progress(request, JobStatus.of(record), name)
+
+
+DOWNLOAD_POLL_S = 0.25  # how often a waiting download looks at its job's record
+
+
+async def job_end(store, job_id: str, record: dict, seconds: float, request: Request) -> dict:
+    """The job's record once it has ended, or as it stands after `seconds` (or once the client has gone)."""
+    deadline = time.monotonic() + seconds
+    while record["state"] not in FINISHED and time.monotonic() < deadline and not await request.is_disconnected():
+        await asyncio.sleep(min(DOWNLOAD_POLL_S, max(0.0, deadline - time.monotonic())))
+        record = await asyncio.to_thread(store.read, job_id) or record
+    return record
 
 
 def job_progress(request: Request, status: JobStatus, name: str) -> Response:
