@@ -42,7 +42,7 @@ class TranslateRequest(BaseModel):
     glossary: list[GlossaryTerm] | None = Field(
         None, max_length=64, description="terminology: where an entry's source term occurs in a sentence (case- and "
         "inflection-tolerant: README, terminology), its target term appears in that sentence's translation, as written "
-        "(constrained beam search, at least 4 beams). A term that cannot be placed within max_length leaves that "
+        "(constrained beam search, at least 2 beams). A term that cannot be placed within max_length leaves that "
         "sentence's free translation, flagged constraint_unmet")
     avoid: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
         None, max_length=64, description="target terms no translation may contain (as they tokenize when written)")

@@ -154,8 +154,8 @@ def test_constraints_past_the_buffers_are_left_to_the_eager_search():
     opts = SearchOptions(beam_size=4, max_length=20)
     assert searcher.accepts(src, opts, [None, LexicalConstraints(include=((40,),))])
     assert not searcher.accepts(src, opts, [None, many])
-    # a greedy call with constraints runs 4 beams: they must fit the rows
-    small = DeviceSearch(StaticDecoder(ModelRunner(model), max_rows=4, max_length=64))
+    # a greedy call with constraints runs CONSTRAINED_MIN_BEAM (2) beams: they must fit the rows
+    small = DeviceSearch(StaticDecoder(ModelRunner(model), max_rows=3, max_length=64))
     assert small.accepts(src, SearchOptions(beam_size=1, max_length=20))
     assert not small.accepts(src, SearchOptions(beam_size=1, max_length=20), [None, LexicalConstraints(include=((40,),))])
 
