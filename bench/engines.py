@@ -115,7 +115,18 @@ def run_engine(engine: str, work: Path, threads: int) -> dict:
     return results
 
 
-def engine_tables(threads: int, n_b1: int, n_b32: int, max_new: int, shape: str | None = None) -> str:
+# (column, the engine measured, the engines compared with it: the fastest of them counts); a column is
+# left out when a run leaves out its engines (--engines)
+RATIOS = [
+    ("ours / HF generate", "ours", ["Hugging Face generate"]),
+    ("ours / CT2 float32 (its better thread count)", "ours", ["CTranslate2 float32", "CTranslate2 float32, 1 thread"]),
+    ("ours int8 / HF generate", "ours int8", ["Hugging Face generate"]),
+    ("ours int8 / CT2 int8 (its better thread count)", "ours int8", ["CTranslate2 int8", "CTranslate2 int8, 1 thread"]),
+]
+
+
+def engine_tables(threads: int, n_b1: int, n_b32: int, max_new: int, shape: str | None = None,
+                  engines: list[str] = ENGINES) -> str:
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     twin = marian_twin(ROOT / "checkpoints" / "de-en", work / "marian", shape=shape)
     ours_dir = import_marian(twin, work / "ours", "de", "en")
@@ -134,31 +145,29 @@ def engine_tables(threads: int, n_b1: int, n_b32: int, max_new: int, shape: str 
     }
     (work / "inputs.json").write_text(json.dumps(spec))
     measured = {}
-    for engine in ENGINES:
+    for engine in engines:
         print(f"  {engine} ...", file=sys.stderr)
         out = subprocess.run([sys.executable, "-m", "bench.engines", "--child", engine, "--work", str(work), "--threads", str(threads)],
                              cwd=ROOT, check=True, capture_output=True, text=True).stdout
         measured[engine] = json.loads(out.strip().splitlines()[-1])
+    ratios = [r for r in RATIOS if r[1] in engines and any(o in engines for o in r[2])]
+    ratios = [(name, mine, [o for o in others if o in engines]) for name, mine, others in ratios]
     rows, ratio_rows = [], []
     for batch, beam in SETTINGS:
         key, n = f"{batch},{beam}", n_b1 if batch == 1 else n_b32
         label = f"{'greedy' if beam == 1 else 'beam 4'}, batch {batch}, {n} sentences"
-        reference = measured["ours"][key]["outputs"]
-        for engine in ENGINES:
+        reference = measured[engines[0]][key]["outputs"]
+        for engine in engines:
             r = measured[engine][key]
             n_tok = sum(len(o) + 1 for o in r["outputs"])
             rows.append([label, engine, n / r["seconds"], n_tok / r["seconds"],
-                         compare(reference, r["outputs"]) if engine != "ours" else "reference"])
-        t = {engine: measured[engine][key]["seconds"] for engine in ENGINES}
-        ct2_f32 = min(t["CTranslate2 float32"], t["CTranslate2 float32, 1 thread"])
-        ct2_int8 = min(t["CTranslate2 int8"], t["CTranslate2 int8, 1 thread"])
-        ratio_rows.append([label] + [f"{r:.2f}" for r in (
-            t["Hugging Face generate"] / t["ours"], ct2_f32 / t["ours"], t["Hugging Face generate"] / t["ours int8"], ct2_int8 / t["ours int8"])])
+                         compare(reference, r["outputs"]) if engine != engines[0] else "reference"])
+        t = {engine: measured[engine][key]["seconds"] for engine in engines}
+        ratio_rows.append([label] + [f"{min(t[o] for o in others) / t[mine]:.2f}" for _, mine, others in ratios])
     out = f"### Ours vs Hugging Face and CTranslate2, same weights ({shape or 'the shipped model'}'s shape)\n\n"
-    out += table(["setting", "engine", "sentences/s", "target tokens/s", "outputs vs ours"], rows)
+    out += table(["setting", "engine", "sentences/s", "target tokens/s", f"outputs vs {engines[0]}"], rows)
     out += "\n\nSpeed ratios (> 1: ours is faster):\n\n"
-    out += table(["setting", "ours / HF generate", "ours / CT2 float32 (its better thread count)", "ours int8 / HF generate",
-                  "ours int8 / CT2 int8 (its better thread count)"], ratio_rows)
+    out += table(["setting"] + [name for name, *_ in ratios], ratio_rows)
     return out
 
 
@@ -194,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=40, help="length cap (the random twin decodes to it)")
     parser.add_argument("--cache-sentences", type=int, default=128)
     parser.add_argument("--skip-engines", action="store_true")
+    parser.add_argument("--engines", default=";".join(ENGINES),
+                        help="';'-separated engines to run, the first the reference for outputs (default: all)")
     parser.add_argument("--shape", choices=sorted(SHAPES), help="random weights at a deployed model's real shape (default: the shipped model's)")
     parser.add_argument("--skip-cache", action="store_true", help="leave out the KV cache table")
     parser.add_argument("--output")
@@ -206,7 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     parts = [f"Machine: {machine()}; {args.threads} thread(s) for every engine.\n"]
     if not args.skip_engines:
-        parts.append(engine_tables(args.threads, args.sentences_b1, args.sentences_b32, args.max_new_tokens, args.shape))
+        engines = [e.strip() for e in args.engines.split(";") if e.strip()]
+        unknown = [e for e in engines if e not in ENGINES]
+        if unknown or not engines:
+            parser.error(f"--engines: unknown {unknown}; known: {'; '.join(ENGINES)}")
+        parts.append(engine_tables(args.threads, args.sentences_b1, args.sentences_b32, args.max_new_tokens, args.shape, engines))
     if not args.skip_cache:
         parts.append(cache_table(args.cache_sentences))
     report = "\n\n".join(parts) + "\n"
