@@ -4,7 +4,7 @@ The budget (`memory_budget_gb`; 0: what the device has free at start-up, less a 
 this order:
 1. the weights of every model that will load (counted from its config, at the dtype it runs in;
    int8 adds its packed copy of every Linear weight beside the float ones, and of the output layer's a
-   second one in oneDNN's layout for large batches; oneDNN's packed float
+   second one in oneDNN's layout for large batches (and at 1 thread its small weights transposed); oneDNN's packed float
    weights on the CPU add one (and at 1 thread a second, transposed for a lone row), and load only
    where they cost no running sentence: plan_memory);
 2. a reserve for joining sentences: the encoder's activations and the cross-attention keys/values of
@@ -50,7 +50,7 @@ class ModelNeeds:
     max_length: int = 256  # positions of source and target a row holds
     device: str = "cpu"  # cpu | cuda: what the runner adds beside the weights differs
     packed_weights: bool = False  # CPU: every Linear weight also held prepacked for oneDNN (model_runner.FloatLinear)
-    lone_row_weights: bool = False  # with packed_weights, at 1 thread: and transposed for a lone row
+    lone_row_weights: bool = False  # at 1 thread: packed weights, and int8's small ones, also transposed for a lone row
 
     @property
     def itemsize(self) -> int:
@@ -74,7 +74,10 @@ class ModelNeeds:
         oneDNN, and transposed for a lone row)."""
         total, linear = self.parameters()
         if self.quantization == "int8":
-            return total * self.itemsize + linear + self.config.tgt_vocab_size * self.config.d_model
+            from nmt_serve.inference.model_runner import int8_lone_row_elements
+
+            lone_row = int8_lone_row_elements(self.config) * self.itemsize if self.lone_row_weights else 0
+            return total * self.itemsize + linear + self.config.tgt_vocab_size * self.config.d_model + lone_row
         copies = (1 + self.lone_row_weights) if self.packed_weights else 0
         return (total + copies * linear) * self.itemsize
 
