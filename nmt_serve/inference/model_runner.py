@@ -26,7 +26,8 @@ version counter), so an owner that trains between searches remakes it rather tha
 stale weights.
 
 Linear layers may run in int8 (`quantization="int8"`, CPU only): weights quantized per output
-channel, activations quantized dynamically per call (fbgemm). It is an option with a measured BLEU
+channel, activations quantized dynamically per call (fbgemm; the output layer of a large batch through
+oneDNN's kernel, on the same int8 weights). It is an option with a measured BLEU
 cost (see the model cards and BENCHMARKS.md), never the default. Because an activation scale covers
 the whole batch, a sentence's int8 translation can depend on the other sentences in its batch (35 of
 200 test sentences differed between alone and batched, beam 4); in float32 it never does.
@@ -125,11 +126,11 @@ class FloatLinear:
 INT8_MIN_MACS = 2_000_000
 
 
-# The output layer of the int8 engine (tens of thousands of outputs) runs through oneDNN's u8 x s8 kernel
-# from this many rows on: fbgemm's dynamic kernel slows there (at 1 thread, OPUS-MT's 58101x512 weight:
-# oneDNN 1.1-1.7x faster from 16 to 256 rows, the shipped 8000x256 one 1.1-1.3x from 64 rows) while it
-# stays ahead below, and on the narrower weights of the layers at every row count (0.5-0.97x there).
-# bench/int8_kernels.py measures both.
+# The output layer of the int8 engine (thousands of outputs) runs through oneDNN's u8 x s8 kernel from
+# this many rows on: fbgemm's dynamic kernel slows there (1 thread, bench/int8_kernels.py: OPUS-MT's
+# 58101x512 weight 1.13-1.39x faster on oneDNN from 32 to 256 rows, 0.96 at 16; the shipped 8000x256
+# one 0.99 at 32 rows, 1.10-1.18x from 64) while fbgemm stays ahead below, and on the narrower weights
+# of the layers at every row count (oneDNN at 0.23-0.97 of its speed there).
 ONEDNN_INT8_MIN_ROWS = 32
 
 
@@ -148,7 +149,7 @@ class Int8Linear:
         self.min_rows = INT8_MIN_MACS // weight.numel()
         self.out_features = weight.size(0)
         # lone_row (an engine at 1 thread): the float calls of one row take FloatLinear's transposed copy,
-        # as the float engine does (greedy batch 1 of the shipped model: 1.24x over oneDNN's unpacked call)
+        # as the float engine does (greedy batch 1 of the shipped model: 1.24-1.33x over oneDNN's unpacked call)
         self.float = FloatLinear(weight, bias, lone_row=lone_row and self.min_rows > 1)
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise ValueError("int8 quantization needs PyTorch's fbgemm engine (x86 CPUs); it is not available here")
