@@ -75,7 +75,8 @@ class Settings(BaseSettings):
     sync_file_chars: int = Field(20_000, ge=0, description="LibreTranslate's /translate_file translates a .txt file or a document "
                                                            "of up to this many characters in the request; a larger one (or one "
                                                            "past max_chars_per_text / max_document_chars) becomes a job, its "
-                                                           "download answering 202 with the progress until it is done")
+                                                           "download answering 202 with the progress (after "
+                                                           "file_download_wait_s) until it is done")
     file_download_wait_s: float = Field(20.0, ge=0, description="the download of a /translate_file job's file waits this long "
                                                                 "for the job to end before answering 202 with its progress (a "
                                                                 "client that fetches the URL once gets the file of a job that "
