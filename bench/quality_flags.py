@@ -295,8 +295,9 @@ def main() -> None:
     parser.add_argument("--data", default=os.environ.get("NMT_DATA", "../shared/data/multi30k"))
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--labelled", action="store_true", help="precision/recall on the labelled set (see above)")
-    parser.add_argument("--model", default="checkpoints/multi30k", help="--labelled: the checkpoint (the service routes "
-                                                                      "every direction to the multilingual one)")
+    parser.add_argument("--model", default="checkpoints/debian-multi30k", help="--labelled: the checkpoint (the service "
+                                                                             "routes every direction to this one; the "
+                                                                             "thresholds were calibrated on checkpoints/multi30k)")
     parser.add_argument("--lines", type=int, default=500, help="--labelled: the first N lines of val and of test")
     parser.add_argument("--verbose", action="store_true", help="--labelled: every hand-labelled row with its score and entropy")
     parser.add_argument("--directions", help="clean val sentences flagged in these directions (see above)")
