@@ -79,9 +79,11 @@ def int8_lone_row_elements(cfg) -> int:
     return sum(o * i for o, i in linear_shapes(cfg) if INT8_MIN_MACS // (o * i) > 1)
 
 
-def lone_row_weights(threads: int) -> bool:
-    """Whether packed Linear weights also keep a transposed copy for a lone row (FloatLinear)."""
-    return threads == 1
+def lone_row_weights(threads: int, *, packed: bool, quantization: str) -> bool:
+    """Whether a runner keeps Linear weights transposed for a lone row: at 1 thread, beside packed float
+    weights (FloatLinear) or the int8 engine's small ones (Int8Linear). The runner and the memory plan
+    both ask here."""
+    return (packed or quantization == "int8") and threads == 1
 
 
 class FloatLinear:
@@ -255,7 +257,7 @@ class ModelRunner:
         self.activation = model.decoder_layers[0].ffn.activation
         pack = packed_weights and quantization == "none" and onednn_runs(model.output_proj.weight)
         self.packed_weights = pack
-        lone_row = (pack or quantization == "int8") and lone_row_weights(torch.get_num_threads())
+        lone_row = lone_row_weights(torch.get_num_threads(), packed=pack, quantization=quantization)
 
         def of(*modules: nn.Linear, bias: torch.Tensor | None = None, wide: bool = False) -> Linear:
             """One Linear computing several that read the same input, outputs side by side; `bias`: the

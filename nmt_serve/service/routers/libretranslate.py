@@ -20,7 +20,6 @@ import math
 import os
 import re
 import tempfile
-import time
 from typing import Annotated, Any, Callable, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -31,6 +30,7 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from nmt_serve.service.deadlines import until_disconnected
 from nmt_serve.service.dependencies import authorize, get_state
 from nmt_serve.service.errors import APIError, bad_request
 from nmt_serve.service.file_store import FileStore
@@ -512,11 +512,22 @@ DOWNLOAD_POLL_S = 0.25  # how often a waiting download looks at its job's record
 
 
 async def job_end(store, job_id: str, record: dict, seconds: float, request: Request) -> dict:
-    """The job's record once it has ended, or as it stands after `seconds` (or once the client has gone)."""
-    deadline = time.monotonic() + seconds
-    while record["state"] not in FINISHED and time.monotonic() < deadline and not await request.is_disconnected():
-        await asyncio.sleep(min(DOWNLOAD_POLL_S, max(0.0, deadline - time.monotonic())))
-        record = await asyncio.to_thread(store.read, job_id) or record
+    """The job's record once it has ended, or as it stands after `seconds` (or once the client has gone:
+    deadlines.until_disconnected, which costs nothing while it waits)."""
+    async def ended() -> None:
+        nonlocal record
+        while record["state"] not in FINISHED:
+            await asyncio.sleep(DOWNLOAD_POLL_S)
+            record = await asyncio.to_thread(store.read, job_id) or record
+
+    if record["state"] in FINISHED or seconds <= 0:
+        return record
+    waits = {asyncio.ensure_future(ended()), asyncio.ensure_future(until_disconnected(request))}
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
     return record
 
 
