@@ -165,8 +165,21 @@ def origin_copies(path: Path, count: int, weights: dict[str, float], seed: int) 
     kinds = [line.split("\t", 1)[0] for line in read_lines(path, entities=False)]
     if len(kinds) != count:
         raise ValueError(f"{path} has {len(kinds)} lines, its corpus {count}")
-    out = []
-    for kind in kinds:
-        w = weights.get(kind, 1.0)
-        out.append(int(w) + (rng.random() < w - int(w)))
+    return [copies(weights.get(kind, 1.0), rng) for kind in kinds]
+
+
+def copies(weight: float, rng: random.Random) -> int:
+    """How many times one pair of weight `weight` is trained on: its whole part, plus one more with the
+    probability of its fraction, so that a corpus's expected size is its weight times its size."""
+    return int(weight) + (rng.random() < weight - int(weight))
+
+
+def repeated(data: ParallelData, weight: float, seed: int) -> ParallelData:
+    """Every pair of `data` `weight` times (a fraction: a seeded sample of them)."""
+    rng = random.Random(seed)
+    out = ParallelData([], [])
+    for s, t in zip(data.src, data.tgt):
+        for _ in range(copies(weight, rng)):
+            out.src.append(s)
+            out.tgt.append(t)
     return out

@@ -56,6 +56,7 @@ from nmt_serve.training.data import (
     token_batches,
     tokenize_parallel,
 )
+from nmt_serve.training.grow import grow
 from nmt_serve.training.multiway import (
     concatenate,
     multiway_pairs,
@@ -64,6 +65,7 @@ from nmt_serve.training.multiway import (
     parse_languages,
     parse_weights,
     read_multiway,
+    repeated,
     tag_ids,
     target_tag,
     target_tags,
@@ -89,6 +91,11 @@ class TrainConfig:
     pair_weights: str = ""  # repeat pairs by their origin's kind: "ddtp-short=3,catalog=0.5" (others weigh 1)
     pair_valid_lines: int = 150  # pairs of each pair corpus kept apart (evenly spread) to validate on, never trained on
     init_from: str = ""  # a checkpoint to start from: its architecture, tokenizer and weights (fine-tuning)
+    # with init_from: a deeper model (0 = the checkpoint's depth) that starts out equal to the checkpoint
+    # (nmt_serve/training/grow.py): new layers copy the one below with their output projections at zero
+    grow_encoder_layers: int = 0
+    grow_decoder_layers: int = 0
+    multiway_weight: float = 1.0  # times the multi-way pairs are trained on per epoch beside pair corpora (a fraction: a seeded sample)
     source_lang: str = "src"
     target_lang: str = "tgt"
     run_dir: str = "runs/model"  # scratch: tokenizer, state, best checkpoints, log
@@ -109,6 +116,7 @@ class TrainConfig:
     max_tokens: int = 3000  # padded tokens per batch (rows x longest side)
     lr: float = 1e-3  # peak learning rate, reached at the end of warmup
     warmup_steps: int = 600  # linear warmup, then decay with 1/sqrt(step) (the paper's schedule)
+    lr_schedule: str = "inverse_sqrt"  # or "linear": after the warmup straight down to 0 at max_steps (annealing a fine-tune)
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
@@ -185,6 +193,14 @@ class TrainConfig:
             fail(parser, f"--device {cfg.device}: CUDA is not available here")
         if cfg.pair_data and (not cfg.languages or "{pair}" not in cfg.pair_data or "{lang}" not in cfg.pair_data):
             fail(parser, f"--pair-data {cfg.pair_data}: needs --languages and a path with {{pair}} and {{lang}}")
+        if cfg.lr_schedule not in ("inverse_sqrt", "linear"):
+            fail(parser, f"--lr-schedule {cfg.lr_schedule}: expected inverse_sqrt or linear")
+        if cfg.lr_schedule == "linear" and not cfg.max_steps:
+            fail(parser, "--lr-schedule linear ends at --max-steps: give it")
+        if (cfg.grow_encoder_layers or cfg.grow_decoder_layers) and not cfg.init_from:
+            fail(parser, "--grow-encoder-layers/--grow-decoder-layers grow the --init-from checkpoint: give it")
+        if cfg.multiway_weight < 0:
+            fail(parser, f"--multiway-weight {cfg.multiway_weight}: expected a number >= 0")
         if cfg.init_from:
             check_files(parser, {"--init-from": str(Path(cfg.init_from) / "config.json")})
             if cfg.spm_model:
@@ -200,6 +216,14 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     """The paper's schedule, parameterised by its peak: linear up to `warmup`, then peak*sqrt(warmup/step)."""
     step = max(step, 1)
     return peak * min(step / warmup, math.sqrt(warmup / step))
+
+
+def linear_lr(step: int, peak: float, warmup: int, total: int) -> float:
+    """Linear up to `warmup`, then linear down to 0 at `total`: a run that ends annealed."""
+    step = max(step, 1)
+    if step < warmup:
+        return peak * step / warmup
+    return peak * max(0.0, (total - step) / max(total - warmup, 1))
 
 
 def setup_logging(run_dir: Path) -> None:
@@ -271,7 +295,10 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.model = Transformer(self.model_config).to(self.device)
         if self.initial:
-            self.model.load_state_dict({k: v.float() for k, v in self.initial[0].state_dict().items()})
+            start = self.initial[0].float()
+            if cfg.grow_encoder_layers or cfg.grow_decoder_layers:
+                start = grow(start, n_encoder_layers=cfg.grow_encoder_layers, n_decoder_layers=cfg.grow_decoder_layers)
+            self.model.load_state_dict(start.state_dict())
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay
         )
@@ -309,13 +336,17 @@ class Trainer:
         return Tokenizer(target)
 
     def initial_config(self) -> ModelConfig:
-        """The starting checkpoint's architecture, with this run's dropout (fine-tuning may want more)."""
+        """The starting checkpoint's architecture, with this run's dropout (fine-tuning may want more) and depth."""
         model, info = self.initial[:2]
         if not info.multilingual or info.src_tokenizer != info.tgt_tokenizer:
             raise ValueError(f"--init-from {self.cfg.init_from}: expected a multilingual checkpoint with one joint tokenizer")
         if self.languages:
             tag_ids(self.tokenizer, self.languages)  # every tag must already be a piece of its tokenizer
-        return dataclasses.replace(info.config, dropout=self.cfg.dropout, attention_dropout=self.cfg.attention_dropout)
+        return dataclasses.replace(
+            info.config, dropout=self.cfg.dropout, attention_dropout=self.cfg.attention_dropout,
+            n_encoder_layers=self.cfg.grow_encoder_layers or info.config.n_encoder_layers,
+            n_decoder_layers=self.cfg.grow_decoder_layers or info.config.n_decoder_layers,
+        )
 
     def load_data(self) -> None:
         """self.train: every training pair; self.valid_sets: per direction its pairs and references."""
@@ -325,6 +356,8 @@ class Trainer:
             tags = tag_ids(self.tokenizer, self.languages)
             texts = read_multiway(cfg.train_data, self.languages)
             self.train = concatenate(list(multiway_pairs(texts, self.directions, self.tokenizer, tags, cfg.max_sentence_tokens).values()))
+            if cfg.multiway_weight != 1.0:
+                self.train = repeated(self.train, cfg.multiway_weight, cfg.seed)
             vtexts = {lang: lines[:n] for lang, lines in read_multiway(cfg.valid_data, self.languages).items()}
             valid = multiway_pairs(vtexts, self.directions, self.tokenizer, tags, drop_empty=False)
             self.valid_sets = {f"{s}-{t}": (valid[(s, t)], vtexts[t]) for s, t in self.directions}
@@ -434,8 +467,10 @@ class Trainer:
                 if cfg.clip_norm:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
                 self.step += 1
+                lr = (linear_lr(self.step, cfg.lr, cfg.warmup_steps, cfg.max_steps) if cfg.lr_schedule == "linear"
+                      else inverse_sqrt_lr(self.step, cfg.lr, cfg.warmup_steps))
                 for group in self.optimizer.param_groups:
-                    group["lr"] = inverse_sqrt_lr(self.step, cfg.lr, cfg.warmup_steps)
+                    group["lr"] = lr
                 self.optimizer.step()
                 self.batch_in_epoch += 1
                 self.train_seconds += time.time() - t0
