@@ -45,8 +45,7 @@ from nmt_serve.inference.translator import Translator
 from nmt_serve.text.quality_flags import (
     DETACHED,
     LOW_CONFIDENCE,
-    MAX_SOURCE_ENTROPY,
-    MIN_MEAN_LOGPROB,
+    FlagThresholds,
     flags_for,
     needs_attention_check,
 )
@@ -59,11 +58,16 @@ OUT_OF_DOMAIN = {
 }
 
 
-def flags_of(source: str, result) -> tuple[str, ...]:
+def thresholds_of(translator: Translator) -> FlagThresholds:
+    """The thresholds the service uses for this model: its own, or the defaults."""
+    return FlagThresholds.of(translator.info.flag_thresholds())
+
+
+def flags_of(source: str, result, thresholds: FlagThresholds) -> tuple[str, ...]:
     """The service's flags for an offline result (truncation is not known here: the shipped models
     end every test sentence long before max_length)."""
     best = result.hypotheses[0]
-    return flags_for(source, best.text, mean_logprob=best.score / (len(best.tokens) + 1))
+    return flags_for(source, best.text, mean_logprob=best.score / (len(best.tokens) + 1), thresholds=thresholds)
 
 
 GARBLINGS = ("shuffled", "salad", "letters")
@@ -104,17 +108,20 @@ class Row:
     mean_logprob: float
     source_entropy: float
     flags: tuple[str, ...]  # as the service gives them with every sentence's attention checked
+    borderline: bool  # the service checks its attention by default (needs_attention_check)
 
 
 def translated(translator: Translator, kinds_sources: list[tuple[str, str, bool]], beam_size: int, target: str) -> list[Row]:
     sources = [source for _, source, _ in kinds_sources]
     results = translator.translate(sources, beam_size=beam_size, return_scores=True, return_attention=True, target_lang=target)
     rows = []
+    thresholds = thresholds_of(translator)
     for (kind, source, doubtful), r in zip(kinds_sources, results):
         best = r.hypotheses[0]
         mean, entropy = best.score / (len(best.tokens) + 1), source_entropy(translator, r.attention)
         rows.append(Row(kind, source, best.text, doubtful, mean, entropy,
-                        flags_for(source, best.text, mean_logprob=mean, source_entropy=entropy)))
+                        flags_for(source, best.text, mean_logprob=mean, source_entropy=entropy, thresholds=thresholds),
+                        needs_attention_check(mean, thresholds)))
     return rows
 
 
@@ -157,18 +164,19 @@ def detached(row: Row) -> bool:
 
 def borderline_detached(row: Row) -> bool:
     """detached as the service gives it by default: only where the score is borderline (attention_check)."""
-    return detached(row) and needs_attention_check(row.mean_logprob)
+    return detached(row) and row.borderline
 
 
 def labelled_report(args) -> None:
     translator = Translator.load(args.model, device="cpu")
+    thresholds = thresholds_of(translator)
     pairs = ("de-en", "en-de")
     val = {pair: labelled(translator, read(args.data, "val", pair[:2])[: args.lines], args.beam_size, pair[3:]) for pair in pairs}
     clean_val = {pair: [row for row in rows if row.kind == "clean"] for pair, rows in val.items()}
     pooled = [row.source_entropy for rows in clean_val.values() for row in rows]
     print(f"# {args.model}, beam {args.beam_size}, CPU; val: {args.lines} clean sentences per direction and 3x as many garbled")
     print("source entropy, clean val, both directions pooled: "
-          + ", ".join(f"p{p}={percentile(pooled, p):.3f}" for p in (90, 95, 98, 99)) + f" (shipped: {MAX_SOURCE_ENTROPY})")
+          + ", ".join(f"p{p}={percentile(pooled, p):.3f}" for p in (90, 95, 98, 99)) + f" (the model's: {thresholds.max_source_entropy})")
     for pair in pairs:
         src, tgt = pair.split("-")
         clean = [row.mean_logprob for row in clean_val[pair]]
@@ -191,9 +199,9 @@ def labelled_report(args) -> None:
             print(f"  - {flag}: {precision_recall(test, lambda row, flag=flag: flag in row.flags)}")
         both = lambda row: low_confidence(row) or detached(row)
         gated = lambda row: low_confidence(row) or borderline_detached(row)
-        checked = sum(needs_attention_check(row.mean_logprob) for row in clean_test) / len(clean_test)
-        print(f"- low_confidence alone (< {MIN_MEAN_LOGPROB}): {precision_recall(test, low_confidence)}")
-        print(f"- detached alone (> {MAX_SOURCE_ENTROPY}): {precision_recall(test, detached)}")
+        checked = sum(row.borderline for row in clean_test) / len(clean_test)
+        print(f"- low_confidence alone (< {thresholds.min_mean_logprob}): {precision_recall(test, low_confidence)}")
+        print(f"- detached alone (> {thresholds.max_source_entropy}): {precision_recall(test, detached)}")
         print(f"- both: {precision_recall(test, both)}")
         print(f"- both, detached only where borderline ({checked:.3f} of clean test sentences checked): {precision_recall(test, gated)}")
         share = sum(both(row) for row in clean_val[pair]) / len(clean_val[pair])
@@ -256,6 +264,7 @@ def latency_report(args) -> None:
             procs.append(start_service(args.port + k, ROOT / "checkpoints", ["--device", "cpu", *flags], root=roots[mode]))
             clients[mode] = httpx.Client(base_url=f"http://127.0.0.1:{args.port + k}", timeout=60)
         modes = list(services)
+        models = {m["id"]: m for m in clients[modes[0]].get("/v1/models").json()["models"]}
         print(f"# /v1/translate, one de-en sentence per request, beam 4, concurrency 1, {len(modes)} services in turn")
         for name, sentences in sets.items():
             times: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -272,7 +281,8 @@ def latency_report(args) -> None:
                     r.raise_for_status()
                     if mode == "off":
                         body = r.json()
-                        checked += needs_attention_check(body["translations"][0]["score"] / (body["usage"]["generated_tokens"] + 1))
+                        checked += needs_attention_check(body["translations"][0]["score"] / (body["usage"]["generated_tokens"] + 1),
+                                                         FlagThresholds.of(models["de-en"].get("quality_flags")))
             print(f"## {name}: {len(sentences)} requests each, {checked} ({100 * checked / len(sentences):.0f}%) with a borderline score")
             for mode in modes:
                 t = sorted(times[mode])
@@ -295,9 +305,9 @@ def main() -> None:
     parser.add_argument("--data", default=os.environ.get("NMT_DATA", "../shared/data/multi30k"))
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--labelled", action="store_true", help="precision/recall on the labelled set (see above)")
-    parser.add_argument("--model", default="checkpoints/debian-multi30k", help="--labelled: the checkpoint (the service "
-                                                                             "routes every direction to this one; the "
-                                                                             "thresholds were calibrated on checkpoints/multi30k)")
+    parser.add_argument("--model", default="checkpoints/debian-multi30k", help="--labelled, --directions: the checkpoint "
+                                                                             "(the service routes every direction to this one), "
+                                                                             "flagged with its own thresholds (or the defaults)")
     parser.add_argument("--lines", type=int, default=500, help="--labelled: the first N lines of val and of test")
     parser.add_argument("--verbose", action="store_true", help="--labelled: every hand-labelled row with its score and entropy")
     parser.add_argument("--directions", help="clean val sentences flagged in these directions (see above)")
@@ -321,7 +331,8 @@ def main() -> None:
         with gzip.open(Path(args.data) / f"test_2016_flickr.{src}.gz", "rt", encoding="utf-8") as f:
             lines = [line.strip() for line in f]
         results = translator.translate(lines, beam_size=args.beam_size, return_scores=True)
-        flagged = [(line, r.text, flags_of(line, r)) for line, r in zip(lines, results) if flags_of(line, r)]
+        thresholds = thresholds_of(translator)
+        flagged = [(line, r.text, flags) for line, r in zip(lines, results) if (flags := flags_of(line, r, thresholds))]
         counts = Counter(flag for *_, flags in flagged for flag in flags)
         print(f"## {pair}: test_2016_flickr, {len(lines)} sentences, beam {args.beam_size}")
         print(f"flagged: {len(flagged)} ({100 * len(flagged) / len(lines):.1f}%), by flag: {dict(counts)}")
@@ -329,7 +340,7 @@ def main() -> None:
             print(f"- {', '.join(flags)}: {line!r} -> {out!r}")
         ood = OUT_OF_DOMAIN[src]
         ood_results = translator.translate(ood, beam_size=args.beam_size, return_scores=True)
-        hits = [(line, r.text, flags_of(line, r)) for line, r in zip(ood, ood_results)]
+        hits = [(line, r.text, flags_of(line, r, thresholds)) for line, r in zip(ood, ood_results)]
         print(f"out of domain: {sum(bool(h[2]) for h in hits)} of {len(hits)} flagged")
         for line, out, flags in hits:
             print(f"- {', '.join(flags) or '(none)'}: {line!r} -> {out!r}")

@@ -65,6 +65,12 @@ class CheckpointInfo:
         """{direction: sacreBLEU on test_2016_flickr, beam 4, float weights} as the model card recorded it."""
         return {d: sets["test_2016_flickr"] for d, sets in self.test_scores().items() if "test_2016_flickr" in sets}
 
+    def flag_thresholds(self) -> dict[str, float]:
+        """The quality flags' thresholds measured on this model (training/flag_calibration.py): {name: value},
+        empty when it has none (the service then uses the defaults of text/quality_flags.py)."""
+        recorded = self.metadata.get("quality_flags") or {}
+        return {k: v for k, v in recorded.items() if isinstance(v, (int, float))}
+
     def test_scores(self) -> dict[str, dict[str, float]]:
         """{direction: {test set: sacreBLEU, beam 4, float weights}} as the model card recorded them: every
         split but the validation one (routing.py compares models by them)."""

@@ -167,6 +167,9 @@ class ModelInfo(BaseModel):
                                                       "Multi30k test_2016_flickr, beam 4 (its model card), if measured")
     test_scores: dict[str, float] = Field(default_factory=dict, description="the model's recorded sacreBLEU for this direction "
                                           "on every test set its card measured ({test set: BLEU}, beam 4): what routing compares")
+    quality_flags: dict[str, float] = Field(default_factory=dict, description="the thresholds of the flags that read the "
+                                            "model's own signals (min_mean_logprob, max_source_entropy, attention_check_below), "
+                                            "measured on its validation sentences; empty: the service's defaults (README: quality flags)")
     parameters: int
     device: str
     dtype: str

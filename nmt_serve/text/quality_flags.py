@@ -10,9 +10,13 @@ low-confidence threshold is calibrated on held-out sentences against nonsense
 (`python -m bench.quality_flags --labelled`): the 5th percentile of the mean log-probability per token
 that the caption-trained multilingual model (checkpoints/multi30k) gives Multi30k val, measured on test_2016_flickr against the same
 sentences garbled (words shuffled, word salad, letters shuffled): precision 0.98, recall 0.70 for de-en
-(the -1.0 it replaces: 0.99 and 0.38); the figures are in BENCHMARKS.md. The thresholds are global:
-the model routed today (checkpoints/debian-multi30k) is less sure of itself on captions, and with them
-flags about 12% of clean held-out captions (BENCHMARKS.md, "Quality flags on the routed model").
+(the -1.0 it replaces: 0.99 and 0.38); the figures are in BENCHMARKS.md. The score and attention
+thresholds depend on the model (how sure of itself it is where it was trained):
+so a model carries its own (`FlagThresholds`, in its checkpoint's metadata, measured on its validation
+sentences by `python -m nmt_serve.training.flag_calibration`); these constants are the thresholds of a model
+that has none. With the caption model's thresholds the model routed today (checkpoints/debian-multi30k),
+less sure of itself on captions, flagged about 12% of clean held-out captions (BENCHMARKS.md, "Quality
+flags on the routed model").
 
 One check reads the model's attention: `detached`, the decoder's cross-attention spread over the whole
 source instead of following it (engine/attention_maps.source_entropy), which catches fluent nonsense the
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 REPETITION = "repetition"
 LENGTH_RATIO = "length_ratio"
@@ -75,6 +79,24 @@ ATTENTION_CHECK_BELOW = -0.4
 
 
 @dataclass(frozen=True)
+class FlagThresholds:
+    """The thresholds of the flags that read the model's own signals, which differ from model to model."""
+
+    min_mean_logprob: float = MIN_MEAN_LOGPROB  # low_confidence below it: the 5th percentile of in-domain sentences
+    max_source_entropy: float = MAX_SOURCE_ENTROPY  # detached above it: the 99th percentile
+    attention_check_below: float = ATTENTION_CHECK_BELOW  # the attention is checked from min_mean_logprob up to it
+
+    @classmethod
+    def of(cls, recorded: dict | None) -> "FlagThresholds":
+        """A model's thresholds from what its checkpoint records (metadata "quality_flags"); the defaults where none."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: float(v) for k, v in (recorded or {}).items() if k in names})
+
+
+DEFAULT_THRESHOLDS = FlagThresholds()
+
+
+@dataclass(frozen=True)
 class SentenceFlags:
     sentence: int  # index of the sentence in its text
     source: str
@@ -105,16 +127,17 @@ def _plain(text: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKC", text).casefold() if c.isalnum())
 
 
-def needs_attention_check(mean_logprob: float | None) -> bool:
+def needs_attention_check(mean_logprob: float | None, thresholds: FlagThresholds = DEFAULT_THRESHOLDS) -> bool:
     """Whether a sentence's score is borderline: low enough that the attention check is worth its forced
     decoding, not so low that low_confidence flags it anyway."""
-    return mean_logprob is not None and MIN_MEAN_LOGPROB <= mean_logprob < ATTENTION_CHECK_BELOW
+    return mean_logprob is not None and thresholds.min_mean_logprob <= mean_logprob < thresholds.attention_check_below
 
 
 def flags_for(source: str, output: str, *, truncated: bool = False, split: bool = False, long: bool = False,
-              mean_logprob: float | None = None, source_entropy: float | None = None) -> tuple[str, ...]:
+              mean_logprob: float | None = None, source_entropy: float | None = None,
+              thresholds: FlagThresholds = DEFAULT_THRESHOLDS) -> tuple[str, ...]:
     """The doubt flags of one translated sentence (empty when none); source_entropy: None when the
-    attention was not checked."""
+    attention was not checked; thresholds: the translating model's."""
     found = []
     src, out = _words(source), _words(output)
     if repeated_run(out) and not repeated_run(src) or doubled_word(out) and not doubled_word(src) \
@@ -134,8 +157,8 @@ def flags_for(source: str, output: str, *, truncated: bool = False, split: bool 
         found.append(SPLIT)
     if long:
         found.append(LONG)
-    if mean_logprob is not None and mean_logprob < MIN_MEAN_LOGPROB:
+    if mean_logprob is not None and mean_logprob < thresholds.min_mean_logprob:
         found.append(LOW_CONFIDENCE)
-    if source_entropy is not None and source_entropy > MAX_SOURCE_ENTROPY:
+    if source_entropy is not None and source_entropy > thresholds.max_source_entropy:
         found.append(DETACHED)
     return tuple(found)

@@ -129,7 +129,7 @@ def render_multilingual_card(directory: Path, payload: dict, rows: list[dict], h
     if corpus:
         title = f"Multi30k and {corpus['name']}"
         what = "image captions, software messages and package descriptions"
-        origin = (f"Fine-tuned from `{tcfg['init_from']}` with" if tcfg.get("init_from") else "Trained from scratch with")
+        origin = (f"Fine-tuned from `{tcfg['init_from']}`{growth(tcfg)} with" if tcfg.get("init_from") else "Trained from scratch with")
     else:
         title, what, origin = "Multi30k", "image captions", "Trained from scratch with"
     return f"""# Multilingual Transformer, {title}: {len(directions)} directions
@@ -175,7 +175,7 @@ Partly derived from Flickr30K: for non-commercial research and educational use.
 | --- | --- |
 | steps / epochs | {training.get('steps', '?')} / {training.get('epochs', '?')} (an epoch: every direction's pairs once) |
 | batch | {tcfg.get('max_tokens', '?')} padded tokens, directions mixed |
-| optimizer | Adam (0.9, 0.98), peak lr {tcfg.get('lr', '?')}, {tcfg.get('warmup_steps', '?')} warmup steps, inverse square root decay |
+| optimizer | Adam (0.9, 0.98), peak lr {tcfg.get('lr', '?')}, {tcfg.get('warmup_steps', '?')} warmup steps, {schedule(tcfg)} |
 | regularization | dropout {cfg['dropout']}, label smoothing {tcfg.get('label_smoothing', '?')}, gradient clipping {tcfg.get('clip_norm', '?')} |
 | checkpoint | {'average of steps ' + ', '.join(map(str, averaged)) if len(averaged) > 1 else 'best single checkpoint by validation BLEU'} |
 | training time | {hours:.2f} h on {training.get('device') or hardware}, {training.get('threads', '?')} thread(s) |
@@ -187,6 +187,34 @@ Partly derived from Flickr30K: for non-commercial research and educational use.
 {"poor output on news, dialogue, technical text or long sentences." if not corpus else
  "weaker output on news, dialogue and literary text, and on long sentences."} A multilingual model shares its
 capacity between directions; the tables above are the evidence per direction.
+{flags_section(payload)}"""
+
+
+def growth(tcfg: dict) -> str:
+    grown = [f"{tcfg[key]} {part} layers" for key, part in (("grow_encoder_layers", "encoder"), ("grow_decoder_layers", "decoder"))
+             if tcfg.get(key)]
+    return (", grown to " + " and ".join(grown) + " (each new layer a copy of the one below with its output projections "
+            "at zero, so that it started out computing what that checkpoint did: `nmt_serve/training/grow.py`),") if grown else ""
+
+
+def schedule(tcfg: dict) -> str:
+    return ("linear decay to 0 at the last step" if tcfg.get("lr_schedule") == "linear" else "inverse square root decay")
+
+
+def flags_section(payload: dict) -> str:
+    """The quality flags' thresholds measured on this model, or "" when it has none."""
+    found = payload.get("metadata", {}).get("quality_flags")
+    if not found:
+        return ""
+    measured = found.get("measured_on", {})
+    return f"""
+## Quality flags
+
+The service flags a sentence `low_confidence` below a mean log-probability per token of
+{found['min_mean_logprob']}, `detached` above a source entropy of {found['max_source_entropy']}, and checks the attention
+of sentences scoring under {found['attention_check_below']}: this model's own 5th, 99th and 30th percentiles on
+{measured.get('sentences', '?')} validation sentences (`{measured.get('data', '?')}`, {len(measured.get('directions', []))}
+directions, beam {measured.get('beam_size', '?')}), measured with `python -m nmt_serve.training.flag_calibration`.
 """
 
 
@@ -235,7 +263,7 @@ name's SHA-1 hex digest ends in `0` are held out of training (the `eval` and `ev
 {rows}
 
 Used here: `{tcfg.get('pair_data')}`, directions {tcfg.get('pair_directions', 'all')}, pairs weighted by
-origin `{tcfg.get('pair_weights') or 'none'}`, sentences over {tcfg.get('max_sentence_tokens')} pieces
+origin `{tcfg.get('pair_weights') or 'none'}`{f" (Multi30k's x{tcfg['multiway_weight']:g})" if tcfg.get('multiway_weight', 1) != 1 else ""}, sentences over {tcfg.get('max_sentence_tokens')} pieces
 left out, {tcfg.get('pair_valid_lines')} pairs per corpus kept apart for validation (the mean greedy BLEU
 over Multi30k's and these sets selects checkpoints). Licenses: the descriptions are Debian main's
 (DFSG-free) with translations contributed through DDTP; each catalog carries its program's license.
@@ -293,7 +321,7 @@ reported score. Partly derived from Flickr30K: for non-commercial research and e
 | --- | --- |
 | steps / epochs | {training.get('steps', '?')} / {training.get('epochs', '?')} |
 | batch | {tcfg.get('max_tokens', '?')} padded tokens |
-| optimizer | Adam (0.9, 0.98), peak lr {tcfg.get('lr', '?')}, {tcfg.get('warmup_steps', '?')} warmup steps, inverse square root decay |
+| optimizer | Adam (0.9, 0.98), peak lr {tcfg.get('lr', '?')}, {tcfg.get('warmup_steps', '?')} warmup steps, {schedule(tcfg)} |
 | regularization | dropout {cfg['dropout']}, label smoothing {tcfg.get('label_smoothing', '?')}, gradient clipping {tcfg.get('clip_norm', '?')} |
 | checkpoint | {'average of steps ' + ', '.join(map(str, training.get('averaged', []))) if len(training.get('averaged', [])) > 1 else 'best single checkpoint by validation BLEU'} |
 | training time | {hours:.2f} h on {hardware}, {training.get('threads', '?')} thread(s) |
@@ -303,7 +331,7 @@ reported score. Partly derived from Flickr30K: for non-commercial research and e
 Multi30k is small and narrow: short descriptions of photos. Expect good output on such sentences and
 poor output on news, dialogue, technical text or long sentences. Names and rare words are split into
 sentencepiece pieces and may be transliterated oddly.
-"""
+{flags_section(payload)}"""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,12 +5,14 @@ import gzip
 import json
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import make_checkpoint, random_model
+from fastapi.testclient import TestClient
 
 from nmt_serve.engine.loader import load_models
 from nmt_serve.inference.translator import Translator
@@ -23,7 +25,9 @@ from nmt_serve.network.checkpoint import (
 from nmt_serve.network.routing import Offer, best, route
 from nmt_serve.network.tokenizer import Tokenizer
 from nmt_serve.service.directions import served_directions
-from nmt_serve.training import model_card
+from nmt_serve.service.app import create_app
+from nmt_serve.service.settings import Settings
+from nmt_serve.training import flag_calibration, model_card
 from nmt_serve.training.evaluate import evaluate
 from nmt_serve.training.multiway import (
     multiway_pairs,
@@ -42,10 +46,10 @@ ROOT = Path(__file__).resolve().parents[2]
 LANGS = ["de", "en", "fr"]
 
 
-def make_multilingual(directory: Path, spm: Path, seed: int = 5, directions=None, metadata=None) -> Path:
+def make_multilingual(directory: Path, spm: Path, seed: int = 5, directions=None, metadata=None, **overrides) -> Path:
     """A random multilingual checkpoint over LANGS (every direction unless told)."""
     tok = Tokenizer(spm)
-    model = random_model(seed=seed, src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size)
+    model = random_model(seed=seed, src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, **overrides)
     directions = directions or [f"{s}-{t}" for s, t in parse_directions("all", LANGS)]
     info = CheckpointInfo(model.config, "mul", "mul", "spm.model", "spm.model", metadata or {}, directions=directions,
                           target_tags={lang: target_tag(lang) for lang in LANGS})
@@ -199,6 +203,70 @@ def test_multilingual_training_resumes_exports_and_translates(tmp_path):
     again = (tmp_path / "mul" / "README.md").read_text()
     assert again.replace("\n**Status: a test model.**\n", "") == card
     assert again.index("**Status: a test model.**") < again.index("## Scores")
+
+
+def test_a_fine_tune_grows_the_model_weighs_the_captions_and_anneals(tmp_path, tagged_spm):
+    start = make_multilingual(tmp_path / "start", tagged_spm, norm_placement="pre")
+    cfg = TrainConfig(
+        languages="de,en,fr", train_data=str(FIXTURES / "train300.{lang}"), valid_data=str(FIXTURES / "val40.{lang}"),
+        run_dir=str(tmp_path / "run"), output=str(tmp_path / "grown"), init_from=str(start), grow_encoder_layers=4,
+        multiway_weight=2.0, lr_schedule="linear", max_steps=3, warmup_steps=1, lr=1e-3, max_tokens=800,
+        validate_every=3, valid_max_sentences=4, keep_best=1, average_best=1)
+    trainer = Trainer(cfg)
+    original = load_checkpoint(start)[0].eval()
+    assert trainer.model_config.n_encoder_layers == 4 and original.config.n_encoder_layers < 4
+    assert len(trainer.train) == 2 * 6 * 300
+    src, tgt = torch.randint(5, 400, (2, 6)), torch.randint(5, 400, (2, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(trainer.model.eval()(src, tgt), original(src, tgt), rtol=0, atol=1e-5)
+    trainer.run()
+    assert trainer.optimizer.param_groups[0]["lr"] == 0.0  # annealed: the last step's rate
+    assert read_info(tmp_path / "grown").config.n_encoder_layers == 4
+    with pytest.raises(SystemExit):
+        TrainConfig.from_args(["--languages", "de,en", "--train-data", str(FIXTURES / "train300.{lang}"),
+                               "--valid-data", str(FIXTURES / "val40.{lang}"), "--grow-encoder-layers", "6"])
+    with pytest.raises(SystemExit):
+        TrainConfig.from_args(["--languages", "de,en", "--train-data", str(FIXTURES / "train300.{lang}"),
+                               "--valid-data", str(FIXTURES / "val40.{lang}"), "--lr-schedule", "linear"])
+
+
+def test_a_model_records_its_own_flag_thresholds_and_the_service_uses_them(tmp_path, tagged_spm):
+    path = make_multilingual(tmp_path / "mul", tagged_spm)
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang in LANGS:
+        with gzip.open(data / f"val.{lang}.gz", "wt", encoding="utf-8") as f:
+            f.write((FIXTURES / f"val40.{lang}").read_text())
+    assert flag_calibration.main(["--model", str(path), "--data", str(data), "--lines", "20", "--beam-size", "1"]) == 0
+    info = read_info(path)
+    recorded = info.metadata["quality_flags"]
+    assert recorded["measured_on"]["sentences"] == 6 * 20 and recorded["measured_on"]["directions"] == sorted(info.served())
+    thresholds = info.flag_thresholds()
+    assert set(thresholds) == {"min_mean_logprob", "max_source_entropy", "attention_check_below"}
+    # percentiles of the model's own signals: the 5th under the 30th, an entropy between 0 and 1
+    assert thresholds["min_mean_logprob"] <= thresholds["attention_check_below"] < 0 < thresholds["max_source_entropy"] <= 1
+    translator = Translator.load(path, device="cpu")
+    sources = (FIXTURES / "val40.de").read_text().splitlines()[:20]
+    scores = sorted(s for s, _ in flag_calibration.signals(translator, sources, target_lang="en", beam_size=1))
+    assert scores[0] <= flag_calibration.percentile(scores, 5) <= scores[2]
+    with pytest.raises(SystemExit):  # too few sentences for a 99th percentile
+        flag_calibration.main(["--model", str(path), "--data", str(data), "--lines", "5", "--directions", "de-en"])
+    assert "## Quality flags" in model_card.flags_section(json.loads((path / "config.json").read_text()))
+
+    # the service flags this model's sentences by its thresholds: an impossible bar flags every one
+    payload = json.loads((path / "config.json").read_text())
+    payload["metadata"]["quality_flags"].update(min_mean_logprob=0.0, attention_check_below=0.0)
+    (path / "config.json").write_text(json.dumps(payload))
+    with TestClient(create_app(Settings(models_dir=str(tmp_path), device="cpu")), raise_server_exceptions=False) as client:
+        deadline = time.time() + 60
+        while client.get("/health/ready").status_code != 200:
+            assert time.time() < deadline
+            time.sleep(0.05)
+        listed = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
+        assert listed["de-en"]["quality_flags"]["min_mean_logprob"] == 0.0
+        r = client.post("/v1/translate", json={"text": ["Ein Hund läuft.", "Zwei Männer."], "source": "de", "target": "en"})
+        assert r.status_code == 200, r.text
+        assert all("low_confidence" in t["flags"][0]["flags"] for t in r.json()["translations"])
 
 
 def test_translator_needs_and_uses_the_target_language(tmp_path, tagged_spm, tiny_checkpoint):

@@ -13,6 +13,7 @@ from nmt_serve.text.quality_flags import (
     MIN_MEAN_LOGPROB,
     REPETITION,
     TRUNCATED,
+    FlagThresholds,
     flags_for,
     needs_attention_check,
 )
@@ -65,3 +66,16 @@ def test_the_attention_is_checked_only_where_the_score_is_borderline():
     assert not needs_attention_check(ATTENTION_CHECK_BELOW)  # confident: in-domain sentences mostly
     assert not needs_attention_check(MIN_MEAN_LOGPROB - 0.01)  # low_confidence flags it without the attention
     assert not needs_attention_check(None)  # no score, nothing to go by
+
+
+def test_a_model_brings_its_own_thresholds():
+    """A model less sure of itself on its own domain records lower bars (training/flag_calibration.py)."""
+    assert FlagThresholds.of(None) == FlagThresholds.of({}) == FlagThresholds()
+    assert FlagThresholds().min_mean_logprob == MIN_MEAN_LOGPROB
+    own = FlagThresholds.of({"min_mean_logprob": -0.9, "max_source_entropy": 0.8, "attention_check_below": -0.5, "note": "x"})
+    assert own == FlagThresholds(-0.9, 0.8, -0.5)
+    assert LOW_CONFIDENCE in flags_for(SOURCE, GOOD, mean_logprob=-0.8)
+    assert flags_for(SOURCE, GOOD, mean_logprob=-0.8, thresholds=own) == ()
+    assert flags_for(SOURCE, GOOD, mean_logprob=-0.3, source_entropy=0.75, thresholds=own) == ()
+    assert needs_attention_check(-0.45) and not needs_attention_check(-0.45, own)
+    assert needs_attention_check(-0.85, own) and not needs_attention_check(-0.85)
