@@ -35,7 +35,7 @@ def new_layer_slots(old: int, new: int) -> list[int]:
 def _silence(layer: nn.Module) -> nn.Module:
     """The layer with every projection that writes into the residual stream set to zero."""
     for name, module in layer.named_modules():
-        if name.endswith("out_proj") or name.endswith("fc2"):
+        if name.endswith(("out_proj", "fc2")):
             nn.init.zeros_(module.weight)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)

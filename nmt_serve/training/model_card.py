@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -22,6 +24,7 @@ from nmt_serve.inference.translator import Translator
 from nmt_serve.network.checkpoint import CONFIG_FILE, read_info
 from nmt_serve.training.data import read_lines
 from nmt_serve.training.evaluate import evaluate
+from nmt_serve.training.hardware import cpu_name
 from nmt_serve.training.multiway import LANGUAGE_NAMES
 
 SPLITS = {"val": "val", "test_2016_flickr": "test_2016_flickr"}
@@ -42,6 +45,45 @@ def measure(translator: Translator, data: Path, beam_sizes: list[int]) -> list[d
             rows.append(report)
             print(f"{split} beam {beam} {weights}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
     return rows
+
+
+def measure_speed(translator: Translator, sources: list[str], *, target_lang: str | None, threads: int) -> dict:
+    """How fast the model translates on this machine at `threads` torch threads: one sentence at a time,
+    greedy (latency per sentence, p50 and p90), and the same sentences 32 at a time with beam 4
+    (sentences/s). float32 weights, as served on a CPU by default."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        translator.translate(sources[:8], beam_size=1, target_lang=target_lang)  # first-call allocations
+        times = []
+        for text in sources:
+            start = time.perf_counter()
+            translator.translate([text], beam_size=1, target_lang=target_lang)
+            times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        translator.translate(sources, beam_size=4, max_batch_size=32, target_lang=target_lang)
+        batched = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(previous)
+    times.sort()
+    return {"sentences": len(sources), "threads": threads, "greedy_batch1_p50_ms": round(1000 * statistics.median(times), 2),
+            "greedy_batch1_p90_ms": round(1000 * times[int(0.9 * (len(times) - 1))], 2),
+            "beam4_batch32_sentences_per_s": round(len(sources) / batched, 1)}
+
+
+def speed_section(payload: dict) -> str:
+    """The recorded speed, or "" when none was measured."""
+    speed = payload.get("metadata", {}).get("speed")
+    if not speed:
+        return ""
+    return f"""
+## Speed
+
+{speed['direction']}, the first {speed['sentences']} sentences of `{speed['split']}`, float32, {speed['threads']} thread(s) on
+{speed['hardware']}, `Translator` in one process (`--speed`): one sentence at a time, greedy, p50
+{speed['greedy_batch1_p50_ms']} ms and p90 {speed['greedy_batch1_p90_ms']} ms per sentence; 32 at a time with beam 4,
+{speed['beam4_batch32_sentences_per_s']} sentences/s. BENCHMARKS.md compares engines on one machine.
+"""
 
 
 def pair_test_files(pattern: str, direction: str) -> tuple[Path, Path] | None:
@@ -187,7 +229,7 @@ Partly derived from Flickr30K: for non-commercial research and educational use.
 {"poor output on news, dialogue, technical text or long sentences." if not corpus else
  "weaker output on news, dialogue and literary text, and on long sentences."} A multilingual model shares its
 capacity between directions; the tables above are the evidence per direction.
-{flags_section(payload)}"""
+{speed_section(payload)}{flags_section(payload)}"""
 
 
 def growth(tcfg: dict) -> str:
@@ -331,7 +373,7 @@ reported score. Partly derived from Flickr30K: for non-commercial research and e
 Multi30k is small and narrow: short descriptions of photos. Expect good output on such sentences and
 poor output on news, dialogue, technical text or long sentences. Names and rare words are split into
 sentencepiece pieces and may be transliterated oddly.
-{flags_section(payload)}"""
+{speed_section(payload)}{flags_section(payload)}"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -352,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pivot", default="en", help="the language non-English directions are also measured through ('' for none)")
     parser.add_argument("--keep-scores", action="store_true",
                         help="add the rows measured now to those recorded (same direction, split, beam replaced)")
+    parser.add_argument("--speed", metavar="DIRECTION", help="also time the model in this direction on the first "
+                        "--speed-sentences of test_2016_flickr (one sentence greedy; 32 at a time beam 4) at --threads")
+    parser.add_argument("--speed-sentences", type=int, default=200)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -384,6 +429,15 @@ def main(argv: list[str] | None = None) -> int:
             fresh = {key(r) for r in rows}
             rows = [r for r in payload.get("metadata", {}).get("scores", []) if key(r) not in fresh] + rows
         payload.setdefault("metadata", {})["scores"] = rows
+        if args.speed:
+            if args.data is None:
+                parser.error("--speed reads test_2016_flickr from --data")
+            translator = Translator.load(args.model, device="cpu")
+            source, target = args.speed.split("-")
+            sentences = read_lines(args.data / f"test_2016_flickr.{source}.gz")[: args.speed_sentences]
+            speed = measure_speed(translator, sentences, target_lang=target if multilingual else None, threads=args.threads or 1)
+            payload["metadata"]["speed"] = {"direction": args.speed, "split": "test_2016_flickr", "hardware": cpu_name(), **speed}
+            print(f"speed: {payload['metadata']['speed']}")
         config_path.write_text(json.dumps(payload, indent=2) + "\n")
     render = render_multilingual_card if multilingual else render_card
     card = render(args.model, payload, rows, args.hardware)

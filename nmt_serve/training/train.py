@@ -24,8 +24,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
-import platform
 import random
 import shutil
 import signal
@@ -57,6 +55,7 @@ from nmt_serve.training.data import (
     tokenize_parallel,
 )
 from nmt_serve.training.grow import grow
+from nmt_serve.training.hardware import cpu_name
 from nmt_serve.training.multiway import (
     concatenate,
     multiway_pairs,
@@ -583,9 +582,7 @@ class Trainer:
     def device_name(self) -> str:
         if self.device.type == "cuda":
             return torch.cuda.get_device_name(self.device)
-        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-        return f"{model}, {os.cpu_count()} cores"
+        return cpu_name()
 
     def export(self) -> Path:
         """Average the best checkpoints' weights and write the final float16 checkpoint."""

@@ -24,8 +24,8 @@ from nmt_serve.network.checkpoint import (
 )
 from nmt_serve.network.routing import Offer, best, route
 from nmt_serve.network.tokenizer import Tokenizer
-from nmt_serve.service.directions import served_directions
 from nmt_serve.service.app import create_app
+from nmt_serve.service.directions import served_directions
 from nmt_serve.service.settings import Settings
 from nmt_serve.training import flag_calibration, model_card
 from nmt_serve.training.evaluate import evaluate
@@ -33,8 +33,8 @@ from nmt_serve.training.multiway import (
     multiway_pairs,
     pair_corpora,
     parse_directions,
-    parse_weights,
     parse_languages,
+    parse_weights,
     read_multiway,
     tag_ids,
     target_tag,
@@ -195,7 +195,14 @@ def test_multilingual_training_resumes_exports_and_translates(tmp_path):
     assert len(again) == len(scores) + 2 and {r["direction"] for r in again if r["split"] == "held"} == {"de-fr", "fr-de"}
     assert read_info(tmp_path / "mul").test_scores()["fr-de"].keys() == {"test_2016_flickr", "held"}
     assert "Held-out test set `held`" in (tmp_path / "mul" / "README.md").read_text()
+    # and its speed on this machine, timed beside the scores it keeps
+    assert model_card.main(["--model", str(tmp_path / "mul"), "--data", str(data), "--splits", "", "--keep-scores",
+                            "--quantizations", "none", "--speed", "fr-de", "--speed-sentences", "4", "--threads", "1"]) == 0
+    speed = read_info(tmp_path / "mul").metadata["speed"]
+    assert speed["sentences"] == 4 and speed["threads"] == 1 and speed["greedy_batch1_p50_ms"] <= speed["greedy_batch1_p90_ms"]
+    assert len(json.loads((tmp_path / "mul" / "config.json").read_text())["metadata"]["scores"]) == len(again)
     card = (tmp_path / "mul" / "README.md").read_text()
+    assert "## Speed" in card and "fr-de, the first 4 sentences" in card
     # written again from the recorded scores, with notes after the introduction
     notes = tmp_path / "notes.md"
     notes.write_text("**Status: a test model.**\n")
