@@ -133,7 +133,7 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda (cuda trains in bfloat16 autocast)
     export_dtype: str = "float16"
-    export_only: int = 0  # 1 = do not train: export the best checkpoints of run_dir as they are now
+    export_only: int = 0  # 1 = do not train: export the best checkpoints of run_dir as they are now (the last step validated first if it was not)
 
     @classmethod
     def build_parser(cls) -> argparse.ArgumentParser:
@@ -587,10 +587,11 @@ class Trainer:
     def export(self) -> Path:
         """Average the best checkpoints' weights and write the final float16 checkpoint."""
         cfg = self.cfg
-        chosen = self.best[: max(1, cfg.average_best)]
-        if not chosen:
+        if self.step not in {b["step"] for b in self.best}:
+            # the last steps since the last validation are a candidate too: at the end of an annealed
+            # (linear) schedule they are usually the best
             self.validate()
-            chosen = self.best[:1]
+        chosen = self.best[: max(1, cfg.average_best)]
         models = [load_checkpoint(b["dir"])[0] for b in chosen]
         averaged = Transformer(self.model_config)
         state = averaged.state_dict()

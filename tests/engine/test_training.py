@@ -36,9 +36,10 @@ def test_train_save_resume_export_evaluate(tmp_path):
     first.run()
     assert first.step == 6 and (run_dir / "state.pt").exists() and (run_dir / "spm.model").exists()
     assert (run_dir / "exported" / "model.safetensors").exists()  # max_steps reached: exported
-    assert len(first.best) == 1  # validated at step 4 (step 6 is no multiple of 4)
+    # validated at step 4, and at step 6 before the export: steps since the last validation are a candidate too
+    assert sorted(b["step"] for b in first.best) == [4, 6]
     log = (run_dir / "train.log").read_text()
-    assert "validation at step 4" in log
+    assert "validation at step 4" in log and "validation at step 6" in log
 
     # the same run asked to go further resumes at step 6 instead of starting again
     second = Trainer(tiny_run(run_dir, max_steps=10))
