@@ -133,4 +133,8 @@ def test_its_card_scores_every_direction_on_both_test_sets_and_routing_gives_it_
               for name, path in (("debian-multi30k", MODEL), ("multi30k", CAPTIONS)) for d in DIRECTIONS]
     assert set(route(offers).values()) == {"debian-multi30k"}
     training = json.loads((MODEL / "config.json").read_text())["metadata"]["training"]
-    assert training["config"]["init_from"] == "checkpoints/multi30k" and training["config"]["pair_data"]
+    assert training["config"]["pair_data"] and training["config"]["lr_schedule"] == "linear"
+    # the recipe: the caption model, fine-tuned (stage 1), then fine-tuned again with more captions and annealed
+    stage1, stage2 = (json.loads((ROOT / "configs" / name).read_text()) for name in ("debian-cpu.json", "debian-cpu-stage2.json"))
+    assert stage1["init_from"] == "checkpoints/multi30k" and stage2["init_from"] == stage1["output"]
+    assert stage2["output"] == "checkpoints/debian-multi30k"
