@@ -133,8 +133,12 @@ def test_out_of_domain_sentences_are_flagged_and_in_domain_ones_not(client):
 
 def test_a_fluent_translation_the_source_does_not_ground_is_flagged_detached(client):
     """A borderline score and the attention spread over the whole source: flagged by the attention check
-    (a labelled everyday sentence of bench/quality_flags_labelled.tsv), the in-domain sentence not checked."""
-    body = translate(client, ["Wo ist der Bahnhof?", "Zwei Kinder spielen im Garten."], return_scores=True)
+    with the routed model's own thresholds (its card: "Wie geht es dir?" -> "If you want to save?", -0.67
+    per token, which low_confidence lets pass, and a source entropy of 0.81), the in-domain sentence not checked."""
+    listed = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
+    thresholds = listed["de-en"]["quality_flags"]
+    assert thresholds["min_mean_logprob"] < -0.67 < thresholds["attention_check_below"]
+    body = translate(client, ["Wie geht es dir?", "Zwei Kinder spielen im Garten."], return_scores=True)
     doubtful, fine = body["translations"]
-    assert doubtful["flags"] == [{"sentence": 0, "source": "Wo ist der Bahnhof?", "text": doubtful["text"], "flags": ["detached"]}], doubtful
+    assert doubtful["flags"] == [{"sentence": 0, "source": "Wie geht es dir?", "text": doubtful["text"], "flags": ["detached"]}], doubtful
     assert "flags" not in fine
