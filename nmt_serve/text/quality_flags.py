@@ -11,12 +11,12 @@ low-confidence threshold is calibrated on held-out sentences against nonsense
 that the caption-trained multilingual model (checkpoints/multi30k) gives Multi30k val, measured on test_2016_flickr against the same
 sentences garbled (words shuffled, word salad, letters shuffled): precision 0.98, recall 0.70 for de-en
 (the -1.0 it replaces: 0.99 and 0.38); the figures are in BENCHMARKS.md. The score and attention
-thresholds depend on the model (how sure of itself it is where it was trained):
-so a model carries its own (`FlagThresholds`, in its checkpoint's metadata, measured on its validation
-sentences by `python -m nmt_serve.training.flag_calibration`); these constants are the thresholds of a model
-that has none. With the caption model's thresholds the model routed today (checkpoints/debian-multi30k),
-less sure of itself on captions, flagged about 12% of clean held-out captions (BENCHMARKS.md, "Quality
-flags on the routed model").
+thresholds depend on the model (how sure of itself it is where it was trained), so a model carries its
+own (`FlagThresholds`, in its checkpoint's metadata, measured on its validation sentences by `python -m
+nmt_serve.training.flag_calibration`); these constants are those of a model that has none. With the
+caption model's thresholds the model routed today (checkpoints/debian-multi30k), less sure of itself on
+captions, flagged about 12% of clean held-out captions; with its own, 2-2.5% (BENCHMARKS.md, "Quality
+flags with each model's own thresholds").
 
 One check reads the model's attention: `detached`, the decoder's cross-attention spread over the whole
 source instead of following it (engine/attention_maps.source_entropy), which catches fluent nonsense the
