@@ -49,6 +49,7 @@ from nmt_serve.text.quality_flags import (
     flags_for,
     needs_attention_check,
 )
+from nmt_serve.training.flag_calibration import percentile
 
 OUT_OF_DOMAIN = {
     "de": ["Hallo", "Guten Morgen", "Wie geht es dir?", "Danke schön!", "Bis morgen", "Ich liebe dich.",
@@ -147,11 +148,6 @@ def precision_recall(rows: list[Row], predicted) -> str:
     precision = tp / (tp + fp) if tp + fp else 0.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     return f"precision {precision:.3f}, recall {recall:.3f} (tp {tp}, fp {fp}, fn {fn})"
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[int(p / 100 * (len(ordered) - 1))]
 
 
 def low_confidence(row: Row) -> bool:

@@ -10,10 +10,12 @@ engine did when it left the others unloaded.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from nmt_serve.inference.input_processor import InputProcessor
 from nmt_serve.network.routing import Offer, best
 from nmt_serve.network.tokenizer import Tokenizer
+from nmt_serve.text.quality_flags import FlagThresholds
 
 
 @dataclass
@@ -33,6 +35,11 @@ class ServedDirection:
         """Source ids as the engine takes them (eos excluded; a multilingual model's tag, or a fairseq-family
         model's source code, first)."""
         return self.inputs.tokens(text, self.target, self.source)
+
+    @cached_property
+    def flag_thresholds(self) -> FlagThresholds:
+        """The quality flags' thresholds of the model serving it: its own, measured, or the defaults."""
+        return FlagThresholds.of(self.info.get("quality_flags"))
 
     @property
     def target_prefix(self) -> list[int]:

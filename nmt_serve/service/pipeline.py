@@ -27,7 +27,7 @@ from nmt_serve.text.glossary import GlossaryEntry, Terminology
 from nmt_serve.text.glossary import check as check_glossary
 from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
 from nmt_serve.text.language_detection import UNDETERMINED, Detection, language_name
-from nmt_serve.text.quality_flags import FlagThresholds, SentenceFlags, flags_for, needs_attention_check
+from nmt_serve.text.quality_flags import SentenceFlags, flags_for, needs_attention_check
 from nmt_serve.text.segmentation import Segmented, segment
 from nmt_serve.text.word_alignment import word_alignment
 
@@ -257,7 +257,7 @@ async def _attention(engine, prepared: list[_Text], batches: dict[str, list[list
     served = {t.model.id: t.model for t in prepared if t.model is not None}
     checked = set() if check == "off" else {
         (m, k) for m, hyps in results.items() for k, nbest in enumerate(hyps)
-        if check == "all" or needs_attention_check(_mean_logprob(nbest[0]), _thresholds(served[m]))}
+        if check == "all" or needs_attention_check(_mean_logprob(nbest[0]), served[m].flag_thresholds)}
     wanted = sorted((m, k) for m, k in align | checked if results[m][k][0].text)
     if not wanted:
         return _Attention()
@@ -277,11 +277,6 @@ async def _attention(engine, prepared: list[_Text], batches: dict[str, list[list
         if (m, k) in checked:
             out.source_entropy[(m, k)] = maps["source_entropy"]
     return out
-
-
-def _thresholds(model: ServedDirection) -> FlagThresholds:
-    """The quality flags' thresholds of the model serving a direction (its own, measured, or the defaults)."""
-    return FlagThresholds.of(model.info.get("quality_flags"))
 
 
 def _mean_logprob(h: EngineHypothesis) -> float | None:
@@ -312,7 +307,7 @@ def _assemble(state: ServiceState, text: _Text, hyps: list[list[EngineHypothesis
                               long=len(ids[first + k]) > state.settings.max_sentence_tokens,
                               mean_logprob=_mean_logprob(best),
                               source_entropy=attention.source_entropy.get((text.model.id, first + k)),
-                              thresholds=_thresholds(text.model))
+                              thresholds=text.model.flag_thresholds)
             if best.constraint_unmet:  # its glossary terms did not fit: this is its free translation
                 found = (*found, "constraint_unmet")
             if found:
