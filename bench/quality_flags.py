@@ -59,9 +59,10 @@ OUT_OF_DOMAIN = {
 }
 
 
-def thresholds_of(translator: Translator) -> FlagThresholds:
-    """The thresholds the service uses for this model: its own, or the defaults."""
-    return FlagThresholds.of(translator.info.flag_thresholds())
+def thresholds_of(translator: Translator, direction: str | None = None) -> FlagThresholds:
+    """The thresholds the service uses for this model in this direction: the direction's own, the model's
+    pooled ones, or the defaults."""
+    return FlagThresholds.of(translator.info.flag_thresholds(direction))
 
 
 def flags_of(source: str, result, thresholds: FlagThresholds) -> tuple[str, ...]:
@@ -112,11 +113,12 @@ class Row:
     borderline: bool  # the service checks its attention by default (needs_attention_check)
 
 
-def translated(translator: Translator, kinds_sources: list[tuple[str, str, bool]], beam_size: int, target: str) -> list[Row]:
+def translated(translator: Translator, kinds_sources: list[tuple[str, str, bool]], beam_size: int, direction: str) -> list[Row]:
     sources = [source for _, source, _ in kinds_sources]
-    results = translator.translate(sources, beam_size=beam_size, return_scores=True, return_attention=True, target_lang=target)
+    results = translator.translate(sources, beam_size=beam_size, return_scores=True, return_attention=True,
+                                   target_lang=direction.split("-")[1])
     rows = []
-    thresholds = thresholds_of(translator)
+    thresholds = thresholds_of(translator, direction)
     for (kind, source, doubtful), r in zip(kinds_sources, results):
         best = r.hypotheses[0]
         mean, entropy = best.score / (len(best.tokens) + 1), source_entropy(translator, r.attention)
@@ -126,17 +128,17 @@ def translated(translator: Translator, kinds_sources: list[tuple[str, str, bool]
     return rows
 
 
-def labelled(translator: Translator, lines: list[str], beam_size: int, target: str) -> list[Row]:
+def labelled(translator: Translator, lines: list[str], beam_size: int, direction: str) -> list[Row]:
     """The clean lines and their garblings; all but clean are labelled doubtful."""
     return translated(translator, [(kind, source, kind != "clean") for kind in ("clean", *GARBLINGS)
-                                   for source in (lines if kind == "clean" else garble(lines, kind))], beam_size, target)
+                                   for source in (lines if kind == "clean" else garble(lines, kind))], beam_size, direction)
 
 
 def hand_labelled(translator: Translator, pair: str, beam_size: int) -> tuple[list[Row], int]:
     """The rows of LABELS for a direction whose output the model still gives, and how many it no longer does."""
     entries = [line.rstrip("\n").split("\t") for line in LABELS.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
     mine = [(kind, source, output, label == "wrong") for kind, direction, source, output, label in entries if direction == pair]
-    rows = translated(translator, [(kind, source, wrong) for kind, source, _, wrong in mine], beam_size, pair.split("-")[1])
+    rows = translated(translator, [(kind, source, wrong) for kind, source, _, wrong in mine], beam_size, pair)
     kept = [row for row, (*_, output, _) in zip(rows, mine) if row.output == output]
     return kept, len(rows) - len(kept)
 
@@ -165,15 +167,16 @@ def borderline_detached(row: Row) -> bool:
 
 def labelled_report(args) -> None:
     translator = Translator.load(args.model, device="cpu")
-    thresholds = thresholds_of(translator)
     pairs = ("de-en", "en-de")
-    val = {pair: labelled(translator, read(args.data, "val", pair[:2])[: args.lines], args.beam_size, pair[3:]) for pair in pairs}
+    val = {pair: labelled(translator, read(args.data, "val", pair[:2])[: args.lines], args.beam_size, pair) for pair in pairs}
     clean_val = {pair: [row for row in rows if row.kind == "clean"] for pair, rows in val.items()}
     pooled = [row.source_entropy for rows in clean_val.values() for row in rows]
     print(f"# {args.model}, beam {args.beam_size}, CPU; val: {args.lines} clean sentences per direction and 3x as many garbled")
     print("source entropy, clean val, both directions pooled: "
-          + ", ".join(f"p{p}={percentile(pooled, p):.3f}" for p in (90, 95, 98, 99)) + f" (the model's: {thresholds.max_source_entropy})")
+          + ", ".join(f"p{p}={percentile(pooled, p):.3f}" for p in (90, 95, 98, 99))
+          + f" (the model's, pooled over its directions: {thresholds_of(translator).max_source_entropy})")
     for pair in pairs:
+        thresholds = thresholds_of(translator, pair)
         src, tgt = pair.split("-")
         clean = [row.mean_logprob for row in clean_val[pair]]
         entropies = [row.source_entropy for row in clean_val[pair]]
@@ -185,7 +188,7 @@ def labelled_report(args) -> None:
             rows = [row for row in val[pair] if row.kind == kind]
             print(f"  {kind}: median log-prob {percentile([r.mean_logprob for r in rows], 50):.3f}, "
                   f"median source entropy {percentile([r.source_entropy for r in rows], 50):.3f}")
-        test = labelled(translator, read(args.data, "test_2016_flickr", src)[: args.lines], args.beam_size, tgt)
+        test = labelled(translator, read(args.data, "test_2016_flickr", src)[: args.lines], args.beam_size, pair)
         clean_test = [row for row in test if row.kind == "clean"]
         print(f"## {pair}: test_2016_flickr (held out), {len(test)} rows")
         print(f"- any flag, every sentence's attention checked: {precision_recall(test, lambda row: bool(row.flags))}")
@@ -237,7 +240,7 @@ def directions_report(args) -> None:
     print(f"# {args.model}, beam {args.beam_size}, CPU: clean val, the first {args.lines} sentences per direction, share flagged")
     for pair in args.directions.split(","):
         rows = translated(translator, [("clean", line, False) for line in read(args.data, "val", pair[:2])[: args.lines]],
-                          args.beam_size, pair[3:])
+                          args.beam_size, pair)
         print(f"- {pair}: " + ", ".join(f"{name} {sum(map(f, rows)) / len(rows):.3f}" for name, f in (
             ("low_confidence", low_confidence), ("detached", detached), ("both", lambda row: low_confidence(row) or detached(row)),
             ("both, borderline", lambda row: low_confidence(row) or borderline_detached(row)))))
@@ -327,7 +330,7 @@ def main() -> None:
         with gzip.open(Path(args.data) / f"test_2016_flickr.{src}.gz", "rt", encoding="utf-8") as f:
             lines = [line.strip() for line in f]
         results = translator.translate(lines, beam_size=args.beam_size, return_scores=True)
-        thresholds = thresholds_of(translator)
+        thresholds = thresholds_of(translator, pair)
         flagged = [(line, r.text, flags) for line, r in zip(lines, results) if (flags := flags_of(line, r, thresholds))]
         counts = Counter(flag for *_, flags in flagged for flag in flags)
         print(f"## {pair}: test_2016_flickr, {len(lines)} sentences, beam {args.beam_size}")

@@ -205,7 +205,7 @@ class EngineCore:
                 # a many-to-many model's directions are every pair of its language codes: the codes go, not the pairs
                 mid: dict(id=mid, source=t.source_lang, target=t.target_lang,
                           directions=None if t.info.language_codes else t.directions,
-                          target_tags=t.info.target_tags, language_codes=t.info.language_codes, test_bleu=t.test_bleu(), test_scores=t.info.test_scores(), quality_flags=t.info.flag_thresholds(), parameters=t.num_parameters(), device=str(t.device),
+                          target_tags=t.info.target_tags, language_codes=t.info.language_codes, test_bleu=t.test_bleu(), test_scores=t.info.test_scores(), quality_flags=t.info.flag_threshold_table(), parameters=t.num_parameters(), device=str(t.device),
                           dtype=str(t.dtype).removeprefix("torch."), attention=attention_backend(t.device), quantization=t.quantization, step_mode=t.step_mode,
                           n_decoder_layers=t.config.n_decoder_layers, n_encoder_layers=t.config.n_encoder_layers,
                           n_heads=t.config.n_heads, max_positions=t.config.max_positions,

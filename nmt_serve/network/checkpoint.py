@@ -65,11 +65,19 @@ class CheckpointInfo:
         """{direction: sacreBLEU on test_2016_flickr, beam 4, float weights} as the model card recorded it."""
         return {d: sets["test_2016_flickr"] for d, sets in self.test_scores().items() if "test_2016_flickr" in sets}
 
-    def flag_thresholds(self) -> dict[str, float]:
+    def flag_thresholds(self, direction: str | None = None) -> dict[str, float]:
         """The quality flags' thresholds measured on this model (training/flag_calibration.py): {name: value},
-        empty when it has none (the service then uses the defaults of text/quality_flags.py)."""
+        a direction's own where they were measured for it, else those of all its directions pooled; empty
+        when it has none (the service then uses the defaults of text/quality_flags.py)."""
         recorded = self.metadata.get("quality_flags") or {}
-        return {k: v for k, v in recorded.items() if isinstance(v, (int, float))}
+        own = (recorded.get("directions") or {}).get(direction) or {} if direction else {}
+        return {k: v for k, v in {**recorded, **own}.items() if isinstance(v, (int, float))}
+
+    def flag_threshold_table(self) -> dict:
+        """{"default": the pooled thresholds, "directions": {direction: its own}} for what the engine reports:
+        only the directions measured on their own are listed (a many-to-many model has thousands)."""
+        measured = (self.metadata.get("quality_flags") or {}).get("directions") or {}
+        return {"default": self.flag_thresholds(), "directions": {d: self.flag_thresholds(d) for d in measured}}
 
     def test_scores(self) -> dict[str, dict[str, float]]:
         """{direction: {test set: sacreBLEU, beam 4, float weights}} as the model card recorded them: every

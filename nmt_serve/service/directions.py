@@ -39,7 +39,7 @@ class ServedDirection:
     @cached_property
     def flag_thresholds(self) -> FlagThresholds:
         """The quality flags' thresholds of the model serving it: its own, measured, or the defaults."""
-        return FlagThresholds.of(self.info.get("quality_flags"))
+        return FlagThresholds.of(_flag_thresholds(self.info, self.id))
 
     @property
     def target_prefix(self) -> list[int]:
@@ -54,7 +54,7 @@ class ServedDirection:
         """The engine's report of the model, as this direction's entry of /v1/models."""
         return {**self.info, "id": self.id, "source": self.source, "target": self.target, "model": self.engine_model,
                 "multilingual": self.multilingual, "test_bleu": _test_bleu(self.info, self.id),
-                "test_scores": _test_scores(self.info, self.id)}
+                "test_scores": _test_scores(self.info, self.id), "quality_flags": _flag_thresholds(self.info, self.id)}
 
 
 def public_names(inputs: InputProcessor) -> dict[str, str]:
@@ -104,3 +104,9 @@ def served_directions(infos: list[dict]) -> dict[str, ServedDirection]:
         return next(m for m, o in zip(found, offers) if o is pick)
 
     return {d: chosen(found) for d, found in sorted(candidates.items())}
+
+
+def _flag_thresholds(info: dict, direction: str) -> dict[str, float]:
+    """The model's thresholds for this direction: its own where measured, else the model's pooled ones."""
+    table = info.get("quality_flags") or {}
+    return (table.get("directions") or {}).get(direction) or table.get("default") or {}

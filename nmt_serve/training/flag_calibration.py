@@ -12,13 +12,16 @@ beam 4, as the service translates):
 - detached above the 99th percentile of the decoder's cross-attention entropy over the source;
 - the attention is checked for scores under the 30th percentile (the caption model's -0.4 took 26-35% of
   its in-domain sentences).
-The thresholds go into config.json's metadata ("quality_flags") with what they were measured on; the engine
-hands them to the service with the model's other facts.
+Each direction with at least MIN_SENTENCES sentences gets thresholds of its own; the pooled ones (all
+directions together) serve the others. They go into config.json's metadata ("quality_flags": the pooled
+ones, "directions", and what they were measured on); the engine hands them to the service with the
+model's other facts.
 """
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -32,6 +35,7 @@ from nmt_serve.training.data import read_lines
 LOW_CONFIDENCE_PERCENTILE = 5
 DETACHED_PERCENTILE = 99
 ATTENTION_CHECK_PERCENTILE = 30
+MIN_SENTENCES = 100  # for a 99th percentile that is not simply the largest value: a direction with fewer uses the pooled thresholds
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -53,26 +57,36 @@ def signals(translator: Translator, sources: list[str], *, target_lang: str | No
     return out
 
 
-def calibrate(translator: Translator, sets: dict[str, list[str]], *, beam_size: int = 4) -> tuple[FlagThresholds, dict]:
-    """Thresholds from the pooled signals of {direction: source sentences} -> (thresholds, what they were measured on)."""
-    pooled: list[tuple[float, float]] = []
-    for direction, sources in sets.items():
-        pooled += signals(translator, sources, target_lang=direction.split("-")[1] if translator.info.multilingual else None,
-                          beam_size=beam_size)
-    if len(pooled) < 100:
-        raise ValueError(f"{len(pooled)} sentences: too few for a 99th percentile (give at least 100)")
-    scores, entropies = [s for s, _ in pooled], [e for _, e in pooled]
-    thresholds = FlagThresholds(
+def thresholds_of(signals_: list[tuple[float, float]]) -> FlagThresholds:
+    """The thresholds at this module's percentiles of (mean log-probability, source entropy) pairs."""
+    scores, entropies = [s for s, _ in signals_], [e for _, e in signals_]
+    return FlagThresholds(
         min_mean_logprob=round(percentile(scores, LOW_CONFIDENCE_PERCENTILE), 3),
         max_source_entropy=round(percentile(entropies, DETACHED_PERCENTILE), 3),
         attention_check_below=round(percentile(scores, ATTENTION_CHECK_PERCENTILE), 3),
     )
+
+
+def calibrate(translator: Translator, sets: dict[str, list[str]], *, beam_size: int = 4
+              ) -> tuple[FlagThresholds, dict[str, FlagThresholds], dict]:
+    """Thresholds from {direction: source sentences} -> (those of all directions pooled, each direction's own
+    where it has at least MIN_SENTENCES, what they were measured on). A direction's own matter because a
+    model is surer of some directions than of others: a pooled threshold lets the doubtful sentences of
+    the surer directions pass, and flags more of the good ones of the others."""
+    by_direction: dict[str, list[tuple[float, float]]] = {}
+    for direction, sources in sets.items():
+        by_direction[direction] = signals(translator, sources, beam_size=beam_size,
+                                          target_lang=direction.split("-")[1] if translator.info.multilingual else None)
+    pooled = [s for found in by_direction.values() for s in found]
+    if len(pooled) < MIN_SENTENCES:
+        raise ValueError(f"{len(pooled)} sentences: too few for a 99th percentile (give at least {MIN_SENTENCES})")
+    own = {d: thresholds_of(found) for d, found in by_direction.items() if len(found) >= MIN_SENTENCES}
     lines = {len(s) for s in sets.values()}
     measured = {"sentences": len(pooled), "directions": sorted(sets), "beam_size": beam_size,
                 "per_direction": lines.pop() if len(lines) == 1 else None,
                 "percentiles": {"min_mean_logprob": LOW_CONFIDENCE_PERCENTILE, "max_source_entropy": DETACHED_PERCENTILE,
                                 "attention_check_below": ATTENTION_CHECK_PERCENTILE}}
-    return thresholds, measured
+    return thresholds_of(pooled), own, measured
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, type=Path)
     parser.add_argument("--data", required=True, type=Path, help="directory with val.{lang}.gz (or a pattern with {lang})")
     parser.add_argument("--directions", default="", help="comma-separated (default: every direction the model serves with files here)")
-    parser.add_argument("--lines", type=int, default=200, help="the first N sentences of each direction's source")
+    parser.add_argument("--lines", type=int, default=1000,
+                        help=f"the first N sentences of each direction's source (a direction gets thresholds of its own from {MIN_SENTENCES})")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args(argv)
@@ -100,19 +115,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--data {args.data}: no source file for any of {', '.join(directions)}")
     translator = Translator.load(args.model, device="cpu")
     try:
-        thresholds, measured = calibrate(translator, sets, beam_size=args.beam_size)
+        thresholds, own, measured = calibrate(translator, sets, beam_size=args.beam_size)
     except ValueError as e:
         parser.error(str(e))
     config_path = args.model / CONFIG_FILE
     payload = json.loads(config_path.read_text())
     payload.setdefault("metadata", {})["quality_flags"] = {
-        **{k: getattr(thresholds, k) for k in ("min_mean_logprob", "max_source_entropy", "attention_check_below")},
+        **asdict(thresholds), "directions": {d: asdict(t) for d, t in own.items()},
         "measured_on": {"data": pattern.replace(str(Path.cwd()) + "/", ""), **measured},
     }
     config_path.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"{args.model}: low_confidence below {thresholds.min_mean_logprob}, detached above {thresholds.max_source_entropy}, "
           f"attention checked below {thresholds.attention_check_below} ({measured['sentences']} sentences, "
-          f"{len(sets)} directions, beam {args.beam_size})")
+          f"{len(sets)} directions, beam {args.beam_size}); {len(own)} directions with thresholds of their own")
+    for d, t in own.items():
+        print(f"  {d}: {t.min_mean_logprob} / {t.max_source_entropy} / {t.attention_check_below}")
     return 0
 
 

@@ -249,6 +249,15 @@ def flags_section(payload: dict) -> str:
     if not found:
         return ""
     measured = found.get("measured_on", {})
+    own = found.get("directions") or {}
+    table = "".join(f"| {d} | {t['min_mean_logprob']} | {t['max_source_entropy']} | {t['attention_check_below']} |\n"
+                    for d, t in sorted(own.items()))
+    per_direction = f"""
+Each direction measured on its own sentences has thresholds of its own, which the service uses for it:
+
+| direction | low_confidence below | detached above | attention checked below |
+| --- | --- | --- | --- |
+{table}""" if own else ""
     return f"""
 ## Quality flags
 
@@ -256,8 +265,8 @@ The service flags a sentence `low_confidence` below a mean log-probability per t
 {found['min_mean_logprob']}, `detached` above a source entropy of {found['max_source_entropy']}, and checks the attention
 of sentences scoring under {found['attention_check_below']}: this model's own 5th, 99th and 30th percentiles on
 {measured.get('sentences', '?')} validation sentences (`{measured.get('data', '?')}`, {len(measured.get('directions', []))}
-directions, beam {measured.get('beam_size', '?')}), measured with `python -m nmt_serve.training.flag_calibration`.
-"""
+directions pooled, beam {measured.get('beam_size', '?')}), measured with `python -m nmt_serve.training.flag_calibration`.
+{per_direction}"""
 
 
 def pair_tests_table(rows: list[dict], directions: list[str]) -> str:

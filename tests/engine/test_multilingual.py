@@ -237,7 +237,7 @@ def test_a_fine_tune_grows_the_model_weighs_the_captions_and_anneals(tmp_path, t
                                "--valid-data", str(FIXTURES / "val40.{lang}"), "--lr-schedule", "linear"])
 
 
-def test_a_model_records_its_own_flag_thresholds_and_the_service_uses_them(tmp_path, tagged_spm):
+def test_a_model_records_its_own_flag_thresholds_and_the_service_uses_them(tmp_path, tagged_spm, monkeypatch):
     path = make_multilingual(tmp_path / "mul", tagged_spm)
     data = tmp_path / "data"
     data.mkdir()
@@ -248,8 +248,10 @@ def test_a_model_records_its_own_flag_thresholds_and_the_service_uses_them(tmp_p
     info = read_info(path)
     recorded = info.metadata["quality_flags"]
     assert recorded["measured_on"]["sentences"] == 6 * 20 and recorded["measured_on"]["directions"] == sorted(info.served())
+    assert recorded["directions"] == {}  # 20 sentences a direction: too few for thresholds of its own
     thresholds = info.flag_thresholds()
     assert set(thresholds) == {"min_mean_logprob", "max_source_entropy", "attention_check_below"}
+    assert info.flag_thresholds("de-en") == thresholds  # the pooled ones serve every direction
     # percentiles of the model's own signals: the 5th under the 30th, an entropy between 0 and 1
     assert thresholds["min_mean_logprob"] <= thresholds["attention_check_below"] < 0 < thresholds["max_source_entropy"] <= 1
     translator = Translator.load(path, device="cpu")
@@ -258,11 +260,24 @@ def test_a_model_records_its_own_flag_thresholds_and_the_service_uses_them(tmp_p
     assert scores[0] <= flag_calibration.percentile(scores, 5) <= scores[2]
     with pytest.raises(SystemExit):  # too few sentences for a 99th percentile
         flag_calibration.main(["--model", str(path), "--data", str(data), "--lines", "5", "--directions", "de-en"])
-    assert "## Quality flags" in model_card.flags_section(json.loads((path / "config.json").read_text()))
 
-    # the service flags this model's sentences by its thresholds: an impossible bar flags every one
+    # with enough sentences each direction gets its own: those of its own signals, not the pooled ones
+    monkeypatch.setattr(flag_calibration, "MIN_SENTENCES", 20)
+    assert flag_calibration.main(["--model", str(path), "--data", str(data), "--lines", "20", "--beam-size", "1"]) == 0
+    info = read_info(path)
+    own = info.metadata["quality_flags"]["directions"]
+    assert sorted(own) == sorted(info.served())
+    assert own["de-en"] == dataclasses.asdict(flag_calibration.thresholds_of(
+        flag_calibration.signals(translator, sources, target_lang="en", beam_size=1)))
+    assert info.flag_thresholds("de-en") == own["de-en"] and info.flag_thresholds("xx-yy") == info.flag_thresholds()
+    assert len({tuple(t.values()) for t in own.values()}) > 1  # the directions differ
+    section = model_card.flags_section(json.loads((path / "config.json").read_text()))
+    assert "## Quality flags" in section and f"| de-en | {own['de-en']['min_mean_logprob']} |" in section
+
+    # the service flags each direction's sentences by that direction's thresholds: an impossible bar for
+    # de-en alone flags every de-en sentence, and en-de keeps its own
     payload = json.loads((path / "config.json").read_text())
-    payload["metadata"]["quality_flags"].update(min_mean_logprob=0.0, attention_check_below=0.0)
+    payload["metadata"]["quality_flags"]["directions"]["de-en"].update(min_mean_logprob=0.0, attention_check_below=0.0)
     (path / "config.json").write_text(json.dumps(payload))
     with TestClient(create_app(Settings(models_dir=str(tmp_path), device="cpu")), raise_server_exceptions=False) as client:
         deadline = time.time() + 60
@@ -271,6 +286,7 @@ def test_a_model_records_its_own_flag_thresholds_and_the_service_uses_them(tmp_p
             time.sleep(0.05)
         listed = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
         assert listed["de-en"]["quality_flags"]["min_mean_logprob"] == 0.0
+        assert listed["en-de"]["quality_flags"] == own["en-de"]
         r = client.post("/v1/translate", json={"text": ["Ein Hund läuft.", "Zwei Männer."], "source": "de", "target": "en"})
         assert r.status_code == 200, r.text
         assert all("low_confidence" in t["flags"][0]["flags"] for t in r.json()["translations"])
