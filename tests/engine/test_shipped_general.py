@@ -134,7 +134,11 @@ def test_its_card_scores_every_direction_on_both_test_sets_and_routing_gives_it_
     assert set(route(offers).values()) == {"debian-multi30k"}
     training = json.loads((MODEL / "config.json").read_text())["metadata"]["training"]
     assert training["config"]["pair_data"] and training["config"]["lr_schedule"] == "linear"
-    # the recipe: the caption model, fine-tuned (stage 1), then fine-tuned again with more captions and annealed
-    stage1, stage2 = (json.loads((ROOT / "configs" / name).read_text()) for name in ("debian-cpu.json", "debian-cpu-stage2.json"))
+    # the recipe: the caption model, fine-tuned (stage 1), then twice more with more captions and annealed
+    stage1, stage2, stage3 = (json.loads((ROOT / "configs" / name).read_text())
+                              for name in ("debian-cpu.json", "debian-cpu-stage2.json", "debian-cpu-stage3.json"))
     assert stage1["init_from"] == "checkpoints/multi30k" and stage2["init_from"] == stage1["output"]
-    assert stage2["output"] == "checkpoints/debian-multi30k"
+    assert stage3["init_from"] == stage2["output"] and stage3["output"] == "checkpoints/debian-multi30k"
+    assert stage3["multiway_weight"] > stage2["multiway_weight"] > 1
+    recorded = {k: v for k, v in training["config"].items() if k in stage3}
+    assert recorded == stage3  # the shipped weights are what the committed config makes
