@@ -78,8 +78,11 @@ class ModelNeeds:
 
             lone_row = int8_lone_row_elements(self.config) * self.itemsize if self.lone_row_weights else 0
             return total * self.itemsize + linear + self.config.tgt_vocab_size * self.config.d_model + lone_row
-        copies = (1 + self.lone_row_weights) if self.packed_weights else 0
-        return (total + copies * linear) * self.itemsize
+        if not self.packed_weights:
+            return total * self.itemsize
+        from nmt_serve.inference.model_runner import lone_row_elements
+
+        return (total + linear + (lone_row_elements(self.config) if self.lone_row_weights else 0)) * self.itemsize
 
     def row_bytes(self) -> int:
         c = self.config

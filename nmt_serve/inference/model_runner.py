@@ -75,8 +75,22 @@ def linear_shapes(cfg) -> list[tuple[int, int]]:
 
 def int8_lone_row_elements(cfg) -> int:
     """Elements of the transposed float copies an int8 runner at 1 thread keeps (Int8Linear's lone_row:
-    the weights small enough to run one row in float)."""
-    return sum(o * i for o, i in linear_shapes(cfg) if INT8_MIN_MACS // (o * i) > 1)
+    the weights small enough to run one row in float, and only those that take a copy)."""
+    return sum(o * i for o, i in linear_shapes(cfg) if INT8_MIN_MACS // (o * i) > 1 and lone_row_copies(o, i))
+
+
+def lone_row_elements(cfg) -> int:
+    """Elements of the transposed copies a float runner at 1 thread keeps beside its packed weights."""
+    return sum(o * i for o, i in linear_shapes(cfg) if lone_row_copies(o, i))
+
+
+def lone_row_copies(out_features: int, in_features: int) -> bool:
+    """Whether a lone row reads a transposed copy of a weight, (C_in, C_out), or the weight as it is. One
+    row times a (C_in, C_out) weight streams it as rows of outputs to add up, which is faster where the
+    output is at least as wide as the input (1 thread, this VM, weights cycled out of cache: 256->1024 40
+    against 83 us, 256->768 25 against 35, 256->8000 378 against 1,010); where the input is wider, the
+    weight as it is gives dot products of long rows and wins (1024->256: 48 against 81 us)."""
+    return in_features <= out_features
 
 
 def lone_row_weights(threads: int, *, packed: bool, quantization: str) -> bool:
@@ -107,7 +121,10 @@ class FloatLinear:
         self.bias = bias
         self.onednn = onednn_runs(weight)
         pack = packed and self.onednn
-        self.lone_row = weight.detach().t().contiguous() if self.onednn and lone_row else None  # (C_in, C_out)
+        # (C_in, C_out): a contiguous copy, or a view of the weight where reading it as it is pays
+        transposed = weight.detach().t()
+        copy = lone_row_copies(*weight.shape)
+        self.lone_row = (transposed.contiguous() if copy else transposed) if self.onednn and lone_row else None
         # a packed weight replaces the plain one: a fused weight's plain copy is then dropped
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
