@@ -87,7 +87,7 @@ def lone_row_elements(cfg) -> int:
 def lone_row_copies(out_features: int, in_features: int) -> bool:
     """Whether a lone row reads a transposed copy of a weight, (C_in, C_out), or the weight as it is. One
     row times a (C_in, C_out) weight streams it as rows of outputs to add up, which is faster where the
-    output is at least as wide as the input (1 thread, this VM, weights cycled out of cache: 256->1024 40
+    output is at least as wide as the input (1 thread, a 2-core AMD EPYC, weights cycled out of cache: 256->1024 40
     against 83 us, 256->768 25 against 35, 256->8000 378 against 1,010); where the input is wider, the
     weight as it is gives dot products of long rows and wins (1024->256: 48 against 81 us)."""
     return in_features <= out_features
@@ -111,7 +111,9 @@ class FloatLinear:
     nn.Module path). Without it oneDNN reads the (C_out, C_in) weight as it is.
 
     `lone_row` (with `packed`, for an engine at 1 thread): W is also kept transposed, (C_in, C_out), for
-    a lone row (greedy search of one sentence). There oneDNN's fixed cost per call outweighs its
+    a lone row (greedy search of one sentence): a copy where the output is at least as wide as the input,
+    else a view of W (`lone_row_copies`; the runner's wider-input weights are never fused temporaries,
+    so the view holds nothing the model does not). There oneDNN's fixed cost per call outweighs its
     kernel at 1 thread, and ATen's addmm on the transposed weight is 1.2-4.7x faster per layer of the
     shipped model; from 2 rows on, or with more threads (where oneDNN scales and ATen's gemv does not),
     the packed weight is the faster one (BENCHMARKS.md). The memory plan counts this third copy."""
