@@ -116,7 +116,7 @@ class FloatLinear:
     so the view holds nothing the model does not). There oneDNN's fixed cost per call outweighs its
     kernel at 1 thread, and ATen's addmm on the transposed weight is 1.2-4.7x faster per layer of the
     shipped model; from 2 rows on, or with more threads (where oneDNN scales and ATen's gemv does not),
-    the packed weight is the faster one (BENCHMARKS.md). The memory plan counts this third copy."""
+    the packed weight is the faster one (BENCHMARKS.md). The memory plan counts the copies (not the views)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, packed: bool = False, lone_row: bool = False):
         self.out_features = weight.size(0)
