@@ -133,8 +133,8 @@ def test_out_of_domain_sentences_are_flagged_and_in_domain_ones_not(client):
 
 def test_a_fluent_translation_the_source_does_not_ground_is_flagged_detached(client):
     """A borderline score and the attention spread over the whole source: flagged by the attention check
-    with the routed model's own thresholds (its card: "Wie geht es dir?" -> "If you want to save?", -0.67
-    per token, which low_confidence lets pass, and a source entropy of 0.81), the in-domain sentence not checked."""
+    with the routed model's own de-en thresholds ("Wie geht es dir?" -> "If you want to try?", -0.66 per
+    token, which low_confidence lets pass, and a source entropy of 0.82), the in-domain sentence not checked."""
     listed = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
     thresholds = listed["de-en"]["quality_flags"]
     assert thresholds["min_mean_logprob"] < -0.67 < thresholds["attention_check_below"]
