@@ -101,7 +101,7 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
     import torch
 
     from nmt_serve.engine.core import AUTO_BATCH_SENTENCES, WARMUP_BEAMS
-    from nmt_serve.inference.model_runner import lone_row_weights
+    from nmt_serve.inference.model_runner import lone_row_threads
     from nmt_serve.inference.translator import (
         STATIC_LENGTH,
         resolve_device,
@@ -114,8 +114,8 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
     def planned(packed: bool) -> MemoryPlan:
         needs = [ModelNeeds(name, info.config, dtype_name, quantization, beams=WARMUP_BEAMS,
                             max_length=min(STATIC_LENGTH, info.config.max_positions), device=resolved.type, packed_weights=packed,
-                            lone_row_weights=resolved.type == "cpu" and lone_row_weights(
-                                torch.get_num_threads(), packed=packed, quantization=quantization))
+                            lone_row_threads=lone_row_threads(torch.get_num_threads(), packed=packed, quantization=quantization)
+                            if resolved.type == "cpu" else 0)
                  for name, info in chosen.values()]
         return plan(needs, budget_bytes=budget_bytes, budget_source=source,
                     max_batch_sentences=max_batch_sentences or AUTO_BATCH_SENTENCES[resolved.type], max_batch_tokens=max_batch_tokens)

@@ -50,7 +50,7 @@ class ModelNeeds:
     max_length: int = 256  # positions of source and target a row holds
     device: str = "cpu"  # cpu | cuda: what the runner adds beside the weights differs
     packed_weights: bool = False  # CPU: every Linear weight also held prepacked for oneDNN (model_runner.FloatLinear)
-    lone_row_weights: bool = False  # at 1 thread: packed weights, and int8's small ones, also transposed for a lone row
+    lone_row_threads: int = 0  # packed weights, and int8's small ones at 1 thread, also laid out for a lone row on this many threads
 
     @property
     def itemsize(self) -> int:
@@ -71,18 +71,19 @@ class ModelNeeds:
     def weights_bytes(self) -> int:
         """The model's parameters, plus what its runner holds beside them: int8's packed weights (the
         output layer's twice: fbgemm's and oneDNN's), or the float Linear weights' copies (packed for
-        oneDNN, and transposed for a lone row)."""
+        oneDNN, and laid out for a lone row)."""
         total, linear = self.parameters()
         if self.quantization == "int8":
             from nmt_serve.inference.model_runner import int8_lone_row_elements
 
-            lone_row = int8_lone_row_elements(self.config) * self.itemsize if self.lone_row_weights else 0
+            lone_row = int8_lone_row_elements(self.config) * self.itemsize if self.lone_row_threads else 0
             return total * self.itemsize + linear + self.config.tgt_vocab_size * self.config.d_model + lone_row
         if not self.packed_weights:
             return total * self.itemsize
         from nmt_serve.inference.model_runner import lone_row_elements
 
-        return (total + linear + (lone_row_elements(self.config) if self.lone_row_weights else 0)) * self.itemsize
+        lone_row = lone_row_elements(self.config, self.lone_row_threads) if self.lone_row_threads else 0
+        return (total + linear + lone_row) * self.itemsize
 
     def row_bytes(self) -> int:
         c = self.config

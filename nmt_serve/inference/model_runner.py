@@ -19,7 +19,7 @@ probabilities, and `SearchOptions(use_cache=False)` decodes with it.
 The runner is built from a model (`ModelRunner(model)`, by the Translator or whoever searches); the model
 knows nothing of it. The fused weights are copies, unless the owner asks for `share_storage`: then
 the model's own parameters become views into them, so that a served model holds its weights once.
-Packed weights (and, at 1 thread, their transposed twin for a lone row) are copies by design (the model keeps its
+Packed weights (and the lone row's layout of them: FloatLinear) are copies by design (the model keeps its
 own for the nn.Module path), which the memory plan counts. `ModelRunner.is_current()` says whether the model's
 parameters and buffers are still the ones it was made from (keyed on each tensor's storage and
 version counter), so an owner that trains between searches remakes it rather than decoding with
@@ -79,9 +79,12 @@ def int8_lone_row_elements(cfg) -> int:
     return sum(o * i for o, i in linear_shapes(cfg) if INT8_MIN_MACS // (o * i) > 1 and lone_row_copies(o, i))
 
 
-def lone_row_elements(cfg) -> int:
-    """Elements of the transposed copies a float runner at 1 thread keeps beside its packed weights."""
-    return sum(o * i for o, i in linear_shapes(cfg) if lone_row_copies(o, i))
+def lone_row_elements(cfg, threads: int = 1) -> int:
+    """Elements of the lone row's weights a float runner keeps beside its packed ones: at 1 thread the
+    transposed copies, at more every weight in column blocks (FloatLinear), the last block padded."""
+    if threads == 1:
+        return sum(o * i for o, i in linear_shapes(cfg) if lone_row_copies(o, i))
+    return sum(-(-o // threads) * threads * i for o, i in linear_shapes(cfg))
 
 
 def lone_row_copies(out_features: int, in_features: int) -> bool:
@@ -93,11 +96,13 @@ def lone_row_copies(out_features: int, in_features: int) -> bool:
     return in_features <= out_features
 
 
-def lone_row_weights(threads: int, *, packed: bool, quantization: str) -> bool:
-    """Whether a runner keeps Linear weights transposed for a lone row: at 1 thread, beside packed float
-    weights (FloatLinear) or the int8 engine's small ones (Int8Linear). The runner and the memory plan
-    both ask here."""
-    return (packed or quantization == "int8") and threads == 1
+def lone_row_threads(threads: int, *, packed: bool, quantization: str) -> int:
+    """The threads a lone row's own weights are laid out for, 0 for none: beside packed float weights
+    (FloatLinear) at any thread count, beside the int8 engine's small ones (Int8Linear) at 1 thread.
+    The runner and the memory plan both ask here."""
+    if packed and quantization == "none":
+        return threads
+    return 1 if quantization == "int8" and threads == 1 else 0
 
 
 class FloatLinear:
@@ -110,30 +115,46 @@ class FloatLinear:
     costs a second copy of the weight, so the memory plan decides (the model keeps its own for the
     nn.Module path). Without it oneDNN reads the (C_out, C_in) weight as it is.
 
-    `lone_row` (with `packed`, for an engine at 1 thread): W is also kept transposed, (C_in, C_out), for
-    a lone row (greedy search of one sentence): a copy where the output is at least as wide as the input,
-    else a view of W (`lone_row_copies`; the runner's wider-input weights are never fused temporaries,
-    so the view holds nothing the model does not). There oneDNN's fixed cost per call outweighs its
-    kernel at 1 thread, and ATen's addmm on the transposed weight is 1.2-4.7x faster per layer of the
-    shipped model; from 2 rows on, or with more threads (where oneDNN scales and ATen's gemv does not),
-    the packed weight is the faster one (BENCHMARKS.md). The memory plan counts the copies (not the views)."""
+    `lone_row` (the engine's thread count T, 0 for none): a lone row (greedy search of one sentence)
+    reads W laid out for it. There oneDNN's fixed cost per call outweighs its kernel, and ATen's addmm
+    on the transposed weight is 1.2-4.7x faster per layer of the shipped model at 1 thread; from 2 rows
+    on the packed weight is the faster one (BENCHMARKS.md).
+    - T = 1: W transposed, (C_in, C_out): a copy where the output is at least as wide as the input, else
+      a view of W (`lone_row_copies`; the runner's wider-input weights are never fused temporaries, so
+      the view holds nothing the model does not).
+    - T > 1: (T, C_in, C_out / T), W^T in T blocks of output columns, one per thread (the last padded
+      with zeros): ATen's gemv of one row runs on one thread, where a batched matmul of T blocks runs
+      them side by side (the output layer of the shipped model 1.3-1.6x faster at 2 threads).
+    The memory plan counts the copies (not the views)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, packed: bool = False, lone_row: bool = False):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, packed: bool = False, lone_row: int = 0):
         self.out_features = weight.size(0)
         self.bias = bias
         self.onednn = onednn_runs(weight)
         pack = packed and self.onednn
-        # (C_in, C_out): a contiguous copy, or a view of the weight where reading it as it is pays
-        transposed = weight.detach().t()
-        copy = lone_row_copies(*weight.shape)
-        self.lone_row = (transposed.contiguous() if copy else transposed) if self.onednn and lone_row else None
+        self.lone_row = self.lone_row_bias = None
+        transposed = weight.detach().t()  # (C_in, C_out)
+        if self.onednn and lone_row == 1:  # a contiguous copy, or a view where reading W as it is pays
+            self.lone_row = transposed.contiguous() if lone_row_copies(*weight.shape) else transposed
+        elif self.onednn and lone_row > 1:
+            C_in, C_out = transposed.shape
+            block = -(-C_out // lone_row)
+            padded = F.pad(transposed, (0, lone_row * block - C_out))  # (C_in, T * block)
+            self.lone_row = padded.view(C_in, lone_row, block).transpose(0, 1).contiguous()  # (T, C_in, block)
+            if bias is not None:
+                self.lone_row_bias = F.pad(bias.detach(), (0, lone_row * block - C_out)).view(lone_row, 1, block)
         # a packed weight replaces the plain one: a fused weight's plain copy is then dropped
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.lone_row is not None and x.numel() == x.size(-1):
+            w = self.lone_row
+            if w.dim() == 3:  # column blocks: (T, 1, C_in) x (T, C_in, block), one block per thread
+                rows = x.reshape(1, 1, -1).expand(w.size(0), 1, -1)
+                y = torch.bmm(rows, w) if self.lone_row_bias is None else torch.baddbmm(self.lone_row_bias, rows, w)
+                return y.view(-1)[: self.out_features].view(*x.shape[:-1], self.out_features)
             row = x.reshape(1, -1)
-            y = torch.mm(row, self.lone_row) if self.bias is None else torch.addmm(self.bias, row, self.lone_row)
+            y = torch.mm(row, w) if self.bias is None else torch.addmm(self.bias, row, w)
             return y.view(*x.shape[:-1], self.out_features)
         if self.onednn:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
@@ -166,12 +187,12 @@ class Int8Linear:
     from ONEDNN_INT8_MIN_ROWS rows on, oneDNN's kernel with the same int8 weights, x quantized per
     call to uint8 around 128 (symmetric, 8 bits: fbgemm's reduce_range uses 7)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, wide: bool = False, lone_row: bool = False):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, wide: bool = False, lone_row: int = 0):
         self.min_rows = INT8_MIN_MACS // weight.numel()
         self.out_features = weight.size(0)
         # lone_row (an engine at 1 thread): the float calls of one row take FloatLinear's transposed copy,
         # as the float engine does (greedy batch 1 of the shipped model: 1.24-1.33x over oneDNN's unpacked call)
-        self.float = FloatLinear(weight, bias, lone_row=lone_row and self.min_rows > 1)
+        self.float = FloatLinear(weight, bias, lone_row=lone_row if self.min_rows > 1 else 0)
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise ValueError("int8 quantization needs PyTorch's fbgemm engine (x86 CPUs); it is not available here")
         weight = weight.detach().float().cpu()
@@ -276,7 +297,7 @@ class ModelRunner:
         self.activation = model.decoder_layers[0].ffn.activation
         pack = packed_weights and quantization == "none" and onednn_runs(model.output_proj.weight)
         self.packed_weights = pack
-        lone_row = lone_row_weights(torch.get_num_threads(), packed=pack, quantization=quantization)
+        lone_row = lone_row_threads(torch.get_num_threads(), packed=pack, quantization=quantization)
 
         def of(*modules: nn.Linear, bias: torch.Tensor | None = None, wide: bool = False) -> Linear:
             """One Linear computing several that read the same input, outputs side by side; `bias`: the

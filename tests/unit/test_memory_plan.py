@@ -31,20 +31,21 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint):
     assert needs.weights_bytes() == sum(storages.values())  # held once
     threads = torch.get_num_threads()
     try:
-        for n in (1, 2):  # at 1 thread the runner also keeps a transposed copy for a lone row
+        for n in (1, 2, 3):  # the runner also keeps the weights laid out for a lone row on n threads
             torch.set_num_threads(n)
             packed = Translator.load(tiny_checkpoint, device="cpu")
             linears = runner_linears(packed.runner)
-            assert all(linear.weight.is_mkldnn and (linear.lone_row is not None) == (n == 1) for linear in linears)
-            # a lone row reads a transposed copy where the output is at least as wide as the input, else
-            # a view of the model's own weight (nothing more to hold)
-            lone = [linear.lone_row for linear in linears if n == 1]
+            assert all(linear.weight.is_mkldnn and linear.lone_row.dim() == (2 if n == 1 else 3) for linear in linears)
+            # at 1 thread a lone row reads a transposed copy where the output is at least as wide as the
+            # input, else a view of the model's own weight (nothing more to hold); at more, n blocks of columns
+            lone = [linear.lone_row for linear in linears]
             views = [w for w in lone if not w.is_contiguous()]
             own = {p.untyped_storage().data_ptr() for p in packed.model.parameters()}
             assert all(w.shape[0] > w.shape[1] and w.untyped_storage().data_ptr() in own for w in views)
             assert (len(views) > 0) == (n == 1)  # the feed-forward layers' second weight (C_in = d_ff > C_out)
+            assert all(w.size(0) == n for w in lone if n > 1)
             copies = [linear.weight for linear in linears] + [w for w in lone if w.is_contiguous()]
-            packed_needs = ModelNeeds("de-en", packed.config, "float32", max_length=64, packed_weights=True, lone_row_weights=n == 1)
+            packed_needs = ModelNeeds("de-en", packed.config, "float32", max_length=64, packed_weights=True, lone_row_threads=n)
             assert packed_needs.weights_bytes() == sum(storages.values()) + sum(w.numel() * w.element_size() for w in copies)
     finally:
         torch.set_num_threads(threads)
@@ -76,7 +77,7 @@ def test_int8_at_one_thread_counts_the_transposed_copies_it_holds(tiny_checkpoin
     copies = [linear.float.lone_row for linear in linears
               if linear.float.lone_row is not None and linear.float.lone_row.is_contiguous()]  # not the views
     assert copies and all(linear.float.lone_row is None for linear in linears if linear.min_rows <= 1)
-    with_copies = ModelNeeds("m", int8.config, "float32", "int8", lone_row_weights=True).weights_bytes()
+    with_copies = ModelNeeds("m", int8.config, "float32", "int8", lone_row_threads=1).weights_bytes()
     without = ModelNeeds("m", int8.config, "float32", "int8").weights_bytes()
     assert with_copies - without == sum(c.numel() * c.element_size() for c in copies)
     row = torch.randn(1, int8.config.d_model)
