@@ -11,7 +11,8 @@ is carried out in one of two ways:
 - physically (the default): one index_select for all layers into a spare buffer of the same size,
   kept for the purpose; the two buffers then swap roles. Its cost grows with rows x positions.
 - by ancestry, in a cache made with `group_size=K` (beam search, K beams per sentence, rows of one
-  sentence adjacent): keys/values never move. Row r writes position t into its own row, and
+  sentence adjacent): keys/values never move, and the source's keys/values and mask are held once per
+  group (a group's rows share their source, so its K queries attend to it together). Row r writes position t into its own row, and
   `ancestors[r, t]` records which row of its group (0..K-1) holds position t of r's history. A beam
   reorder then re-indexes that small (B, capacity) table instead of copying the keys/values, and
   attention reads each row's history through it (see ModelRunner._grouped_attention). When sentences
@@ -36,11 +37,13 @@ BATCH = 2  # the batch dim of the buffers
 
 class KVCache:
     def __init__(self, cross_kv: torch.Tensor, src_mask: torch.Tensor | None, capacity: int = 32, group_size: int = 1):
-        """cross_kv (n_layers, 2, B, H, S, D); src_mask (B, 1, 1, S) bool, or None when nothing is padded
+        """cross_kv (n_layers, 2, E, H, S, D); src_mask (E, 1, 1, S) bool, or None when nothing is padded
         (attention then skips masking); capacity: decoder positions to preallocate (grows by doubling);
-        group_size: K > 1 turns on reordering by ancestry for beams of K rows per sentence."""
-        assert cross_kv.dim() == 6 and cross_kv.size(1) == 2, "cross_kv must be (n_layers, 2, B, H, S, D)"
-        self.n_layers, _, self.batch_size, self.n_heads, _, self.head_dim = cross_kv.shape
+        group_size: K > 1 turns on reordering by ancestry for beams of K rows per sentence. E entries of
+        the source: one per row (B = E rows), or with group_size K one per group (B = E * K rows)."""
+        assert cross_kv.dim() == 6 and cross_kv.size(1) == 2, "cross_kv must be (n_layers, 2, E, H, S, D)"
+        self.n_layers, _, entries, self.n_heads, _, self.head_dim = cross_kv.shape
+        self.batch_size = entries * group_size
         self.cross_kv = cross_kv
         self.src_mask = src_mask
         self.group_size = group_size
@@ -78,8 +81,14 @@ class KVCache:
         return self._self_kv.narrow(BATCH, 0, self.batch_size)
 
     def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cross-attention keys and values of one layer, each (B, H, S, D)."""
+        """Cross-attention keys and values of one layer, each (E, H, S, D): per row, or per group in
+        grouped mode (src_mask is laid out the same way)."""
         return self._cross[layer]
+
+    @property
+    def rows_per_entry(self) -> int:
+        """Rows that share one entry of the source side: K in grouped mode, else 1."""
+        return self.group_size if self.grouped else 1
 
     def positions(self) -> int | torch.Tensor:
         """The position of the token being decoded: one int for all rows, or (B,) when rows joined later."""
@@ -140,16 +149,17 @@ class KVCache:
 
     def join(self, cross_kv: torch.Tensor, src_mask: torch.Tensor | None, rows: torch.Tensor | None = None) -> None:
         """Add rows that start decoding now: cross_kv (n_layers, 2, n, H, S', D) and their source mask
-        (n, 1, 1, S') or None; rows (n,): existing rows to reuse (of sentences that left), else they are
-        appended. In grouped mode rows come in whole groups (whole sentences)."""
+        (n, 1, 1, S') or None, n entries laid out as the cache's (one per row, or per group in grouped
+        mode); rows: existing rows to reuse (of sentences that left), else they are appended. In
+        grouped mode rows come in whole groups (whole sentences)."""
+        per = self.rows_per_entry
         n = cross_kv.size(BATCH)
-        B, S = self.batch_size, max(self.cross_kv.size(4), cross_kv.size(4))
+        E, B, S = self.cross_kv.size(BATCH), self.batch_size, max(self.cross_kv.size(4), cross_kv.size(4))
         device = cross_kv.device
-        assert not self.grouped or n % self.group_size == 0, "grouped rows join in whole groups"
         if self.cross_kv.size(4) < S:  # a longer source than any so far: widen the source side
             pad = S - self.cross_kv.size(4)  # zeros (finite) under a false mask
             self.cross_kv = torch.nn.functional.pad(self.cross_kv, (0, 0, 0, pad))
-            mask = self.src_mask if self.src_mask is not None else torch.ones(B, 1, 1, S - pad, dtype=torch.bool, device=device)
+            mask = self.src_mask if self.src_mask is not None else torch.ones(E, 1, 1, S - pad, dtype=torch.bool, device=device)
             self.src_mask = torch.nn.functional.pad(mask, (0, pad), value=False)
         new_mask = torch.ones(n, 1, 1, S, dtype=torch.bool, device=device)
         if src_mask is not None:
@@ -158,18 +168,20 @@ class KVCache:
         if self.start is None:
             self.start = torch.zeros(B, dtype=torch.long, device=device)
         if rows is None:  # appended
-            rows = torch.arange(B, B + n, device=device)
+            rows = torch.arange(B, B + n * per, device=device)
             self.cross_kv = torch.cat([self.cross_kv, self.cross_kv.new_zeros(*self.cross_kv.shape[:2], n, *self.cross_kv.shape[3:])], dim=BATCH)
             if self.src_mask is not None:
                 self.src_mask = torch.cat([self.src_mask, new_mask])
-            self.start = torch.cat([self.start, self.start.new_zeros(n)])
-            self._reserve_rows(B + n)
-            self.batch_size = B + n
+            self.start = torch.cat([self.start, self.start.new_zeros(n * per)])
+            self._reserve_rows(B + n * per)
+            self.batch_size = B + n * per
+        assert rows.numel() == n * per, "grouped rows join in whole groups, one source each"
+        entries = rows.view(n, per)[:, 0] // per
         if self.src_mask is None and not bool(new_mask.all()):
-            self.src_mask = torch.ones(self.batch_size, 1, 1, S, dtype=torch.bool, device=device)
-        self.cross_kv.index_copy_(BATCH, rows, torch.nn.functional.pad(cross_kv, (0, 0, 0, S - cross_kv.size(4))))
+            self.src_mask = torch.ones(self.cross_kv.size(BATCH), 1, 1, S, dtype=torch.bool, device=device)
+        self.cross_kv.index_copy_(BATCH, entries, torch.nn.functional.pad(cross_kv, (0, 0, 0, S - cross_kv.size(4))))
         if self.src_mask is not None:
-            self.src_mask.index_copy_(0, rows, new_mask)
+            self.src_mask.index_copy_(0, entries, new_mask)
         self.start.index_fill_(0, rows, self.length)
         # the new rows never read their positions before start, but 0 x NaN would still be NaN
         if self.length:
@@ -178,10 +190,11 @@ class KVCache:
         self._make_views()
 
     def truncate(self, rows: int) -> None:
-        """Keep the first `rows` rows (the ones after them left): views, no copy."""
-        self.cross_kv = self.cross_kv.narrow(BATCH, 0, rows)
+        """Keep the first `rows` rows (the ones after them left; whole groups in grouped mode): views, no copy."""
+        entries = rows // self.rows_per_entry
+        self.cross_kv = self.cross_kv.narrow(BATCH, 0, entries)
         if self.src_mask is not None:
-            self.src_mask = self.src_mask[:rows]
+            self.src_mask = self.src_mask[:entries]
         if self.start is not None:
             self.start = self.start[:rows]
         self.batch_size = rows
@@ -217,8 +230,13 @@ class KVCache:
     def group(self, group_size: int) -> None:
         """Switch a physically reordered cache to reordering by ancestry, K = group_size rows per
         sentence (when a running batch has grown past the point where that pays): each row holds its
-        own history, so every entry of the table is the row's own slot."""
+        own history, so every entry of the table is the row's own slot; the source side keeps the
+        first row of each group (its K rows hold the same source)."""
         assert not self.grouped and self.batch_size % group_size == 0
+        first = torch.arange(0, self.batch_size, group_size, device=self.cross_kv.device)
+        self.cross_kv = self.cross_kv.index_select(BATCH, first)
+        if self.src_mask is not None:
+            self.src_mask = self.src_mask.index_select(0, first)
         self.group_size = group_size
         own = torch.arange(self.batch_size, device=self.ancestors.device) % group_size
         self.ancestors[: self.batch_size, : self.length] = own[:, None]
@@ -236,7 +254,8 @@ class KVCache:
         n = indices.numel()
         if not cross:
             assert n == self.batch_size, "a reorder that changes the batch size must include cross"
-        if self.grouped and self.length > 0:
+        entries = rows = indices
+        if self.grouped:
             # the keys/values stay where they are; only the table of where each history lies follows
             # (when rows leave, the positions no remaining row reads are dropped: see shift below)
             self.ancestors[:n, : self.length] = self.ancestors[:, : self.length].index_select(0, indices)
@@ -245,10 +264,8 @@ class KVCache:
                 return
             # sentences left: whole groups move, in the order of the groups that stay
             K = self.group_size
-            groups = indices.view(-1, K)[:, 0] // K
-            rows = (groups[:, None] * K + torch.arange(K, device=indices.device)).view(-1)
-        else:
-            rows = indices
+            entries = indices.view(-1, K)[:, 0] // K
+            rows = (entries[:, None] * K + torch.arange(K, device=indices.device)).view(-1)
         # positions before the earliest start of the rows that stay are read by none of them: drop them
         shift = 0
         if cross and self.start is not None:
@@ -257,9 +274,9 @@ class KVCache:
             start -= shift
             self.start = start if bool(start.any()) else None
         if cross:
-            self.cross_kv = self.cross_kv.index_select(BATCH, rows)
+            self.cross_kv = self.cross_kv.index_select(BATCH, entries)
             if self.src_mask is not None:
-                self.src_mask = self.src_mask.index_select(0, rows)
+                self.src_mask = self.src_mask.index_select(0, entries)
         if n > self._spare.size(BATCH):  # more rows than ever before (the first beam expansion)
             self._spare = self._new_buffer(n, self.capacity)
         if self.ancestors.size(0) < n:

@@ -134,10 +134,12 @@ class ContinuousSearch:
         with attention_backends(device):
             states, src_mask = self.runner.encode(src.to(device))  # (n, S, C), (n, 1, 1, S)
         kv = self.runner.source_kv(states)  # (n_layers, 2, n, H, S, D)
-        if K > 1:  # every sentence K times, beams of one sentence adjacent
+        # a grouped cache holds the source once per sentence; otherwise every sentence K times, beams adjacent
+        grouped = self.cache.grouped if self.cache is not None else K > 1 and len(sentences) * K >= GROUPED_BEAM_MIN_ROWS
+        per = 1 if grouped else K
+        if per > 1:
             kv, src_mask = kv.repeat_interleave(K, dim=2), src_mask.repeat_interleave(K, dim=0)
         if self.cache is None:
-            grouped = K > 1 and kv.size(2) >= GROUPED_BEAM_MIN_ROWS
             mask = None if bool(src_mask.all()) else src_mask
             self.cache = KVCache(kv, mask, INITIAL_CAPACITY, group_size=K if grouped else 1)
             groups = list(range(len(sentences)))
@@ -146,7 +148,7 @@ class ContinuousSearch:
             self.last_tokens = torch.zeros(len(sentences) * K, dtype=torch.long, device=device)
         else:
             free = [g for g, r in enumerate(self.slots) if r is None][: len(sentences)]
-            reused = len(free) * K
+            reused = len(free) * per  # entries of kv
             if free:
                 rows = (torch.tensor(free, device=device)[:, None] * K + torch.arange(K, device=device)).view(-1)
                 self.cache.join(kv[:, :, :reused], src_mask[:reused], rows)

@@ -393,7 +393,8 @@ class ModelRunner:
     # ------------------------------------------------------------------ decoder
     def new_cache(self, states: torch.Tensor, src_mask: torch.Tensor, capacity: int = 32, group_size: int = 1) -> KVCache:
         """Encoder states (B, S, C) and their mask -> a cache holding every layer's cross keys/values;
-        group_size K > 1: beams of K rows per sentence, reordered by ancestry (see cache.py)."""
+        group_size K > 1: beams of K rows for each of the B sentences (B * K rows), reordered by
+        ancestry, the source held once per sentence (see cache.py)."""
         # a source without padding needs no mask, and attention without one is faster
         mask = None if bool(src_mask.all()) else src_mask
         return KVCache(self.source_kv(states), mask, capacity, group_size)
@@ -461,9 +462,15 @@ class ModelRunner:
             x = self._residual(x, w.self_out(a), w.self_norm)
             # cross-attention over the source
             h = w.cross_norm(x) if pre else x
-            ck, cv = cache.cross(i)  # (N, H, S, D) each
-            a = F.scaled_dot_product_attention(w.cross_q(h).view(N, H, 1, D), ck, cv, attn_mask=cache.src_mask)
-            x = self._residual(x, w.cross_out(a.view(N, C)), w.cross_norm)
+            ck, cv = cache.cross(i)  # (E, H, S, D) each: per row, or per group of K rows
+            q = w.cross_q(h)  # (N, C)
+            if cache.grouped:  # the K rows of a group share their source: its K queries attend to it at once
+                K = cache.group_size
+                q = q.view(N // K, K, H, D).transpose(1, 2)  # (G, H, K, D)
+                a = F.scaled_dot_product_attention(q, ck, cv, attn_mask=cache.src_mask).transpose(1, 2).reshape(N, C)
+            else:
+                a = F.scaled_dot_product_attention(q.view(N, H, 1, D), ck, cv, attn_mask=cache.src_mask).view(N, C)
+            x = self._residual(x, w.cross_out(a), w.cross_norm)
             x = self._feed_forward(x, w.ffn)
         cache.advance()
         if self.decoder_norm is not None:

@@ -118,8 +118,9 @@ class DecoderState:
 
     def __init__(self, runner: ModelRunner, src: torch.Tensor, use_cache: bool, max_steps: int, beam_size: int = 1):
         """src (B, S) right-padded ids; max_steps: the most tokens any row may generate (the cache is
-        preallocated for them). With the cache, the model runner encodes and decodes; without it,
-        the nn.Module path recomputes the whole prefix each step (the reference)."""
+        preallocated for them); beam_size K: each sentence runs K rows, adjacent. With the cache, the
+        model runner encodes and decodes; without it, the nn.Module path recomputes the whole prefix
+        each step (the reference)."""
         self.model = runner.model
         if use_cache:
             self.runner = runner
@@ -131,6 +132,8 @@ class DecoderState:
         else:
             self.runner, self.cache = None, None
             self.encoder_out = self.model.encode(src)
+        if beam_size > 1 and not (self.cache is not None and self.cache.grouped):  # a grouped cache has B * K rows
+            self.reorder(torch.arange(src.size(0), device=src.device).repeat_interleave(beam_size))
 
     def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
         """prefix (N, t) of decoder inputs -> log-probs (N, V) of the token after it (float32)."""
@@ -298,8 +301,7 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
     constraints = Constraints(cfg, options, max_lens)
-    state = DecoderState(runner, src, options.use_cache, int(max_lens.max()), beam_size=K)
-    state.reorder(torch.arange(B, device=device).repeat_interleave(K))  # every sentence K times
+    state = DecoderState(runner, src, options.use_cache, int(max_lens.max()), beam_size=K)  # every sentence K times
 
     sentences = list(range(B))  # sentence index of each running sentence
     max_len_of = max_lens.tolist()

@@ -99,6 +99,23 @@ def test_rows_switch_to_grouped_beams_mid_run(monkeypatch):
         assert_same(results[i], alone(runner, src, options))
 
 
+def test_grouped_beams_from_the_start_hold_each_source_once(monkeypatch):
+    """Grouped from the first step: the source side holds one entry per sentence (not per beam) through
+    joins that append rows, joins into the rows of sentences that left, and a longer source."""
+    monkeypatch.setattr(continuous, "GROUPED_BEAM_MIN_ROWS", 1)
+    runner = ModelRunner(random_model(seed=6))
+    srcs = sources(7, seed=11)
+    srcs[5] = srcs[5] + srcs[4] + srcs[3]  # longer than any before it: the source side widens
+    options = SearchOptions(beam_size=3, max_length=9)
+    search = ContinuousSearch(runner, beam_size=3)
+    batches = [[Sentence(i, srcs[i], 9 if i else 2)] for i in range(len(srcs))]
+    search.add(batches[0] + batches[1])
+    assert search.cache.grouped and search.cache.cross_kv.size(2) == 2 and search.cache.batch_size == 6
+    results = run_staggered(search, batches[2:], [3, 0, 2, 1, 4])
+    for i, src in enumerate(srcs):
+        assert_same(results[i], alone(runner, src, options if i else SearchOptions(beam_size=3, max_length=2)))
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_cancelled_sentences_leave_and_the_rest_are_unchanged(kind):
     runner = ModelRunner(random_model(seed=2))

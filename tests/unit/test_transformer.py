@@ -206,7 +206,7 @@ def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
     g = torch.Generator().manual_seed(18)
     with torch.inference_mode():
         runner = ModelRunner(model)
-        grouped = runner.new_cache(*runner.encode(src), capacity=steps, group_size=K)
+        grouped = runner.new_cache(*runner.encode(src[::K]), capacity=steps, group_size=K)  # the source once per group
         physical = runner.new_cache(*runner.encode(src), capacity=steps)
         assert grouped.grouped and not physical.grouped
         prefix = torch.full((G * K, 1), cfg.decoder_start_id)
