@@ -72,6 +72,7 @@ class KVCache:
         self._cross = [kv.unbind(0) for kv in self.cross_kv.unbind(0)]  # per layer ((B, H, S, D), (B, H, S, D))
         self._gather_index = None
         self._self_mask = None
+        self._src_bias = None
         if self.grouped:  # grouped mode: each row's slot in its group, where its new positions go
             self._own_slots = torch.arange(self.batch_size, device=self.ancestors.device) % self.group_size
 
@@ -103,6 +104,16 @@ class KVCache:
             span = torch.arange(self.length + 1, device=self.start.device)
             self._self_mask = (span >= self.start[:, None])[:, None, None, :]
         return self._self_mask
+
+    def src_bias(self) -> torch.Tensor | None:
+        """src_mask as an additive bias, (E, 1, 1, S) in the keys' dtype: 0 where attended, -inf at
+        padding; None when nothing is padded. Made once per change of the rows, not per step and layer."""
+        if self.src_mask is None:
+            return None
+        if self._src_bias is None:
+            self._src_bias = torch.zeros(self.src_mask.shape, dtype=self.cross_kv.dtype, device=self.src_mask.device)
+            self._src_bias.masked_fill_(~self.src_mask, float("-inf"))
+        return self._src_bias
 
     def gather_index(self) -> torch.Tensor:
         """Grouped mode, for the step being decoded (positions 0..length): (G, 1, H, K, length + 1) with

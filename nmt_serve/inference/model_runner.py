@@ -432,6 +432,24 @@ class ModelRunner:
         out = torch.bmm(spread.view(G * K * H, K, T), values).view(G, K, H, K, D).sum(1)  # (G, H, K, D)
         return out.transpose(1, 2).reshape(N, H * D)
 
+    def _grouped_cross_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Cross-attention when the K rows of a group share their source: the group's K queries attend to
+        it in one product per group and head. q (N, C); k, v (G, H, S, D), one per group. Returns (N, C).
+        Written as batched matmuls rather than scaled_dot_product_attention, whose CPU kernel ran this
+        shape 1.1-1.3x slower at 1 thread and 2-4x slower at 2 (32 groups of 4, 25 source tokens)."""
+        G, H, S, D = k.shape
+        N, C = q.shape
+        K = N // G
+        queries = q.view(G, K, H, D).transpose(1, 2).reshape(G * H, K, D)
+        keys = k.reshape(G * H, S, D).transpose(1, 2)
+        bias = cache.src_bias()  # (G, 1, 1, S): 0 or -inf at padding; None: nothing padded
+        if bias is None:
+            scores = torch.bmm(queries, keys).mul_(D ** -0.5)
+        else:
+            scores = torch.baddbmm(bias.expand(G, H, K, S).reshape(G * H, K, S), queries, keys, alpha=D ** -0.5)
+        out = torch.bmm(torch.softmax(scores, dim=-1), v.reshape(G * H, S, D))  # (G * H, K, D)
+        return out.view(G, H, K, D).transpose(1, 2).reshape(N, C)
+
     def embed_target(self, tokens: torch.Tensor, positions: torch.Tensor | int) -> torch.Tensor:
         """Decoder input: tokens (N,) at their positions -> (N, C), scaled, positioned (and normalized)."""
         x = torch.add(self.tgt_positions[positions], F.embedding(tokens, self.tgt_embedding), alpha=self.embed_scale)
@@ -464,10 +482,8 @@ class ModelRunner:
             h = w.cross_norm(x) if pre else x
             ck, cv = cache.cross(i)  # (E, H, S, D) each: per row, or per group of K rows
             q = w.cross_q(h)  # (N, C)
-            if cache.grouped:  # the K rows of a group share their source: its K queries attend to it at once
-                K = cache.group_size
-                q = q.view(N // K, K, H, D).transpose(1, 2)  # (G, H, K, D)
-                a = F.scaled_dot_product_attention(q, ck, cv, attn_mask=cache.src_mask).transpose(1, 2).reshape(N, C)
+            if cache.grouped:
+                a = self._grouped_cross_attention(q, ck, cv, cache)
             else:
                 a = F.scaled_dot_product_attention(q.view(N, H, 1, D), ck, cv, attn_mask=cache.src_mask).view(N, C)
             x = self._residual(x, w.cross_out(a), w.cross_norm)
