@@ -48,6 +48,12 @@ from nmt_serve.network.transformer import Transformer
 
 QUANTIZATIONS = ("none", "int8")
 
+# From this many rows on, a decoder step's attention (one query per row) runs as batched matmuls
+# (ModelRunner._matmul_attention): on a 2-core AMD EPYC, keys and values out of cache, 1 and 2 threads,
+# scaled_dot_product_attention's kernel took 1.3-2.4x as long at 32 and 128 rows, where at 2 and 4
+# rows it was the faster one (8-16 against 16-21 us).
+MATMUL_ATTENTION_MIN_ROWS = 16
+
 
 def onednn_runs(weight: torch.Tensor) -> bool:
     """Whether a Linear with this weight runs through oneDNN: on the CPU, in float32 or bfloat16 (the
@@ -432,23 +438,21 @@ class ModelRunner:
         out = torch.bmm(spread.view(G * K * H, K, T), values).view(G, K, H, K, D).sum(1)  # (G, H, K, D)
         return out.transpose(1, 2).reshape(N, H * D)
 
-    def _grouped_cross_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """Cross-attention when the K rows of a group share their source: the group's K queries attend to
-        it in one product per group and head. q (N, C); k, v (G, H, S, D), one per group. Returns (N, C).
-        Written as batched matmuls rather than scaled_dot_product_attention, whose CPU kernel ran this
-        shape 1.1-1.3x slower at 1 thread and 2-4x slower at 2 (32 groups of 4, 25 source tokens)."""
-        G, H, S, D = k.shape
-        N, C = q.shape
-        K = N // G
-        queries = q.view(G, K, H, D).transpose(1, 2).reshape(G * H, K, D)
-        keys = k.reshape(G * H, S, D).transpose(1, 2)
-        bias = cache.src_bias()  # (G, 1, 1, S): 0 or -inf at padding; None: nothing padded
+    @staticmethod
+    def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """Attention of a step as two batched matmuls: q (E, H, Q, D), the Q queries of each of E entries
+        (a row, or a group of rows that share the keys); k, v (E, H, S, D); bias (E, 1, 1, S), 0 or -inf,
+        or None. Returns (E, H, Q, D). Faster on the CPU than scaled_dot_product_attention's kernel for
+        many rows (see MATMUL_ATTENTION_MIN_ROWS) and for a group's K queries (32 groups of 4, 25 source
+        tokens: 1.1-1.3x at 1 thread, 2-4x at 2)."""
+        E, H, S, D = k.shape
+        Q = q.size(2)
+        queries, keys = q.reshape(E * H, Q, D), k.reshape(E * H, S, D).transpose(1, 2)
         if bias is None:
             scores = torch.bmm(queries, keys).mul_(D ** -0.5)
         else:
-            scores = torch.baddbmm(bias.expand(G, H, K, S).reshape(G * H, K, S), queries, keys, alpha=D ** -0.5)
-        out = torch.bmm(torch.softmax(scores, dim=-1), v.reshape(G * H, S, D))  # (G * H, K, D)
-        return out.view(G, H, K, D).transpose(1, 2).reshape(N, C)
+            scores = torch.baddbmm(bias.expand(E, H, Q, S).reshape(E * H, Q, S), queries, keys, alpha=D ** -0.5)
+        return torch.bmm(torch.softmax(scores, dim=-1), v.reshape(E * H, S, D)).view(E, H, Q, D)
 
     def embed_target(self, tokens: torch.Tensor, positions: torch.Tensor | int) -> torch.Tensor:
         """Decoder input: tokens (N,) at their positions -> (N, C), scaled, positioned (and normalized)."""
@@ -468,6 +472,10 @@ class ModelRunner:
         pre = self.pre_norm
         x = self.embed_target(tokens, positions)  # (N, C)
         self_mask = cache.self_mask()  # None unless rows joined a running batch
+        matmuls = N >= MATMUL_ATTENTION_MIN_ROWS and not cache.grouped
+        self_bias = None
+        if matmuls and self_mask is not None:
+            self_bias = torch.zeros(self_mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~self_mask, float("-inf"))
         for i, w in enumerate(self.decoder_layers):
             # self-attention over every cached position and the new one
             h = w.self_norm(x) if pre else x
@@ -475,6 +483,8 @@ class ModelRunner:
             k, v = cache.append(i, qkv[:, 1:])  # (N, H, t+1, D) each
             if cache.grouped:
                 a = self._grouped_attention(qkv[:, 0], k, v, cache)
+            elif matmuls:
+                a = self._matmul_attention(qkv[:, 0], k, v, self_bias).view(N, C)
             else:
                 a = F.scaled_dot_product_attention(qkv[:, 0], k, v, attn_mask=self_mask).view(N, C)
             x = self._residual(x, w.self_out(a), w.self_norm)
@@ -482,8 +492,12 @@ class ModelRunner:
             h = w.cross_norm(x) if pre else x
             ck, cv = cache.cross(i)  # (E, H, S, D) each: per row, or per group of K rows
             q = w.cross_q(h)  # (N, C)
-            if cache.grouped:
-                a = self._grouped_cross_attention(q, ck, cv, cache)
+            if cache.grouped:  # the K rows of a group share their source: its K queries attend to it at once
+                K = cache.group_size
+                q = q.view(N // K, K, H, D).transpose(1, 2)  # (G, H, K, D)
+                a = self._matmul_attention(q, ck, cv, cache.src_bias()).transpose(1, 2).reshape(N, C)
+            elif matmuls:
+                a = self._matmul_attention(q.view(N, H, 1, D), ck, cv, cache.src_bias()).view(N, C)
             else:
                 a = F.scaled_dot_product_attention(q.view(N, H, 1, D), ck, cv, attn_mask=cache.src_mask).view(N, C)
             x = self._residual(x, w.cross_out(a), w.cross_norm)
