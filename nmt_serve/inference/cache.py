@@ -253,6 +253,30 @@ class KVCache:
         self.ancestors[: self.batch_size, : self.length] = own[:, None]
         self._make_views()
 
+    def expand(self, indices: torch.Tensor, group_size: int = 1) -> None:
+        """A cache of one row per sentence becomes one of K rows per sentence (beam search after a first
+        step in which only beam 0 was live): row i becomes old row indices[i], whose K copies are
+        adjacent. With group_size K > 1 it reorders by ancestry from here on and holds each sentence's
+        source once (its rows hold their own copies of the positions so far)."""
+        assert not self.grouped and self.start is None, "expand a cache of one row per sentence"
+        if group_size == 1:
+            self.reorder(indices)
+            return
+        indices = indices.to(self.cross_kv.device)
+        n = indices.numel()
+        sentences = indices.view(-1, group_size)[:, 0]
+        self.cross_kv = self.cross_kv.index_select(BATCH, sentences)
+        if self.src_mask is not None:
+            self.src_mask = self.src_mask.index_select(0, sentences)
+        rows = self.self_kv[..., : self.length, :]  # (L, 2, B, H, length, D)
+        self._self_kv, self._spare = self._new_buffer(n, self.capacity), self._new_buffer(n, self.capacity)
+        torch.index_select(rows, BATCH, indices, out=self._self_kv[..., : self.length, :])
+        self.ancestors = self.ancestors.new_empty(n, self.capacity)
+        self.ancestors[:, : self.length] = (torch.arange(n, device=indices.device) % group_size)[:, None]
+        self.group_size = group_size
+        self.batch_size = n
+        self._make_views()
+
     def reorder(self, indices: torch.Tensor, *, cross: bool = True) -> None:
         """Row i of the cache becomes old row indices[i] (beam parents, or the rows still running).
 

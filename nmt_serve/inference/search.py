@@ -116,23 +116,26 @@ def choose_beams(scores: list[float], indices: list[int], K: int, V: int, eos: i
 class DecoderState:
     """Next-token log-probabilities for a set of running prefixes, with or without a KV cache."""
 
-    def __init__(self, runner: ModelRunner, src: torch.Tensor, use_cache: bool, max_steps: int, beam_size: int = 1):
+    def __init__(self, runner: ModelRunner, src: torch.Tensor, use_cache: bool, max_steps: int, beam_size: int = 1,
+                 first_alone: bool = False):
         """src (B, S) right-padded ids; max_steps: the most tokens any row may generate (the cache is
-        preallocated for them); beam_size K: each sentence runs K rows, adjacent. With the cache, the
-        model runner encodes and decodes; without it, the nn.Module path recomputes the whole prefix
-        each step (the reference)."""
+        preallocated for them); beam_size K: each sentence runs K rows, adjacent, from the start, or
+        with first_alone one row until `expand` (after a first step in which only one beam is live).
+        With the cache, the model runner encodes and decodes; without it, the nn.Module path
+        recomputes the whole prefix each step (the reference)."""
         self.model = runner.model
+        grouped = beam_size > 1 and src.size(0) * beam_size >= GROUPED_BEAM_MIN_ROWS
+        self.group_size = beam_size if grouped else 1  # of the cache once each sentence runs K rows
         if use_cache:
             self.runner = runner
-            grouped = beam_size > 1 and src.size(0) * beam_size >= GROUPED_BEAM_MIN_ROWS
             self.cache = self.runner.new_cache(
-                *self.runner.encode(src), capacity=max_steps, group_size=beam_size if grouped else 1
+                *self.runner.encode(src), capacity=max_steps, group_size=1 if first_alone else self.group_size
             )
             self.encoder_out = None
         else:
             self.runner, self.cache = None, None
             self.encoder_out = self.model.encode(src)
-        if beam_size > 1 and not (self.cache is not None and self.cache.grouped):  # a grouped cache has B * K rows
+        if beam_size > 1 and not first_alone and not grouped:  # a grouped cache has B * K rows
             self.reorder(torch.arange(src.size(0), device=src.device).repeat_interleave(beam_size))
 
     def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
@@ -142,6 +145,13 @@ class DecoderState:
         else:
             logits = self.model.decode(prefix, self.encoder_out).logits[:, -1]
         return torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+
+    def expand(self, indices: torch.Tensor) -> None:
+        """From one row per sentence (first_alone) to K: row i becomes old row indices[i]."""
+        if self.cache is not None:
+            self.cache.expand(indices, self.group_size)
+        else:
+            self.reorder(indices)
 
     def reorder(self, indices: torch.Tensor, *, same_sources: bool = False) -> None:
         """Rows follow `indices`; same_sources: each row keeps its source (beam parents of one sentence)."""
@@ -301,30 +311,34 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
     constraints = Constraints(cfg, options, max_lens)
-    state = DecoderState(runner, src, options.use_cache, int(max_lens.max()), beam_size=K)  # every sentence K times
+    lexical = lexical if lexical is not None and any(lexical) else None
+    # rows per sentence: only beam 0 is live at the start, so the first step runs it alone and the K
+    # rows of each sentence follow from its choices (with constraints every beam keeps its own state)
+    width = K if lexical else 1
+    state = DecoderState(runner, src, options.use_cache, int(max_lens.max()), beam_size=K, first_alone=width < K)
 
     sentences = list(range(B))  # sentence index of each running sentence
     max_len_of = max_lens.tolist()
-    lexical = lexical if lexical is not None and any(lexical) else None
     # per sentence, each beam's progress on its positive constraints
     progress: list[list[Progress]] = [[c.start()] * K if c else [] for c in lexical] if lexical else []
-    prefix = torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (Nb*K, 1+step)
-    # only beam 0 is live at the start, so the first step does not pick K copies of one token
-    beam_scores = torch.full((B, K), -math.inf, device=device)
+    prefix = torch.full((B * width, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (Nb*width, 1+step)
+    # the beams that are not live (all but beam 0 at the start) have no score, so that the first step
+    # does not pick K copies of one token
+    beam_scores = torch.full((B, width), -math.inf, device=device)
     beam_scores[:, 0] = 0.0
     finished: list[list[SearchHypothesis]] = [[] for _ in range(B)]
     step = 0
     while sentences:
         check_deadline(deadline)
         Nb = len(sentences)
-        lp = state.log_probs(prefix)  # (Nb*K, V)
+        lp = state.log_probs(prefix)  # (Nb*width, V)
         V = lp.size(-1)
         at_max = constraints.at_max(sentences, step)
-        lp = constraints.apply(lp, step, None if at_max is None else at_max.repeat_interleave(K), prefix[:, 1:])
+        lp = constraints.apply(lp, step, None if at_max is None else at_max.repeat_interleave(width), prefix[:, 1:])
         if lexical:
             mask_lexical(lp, [lexical[s] for s in sentences], [progress[s] for s in sentences], prefix[:, 1:].tolist().__getitem__, K,
                          [max_len_of[s] <= step + 1 for s in sentences], cfg.eos_id)
-        candidates = lp.view(Nb, K, V).add_(beam_scores[:, :, None]).view(Nb, K * V)
+        candidates = lp.view(Nb, width, V).add_(beam_scores[:, :, None]).view(Nb, width * V)
         top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (Nb, 2K), best first
         extra = constraint_candidates(candidates, [lexical[s] for s in sentences], [progress[s] for s in sentences], V) if lexical else None
         step += 1
@@ -341,13 +355,13 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
             else:
                 ended, continuing = choose_beams(row_scores, row_index, K, V, cfg.eos_id)
             for beam, score in ended:
-                tokens = prefix[b * K + beam, 1:].tolist()
+                tokens = prefix[b * width + beam, 1:].tolist()
                 unmet = bool(lex) and not lex.all_met(progress[sentence][beam])
                 finished[sentence].append(SearchHypothesis(tokens, score, normalize(score, step, options.length_penalty), True, unmet))
             if lex:
                 progress[sentence] = [after for *_, after in chosen]
             for beam, token, score in continuing:
-                parents.append(b * K + beam)
+                parents.append(b * width + beam)
                 next_tokens.append(token)
                 next_scores.append(score)
             if len(finished[sentence]) >= K or max_len_of[sentence] <= step:
@@ -361,8 +375,11 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
         parent = torch.tensor(parents, device=device)
         prefix = torch.cat([prefix[parent], torch.tensor(next_tokens, device=device)[:, None]], dim=1)
         beam_scores = torch.tensor(next_scores, dtype=beam_scores.dtype, device=device).view(-1, K)
-        # beams stay within their sentence, so the source side is copied only when sentences leave
-        state.reorder(parent, same_sources=not sentences_left)
+        if width < K:  # after the first step: K rows per sentence from here on
+            state.expand(parent)
+            width = K
+        else:  # beams stay within their sentence, so the source side is copied only when sentences leave
+            state.reorder(parent, same_sources=not sentences_left)
 
     results = []
     for hyps in finished:
