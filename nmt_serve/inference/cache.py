@@ -11,13 +11,13 @@ is carried out in one of two ways:
 - physically (the default): one index_select for all layers into a spare buffer of the same size,
   kept for the purpose; the two buffers then swap roles. Its cost grows with rows x positions.
 - by ancestry, in a cache made with `group_size=K` (beam search, K beams per sentence, rows of one
-  sentence adjacent): keys/values never move, and the source's keys/values and mask are held once per
-  group (a group's rows share their source, so its K queries attend to it together). Row r writes position t into its own row, and
-  `ancestors[r, t]` records which row of its group (0..K-1) holds position t of r's history. A beam
-  reorder then re-indexes that small (B, capacity) table instead of copying the keys/values, and
-  attention reads each row's history through it (see ModelRunner._grouped_attention). When sentences
-  leave, their groups leave whole (a physical copy of the groups that stay), and since the table
-  holds positions within the group, it stays valid.
+  sentence adjacent): keys/values never move, and the source's keys/values and mask are held once
+  per group (a group's rows share their source, so its K queries attend to it together). Row r
+  writes position t into its own row, and `ancestors[r, t]` records which row of its group (0..K-1)
+  holds position t of r's history. A beam reorder then re-indexes that small (B, capacity) table
+  instead of copying the keys/values, and attention reads each row's history through it (see
+  ModelRunner._grouped_attention). When sentences leave, their groups leave whole (a physical copy of
+  the groups that stay), and since the table holds positions within the group, it stays valid.
 
 Continuous batching adds rows to a running cache at a step boundary (`join`), appended or in the
 rows of sentences that left (reusing rows saves copying the whole cache each time one leaves):
