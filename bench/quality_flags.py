@@ -36,7 +36,7 @@ import random
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.common import ROOT, start_service
@@ -135,11 +135,16 @@ def labelled(translator: Translator, lines: list[str], beam_size: int, direction
 
 
 def hand_labelled(translator: Translator, pair: str, beam_size: int) -> tuple[list[Row], int]:
-    """The rows of LABELS for a direction whose output the model still gives, and how many it no longer does."""
+    """The sources of LABELS for a direction with a row for the output this model gives them (a source
+    may have rows for several models' outputs), labelled from that row; and how many sources have none."""
     entries = [line.rstrip("\n").split("\t") for line in LABELS.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
-    mine = [(kind, source, output, label == "wrong") for kind, direction, source, output, label in entries if direction == pair]
-    rows = translated(translator, [(kind, source, wrong) for kind, source, _, wrong in mine], beam_size, pair)
-    kept = [row for row, (*_, output, _) in zip(rows, mine) if row.output == output]
+    labels: dict[tuple[str, str], dict[str, bool]] = {}  # (set, source) -> output -> wrong
+    for kind, direction, source, output, label in entries:
+        if direction == pair:
+            labels.setdefault((kind, source), {})[output] = label == "wrong"
+    rows = translated(translator, [(kind, source, False) for kind, source in labels], beam_size, pair)
+    kept = [replace(row, doubtful=labels[row.kind, row.source][row.output]) for row in rows
+            if row.output in labels[row.kind, row.source]]
     return kept, len(rows) - len(kept)
 
 
@@ -220,7 +225,7 @@ def labelled_report(args) -> None:
             print(f"- source entropy > {threshold:.3f} (pooled val p{p}): {precision_recall(test, lambda row, t=threshold: row.source_entropy > t)}; "
                   f"or low_confidence: {precision_recall(test, lambda row, t=threshold: row.source_entropy > t or low_confidence(row))}")
         rows, changed = hand_labelled(translator, pair, args.beam_size)
-        print(f"## {pair}: hand-labelled ({LABELS.name}), {len(rows)} rows ({changed} outputs changed since labelled, left out)")
+        print(f"## {pair}: hand-labelled ({LABELS.name}), {len(rows)} rows ({changed} sources whose output has no label, left out)")
         for kind in ("everyday", "short"):
             mine = [row for row in rows if row.kind == kind]
             wrong = [row for row in mine if row.doubtful]
