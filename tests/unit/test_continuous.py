@@ -99,6 +99,24 @@ def test_rows_switch_to_grouped_beams_mid_run(monkeypatch):
         assert_same(results[i], alone(runner, src, options))
 
 
+@pytest.mark.parametrize("beam", [1, 2])
+def test_joined_rows_attend_through_matmuls_as_through_sdpa(monkeypatch, beam):
+    """From MATMUL_ATTENTION_MIN_ROWS rows on a step attends through batched matmuls, with the rows that
+    joined later masked by an additive bias: every row at once here, against each sentence alone."""
+    import nmt_serve.inference.model_runner as model_runner
+
+    monkeypatch.setattr(model_runner, "MATMUL_ATTENTION_MIN_ROWS", 1)
+    monkeypatch.setattr(continuous, "GROUPED_BEAM_MIN_ROWS", 10**9)  # physical rows: the path under test
+    runner = ModelRunner(random_model(seed=7))
+    srcs = sources(6, seed=13)
+    options = SearchOptions(beam_size=beam, max_length=9)
+    search = ContinuousSearch(runner, beam_size=beam)
+    results = run_staggered(search, [[Sentence(i, srcs[i], 9)] for i in range(len(srcs))], [0, 2, 0, 3, 1, 2])
+    monkeypatch.setattr(model_runner, "MATMUL_ATTENTION_MIN_ROWS", 10**9)  # the reference: SDPA throughout
+    for i, src in enumerate(srcs):
+        assert_same(results[i], alone(runner, src, options))
+
+
 def test_grouped_beams_from_the_start_hold_each_source_once(monkeypatch):
     """Grouped from the first step: the source side holds one entry per sentence (not per beam) through
     joins that append rows, joins into the rows of sentences that left, and a longer source."""
