@@ -130,7 +130,8 @@ class FloatLinear:
       the view holds nothing the model does not).
     - T > 1: (T, C_in, C_out / T), W^T in T blocks of output columns, one per thread (the last padded
       with zeros): ATen's gemv of one row runs on one thread, where a batched matmul of T blocks runs
-      them side by side (at 2 threads, 1.6x faster on the shipped model's output layer, 1.3-2.1x on its others).
+      them side by side (at 2 threads, 1.6x faster than the transposed copy on the shipped model's
+      output layer, 1.3-1.8x on its others).
     The memory plan counts the copies (not the views)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, packed: bool = False, lone_row: int = 0):
