@@ -49,7 +49,6 @@ def kernels() -> str:
     for name, out_f, in_f in WEIGHTS:
         torch.manual_seed(0)
         linear = Int8Linear(torch.randn(out_f, in_f) * 0.05, torch.randn(out_f) * 0.01, wide=True)
-        linear.min_rows = 0
         for rows in ROWS:
             x = torch.randn(rows, in_f)
             with torch.inference_mode(), warnings.catch_warnings():

@@ -1,6 +1,7 @@
 """Before/after: the decoding speed of two git revisions (or one and the working tree), side by side.
 
     python -m bench.revisions BASE [NEW] [--threads N] [--sentences-b1 N] [--sentences-b32 N] [--rounds N]
+                              [--quantization int8]
 
 NEW defaults to the working tree. `--chain REV1 REV2 ...` measures each consecutive pair in turn (one
 row per change), which is how BENCHMARKS.md gets one before/after ratio per optimization.
@@ -8,7 +9,8 @@ row per change), which is how BENCHMARKS.md gets one before/after ratio per opti
 Each tree decodes the same German sentences (Multi30k test_2016_flickr) with the shipped de-en model in
 a fresh Python process of its own, for greedy and beam 4 at batch 1 and batch 32. The two trees take
 turns for `--rounds` rounds and the best time of each is kept, so drift in machine load hits both
-alike. Prints sentences/s, the speed ratio, and whether the outputs are token-for-token identical.
+alike. `--quantization int8` loads both in int8 (each revision's own int8 engine). Prints sentences/s,
+the speed ratio, and whether the outputs are token-for-token identical.
 The child process uses only the facade and search API that every revision since the engine core has
 (`Translator.load`, `encode_source`, `_pad`, `SearchOptions`, and `generate` or `Translator.generate`),
 under the package of its tree: `nmt_serve`, or `model` before the one namespace.
@@ -54,7 +56,7 @@ else:  # earlier revisions: the Transformer held its engine
 
 threads, data, checkpoint, n_b1, n_b32 = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 torch.set_num_threads(threads)
-translator = Translator.load(checkpoint, device="cpu", dtype="float32")
+translator = Translator.load(checkpoint, device="cpu", dtype="float32", quantization=sys.argv[7])
 lines = read_lines(data)
 results = {}
 for batch, beam in %s:
@@ -93,7 +95,7 @@ def run_tree(tree: Path, args) -> dict:
     data = Path(os.environ.get("NMT_DATA", data.parent)) / data.name
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(args.threads), str(data), str(ROOT / "checkpoints" / "de-en"),
-         str(args.sentences_b1), str(args.sentences_b32), package_of(tree)],
+         str(args.sentences_b1), str(args.sentences_b32), package_of(tree), args.quantization],
         env=env, cwd=tree, check=True, capture_output=True, text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -136,13 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences-b1", type=int, default=40)
     parser.add_argument("--sentences-b32", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quantization", choices=["none", "int8"], default="none")
     parser.add_argument("--output")
     args = parser.parse_args(argv)
 
     pairs = list(zip(args.chain, args.chain[1:])) if args.chain else [(args.base, args.new)]
     if not pairs or pairs[0][0] is None:
         parser.error("give BASE [NEW] or --chain REV1 REV2 ...")
-    header = f"Machine: {machine()}; {args.threads} thread(s); best of {args.rounds} alternating rounds.\n"
+    quantized = "; int8" if args.quantization == "int8" else ""
+    header = f"Machine: {machine()}; {args.threads} thread(s){quantized}; best of {args.rounds} alternating rounds.\n"
     report = header + "\n".join("\n" + compare_pair(base, new, args) for base, new in pairs) + "\n"
     return emit(report, args.output)
 

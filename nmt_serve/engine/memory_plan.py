@@ -50,7 +50,7 @@ class ModelNeeds:
     max_length: int = 256  # positions of source and target a row holds
     device: str = "cpu"  # cpu | cuda: what the runner adds beside the weights differs
     packed_weights: bool = False  # CPU: every Linear weight also held prepacked for oneDNN (model_runner.FloatLinear)
-    lone_row_threads: int = 0  # packed weights, and int8's small ones at 1 thread, also laid out for a lone row on this many threads
+    lone_row_threads: int = 0  # packed float weights also laid out for a lone row on this many threads
 
     @property
     def itemsize(self) -> int:
@@ -74,10 +74,7 @@ class ModelNeeds:
         oneDNN, and laid out for a lone row)."""
         total, linear = self.parameters()
         if self.quantization == "int8":
-            from nmt_serve.inference.model_runner import int8_lone_row_elements
-
-            lone_row = int8_lone_row_elements(self.config) * self.itemsize if self.lone_row_threads else 0
-            return total * self.itemsize + linear + self.config.tgt_vocab_size * self.config.d_model + lone_row
+            return total * self.itemsize + linear + self.config.tgt_vocab_size * self.config.d_model
         if not self.packed_weights:
             return total * self.itemsize
         from nmt_serve.inference.model_runner import lone_row_elements

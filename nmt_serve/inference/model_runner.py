@@ -79,12 +79,6 @@ def linear_shapes(cfg) -> list[tuple[int, int]]:
     return encoder + decoder + [(cfg.n_decoder_layers * 2 * C, C), (cfg.tgt_vocab_size, C)]
 
 
-def int8_lone_row_elements(cfg) -> int:
-    """Elements of the transposed float copies an int8 runner at 1 thread keeps (Int8Linear's lone_row:
-    the weights small enough to run one row in float, and only those that take a copy)."""
-    return sum(o * i for o, i in linear_shapes(cfg) if INT8_MIN_MACS // (o * i) > 1 and lone_row_copies(o, i))
-
-
 def lone_row_elements(cfg, threads: int = 1) -> int:
     """Elements of the lone row's weights a float runner keeps beside its packed ones: at 1 thread the
     transposed copies, at more every weight in column blocks (FloatLinear), the last block padded."""
@@ -104,11 +98,9 @@ def lone_row_copies(out_features: int, in_features: int) -> bool:
 
 def lone_row_threads(threads: int, *, packed: bool, quantization: str) -> int:
     """The threads a lone row's own weights are laid out for, 0 for none: beside packed float weights
-    (FloatLinear) at any thread count, beside the int8 engine's small ones (Int8Linear) at 1 thread.
-    The runner and the memory plan both ask here."""
-    if packed and quantization == "none":
-        return threads
-    return 1 if quantization == "int8" and threads == 1 else 0
+    (FloatLinear) at any thread count; the int8 engine's lone row reads its int8 weights. The runner and
+    the memory plan both ask here."""
+    return threads if packed and quantization == "none" else 0
 
 
 class FloatLinear:
@@ -168,13 +160,6 @@ class FloatLinear:
         return F.linear(x, self.weight, self.bias)
 
 
-# Below this many multiply-adds per call (rows x weight size), a Linear of the int8 engine runs in float32:
-# fbgemm's per-call cost (quantizing the input, its scale) then outweighs the int8 matmul. Measured on
-# 2 cores: a 768x256 weight gains from int8 from about 8 rows on, 256x256 from about 40, the 8000x256
-# output layer always (7x at 1 row).
-INT8_MIN_MACS = 2_000_000
-
-
 # The output layer of the int8 engine (thousands of outputs) runs through oneDNN's u8 x s8 kernel from
 # this many rows on: fbgemm's dynamic kernel slows there (1 thread, bench/int8_kernels.py: OPUS-MT's
 # 58101x512 weight 1.13-1.39x faster on oneDNN from 32 to 256 rows, 0.96 at 16; the shipped 8000x256
@@ -189,17 +174,17 @@ def onednn_int8_runs() -> bool:
 
 
 class Int8Linear:
-    """y = x W^T + b with W in int8 (one scale per output channel) and x quantized on the fly; calls too
-    small for int8 to pay (INT8_MIN_MACS) use the float32 weight instead. `wide` (the output layer):
-    from ONEDNN_INT8_MIN_ROWS rows on, oneDNN's kernel with the same int8 weights, x quantized per
-    call to uint8 around 128 (symmetric, 8 bits: fbgemm's reduce_range uses 7)."""
+    """y = x W^T + b with W in int8 (one scale per output channel) and x quantized on the fly, however
+    few the rows: in a decoder step the weights come from the CPU's last-level cache or memory, not from
+    a hot L2, and reading a quarter of the bytes outweighs fbgemm's cost per call even for one row of
+    a 256x256 weight (BENCHMARKS.md: greedy batch 1 of the shipped model 1.2-1.6x over running the calls
+    below 2M multiply-adds on the float32 weights, beam 4 batch 1 1.8-2.1x). Timed alone, with its
+    weight hot in cache, one row of a small layer is faster in float32: not what a step sees. `wide` (the output
+    layer): from ONEDNN_INT8_MIN_ROWS rows on, oneDNN's kernel with the same int8 weights, x quantized
+    per call to uint8 around 128 (symmetric, 8 bits: fbgemm's reduce_range uses 7)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, wide: bool = False, lone_row: int = 0):
-        self.min_rows = INT8_MIN_MACS // weight.numel()
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, wide: bool = False):
         self.out_features = weight.size(0)
-        # lone_row (an engine at 1 thread): the float calls of one row take FloatLinear's transposed copy,
-        # as the float engine does (greedy batch 1 of the shipped model: 1.24-1.33x over oneDNN's unpacked call)
-        self.float = FloatLinear(weight, bias, lone_row=lone_row if self.min_rows > 1 else 0)
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise ValueError("int8 quantization needs PyTorch's fbgemm engine (x86 CPUs); it is not available here")
         weight = weight.detach().float().cpu()
@@ -219,8 +204,6 @@ class Int8Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.size(-1)
-        if rows < self.min_rows:
-            return self.float(x)
         if self.onednn is not None and rows >= ONEDNN_INT8_MIN_ROWS:
             x2 = x.reshape(rows, x.size(-1))
             x_scale = float(x2.abs().amax()) / 127.0 or 1.0
@@ -322,7 +305,7 @@ class ModelRunner:
                     m.weight.data, m.bias.data = weight[start:start + rows], bias[start:start + rows]
                     start += rows
             if quantization == "int8":
-                return Int8Linear(weight, bias, wide=wide, lone_row=lone_row)
+                return Int8Linear(weight, bias, wide=wide)
             return FloatLinear(weight, bias, packed=pack, lone_row=lone_row)
 
         def ffn(layer) -> FeedForwardWeights:

@@ -61,29 +61,25 @@ def test_int8_counts_the_packed_copy_beside_the_float_weights():
     assert ModelNeeds("m", cfg, "float32", "int8").weights_bytes() > ModelNeeds("m", cfg, "float32").weights_bytes()
 
 
-def test_int8_at_one_thread_counts_the_transposed_copies_it_holds(tiny_checkpoint):
-    """At 1 thread the int8 runner keeps its small weights transposed for a lone row, as the float one
-    does; the plan counts exactly those, from the fused shapes the runner builds."""
-    from nmt_serve.inference.model_runner import linear_shapes
+def test_int8_keeps_no_float_copy_for_a_lone_row_at_any_thread_count(tiny_checkpoint):
+    """The int8 runner's lone row reads the int8 weights, so at 1 or 2 threads its Linears hold no float
+    matrix beside them (only biases and scales), and the plan counts none."""
+    from nmt_serve.inference.model_runner import lone_row_threads
 
     threads = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        int8 = Translator.load(tiny_checkpoint, device="cpu", quantization="int8")
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            int8 = Translator.load(tiny_checkpoint, device="cpu", quantization="int8")
+            held = [v for linear in runner_linears(int8.runner) for v in vars(linear).values() if isinstance(v, torch.Tensor)]
+            assert held and all(t.dim() == 1 for t in held if t.is_floating_point())
+            assert lone_row_threads(n, packed=True, quantization="int8") == 0
+            row = torch.randn(1, int8.config.d_model)
+            small = int8.runner.decoder_layers[0].self_out
+            with torch.inference_mode():
+                assert torch.equal(small(row), torch.ops.quantized.linear_dynamic(row, small.packed, True))
     finally:
         torch.set_num_threads(threads)
-    linears = runner_linears(int8.runner)
-    assert sorted(tuple(linear.float.weight.shape) for linear in linears) == sorted(linear_shapes(int8.config))
-    copies = [linear.float.lone_row for linear in linears
-              if linear.float.lone_row is not None and linear.float.lone_row.is_contiguous()]  # not the views
-    assert copies and all(linear.float.lone_row is None for linear in linears if linear.min_rows <= 1)
-    with_copies = ModelNeeds("m", int8.config, "float32", "int8", lone_row_threads=1).weights_bytes()
-    without = ModelNeeds("m", int8.config, "float32", "int8").weights_bytes()
-    assert with_copies - without == sum(c.numel() * c.element_size() for c in copies)
-    row = torch.randn(1, int8.config.d_model)
-    small = next(linear for linear in linears if linear.float.lone_row is not None)
-    with torch.inference_mode():
-        assert torch.allclose(small(row), torch.nn.functional.linear(row, small.float.weight, small.float.bias), atol=1e-5)
 
 
 def test_the_plan_runs_as_many_sentences_as_fit_and_no_more_than_asked():
