@@ -142,6 +142,7 @@ class FloatLinear:
             self.lone_row = padded.view(C_in, lone_row, block).transpose(0, 1).contiguous()  # (T, C_in, block)
             if bias is not None:
                 self.lone_row_bias = F.pad(bias.detach(), (0, lone_row * block - C_out)).view(lone_row, 1, block)
+        self.lone_row_padded = self.lone_row is not None and self.lone_row.dim() == 3 and self.lone_row[0].numel() * lone_row != weight.numel()
         # a packed weight replaces the plain one: a fused weight's plain copy is then dropped
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
@@ -149,9 +150,11 @@ class FloatLinear:
         if self.lone_row is not None and x.numel() == x.size(-1):
             w = self.lone_row
             if w.dim() == 3:  # column blocks: (T, 1, C_in) x (T, C_in, block), one block per thread
-                rows = x.reshape(1, 1, -1).expand(w.size(0), 1, -1)
+                rows = x.expand(w.size(0), 1, x.size(-1))
                 y = torch.bmm(rows, w) if self.lone_row_bias is None else torch.baddbmm(self.lone_row_bias, rows, w)
-                return y.view(-1)[: self.out_features].view(*x.shape[:-1], self.out_features)
+                if self.lone_row_padded:  # the last block's zero columns go
+                    y = y.view(-1)[: self.out_features]
+                return y.view(*x.shape[:-1], self.out_features)  # (T, 1, block) holds the outputs in order
             row = x.reshape(1, -1)
             y = torch.mm(row, w) if self.bias is None else torch.addmm(self.bias, row, w)
             return y.view(*x.shape[:-1], self.out_features)

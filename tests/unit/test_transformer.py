@@ -225,6 +225,25 @@ def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
         assert grouped.batch_size == physical.batch_size == 2 * K
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the lone row's layouts sit beside oneDNN's packed weights")
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("out_features", [48, 50])  # 50: not a multiple of 3, so 3 blocks pad the last one
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features, with_bias):
+    """A lone row through its own layout (transposed at 1 thread, column blocks at more), in whatever
+    leading shape it comes, and more rows through the packed weight, all give F.linear's result."""
+    torch.manual_seed(22)
+    weight = torch.randn(out_features, 32)
+    bias = torch.randn(out_features) if with_bias else None
+    linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=threads)
+    assert linear.lone_row is not None and linear.lone_row.dim() == (2 if threads == 1 else 3)
+    with torch.inference_mode():
+        for x in (torch.randn(1, 32), torch.randn(1, 1, 32), torch.randn(32), torch.randn(5, 32)):
+            y = linear(x)
+            assert y.shape == (*x.shape[:-1], out_features)
+            assert torch.allclose(y, torch.nn.functional.linear(x, weight, bias), atol=1e-5)
+
+
 def test_int8_linear_quantizes_every_call_even_a_lone_row():
     """A lone row of a small layer goes through the int8 weights too (no float fallback): its result is
     fbgemm's, not float32's, and stays close to it."""
