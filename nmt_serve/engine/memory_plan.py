@@ -4,9 +4,9 @@ The budget (`memory_budget_gb`; 0: what the device has free at start-up, less a 
 this order:
 1. the weights of every model that will load (counted from its config, at the dtype it runs in;
    int8 adds its packed copy of every Linear weight beside the float ones, and of the output layer's a
-   second one in oneDNN's layout for large batches (and at 1 thread its small weights transposed); oneDNN's packed float
-   weights on the CPU add one (and at 1 thread a second, transposed for a lone row), and load only
-   where they cost no running sentence: plan_memory);
+   second one in oneDNN's layout for large batches; oneDNN's packed float weights on the CPU add one
+   (and a second laid out for a lone row: transposed at 1 thread, in column blocks at more), and load
+   only where they cost no running sentence: plan_memory);
 2. a reserve for joining sentences: the encoder's activations and the cross-attention keys/values of
    `max_batch_tokens` source tokens, made before they are copied into a decoder's rows;
 3. the running sentences, the same number S for every model and start-up beam size, the most that
