@@ -164,11 +164,14 @@ class FloatLinear:
 
 
 # The output layer of the int8 engine (thousands of outputs) runs through oneDNN's u8 x s8 kernel from
-# this many rows on: fbgemm's dynamic kernel slows there (1 thread, bench/int8_kernels.py: OPUS-MT's
-# 58101x512 weight 1.13-1.39x faster on oneDNN from 32 to 256 rows, 0.96 at 16; the shipped 8000x256
-# one 0.99 at 32 rows, 1.10-1.18x from 64) while fbgemm stays ahead below, and on the narrower weights
-# of the layers at every row count (oneDNN at 0.23-0.97 of its speed there).
-ONEDNN_INT8_MIN_ROWS = 32
+# this many rows on; fbgemm stays ahead below, and on the narrower weights of the layers at every row
+# count. Measured as a step sees it (`python -m bench.int8_kernels --sections step`: every weight once
+# per step, so none is hot in cache), oneDNN's output layer made a step's products 0.92-0.96x as fast
+# on the shipped shape at 32 rows, 0.94-1.01 at 64 and 1.9-2.1x at 256; at OPUS-MT's 0.91-1.07 at 32,
+# 1.02-1.06 at 64, 1.4-1.9 from 128. Whole searches in int8, 32 rows at the start: 64 against 32 here gave greedy
+# batch 32 1.01-1.04x (shipped twin, 1 and 2 threads), 0.98 and 1.04 at OPUS-MT's shape, beam 4 batch 8
+# 1.11x.
+ONEDNN_INT8_MIN_ROWS = 64
 
 
 def onednn_int8_runs() -> bool:
