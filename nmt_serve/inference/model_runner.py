@@ -142,7 +142,9 @@ class FloatLinear:
             self.lone_row = padded.view(C_in, lone_row, block).transpose(0, 1).contiguous()  # (T, C_in, block)
             if bias is not None:
                 self.lone_row_bias = F.pad(bias.detach(), (0, lone_row * block - C_out)).view(lone_row, 1, block)
-        self.lone_row_padded = self.lone_row is not None and self.lone_row.dim() == 3 and self.lone_row[0].numel() * lone_row != weight.numel()
+        # column blocks whose last one carries zero columns: a lone row's output is cut to C_out
+        C_out = weight.size(0)
+        self.lone_row_padded = self.lone_row is not None and self.lone_row.dim() == 3 and C_out % lone_row != 0
         # a packed weight replaces the plain one: a fused weight's plain copy is then dropped
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
@@ -168,9 +170,8 @@ class FloatLinear:
 # count. Measured as a step sees it (`python -m bench.int8_kernels --sections step`: every weight once
 # per step, so none is hot in cache), oneDNN's output layer made a step's products 0.92-0.96x as fast
 # on the shipped shape at 32 rows, 0.94-1.01 at 64 and 1.9-2.1x at 256; at OPUS-MT's 0.91-1.07 at 32,
-# 1.02-1.06 at 64, 1.4-1.9 from 128. Whole searches in int8, 32 rows at the start: 64 against 32 here gave greedy
-# batch 32 1.01-1.04x (shipped twin, 1 and 2 threads), 0.98 and 1.04 at OPUS-MT's shape, beam 4 batch 8
-# 1.11x.
+# 1.02-1.06 at 64, 1.4-1.9 from 128. Whole int8 searches, 64 against 32 here: greedy batch 32 (32 rows
+# at the start) 1.01-1.04x on the shipped twin, 0.98 and 1.04 at OPUS-MT's shape; beam 4 batch 8 1.11x.
 ONEDNN_INT8_MIN_ROWS = 64
 
 
@@ -184,10 +185,10 @@ class Int8Linear:
     few the rows: in a decoder step the weights come from the CPU's last-level cache or memory, not from
     a hot L2, and reading a quarter of the bytes outweighs fbgemm's cost per call even for one row of
     a 256x256 weight (BENCHMARKS.md: greedy batch 1 of the shipped model 1.2-1.6x over running the calls
-    below 2M multiply-adds on the float32 weights, beam 4 batch 1 1.8-2.1x). Timed alone, with its
-    weight hot in cache, one row of a small layer is faster in float32: not what a step sees. `wide` (the output
-    layer): from ONEDNN_INT8_MIN_ROWS rows on, oneDNN's kernel with the same int8 weights, x quantized
-    per call to uint8 around 128 (symmetric, 8 bits: fbgemm's reduce_range uses 7)."""
+    below 2M multiply-adds on the float32 weights, beam 4 batch 1 1.8-2.1x). Timed alone, its weight
+    hot in cache, one row of a small layer is faster in float32: not what a step sees.
+    `wide` (the output layer): from ONEDNN_INT8_MIN_ROWS rows on, oneDNN's kernel with the same int8
+    weights, x quantized per call to uint8 around 128 (symmetric, 8 bits: fbgemm's reduce_range uses 7)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, wide: bool = False):
         self.out_features = weight.size(0)
