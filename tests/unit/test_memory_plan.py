@@ -71,7 +71,8 @@ def test_int8_keeps_no_float_copy_for_a_lone_row_at_any_thread_count(tiny_checkp
         for n in (1, 2):
             torch.set_num_threads(n)
             int8 = Translator.load(tiny_checkpoint, device="cpu", quantization="int8")
-            held = [v for linear in runner_linears(int8.runner) for v in vars(linear).values() if isinstance(v, torch.Tensor)]
+            held = [v for linear in runner_linears(int8.runner) for v in vars(linear).values()
+                    if isinstance(v, torch.Tensor)]
             assert held and all(t.dim() == 1 for t in held if t.is_floating_point())
             assert lone_row_threads(n, packed=True, quantization="int8") == 0
             row = torch.randn(1, int8.config.d_model)
