@@ -85,6 +85,7 @@ def step_products(rounds: int) -> str:
     last-level cache or memory rather than from a hot L2 as in `kernels`. Per row count: float32 (the
     float engine's oneDNN packed weights, or a lone row's own layout), int8 on fbgemm only, and int8
     with the output layer on oneDNN. Median microseconds per step of `rounds` x 2 + 1 rounds."""
+    import nmt_serve.inference.model_runner as runner_module
     from nmt_serve.inference.model_runner import FloatLinear, Int8Linear
 
     out = []
@@ -102,8 +103,6 @@ def step_products(rounds: int) -> str:
 
             def int8_step(min_rows: int):
                 def run():
-                    import nmt_serve.inference.model_runner as runner_module
-
                     saved, runner_module.ONEDNN_INT8_MIN_ROWS = runner_module.ONEDNN_INT8_MIN_ROWS, min_rows
                     try:
                         for linear, (_, i) in zip(int8s, shapes):
