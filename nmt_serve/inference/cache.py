@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import torch
 
+from nmt_serve.network.masks import additive_bias
+
 BATCH = 2  # the batch dim of the buffers
 
 
@@ -111,8 +113,7 @@ class KVCache:
         if self.src_mask is None:
             return None
         if self._src_bias is None:
-            self._src_bias = torch.zeros(self.src_mask.shape, dtype=self.cross_kv.dtype, device=self.src_mask.device)
-            self._src_bias.masked_fill_(~self.src_mask, float("-inf"))
+            self._src_bias = additive_bias(self.src_mask, self.cross_kv.dtype)
         return self._src_bias
 
     def gather_index(self) -> torch.Tensor:

@@ -43,7 +43,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nmt_serve.inference.cache import KVCache
-from nmt_serve.network.masks import padding_mask
+from nmt_serve.network.masks import additive_bias, padding_mask
 from nmt_serve.network.transformer import Transformer
 
 QUANTIZATIONS = ("none", "int8")
@@ -466,7 +466,7 @@ class ModelRunner:
         matmuls = N >= MATMUL_ATTENTION_MIN_ROWS and not cache.grouped
         self_bias = None
         if matmuls and self_mask is not None:
-            self_bias = torch.zeros(self_mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~self_mask, float("-inf"))
+            self_bias = additive_bias(self_mask, x.dtype)
         for i, w in enumerate(self.decoder_layers):
             # self-attention over every cached position and the new one
             h = w.self_norm(x) if pre else x

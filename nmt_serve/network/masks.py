@@ -19,6 +19,11 @@ def causal_mask(length: int, device: torch.device) -> torch.Tensor:
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
 
 
+def additive_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask as a bias added to attention scores: 0 where it may attend, -inf where not."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
 def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, prefix: int | None = None) -> torch.Tensor:
     """Right-padded (B, T) tensor; `prefix` is put before every sequence (decoder start token)."""
     if prefix is not None:
