@@ -13,7 +13,9 @@ ratio compares runs made side by side. Sections:
    decodes to the 40-token cap), float16, both with the same attention backends, outputs compared;
 5. GPU busy share (kernel time / wall time, torch profiler), beam 4 batch 64, static vs eager;
 6. static vs eager on all of test_2016_flickr (float16): identical outputs and sacreBLEU;
-7. warm-up time and the static decoder's memory.
+7. warm-up time and the static decoder's memory;
+8. joins: n sentences joining a continuous search of 256 running (ContinuousDeviceSearch, its joins
+   captured per bucket), the join's host and GPU time against a replayed step's.
 Timings use CUDA events around work whose results are read back to the host.
 """
 from __future__ import annotations
@@ -255,8 +257,65 @@ def parity_section(quick: bool, results: dict) -> str:
     return out
 
 
+def joins_section(quick: bool, results: dict, device: str = "cuda") -> str:
+    """What a join costs the engine's loop next to a step: host time (the call, which must not wait for
+    the GPU) and device time (CUDA events around it, the GPU idle before), greedy and beam 4, 256
+    sentences running at natural lengths with room to run on (max_length 200)."""
+    from nmt_serve.inference.continuous import Sentence
+    from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
+    from nmt_serve.inference.device_search import JOIN_TOKENS, DeviceSearch
+    from nmt_serve.inference.static_decoder import StaticDecoder
+
+    cuda = device == "cuda"
+    translator = Translator.load(CHECKPOINT, device=device, dtype="float16" if cuda else "float32", step_mode="eager")
+    ids = [translator.encode_source(t) for t in test_sources("de")]
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def timed(fn) -> tuple[float, float]:
+        """(host seconds of the call, device seconds of its work)."""
+        sync()
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        began = time.perf_counter()
+        fn()
+        host = time.perf_counter() - began
+        if not cuda:
+            return host, host
+        end.record()
+        end.synchronize()
+        return host, start.elapsed_time(end) / 1000
+
+    rows, repeat, running = [], 3 if quick else 7, 256
+    sizes = (1, 8, 32) if quick else (1, 8, 32, 128)
+    for K in (1, 4):
+        device_search = DeviceSearch(StaticDecoder(translator.runner, max_rows=(running + 2 * max(sizes) * repeat) * K, max_length=256))
+        device_search.warmup(beam_sizes=(K,), join_tokens=JOIN_TOKENS)
+        search = ContinuousDeviceSearch(device_search, beam_size=K, check_every=10**6)  # no reads back while timing
+        count = iter(range(10**9))
+
+        def sentences(n):
+            return [Sentence(next(count), ids[i % len(ids)], 200) for i in range(n)]
+
+        search.add(sentences(running))
+        for _ in range(3):
+            search.step()
+        step_host, step_device = min(timed(search.step) for _ in range(repeat))
+        for n in sizes:
+            joins = [timed(lambda: search.add(sentences(n))) for _ in range(repeat)]
+            join_host, join_device = min(h for h, _ in joins), min(d for _, d in joins)
+            rows.append(["greedy" if K == 1 else "beam 4", n, f"{join_host * 1000:.2f}", f"{join_device * 1000:.2f}",
+                         f"{step_host * 1000:.2f}", f"{step_device * 1000:.2f}", f"{join_device / step_device:.2f}"])
+            results[f"join,{K},{n}"] = {"join_host": join_host, "join_device": join_device, "step_host": step_host,
+                                        "step_device": step_device}
+            search.step()
+    return ("### Joins vs a replayed step: 256 sentences running, n join (ms; the goal: a join's device time "
+            "<= 2 steps')\n\n" + table(["search", "n joining", "join host", "join device", "step host", "step device",
+                                          "join / step (device)"], rows))
+
+
 SECTIONS = {"attention": attention_section, "latency": latency_section, "throughput": throughput_section,
-            "hf": hugging_face_section, "busy": busy_section, "parity": parity_section}
+            "hf": hugging_face_section, "busy": busy_section, "parity": parity_section, "joins": joins_section}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -400,7 +400,13 @@ class EngineCore:
         translator = self.models[model_id]
         if kind == "eager":
             return ContinuousSearch(translator.runner, beam_size=beam)
-        return ContinuousDeviceSearch(self._device_search(model_id, beam), beam_size=beam)
+        return ContinuousDeviceSearch(self._device_search(model_id, beam), beam_size=beam, join_tokens=self._join_tokens)
+
+    @property
+    def _join_tokens(self) -> int:
+        """Source positions one captured join encodes at most: a join's sentences keep to max_batch_tokens
+        before their padding to length buckets, which at most doubles them past the shortest bucket."""
+        return 2 * self.config.max_batch_tokens
 
     def _device_search(self, model_id: str, beam: int) -> DeviceSearch:
         """The static decoder of one model and beam size, sized for max_batch_sentences sentences (a
@@ -414,13 +420,13 @@ class EngineCore:
         return self._device_searches[key]
 
     def warmup(self) -> int:
-        """Capture the device searches' programs of every bucket for the common beam sizes, before any
-        call, so that no request pays for a capture. Returns the number of programs."""
+        """Capture the device searches' programs (steps and joins) of every bucket for the common beam
+        sizes, before any call, so that no request pays for a capture. Returns the number of programs."""
         count = 0
         for model_id, translator in self.models.items():
             if translator.uses_static_decoder:
                 for beam in WARMUP_BEAMS:
-                    count += self._device_search(model_id, beam).warmup(beam_sizes=(beam,))
+                    count += self._device_search(model_id, beam).warmup(beam_sizes=(beam,), join_tokens=self._join_tokens)
         return count
 
     def over_budget(self) -> str | None:

@@ -33,18 +33,15 @@ the buffers; the caller sends the others to the eager ContinuousSearch.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from itertools import chain
 from typing import Hashable
 
 import torch
 
-from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.continuous import Sentence
 from nmt_serve.inference.device_constraints import fits as constraints_fit
 from nmt_serve.inference.device_constraints import term_slots
-from nmt_serve.inference.device_search import CHECK_EVERY, DeviceSearch, collect
+from nmt_serve.inference.device_search import CHECK_EVERY, JOIN_TOKENS, DeviceSearch, collect, join_chunk
 from nmt_serve.inference.search import SearchHypothesis
 from nmt_serve.inference.static_decoder import bucket_of
 
@@ -57,8 +54,12 @@ class _Slot:
 
 
 class ContinuousDeviceSearch:
-    def __init__(self, device_search: DeviceSearch, *, beam_size: int = 1, min_length: int = 0, check_every: int = CHECK_EVERY):
+    def __init__(self, device_search: DeviceSearch, *, beam_size: int = 1, min_length: int = 0, check_every: int = CHECK_EVERY,
+                 join_tokens: int = JOIN_TOKENS):
+        """join_tokens: the most source positions (sentences x padded length) one join program encodes;
+        a join of more runs in several (the graphs' memory pool holds the largest one's activations)."""
         self.device_search = device_search
+        self.join_tokens = join_tokens
         self.decoder = device_search.decoder
         self.runner = self.decoder.runner
         self.config = self.decoder.config
@@ -94,10 +95,10 @@ class ContinuousDeviceSearch:
 
     def joinable(self) -> bool:
         """Whether sentences should join now: when nothing runs, or right after a read of which
-        sentences finished. A join runs the encoder eagerly and copies rows into the decoder (about 5 ms
-        on an H100 host, against 0.5 ms for a replayed step: BENCHMARKS.md): joining once per check,
-        with everything that arrived meanwhile, pays that once instead of every step, at the cost of
-        waiting up to check_every - 1 steps."""
+        sentences finished. A join runs the encoder and copies rows into the decoder (eager, it cost
+        about 5 ms on an H100 host against 0.5 ms for a replayed step: BENCHMARKS.md; see add() for
+        the captured join): joining once per check, with everything that arrived meanwhile, pays that
+        once instead of every step, at the cost of waiting up to check_every - 1 steps."""
         return self._running == 0 or self._since_check == 0
 
     def fits(self, sentence: Sentence) -> bool:
@@ -110,7 +111,14 @@ class ContinuousDeviceSearch:
     # ------------------------------------------------------------------ joining
     @torch.inference_mode()
     def add(self, sentences: list[Sentence]) -> None:
-        """Encode the new sentences and put them in free slots (a step boundary)."""
+        """Encode the new sentences and put them in free slots (a step boundary).
+
+        The join runs as programs over fixed buffers (captured on CUDA like the steps): the sentences,
+        by source length, in chunks whose sizes are the group buckets (a join of 11 runs programs for
+        8, 2 and 1; more, smaller ones past join_tokens), each chunk's sources padded to a length
+        bucket. Their ids reach the device in one
+        asynchronous copy per chunk, so a join waits neither for the step in flight nor on dozens of
+        eager launches (DeviceSearch.join_program)."""
         if not sentences:
             return
         if len(sentences) > self.room():
@@ -118,40 +126,26 @@ class ContinuousDeviceSearch:
         if not all(self.fits(s) for s in sentences):
             raise ValueError("a sentence does not fit the static decoder (see fits())")
         dec, st, cfg, K = self.decoder, self.state, self.config, self.K
-        device, n = dec.device, len(sentences)
+        n = len(sentences)
         free = [g for g, s in enumerate(self.slots) if s is None][:n]
         groups = free + list(range(len(self.slots), len(self.slots) + n - len(free)))
         self.slots += [None] * (n - len(free))
-        # everything the host knows, in two copies to the device (each small copy is a launch and a wait);
-        # the ids go as one flat list (torch.tensor of nested lists costs microseconds per element)
-        lengths = torch.tensor([len(s.src) for s in sentences])
-        width = int(lengths.max())
-        src = torch.full((n, width), cfg.pad_id, dtype=torch.long)
-        src[torch.arange(width)[None, :] < lengths[:, None]] = torch.tensor(list(chain.from_iterable(s.src for s in sentences)))
-        host = torch.tensor([v for g, s in zip(groups, sentences)
-                             for v in (g, len(s.src), s.max_length, s.prefix[0] if s.prefix else -1)]).view(n, 4)
-        src, host = src.to(device), host.to(device)  # (n, S), (n, 4)
-        with attention_backends(device):
-            states, _ = self.runner.encode(src)  # (n, S, C)
-        kv = self.runner.source_kv(states)  # (n_layers, 2, n, H, S, D)
-        g_index = host[:, 0]
-        rows = (g_index[:, None] * K + torch.arange(K, device=device)).view(-1)  # (n*K,) beams of a sentence adjacent
-        per_row = host.repeat_interleave(K, dim=0) if K > 1 else host
-        dec.cross_kv[:, :, rows, :, :width] = kv.repeat_interleave(K, dim=2) if K > 1 else kv
-        dec.src_len[rows] = per_row[:, 1]
-        st.max_len[rows] = per_row[:, 2]
-        st.min_len[rows] = self.min_length
-        st.forced[rows] = per_row[:, 3]
-        dec.pos[rows] = 0
-        dec.tokens[rows] = cfg.decoder_start_id
-        if K == 1:
-            st.score[rows] = 0.0
-        else:  # only beam 0 is live at the start, so the first step does not pick K copies of one token
-            fresh = torch.full((n, K), -math.inf, device=device)
-            fresh[:, 0] = 0.0
-            st.score[rows] = fresh.view(-1)
-        st.start(g_index, [s.constraints for s in sentences])
-        st.alive[g_index] = True
+        tables = self.device_search.join_tables
+        tables.begin()
+        order = sorted(range(n), key=lambda i: len(sentences[i].src))
+        done = 0
+        while done < n:
+            size, W = join_chunk([len(sentences[i].src) for i in order[done:]], st.group_buckets, dec.length_buckets,
+                                 self.join_tokens)
+            chunk = order[done:done + size]
+            done += size
+            tables.put([groups[i] for i in chunk], [sentences[i].src for i in chunk],
+                       [(len(s.src), s.max_length, s.prefix[0] if s.prefix else -1) for s in (sentences[i] for i in chunk)],
+                       W, cfg.pad_id)
+            dec.run(*self.device_search.join_program(K, size, W, self.min_length))
+        constraints = [s.constraints for s in sentences]
+        if st.lexical is not None or any(constraints):  # the terms' state is built on the host (rare: eager)
+            st.constraints().load(torch.tensor(groups, device=dec.device), constraints)
         for g, s in zip(groups, sentences):
             self.slots[g] = _Slot(s, self.steps)
         self._summarize()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from itertools import chain
 
 import torch
 
@@ -40,6 +41,23 @@ from nmt_serve.inference.search import (
 from nmt_serve.inference.static_decoder import StaticDecoder, bucket_of, buckets
 
 CHECK_EVERY = 4  # steps between reads of which sentences still run
+# columns of a joining sentence's row in the join table before its ids: its group, source length,
+# max_length and forced first token (-1: none)
+JOIN_INFO = 4
+# source positions (sentences x padded length) one join program encodes at most by default: twice the
+# engine's default max_batch_tokens, which a join's sentences keep to before padding to buckets
+JOIN_TOKENS = 8192
+
+
+def join_chunk(lengths: list[int], group_buckets: list[int], length_buckets: list[int], max_tokens: int) -> tuple[int, int]:
+    """Of joining sentences with these source lengths (ascending), how many the next join program takes
+    and their padded length: the largest group bucket that fits them whose sentences x padded length
+    stays within max_tokens (one sentence at least)."""
+    for size in sorted((b for b in group_buckets if b <= len(lengths)), reverse=True):
+        W = bucket_of(lengths[size - 1], length_buckets)
+        if size * W <= max_tokens or size == 1:
+            return size, W
+    raise ValueError("no sentences to join")
 
 
 class SearchSlots:
@@ -67,6 +85,10 @@ class SearchSlots:
             self.fin_unmet = torch.zeros(G, 2 * K + 1, dtype=torch.bool, device=device)  # ended with a term unmet
             self.first_k = torch.arange(2 * K, device=device) < K
             self.group_base = torch.arange(G, device=device)[:, None] * K
+            # a joining sentence's beams: only beam 0 is live at the start, so that the first step does
+            # not pick K copies of one token
+            self.fresh_score = torch.zeros(G, K, device=device)
+            self.fresh_score[:, 1:] = -math.inf
 
     def keep(self, groups: torch.Tensor, rows: torch.Tensor) -> None:
         n, m = rows.numel(), groups.numel()
@@ -117,6 +139,90 @@ def _constrain(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, max
     kept = lp.gather(1, token)
     lp.masked_fill_(force[:, None], -math.inf)
     lp.scatter_(1, token, torch.where(force[:, None], torch.zeros_like(kept), kept))
+
+
+def _join_update(dec: StaticDecoder, slots: SearchSlots, table: torch.Tensor, min_length: int) -> None:
+    """Sentences join the running search: table (n, JOIN_INFO + W) on the device holds per sentence its
+    group, source length, max_length and forced first token, then its ids padded to W. Their source
+    is encoded and their K rows each start at position 0, all of it in device tensors (no reads back),
+    so that on CUDA it runs as one captured program per (n, W) bucket."""
+    K = slots.K
+    info, src = table[:, :JOIN_INFO], table[:, JOIN_INFO:]
+    n, W = src.shape
+    states, _ = dec.runner.encode(src, always_mask=True)  # (n, W, C)
+    kv = dec.runner.source_kv(states)  # (n_layers, 2, n, H, W, D)
+    groups = info[:, 0]
+    rows = (groups[:, None] * K + dec.rows[:K]).view(-1)  # (n * K,): a sentence's beams adjacent
+    if K > 1:
+        kv, info = kv.repeat_interleave(K, dim=2), info.repeat_interleave(K, dim=0)
+    # positions from the source's length to W hold the encoder's output at padding: masked by src_len
+    dec.cross_kv[:, :, rows, :, :W] = kv
+    dec.src_len[rows] = info[:, 1]
+    dec.pos.index_fill_(0, rows, 0)
+    dec.tokens.index_fill_(0, rows, dec.config.decoder_start_id)
+    slots.max_len[rows] = info[:, 2]
+    slots.min_len.index_fill_(0, rows, min_length)
+    slots.forced[rows] = info[:, 3]
+    if K == 1:
+        slots.score.index_fill_(0, rows, 0.0)
+    else:
+        slots.score[rows] = slots.fresh_score[:n].reshape(-1)
+        slots.fin_count.index_fill_(0, groups, 0)
+        slots.fin_unmet.index_fill_(0, groups, False)
+    slots.alive.index_fill_(0, groups, True)
+
+
+class JoinTables:
+    """The way joining sentences' ids and settings reach the device: a fixed device block that the join
+    programs read (a (n, JOIN_INFO + W) view at its start per bucket), filled by one copy per program
+    from pinned host memory. On CUDA that copy is asynchronous: a join queues its copies and programs
+    behind the step in flight instead of waiting for it (a copy from pageable memory would)."""
+
+    def __init__(self, device: torch.device, rows: int, max_length: int):
+        """rows: the most sentences one join program takes; max_length: the widest source."""
+        self.device = device
+        size = rows * (JOIN_INFO + max_length)
+        self.block = torch.zeros(size, dtype=torch.long, device=device)
+        # a join's tables lie side by side here, so none overwrites another before its copy has run
+        self.host = torch.zeros(size, dtype=torch.long, pin_memory=device.type == "cuda")
+        self._used = 0
+        self._copied: torch.cuda.Event | None = None  # recorded after a join's last copy out of host
+
+    def table(self, n: int, W: int) -> torch.Tensor:
+        """The device view that the program for n sentences of up to W source tokens reads."""
+        return self.block[: n * (JOIN_INFO + W)].view(n, JOIN_INFO + W)
+
+    def begin(self) -> None:
+        """A new join: its tables may reuse the host memory once the last join's copies have read it
+        (long done in practice: the search read the device back since)."""
+        if self._copied is not None:
+            self._copied.synchronize()
+            self._copied = None
+        self._used = 0
+
+    def put(self, groups: list[int], sources: list[list[int]], info: list[tuple[int, int, int]], W: int, pad_id: int) -> None:
+        """Fill the table for these sentences (in these groups; info: source length, max_length, forced
+        first token) and copy it to the device block."""
+        n = len(groups)
+        if self.device.type != "cuda":
+            self._fill(self.table(n, W), groups, sources, info, pad_id)
+            return
+        size = n * (JOIN_INFO + W)
+        host = self.host[self._used:self._used + size].view(n, JOIN_INFO + W)
+        self._used += size
+        self._fill(host, groups, sources, info, pad_id)
+        self.table(n, W).copy_(host, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record()
+
+    @staticmethod
+    def _fill(table: torch.Tensor, groups: list[int], sources: list[list[int]], info: list[tuple[int, int, int]], pad_id: int) -> None:
+        table[:, JOIN_INFO:] = pad_id
+        table[:, :JOIN_INFO] = torch.tensor([(g, *i) for g, i in zip(groups, info)])
+        lengths = torch.tensor([len(s) for s in sources])
+        ids = table[:, JOIN_INFO:]
+        # the ids as one flat list (torch.tensor of nested lists costs microseconds per element)
+        ids[torch.arange(ids.size(1))[None, :] < lengths[:, None]] = torch.tensor(list(chain.from_iterable(sources)), dtype=torch.long)
 
 
 def _greedy_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, B: int, L: int) -> None:
@@ -248,6 +354,7 @@ class DeviceSearch:
         self.check_every = check_every
         self.constants = _constants(decoder, forced_first_token)
         self._slots: dict[int, SearchSlots] = {}
+        self._join_tables: JoinTables | None = None
 
     def accepts(self, src: torch.Tensor, options: SearchOptions, constraints: list[LexicalConstraints | None] | None = None) -> bool:
         """supports(), a target prefix only where the steps force one, and constraints that fit the
@@ -274,11 +381,26 @@ class DeviceSearch:
             return ("beam-lexical", K, G, L, terms), lambda: _lexical_beam_update(dec, slots, c, G, L, terms)
         return ("beam", K, G, L), lambda: _beam_update(dec, slots, c, G, L)
 
+    @property
+    def join_tables(self) -> JoinTables:
+        """Made on the first join: the fixed device block every join program reads."""
+        if self._join_tables is None:
+            self._join_tables = JoinTables(self.decoder.device, self.decoder.max_rows, self.decoder.max_length)
+        return self._join_tables
+
+    def join_program(self, K: int, n: int, W: int, min_length: int):
+        """n sentences of up to W source tokens join the search of beam size K, from join_tables.table(n, W):
+        (its graph key, the function to run or capture). min_length is part of the program."""
+        dec, slots, table = self.decoder, self.slots(K), self.join_tables.table(n, W)
+        return ("join", K, n, W, min_length), lambda: _join_update(dec, slots, table, min_length)
+
     def warmup(self, beam_sizes=(1, 4), max_sentences: int | None = None, lengths: list[int] | None = None,
-               lexical: bool = False) -> int:
+               lexical: bool = False, join_tokens: int | None = None) -> int:
         """Run (and on CUDA capture) the step of every bucket for these beam sizes, up to max_sentences
         per step and these length buckets (all by default), so that no request pays for a first run;
-        lexical: the constrained beam steps too (every number of term slots). Returns the number of programs."""
+        lexical: the constrained beam steps too (every number of term slots); join_tokens: the join
+        programs too (continuous batching, min_length 0), those of at most that many source positions.
+        Leaves every group free. Returns the number of programs."""
         dec = self.decoder
         count = 0
         for K in beam_sizes:
@@ -298,8 +420,27 @@ class DeviceSearch:
                         for terms in buckets(MAX_TERMS):
                             dec.run(*self.program(K, G, L, terms))
                             count += 1
+            if join_tokens is not None:
+                count += self._warm_joins(K, max_sentences, lengths or dec.length_buckets, join_tokens)
+            slots.alive.fill_(False)
         if dec.device.type == "cuda":
             torch.cuda.synchronize(dec.device)
+        return count
+
+    def _warm_joins(self, K: int, max_sentences: int | None, lengths: list[int], join_tokens: int) -> int:
+        """The join programs add() can run (join_chunk's sizes), on harmless sentences (one eos each)."""
+        slots, tables, eos = self.slots(K), self.join_tables, self.decoder.config.eos_id
+        count = 0
+        for n in slots.group_buckets:
+            if max_sentences is not None and n > bucket_of(min(max_sentences, slots.group_buckets[-1]), slots.group_buckets):
+                break
+            for W in lengths:
+                if n * W > join_tokens and n > 1:
+                    continue
+                tables.begin()
+                tables.put(list(range(n)), [[eos]] * n, [(1, 1, -1)] * n, W, self.decoder.config.pad_id)
+                self.decoder.run(*self.join_program(K, n, W, 0))
+                count += 1
         return count
 
     @torch.inference_mode()

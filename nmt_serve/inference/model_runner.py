@@ -367,13 +367,15 @@ class ModelRunner:
         return self._residual(x, w.fc2(self.activation(w.fc1(h))), w.norm)
 
     # ------------------------------------------------------------------ encoder
-    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """src (B, S) right-padded ids -> encoder states (B, S, C) and the source mask (B, 1, 1, S)."""
+    def encode(self, src: torch.Tensor, *, always_mask: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """src (B, S) right-padded ids -> encoder states (B, S, C) and the source mask (B, 1, 1, S).
+        Attention skips the mask where nothing is padded, which asks the device; always_mask: it never
+        asks (a captured program may not read the device back), the mask is always applied."""
         B, S = src.shape
         C, H, D = self.d_model, self.n_heads, self.head_dim
         assert S <= self.src_positions.size(0), f"sequence longer than max_positions={self.src_positions.size(0)}"
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
-        attn_mask = None if bool(src_mask.all()) else src_mask
+        attn_mask = src_mask if always_mask or not bool(src_mask.all()) else None
         x = torch.add(self.src_positions[:S], F.embedding(src, self.src_embedding), alpha=self.embed_scale)  # (B, S, C)
         if self.src_embed_norm is not None:
             x = self.src_embed_norm(x)

@@ -255,3 +255,73 @@ def test_staggered_joins_match_each_sentence_alone_on_cuda(kind, beam):
     results = run_staggered(search, [sentences[:3], sentences[3:4], sentences[4:8], sentences[8:]], [0, 2, 1, 5])
     for i, src in enumerate(srcs):
         assert_same(results[i], alone(runner, src, options))
+
+
+def test_join_chunks_take_group_buckets_within_the_token_limit():
+    from nmt_serve.inference.device_search import join_chunk
+
+    groups, lengths = [1, 2, 4, 8, 16], [32, 64]
+    assert join_chunk([3] * 11, groups, lengths, 10_000) == (8, 32)  # then 2 and 1
+    assert join_chunk([3] * 3, groups, lengths, 10_000) == (2, 32)
+    # the longest of a chunk sets its padded length; past the limit the chunk halves
+    assert join_chunk([3] * 7 + [40], groups, lengths, 10_000) == (8, 64)
+    assert join_chunk([3] * 7 + [40], groups, lengths, 300) == (4, 32)
+    assert join_chunk([50], groups, lengths, 10) == (1, 64)  # one sentence joins whatever the limit
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_large_join_runs_in_chunks_and_matches_each_sentence_alone(monkeypatch, beam):
+    """One join of 13 sentences of 2-50 tokens: programs of group-bucket sizes, each padded to the
+    length bucket of its longest (32 or 64 here), split further past join_tokens."""
+    runner = ModelRunner(random_model(seed=21))
+    lengths = [2, 50, 7, 33, 12, 3, 40, 9, 5, 31, 20, 2, 45]
+    rng = random.Random(4)
+    srcs = [[rng.randrange(4, 64) for _ in range(n - 1)] + [2] for n in lengths]
+    decoder = StaticDecoder(runner, max_rows=16 * beam, max_length=64)
+    search = ContinuousDeviceSearch(DeviceSearch(decoder), beam_size=beam, join_tokens=256)
+    programs = []
+    join_program = search.device_search.join_program
+    monkeypatch.setattr(search.device_search, "join_program", lambda K, n, W, m: programs.append((n, W)) or join_program(K, n, W, m))
+    search.add([Sentence(i, s, 8) for i, s in enumerate(srcs)])
+    assert sum(n for n, _ in programs) == 13 and all(n * W <= 256 or n == 1 for n, W in programs)
+    assert {W for _, W in programs} == {32, 64}
+    results = {}
+    while len(search):
+        results.update(dict(search.step()))
+    for i, src in enumerate(srcs):
+        assert_same(results[i], alone(runner, src, SearchOptions(beam_size=beam, max_length=8)))
+
+
+def test_warmup_runs_the_join_programs_and_leaves_every_group_free():
+    runner = ModelRunner(random_model(seed=22))
+    device_search = DeviceSearch(StaticDecoder(runner, max_rows=8, max_length=64))
+    steps = device_search.warmup(beam_sizes=(2,))
+    with_joins = DeviceSearch(StaticDecoder(runner, max_rows=8, max_length=64)).warmup(beam_sizes=(2,), join_tokens=64)
+    # groups of 2 rows: 1, 2 and 4 sentences; lengths 32 and 64; joins within 64 positions: (1, 32), (2, 32), (1, 64)
+    assert with_joins == steps + 3
+    slots = device_search.slots(2)
+    assert not slots.alive.any()
+    search = ContinuousDeviceSearch(device_search, beam_size=2)
+    src = sources(1, seed=23)[0]
+    search.add([Sentence(0, src, 6)])
+    results = {}
+    while len(search):
+        results.update(dict(search.step()))
+    assert_same(results[0], alone(runner, src, SearchOptions(beam_size=2, max_length=6)))
+
+
+@pytest.mark.cuda
+def test_joins_are_captured_once_per_bucket_on_cuda():
+    """After a warm-up with the joins, a continuous search on a GPU captures nothing new, joins included,
+    and its results are each sentence's alone."""
+    model = random_model(seed=24).cuda()
+    runner = ModelRunner(model)
+    device_search = DeviceSearch(StaticDecoder(runner, max_rows=32, max_length=64))
+    device_search.warmup(beam_sizes=(1,), join_tokens=1024)
+    captured = len(device_search.decoder.graphs)
+    srcs = sources(11, seed=25)
+    search = ContinuousDeviceSearch(device_search, beam_size=1, join_tokens=1024)
+    results = run_staggered(search, [[Sentence(i, s, 9) for i, s in enumerate(srcs[:7])], [Sentence(i + 7, s, 9) for i, s in enumerate(srcs[7:])]], [0, 3])
+    assert len(device_search.decoder.graphs) == captured
+    for i, src in enumerate(srcs):
+        assert_same(results[i], alone(runner, src, SearchOptions(beam_size=1, max_length=9)))
