@@ -297,7 +297,7 @@ def engine(args, offline: Offline) -> str:
 
     from nmt_serve.inference.continuous import ContinuousSearch, Sentence
     from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
-    from nmt_serve.inference.device_search import DeviceSearch
+    from nmt_serve.inference.device_search import JOIN_TOKENS, DeviceSearch
     from nmt_serve.inference.search import SearchOptions, max_lengths_for
     from nmt_serve.inference.static_decoder import StaticDecoder
 
@@ -313,7 +313,7 @@ def engine(args, offline: Offline) -> str:
         searches = {"eager": lambda: ContinuousSearch(t.runner, beam_size=beam)}
         if t.uses_static_decoder:
             device_search = DeviceSearch(StaticDecoder(t.runner, max_rows=args.concurrency * beam, max_length=t.static_length))
-            device_search.warmup(beam_sizes=(beam,))
+            device_search.warmup(beam_sizes=(beam,), join_tokens=JOIN_TOKENS)  # as the engine warms up
             searches["device"] = lambda: ContinuousDeviceSearch(device_search, beam_size=beam)
         for kind, make in searches.items():
             for attempt in range(2):  # the first run warms up (allocator, kernels), the second counts

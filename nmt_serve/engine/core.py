@@ -404,9 +404,10 @@ class EngineCore:
 
     @property
     def _join_tokens(self) -> int:
-        """Source positions one captured join encodes at most: a join's sentences keep to max_batch_tokens
-        before their padding to length buckets, which at most doubles them past the shortest bucket."""
-        return 2 * self.config.max_batch_tokens
+        """Source positions one captured join encodes at most, padding included: max_batch_tokens, what
+        the memory plan reserves for a join (a join's sentences padded to length buckets take more
+        programs rather than more memory)."""
+        return self.config.max_batch_tokens
 
     def _device_search(self, model_id: str, beam: int) -> DeviceSearch:
         """The static decoder of one model and beam size, sized for max_batch_sentences sentences (a

@@ -116,9 +116,8 @@ class ContinuousDeviceSearch:
         The join runs as programs over fixed buffers (captured on CUDA like the steps): the sentences,
         by source length, in chunks whose sizes are the group buckets (a join of 11 runs programs for
         8, 2 and 1; more, smaller ones past join_tokens), each chunk's sources padded to a length
-        bucket. Their ids reach the device in one
-        asynchronous copy per chunk, so a join waits neither for the step in flight nor on dozens of
-        eager launches (DeviceSearch.join_program)."""
+        bucket. Their ids reach the device in one asynchronous copy per chunk, so a join waits neither
+        for the step in flight nor on dozens of eager launches (DeviceSearch.join_program)."""
         if not sentences:
             return
         if len(sentences) > self.room():

@@ -44,9 +44,9 @@ CHECK_EVERY = 4  # steps between reads of which sentences still run
 # columns of a joining sentence's row in the join table before its ids: its group, source length,
 # max_length and forced first token (-1: none)
 JOIN_INFO = 4
-# source positions (sentences x padded length) one join program encodes at most by default: twice the
-# engine's default max_batch_tokens, which a join's sentences keep to before padding to buckets
-JOIN_TOKENS = 8192
+# source positions (sentences x padded length) one join program encodes at most by default: the
+# engine's default max_batch_tokens, for which the memory plan reserves a join's activations
+JOIN_TOKENS = 4096
 
 
 def join_chunk(lengths: list[int], group_buckets: list[int], length_buckets: list[int], max_tokens: int) -> tuple[int, int]:
@@ -153,8 +153,9 @@ def _join_update(dec: StaticDecoder, slots: SearchSlots, table: torch.Tensor, mi
     kv = dec.runner.source_kv(states)  # (n_layers, 2, n, H, W, D)
     groups = info[:, 0]
     rows = (groups[:, None] * K + dec.rows[:K]).view(-1)  # (n * K,): a sentence's beams adjacent
-    if K > 1:
-        kv, info = kv.repeat_interleave(K, dim=2), info.repeat_interleave(K, dim=0)
+    if K > 1:  # each sentence's K rows (expand, not repeat_interleave: that may ask the device for its size)
+        kv = kv.unsqueeze(3).expand(*kv.shape[:3], K, *kv.shape[3:]).flatten(2, 3)
+        info = info.unsqueeze(1).expand(n, K, JOIN_INFO).flatten(0, 1)
     # positions from the source's length to W hold the encoder's output at padding: masked by src_len
     dec.cross_kv[:, :, rows, :, :W] = kv
     dec.src_len[rows] = info[:, 1]
