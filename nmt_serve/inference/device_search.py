@@ -214,7 +214,7 @@ class JoinTables:
         self._fill(host, groups, sources, info, pad_id)
         self.table(n, W).copy_(host, non_blocking=True)
         self._copied = torch.cuda.Event()
-        self._copied.record()
+        self._copied.record(torch.cuda.current_stream(self.device))
 
     @staticmethod
     def _fill(table: torch.Tensor, groups: list[int], sources: list[list[int]], info: list[tuple[int, int, int]], pad_id: int) -> None:
