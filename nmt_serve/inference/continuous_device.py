@@ -132,19 +132,17 @@ class ContinuousDeviceSearch:
         tables = self.device_search.join_tables
         tables.begin()
         order = sorted(range(n), key=lambda i: len(sentences[i].src))
+        lengths = [len(sentences[i].src) for i in order]
         done = 0
         while done < n:
-            size, W = join_chunk([len(sentences[i].src) for i in order[done:]], st.group_buckets, dec.length_buckets,
-                                 self.join_tokens)
+            size, W = join_chunk(lengths[done:], st.group_buckets, dec.length_buckets, self.join_tokens)
             chunk = order[done:done + size]
             done += size
-            tables.put([groups[i] for i in chunk], [sentences[i].src for i in chunk],
-                       [(len(s.src), s.max_length, s.prefix[0] if s.prefix else -1) for s in (sentences[i] for i in chunk)],
-                       W, cfg.pad_id)
+            joining = [sentences[i] for i in chunk]
+            tables.put([groups[i] for i in chunk], [s.src for s in joining],
+                       [(len(s.src), s.max_length, s.prefix[0] if s.prefix else -1) for s in joining], W, cfg.pad_id)
             dec.run(*self.device_search.join_program(K, size, W, self.min_length))
-        constraints = [s.constraints for s in sentences]
-        if st.lexical is not None or any(constraints):  # the terms' state is built on the host (rare: eager)
-            st.constraints().load(torch.tensor(groups, device=dec.device), constraints)
+        st.load_constraints(groups, [s.constraints for s in sentences])
         for g, s in zip(groups, sentences):
             self.slots[g] = _Slot(s, self.steps)
         self._summarize()

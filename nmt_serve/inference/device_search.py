@@ -111,8 +111,16 @@ class SearchSlots:
         if self.K > 1:
             self.fin_count[groups] = 0
             self.fin_unmet[groups] = False
-        if self.lexical is not None or (constraints is not None and any(constraints)):
-            self.constraints().load(groups, constraints if constraints is not None else [None] * groups.numel())
+        self.load_constraints(groups, constraints)
+
+    def load_constraints(self, groups: torch.Tensor | list[int], constraints: list[LexicalConstraints | None] | None) -> None:
+        """The joining groups' lexical constraints (None: free), where any group has some: their state is
+        built on the host, eagerly (rare; without any, nothing is sent to the device)."""
+        if self.lexical is None and (constraints is None or not any(constraints)):
+            return
+        if not isinstance(groups, torch.Tensor):
+            groups = torch.tensor(groups, device=self.score.device)
+        self.constraints().load(groups, constraints if constraints is not None else [None] * groups.numel())
 
 
 @dataclass
