@@ -47,6 +47,7 @@ from nmt_serve.inference.search import (
     normalize,
     ranking,
 )
+from nmt_serve.inference.top_k import top_k
 
 INITIAL_CAPACITY = 64  # decoder positions preallocated; the cache doubles it when needed
 
@@ -247,7 +248,7 @@ class ContinuousSearch:
             progress = [r.progress if r is not None else [] for r in self.slots]
             mask_lexical(lp, lexical, progress, lambda row: self.slots[row // K].beams[row % K], K, at_max, eos)
         candidates = lp.view(G, K, V).add_(self.beam_scores[:, :, None]).view(G, K * V)
-        top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (G, 2K), best first
+        top_scores, top_index = top_k(candidates, 2 * K)  # (G, 2K), best first
         extra = constraint_candidates(candidates, lexical, progress, V) if lexical else None
 
         # the choice among the 2K candidates, per sentence (search.choose_beams); an empty group keeps

@@ -25,6 +25,7 @@ from nmt_serve.inference.lexical_constraints import (
     mask_lexical,
 )
 from nmt_serve.inference.model_runner import ModelRunner
+from nmt_serve.inference.top_k import top_k
 from nmt_serve.network.config import ModelConfig
 from nmt_serve.network.transformer import EncoderOutput
 
@@ -339,7 +340,7 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
             mask_lexical(lp, [lexical[s] for s in sentences], [progress[s] for s in sentences], prefix[:, 1:].tolist().__getitem__, K,
                          [max_len_of[s] <= step + 1 for s in sentences], cfg.eos_id)
         candidates = lp.view(Nb, width, V).add_(beam_scores[:, :, None]).view(Nb, width * V)
-        top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (Nb, 2K), best first
+        top_scores, top_index = top_k(candidates, 2 * K)  # (Nb, 2K), best first
         extra = constraint_candidates(candidates, [lexical[s] for s in sentences], [progress[s] for s in sentences], V) if lexical else None
         step += 1
 

@@ -1,0 +1,50 @@
+"""The k best scores of each row, as `torch.topk(scores, k, dim=-1)` gives them, faster on the CPU.
+
+Beam search picks 2K candidates out of K x V per sentence (32,000 for beam 4 and an 8,000-word
+vocabulary), and torch's CPU top-k walks every element through its selection: on a 2-core AMD EPYC it
+took 56 us for one such row and 1.2 ms for 32 rows at 1 thread, a tenth of a beam 4 batch 32 step.
+
+Here a row is cut into blocks of BLOCK elements. An element among the k best of its row lies in one
+of the k blocks whose maxima are largest: at most k elements of the row are >= it, so at most k
+blocks have a maximum >= its own block's. One vectorized pass takes the blocks' maxima, a top-k over
+those picks k blocks, and a last top-k runs over their k x BLOCK elements (and the row's tail past
+its last whole block). Timed per call inside beam 4 searches of the shipped model's twin (31,996
+candidates a sentence): 32 sentences 1,260 -> 437 us at 1 thread and 694 -> 431 us at 2; 4 sentences
+188-204 -> 124-127 us.
+
+The values are exactly torch.topk's; where several elements tie for a place, which of their indices
+is returned may differ (torch.topk promises no order among ties either). NaN counts as the largest,
+as in torch.topk, since a block's maximum is NaN when the block holds one.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+BLOCK = 64  # 32-128 measured alike for one row; 64-128 best from 8 rows on (16 is slower than torch.topk)
+MIN_BLOCKS_PER_K = 8  # below k x this many blocks per row, the blocks save little: plain torch.topk
+# Fewer rows go to torch.topk: in a search (beam 4 batch 1, one row of 31,996) the blocks' handful of
+# small calls cost more than they saved (80 against 64 us a step, 2 threads); from 4 rows on they save
+# (above).
+MIN_ROWS = 4
+
+
+@lru_cache(maxsize=64)  # column numbers made once per range: an arange per call cost as much as a gather
+def _columns(start: int, stop: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(start, stop, device=device)
+
+
+def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """scores (N, n) -> (values, indices), each (N, k), each row best first, as torch.topk(scores, k)."""
+    N, n = scores.shape
+    blocks = n // BLOCK
+    if scores.device.type != "cpu" or N < MIN_ROWS or blocks < k * MIN_BLOCKS_PER_K or not scores.is_contiguous():
+        return scores.topk(k, dim=-1)
+    maxima = scores.as_strided((N, blocks, BLOCK), (n, BLOCK, 1)).amax(-1)  # (N, blocks)
+    best = maxima.topk(k, dim=-1).indices  # (N, k)
+    columns = torch.add(_columns(0, BLOCK, scores.device), best[:, :, None], alpha=BLOCK).view(N, k * BLOCK)
+    if blocks * BLOCK < n:  # the tail past the last whole block is always looked at
+        columns = torch.cat([columns, _columns(blocks * BLOCK, n, scores.device).expand(N, -1)], dim=1)
+    values, picked = scores.gather(1, columns).topk(k, dim=-1)
+    return values, columns.gather(1, picked)
