@@ -5,6 +5,8 @@ op; the CUDA tests at the end also capture them as CUDA graphs."""
 import pytest
 import torch
 from conftest import random_model, random_sources
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from nmt_serve.inference.device_search import DeviceSearch, supports
 from nmt_serve.inference.model_runner import ModelRunner
@@ -147,6 +149,60 @@ def test_static_decoder_is_remade_when_the_weights_change(tiny_checkpoint):
 
 cuda = pytest.mark.cuda
 
+
+class HostTensors(TorchDispatchMode):
+    """Records every op that takes or gives a tensor off the meta device (other than a 0-dim scalar):
+    inside a captured program that would be a copy from or to the host."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten((args, kwargs, out))[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta" and t.dim() > 0:
+                self.seen.append(str(func))
+        return out
+
+
+@pytest.mark.parametrize("overrides", SHAPES[:2])
+def test_the_programs_never_read_the_device_nor_the_host(overrides):
+    """What a CUDA graph captures must not wait for the device (no .item(), bool(), .tolist(), nonzero or
+    boolean-mask indexing, no shape that depends on values) and must not copy from the host. On the
+    meta device every read of values raises, and HostTensors sees any tensor off it: running every kind
+    of program there (steps of each beam size, constrained steps, joins) shows both without a GPU."""
+    model = random_model(seed=41, **overrides).to("meta")
+    decoder = StaticDecoder(ModelRunner(model), max_rows=16, max_length=64, capture=False)
+    searcher = DeviceSearch(decoder, check_every=4)
+
+    def run(key, fn):
+        with HostTensors() as host:
+            decoder.run(key, fn)
+        assert host.seen == [], f"{key} copies from the host: {host.seen}"
+
+    programs = 0
+    with torch.inference_mode():
+        for K in (1, 3):
+            slots = searcher.slots(K)
+            for G in slots.group_buckets[:2]:
+                for L in decoder.length_buckets:
+                    run(*searcher.program(K, G, L))
+                    programs += 1
+                    if K > 1:
+                        slots.constraints()
+                        run(*searcher.program(K, G, L, 2))
+                        programs += 1
+                for min_length in (0, 2):
+                    run(*searcher.join_program(K, G, 32, min_length))
+                    programs += 1
+        # per beam size 2 group buckets x 2 lengths (32, 64), twice with constraints at beam 3; 2 x 2 joins
+        assert decoder.length_buckets == [32, 64] and programs == (4 + 4) + (8 + 4)
+        # and either kind of fault is caught
+        with pytest.raises(RuntimeError, match="meta"):
+            decoder.run(("reads",), lambda: decoder.pos.fill_(int(decoder.src_len.max())))
+        with pytest.raises(AssertionError, match="copies from the host"):
+            run(("copies",), lambda: decoder.pos[:2].copy_(torch.tensor([1, 2])))
 
 @cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
