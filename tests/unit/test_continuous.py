@@ -330,12 +330,13 @@ def test_joins_are_captured_once_per_bucket_on_cuda():
 
 
 class ExternalReads(TorchDispatchMode):
-    """The storages an op sequence reads that it did not make itself: what a captured graph's replay reads
-    at the addresses of its capture."""
+    """The storages an op sequence reads that it did not make itself (what a captured graph's replay
+    reads at the addresses of its capture), and the ops themselves with their shapes and every argument
+    that is not a tensor (what the replay repeats whatever Python holds by then)."""
 
     def __init__(self):
         super().__init__()
-        self.made, self.read = set(), set()
+        self.made, self.read, self.ops = set(), set(), []
 
     @staticmethod
     def _storage(t: torch.Tensor):
@@ -345,9 +346,11 @@ class ExternalReads(TorchDispatchMode):
             return ("opaque", id(t))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        for t in tree_flatten((args, kwargs))[0]:
+        leaves = tree_flatten((args, kwargs))[0]
+        for t in leaves:
             if isinstance(t, torch.Tensor) and self._storage(t) not in self.made:
                 self.read.add(self._storage(t))
+        self.ops.append((str(func), [tuple(t.shape) if isinstance(t, torch.Tensor) else repr(t) for t in leaves]))
         out = func(*args, **(kwargs or {}))
         self.made.update(self._storage(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
         return out
@@ -355,10 +358,11 @@ class ExternalReads(TorchDispatchMode):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_every_run_of_a_program_reads_what_its_first_run_read(monkeypatch, beam):
-    """A CUDA graph replays its capture: it reads the tensors at the addresses it was captured with. So
-    every later run of a program (a step, a join) must read no tensor its first run did not: no buffer
-    remade in between, no fresh tensor in its closure. Checked on CPU through a stream of joins of 0-9
-    sentences of 3-40 tokens, cancellations, slots freed and compacted."""
+    """A CUDA graph replays its capture: the same ops on the same shapes with the same constants, reading
+    the tensors at the addresses it was captured with. So every later run of a program (a step, a join)
+    must run the ops of its first run and read no tensor that run did not: no buffer remade in between,
+    no fresh tensor or changing Python value in its closure that its key leaves out. Checked on CPU
+    through a stream of joins of 0-9 sentences of 3-40 tokens, cancellations, slots freed and compacted."""
     first, later = {}, []
     run = StaticDecoder.run
 
@@ -366,8 +370,8 @@ def test_every_run_of_a_program_reads_what_its_first_run_read(monkeypatch, beam)
         with ExternalReads() as reads:
             run(self, key, fn)
         if key not in first:
-            first[key] = reads.read
-        elif reads.read - first[key]:
+            first[key] = reads
+        elif reads.read - first[key].read or reads.ops != first[key].ops:
             later.append(key)
 
     monkeypatch.setattr(StaticDecoder, "run", recording_run)
