@@ -16,6 +16,7 @@ import nmt_serve.inference.continuous as continuous
 from nmt_serve.inference.continuous import ContinuousSearch, Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
 from nmt_serve.inference.device_search import DeviceSearch
+from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import SearchOptions, generate, max_lengths_for
 from nmt_serve.inference.static_decoder import StaticDecoder
@@ -356,25 +357,34 @@ class ExternalReads(TorchDispatchMode):
         return out
 
 
-@pytest.mark.parametrize("beam", [1, 3])
-def test_every_run_of_a_program_reads_what_its_first_run_read(monkeypatch, beam):
-    """A CUDA graph replays its capture: the same ops on the same shapes with the same constants, reading
-    the tensors at the addresses it was captured with. So every later run of a program (a step, a join)
-    must run the ops of its first run and read no tensor that run did not: no buffer remade in between,
-    no fresh tensor or changing Python value in its closure that its key leaves out. Checked on CPU
-    through a stream of joins of 0-9 sentences of 3-40 tokens, cancellations, slots freed and compacted."""
+def record_programs(monkeypatch) -> tuple[dict, list]:
+    """From here on, each StaticDecoder program's first run (by decoder and key, as graphs are kept) and the
+    keys of later runs that read a tensor the first did not, or ran other ops, shapes or constants."""
     first, later = {}, []
     run = StaticDecoder.run
 
     def recording_run(self, key, fn):
         with ExternalReads() as reads:
             run(self, key, fn)
-        if key not in first:
-            first[key] = reads
-        elif reads.read - first[key].read or reads.ops != first[key].ops:
+        program = (id(self), *key)
+        if program not in first:
+            first[program] = reads
+        elif reads.read - first[program].read or reads.ops != first[program].ops:
             later.append(key)
 
     monkeypatch.setattr(StaticDecoder, "run", recording_run)
+    return first, later
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_every_run_of_a_program_reads_what_its_first_run_read(monkeypatch, beam):
+    """A CUDA graph replays its capture: the same ops on the same shapes with the same constants, reading
+    the tensors at the addresses it was captured with. So every later run of a program (a step, a join)
+    must run the ops of its first run and read no tensor that run did not: no buffer remade in between,
+    no fresh tensor or changing Python value in its closure that its key leaves out. Checked on CPU
+    through a stream of joins of 0-9 sentences of 3-40 tokens (at beam 3 some with lexical constraints),
+    cancellations, slots freed and compacted; then offline searches on a device search of their own."""
+    first, later = record_programs(monkeypatch)
     decoder = StaticDecoder(ModelRunner(random_model(seed=26)), max_rows=32 * beam, max_length=64)
     search = ContinuousDeviceSearch(DeviceSearch(decoder), beam_size=beam, check_every=2)
     rnd = random.Random(beam)
@@ -383,15 +393,22 @@ def test_every_run_of_a_program_reads_what_its_first_run_read(monkeypatch, beam)
         n = rnd.choice([0, 0, 1, 2, 3, 5, 9])
         if search.joinable() and n <= search.room():
             srcs = [[rnd.randrange(4, 64) for _ in range(rnd.randint(3, 40))] for _ in range(n)]
-            search.add([Sentence(key + i, src, rnd.randint(3, 20)) for i, src in enumerate(srcs)])
+            terms = [LexicalConstraints(include=((40, 41),), avoid=((12,),)) if beam > 1 and rnd.random() < 0.3 else None
+                     for _ in range(n)]
+            search.add([Sentence(key + i, src, rnd.randint(3, 20), constraints=c) for i, (src, c) in enumerate(zip(srcs, terms))])
             key += n
         if step % 7 == 3:
             search.cancel({key - 1})
         search.step()
     while len(search):
         search.step()
-    runs = sum(1 for k in first if k[0] == "join"), len(first)
-    assert runs[0] >= 3 and runs[1] >= 10  # several join and step programs, each run again and again
+    offline = DeviceSearch(StaticDecoder(decoder.runner, max_rows=32 * beam, max_length=64), check_every=2)
+    for i, (n, length) in enumerate([(3, 9), (11, 30), (2, 5), (11, 12), (3, 40)]):
+        options = SearchOptions(beam_size=beam, num_hypotheses=beam, max_length=6 + 3 * i, min_length=i % 3, length_penalty=0.5 * i)
+        offline.search(random_sources(n, length, 64, seed=i), options)
+    kinds = [program[1] for program in first]
+    assert kinds.count("join") >= 3 and len(first) >= 10  # several join and step programs, each run again and again
+    assert not beam > 1 or "beam-lexical" in kinds
     assert later == []
     # a program whose closure holds a new tensor on each run is caught
     fresh = [torch.ones(2, dtype=torch.long) for _ in range(2)]
