@@ -23,7 +23,6 @@ from nmt_serve.service.jobs_store import JobStore, default_directory
 from nmt_serve.service.routers import health, jobs, libretranslate, ui, v1
 from nmt_serve.service.settings import Settings
 from nmt_serve.service.state import ServiceState
-from nmt_serve.text.language_detection import detector_for
 
 log = logging.getLogger("service")
 
@@ -48,7 +47,10 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
             models = served_directions(status.models)
             # the language detector takes seconds to build and holds the GIL meanwhile: build it before
             # readiness, not on the first "auto" request
-            detector_for(frozenset(m.source for m in models.values()))
+            if state.settings.language_detection:
+                from nmt_serve.text.language_detection import detector_for
+
+                detector_for(frozenset(m.source for m in models.values()))
             state.models = models
             state.names = language_names(models)
             for m in status.models:

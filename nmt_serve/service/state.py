@@ -60,7 +60,10 @@ class ServiceState:
         return model
 
     def detector(self) -> "LanguageDetector":
-        """The language detector over the served source languages (built once per set of languages)."""
+        """The language detector over the served source languages (built once per set of languages); 400
+        when the server runs without detection (Settings.language_detection)."""
+        if not self.settings.language_detection:
+            raise bad_request('language detection is off on this server: name the source language instead of "auto"', "source")
         from nmt_serve.text.language_detection import detector_for
 
         return detector_for(frozenset(m.source for m in self.models.values()))

@@ -2,15 +2,14 @@
 language detection use), NLLB-200's ISO 639-3 + script (`deu_Latn`), mBART-50's locale (`de_DE`) and
 M2M100's (`de`). A model keeps its own codes; these give each one the ISO 639-1 name by which users may
 call it too, through lingua's table of ISO 639-1 and 639-3 codes (the languages lingua knows, which are
-also the ones detection can find)."""
+also the ones detection can find). lingua is imported only to name a 639-3 code: loading and running a
+model of any other family needs none of it (a GPU image may lack its 170 MB wheel)."""
 from __future__ import annotations
 
 import re
 from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
-
-from lingua import IsoCode639_3, Language
 
 MBART = re.compile(r"([a-z]{2})_[A-Z]{2}")  # de_DE
 NLLB = re.compile(r"([a-z]{3})_[A-Z][a-z]{3}")  # deu_Latn
@@ -25,6 +24,8 @@ def iso_639_1(code: str) -> str | None:
     if m := MBART.fullmatch(code):
         return m.group(1)
     if m := NLLB.fullmatch(code):
+        from lingua import IsoCode639_3, Language
+
         try:
             return Language.from_iso_code_639_3(IsoCode639_3.from_str(m.group(1))).iso_code_639_1.name.lower()
         except ValueError:

@@ -55,9 +55,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from lingua import ConfidenceValue, IsoCode639_1, Language, LanguageDetectorBuilder
+if TYPE_CHECKING:
+    from lingua import ConfidenceValue, Language
 
 log = logging.getLogger("nmt_serve.text.language_detection")
 
@@ -91,6 +92,10 @@ class Detection:
 
 
 def lingua_language(code: str) -> Language | None:
+    # lingua is imported where it is used: a service with detection off (Settings.language_detection)
+    # runs without the package (a GPU image may lack its 170 MB wheel)
+    from lingua import IsoCode639_1, Language
+
     try:
         return Language.from_iso_code_639_1(IsoCode639_1.from_str(code))
     except ValueError:
@@ -98,10 +103,14 @@ def lingua_language(code: str) -> Language | None:
 
 
 def language_name(code: str) -> str:
-    """The English name of a language code ("es" -> "Spanish"), the code itself when lingua does not know it."""
+    """The English name of a language code ("es" -> "Spanish"), the code itself when lingua does not know
+    it (or is not installed: a service with detection off may run without it)."""
     if code == UNDETERMINED:
         return "an undetermined language"
-    language = lingua_language(code)
+    try:
+        language = lingua_language(code)
+    except ImportError:
+        return code
     return language.name.title().replace("_", " ") if language is not None else code
 
 
@@ -123,6 +132,8 @@ def _ranked(values: list[ConfidenceValue]) -> list[Detection]:
 
 class LanguageDetector:
     def __init__(self, served: Iterable[str]):
+        from lingua import LanguageDetectorBuilder
+
         served = sorted(set(served))
         unknown = [c for c in served if lingua_language(c) is None]
         if unknown:

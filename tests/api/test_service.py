@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -359,3 +360,43 @@ def test_every_endpoint_documents_an_example(client):
             for ref in re.findall(r'"#/components/schemas/([^"]+)"', documented):
                 documented += json.dumps(schemas.get(ref, {}))
             assert "example" in documented, f"{method.upper()} {path} has no example"
+
+
+NO_LINGUA = '''
+import json, sys, time
+from fastapi.testclient import TestClient
+from nmt_serve.service.app import create_app
+from nmt_serve.service.settings import Settings
+
+app = create_app(Settings(models_dir=sys.argv[1], device="cpu", language_detection=False))
+with TestClient(app, raise_server_exceptions=False) as c:
+    deadline = time.time() + 60
+    while c.get("/health/ready").status_code != 200:
+        assert time.time() < deadline, "not ready"
+        time.sleep(0.05)
+    named = c.post("/v1/translate", json={"text": "Ein Hund.", "source": "de", "target": "en", "beam_size": 2, "max_length": 8})
+    auto = c.post("/v1/translate", json={"text": "Ein Hund.", "source": "auto", "target": "en"})
+    detect = c.post("/detect", json={"q": "Ein Hund."})
+    languages = c.get("/languages")
+    frontend = c.get("/frontend/settings").json()["language"]
+    print(json.dumps({"named": named.status_code, "auto": auto.status_code, "message": auto.json()["error"]["message"],
+                      "detect": detect.status_code, "languages": languages.status_code,
+                      "names": sorted(x["name"] for x in languages.json()), "lingua": "lingua" in sys.modules, "frontend": frontend}))
+'''
+
+
+def test_language_detection_off_needs_no_lingua(models_dir, tmp_path):
+    """With language_detection off a request names its source ("auto" and /detect: 400), and neither the
+    API process nor the engine loads lingua: here a lingua that fails to import stands first on the path
+    of both, as on a machine without the package."""
+    (tmp_path / "lingua").mkdir()
+    (tmp_path / "lingua" / "__init__.py").write_text('raise ImportError("no lingua here")\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", NO_LINGUA, str(models_dir)], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (got["named"], got["auto"], got["detect"], got["languages"]) == (200, 400, 400, 200)
+    assert "language detection is off" in got["message"]
+    assert got["names"] == ["de", "en"] and not got["lingua"]  # names are the codes without lingua
+    assert got["frontend"] == {"source": {"code": "de", "name": "de"}, "target": {"code": "en", "name": "en"}}  # not "auto"

@@ -381,6 +381,10 @@ async def languages(state: ServiceState = Depends(get_state)) -> list[Language]:
 async def frontend_settings(state: ServiceState = Depends(get_state)) -> dict:
     targets = sorted({m.target for m in state.models.values()})
     target = "en" if "en" in targets else (targets[0] if targets else "en")
+    source = {"code": AUTO, "name": "Auto Detect"}
+    if not state.settings.language_detection:  # a served source language, another than the target where one is
+        sources = sorted({m.source for m in state.models.values()}, key=lambda c: (c == target, c)) or ["en"]
+        source = {"code": sources[0], "name": language_name(sources[0])}
     return {
         "charLimit": state.settings.max_chars_per_text,
         "frontendTimeout": FRONTEND_TIMEOUT_MS,
@@ -389,8 +393,7 @@ async def frontend_settings(state: ServiceState = Depends(get_state)) -> dict:
         "suggestions": False,
         "filesTranslation": True,
         "supportedFilesFormat": list(FILE_FORMATS),
-        "language": {"source": {"code": AUTO, "name": "Auto Detect"},
-                     "target": {"code": target, "name": language_name(target)}},
+        "language": {"source": source, "target": {"code": target, "name": language_name(target)}},
     }
 
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# #28's GPU rows on a lent GPU machine (the device tool's `run`), one stage per call, each well inside a
+# call's 10 minutes; what a stage prints also lands in $OUT, which comes back. Prepare here first with
+# scripts/gpu-carry.sh, then call, for example:
+#   run(command="bash scripts/gpu-rows.sh tests", carry=[".whl", ".gpudata"])
+# Stages, in the order to spend a lease on them:
+#   tests    the CUDA tests: captured steps, joins and constraints against the eager programs (~2 min)
+#   joins    bench.gpu: a join's host and GPU time against a replayed step's; latency; busy share
+#   server   bench.server_load on the GPU: the engine alone, server vs offline at concurrency 256, mixed
+#   gpu      bench.gpu: throughput (batch 1-2048), ours vs transformers' generate, static vs eager parity
+# The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
+# lingua, whose wheel is too large to carry, and the benchmarks name their source language.
+set -uo pipefail
+stage=${1:?"stage: tests | joins | server | gpu"}
+out=${OUT:-/tmp/gpu-rows}
+mkdir -p "$out"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD NMT_DATA=$PWD/.gpudata NMT_LANGUAGE_DETECTION=false PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+case $stage in
+    tests)
+        python3 -m pytest -q -m cuda -p no:cacheprovider tests/unit/test_device_search.py tests/unit/test_continuous.py \
+            tests/unit/test_device_constraints.py tests/unit/test_translator.py tests/unit/test_memory_plan.py 2>&1 | tee "$out/tests.log" ;;
+    joins)
+        python3 -m bench.gpu --quick --sections joins,latency,busy --output "$out/joins.md" --json "$out/joins.json" 2>&1 | tee "$out/joins.log" ;;
+    server)
+        python3 -m bench.server_load --device cuda --sections engine,throughput,mixed --concurrency 256 --batch 256 \
+            --output "$out/server.md" 2>&1 | tee "$out/server.log" ;;
+    gpu)
+        python3 -m bench.gpu --quick --sections throughput,hf,parity --output "$out/gpu.md" --json "$out/gpu.json" 2>&1 | tee "$out/gpu.log" ;;
+    *)
+        echo "unknown stage: $stage" >&2; exit 2 ;;
+esac
