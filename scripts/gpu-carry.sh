@@ -6,8 +6,29 @@
 #   .gpudata/  Multi30k's test sets that the benchmarks read (NMT_DATA)
 # Both are git-ignored. Run here, with network access to PyPI, from the repository's root:
 #   scripts/gpu-carry.sh
+#
+# A call takes the tracked files too, 64 MiB in all, and checkpoints/ alone is about 62 MB: the tests,
+# `joins` and `gpu` stages fit with .gpudata, the `server` stage's wheels (7 MB) do not. For that one call:
+#   scripts/gpu-carry.sh slim      untrack (git rm --cached, files kept) the checkpoints no GPU row reads
+#   ... run(command="bash scripts/gpu-rows.sh server", carry=[".whl", ".gpudata"]) ...
+#   scripts/gpu-carry.sh restore   track them again (nothing is committed in between)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+UNREAD="checkpoints/en-de checkpoints/multi30k checkpoints/debian-multi30k"  # the GPU rows read de-en
+EXCLUDE=$(git rev-parse --git-path info/exclude)
+case ${1:-} in
+    slim)
+        mkdir -p "$(dirname "$EXCLUDE")"
+        for c in $UNREAD; do echo "/$c/  # gpu-carry.sh slim" >> "$EXCLUDE"; done
+        git rm -r -q --cached $UNREAD
+        echo "untracked for one call: $UNREAD (restore: scripts/gpu-carry.sh restore)"
+        exit 0 ;;
+    restore)
+        git reset -q -- $UNREAD
+        [ ! -f "$EXCLUDE" ] || sed -i '/# gpu-carry.sh slim$/d' "$EXCLUDE"
+        git status --short -- checkpoints
+        exit 0 ;;
+esac
 PY=${PY:-.venv/bin/python}
 DATA=${NMT_DATA:-../shared/data/multi30k}
 PACKAGES="fastapi fastapi-offline starlette uvicorn httptools pydantic pydantic-core pydantic-settings python-multipart
