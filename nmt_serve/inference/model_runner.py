@@ -96,6 +96,30 @@ def lone_row_copies(out_features: int, in_features: int) -> bool:
     return in_features <= out_features
 
 
+def few_rows(vendor: str) -> int:
+    """The most rows that take a lone row's layout rather than oneDNN's packed weight, on a CPU of this
+    vendor (/proc/cpuinfo's vendor_id). Measured on the shipped shape's 19 decoder products, each weight
+    once per step: on a 2-core Intel Xeon (AVX-512, AMX) the lone row's layout was 1.13-1.27x as fast
+    as the packed weights at 2-8 rows on 2 threads and 1.26-1.42x at 1 thread, 1.05-1.12x at 12 rows,
+    even at 16 (BENCHMARKS.md); on a 2-core AMD EPYC the packed weights were the faster from 2 rows on
+    (the column blocks lost on most shapes at 2, 4 and 8 rows, on the output layer by 1.3-2.3x)."""
+    return 8 if vendor == "GenuineIntel" else 1
+
+
+def cpu_vendor() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+FEW_ROWS = few_rows(cpu_vendor())
+
+
 def lone_row_threads(threads: int, *, packed: bool, quantization: str) -> int:
     """The threads a lone row's own weights are laid out for, 0 for none: beside packed float weights
     (FloatLinear) at any thread count; the int8 engine's lone row reads its int8 weights. The runner and
@@ -113,10 +137,11 @@ class FloatLinear:
     costs a second copy of the weight, so the memory plan decides (the model keeps its own for the
     nn.Module path). Without it oneDNN reads the (C_out, C_in) weight as it is.
 
-    `lone_row` (the engine's thread count T, 0 for none): a lone row (greedy search of one sentence)
-    reads W laid out for it. There oneDNN's fixed cost per call outweighs its kernel, and ATen's addmm
-    on the transposed weight is 1.2-4.7x faster per layer of the shipped model at 1 thread; from 2 rows
-    on the packed weight is the faster one (BENCHMARKS.md).
+    `lone_row` (the engine's thread count T, 0 for none): a lone row (greedy search of one sentence),
+    and on CPUs where it pays up to FEW_ROWS rows (a beam of one sentence), reads W laid out for it.
+    There oneDNN's fixed cost per call outweighs its kernel, and ATen's addmm on the transposed weight
+    is 1.2-4.7x faster per layer of the shipped model at 1 thread; from how many rows on the packed
+    weight is the faster one depends on the CPU (`few_rows`, BENCHMARKS.md).
     - T = 1: W transposed, (C_in, C_out): a copy where the output is at least as wide as the input, else
       a view of W (`lone_row_copies`; the runner's wider-input weights are never fused temporaries, so
       the view holds nothing the model does not).
@@ -149,16 +174,20 @@ class FloatLinear:
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.lone_row is not None and x.numel() == x.size(-1):
+        rows = x.numel() // x.size(-1)
+        if self.lone_row is not None and rows <= FEW_ROWS:
             w = self.lone_row
-            if w.dim() == 3:  # column blocks: (T, 1, C_in) x (T, C_in, block), one block per thread
-                rows = x.expand(w.size(0), 1, x.size(-1))
-                y = torch.bmm(rows, w) if self.lone_row_bias is None else torch.baddbmm(self.lone_row_bias, rows, w)
-                if self.lone_row_padded:  # the last block's zero columns go
-                    y = y.view(-1)[: self.out_features]
-                return y.view(*x.shape[:-1], self.out_features)  # (T, 1, block) holds the outputs in order
-            row = x.reshape(1, -1)
-            y = torch.mm(row, w) if self.bias is None else torch.addmm(self.bias, row, w)
+            x2 = x.reshape(rows, x.size(-1))
+            if w.dim() == 3:  # column blocks: (T, M, C_in) x (T, C_in, block), one block per thread
+                blocks = x2.expand(w.size(0), rows, x.size(-1))
+                y = torch.bmm(blocks, w) if self.lone_row_bias is None else torch.baddbmm(self.lone_row_bias, blocks, w)
+                if rows == 1:  # (T, 1, block) holds the outputs in order
+                    y = y.view(-1)[: self.out_features] if self.lone_row_padded else y
+                else:  # (T, M, block) -> (M, T * block) (a copy), the last block's zero columns cut off
+                    y = y.transpose(0, 1).reshape(rows, -1)
+                    y = y[:, : self.out_features].contiguous() if self.lone_row_padded else y
+                return y.reshape(*x.shape[:-1], self.out_features)
+            y = torch.mm(x2, w) if self.bias is None else torch.addmm(self.bias, x2, w)
             return y.view(*x.shape[:-1], self.out_features)
         if self.onednn:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")

@@ -229,19 +229,33 @@ def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("out_features", [48, 50])  # 50: not a multiple of 3, so 3 blocks pad the last one
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features, with_bias):
-    """A lone row through its own layout (transposed at 1 thread, column blocks at more), in whatever
-    leading shape it comes, and more rows through the packed weight, all give F.linear's result."""
+@pytest.mark.parametrize("few_rows", [1, 8])  # an AMD CPU's rule and an Intel one's, whatever this CPU is
+def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features, with_bias, few_rows, monkeypatch):
+    """A lone row, or up to FEW_ROWS rows, through the lone row's layout (transposed at 1 thread,
+    column blocks at more), in whatever leading shape they come, and more rows through the packed
+    weight, all give F.linear's result."""
+    monkeypatch.setattr(engine_module, "FEW_ROWS", few_rows)
     torch.manual_seed(22)
     weight = torch.randn(out_features, 32)
     bias = torch.randn(out_features) if with_bias else None
     linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=threads)
     assert linear.lone_row is not None and linear.lone_row.dim() == (2 if threads == 1 else 3)
+    inputs = (torch.randn(1, 32), torch.randn(1, 1, 32), torch.randn(32), torch.randn(2, 32), torch.randn(2, 3, 32),
+              torch.randn(5, 1, 32), torch.randn(8, 32), torch.randn(9, 32), torch.randn(3, 5, 32))
     with torch.inference_mode():
-        for x in (torch.randn(1, 32), torch.randn(1, 1, 32), torch.randn(32), torch.randn(5, 32)):
+        for x in inputs:
             y = linear(x)
             assert y.shape == (*x.shape[:-1], out_features)
+            assert y.is_contiguous()
             assert torch.allclose(y, torch.nn.functional.linear(x, weight, bias), atol=1e-5)
+
+
+def test_few_rows_follow_the_cpu_vendor():
+    """Few rows take the lone row's layout on Intel CPUs (measured faster there up to 8 rows), only a
+    lone row elsewhere (AMD: the packed weights were faster from 2 rows on)."""
+    assert engine_module.few_rows("GenuineIntel") == 8
+    assert engine_module.few_rows("AuthenticAMD") == engine_module.few_rows("") == 1
+    assert engine_module.FEW_ROWS == engine_module.few_rows(engine_module.cpu_vendor())
 
 
 def test_int8_linear_quantizes_every_call_even_a_lone_row():
