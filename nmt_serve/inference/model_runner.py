@@ -98,12 +98,17 @@ def lone_row_copies(out_features: int, in_features: int) -> bool:
 
 def few_rows(vendor: str) -> int:
     """The most rows that take a lone row's layout rather than oneDNN's packed weight, on a CPU of this
-    vendor (/proc/cpuinfo's vendor_id). Measured on the shipped shape's 19 decoder products, each weight
-    once per step: on a 2-core Intel Xeon (AVX-512, AMX) the lone row's layout was 1.13-1.27x as fast
-    as the packed weights at 2-8 rows on 2 threads and 1.26-1.42x at 1 thread, 1.05-1.12x at 12 rows,
-    even at 16 (BENCHMARKS.md); on a 2-core AMD EPYC the packed weights were the faster from 2 rows on
-    (the column blocks lost on most shapes at 2, 4 and 8 rows, on the output layer by 1.3-2.3x)."""
+    vendor (/proc/cpuinfo's vendor_id), for a weight of at most FEW_ROWS_ELEMENTS. Measured per layer at
+    4 rows, each weight cycled out of cache, on a 2-core Intel Xeon (AVX-512, AMX): the lone row's
+    layout was 1.03-2.0x as fast as the packed weight for weights of up to 512x512 and 256x1024
+    elements, and 0.65-0.86x for 512x1536 and larger (the 8000x256 and 58101x512 output layers
+    0.65-0.78x), at 1 and 2 threads; the shipped shape's whole step 1.13-1.42x at 2-8 rows
+    (BENCHMARKS.md). On a 2-core AMD EPYC the packed weights were the faster from 2 rows on (the column
+    blocks lost on most shapes at 2, 4 and 8 rows)."""
     return 8 if vendor == "GenuineIntel" else 1
+
+
+FEW_ROWS_ELEMENTS = 512 * 512  # 1 MiB in float32: the weights for which a few rows take the lone row's layout
 
 
 def cpu_vendor() -> str:
@@ -138,7 +143,8 @@ class FloatLinear:
     nn.Module path). Without it oneDNN reads the (C_out, C_in) weight as it is.
 
     `lone_row` (the engine's thread count T, 0 for none): a lone row (greedy search of one sentence),
-    and on CPUs where it pays up to FEW_ROWS rows (a beam of one sentence), reads W laid out for it.
+    and on CPUs where it pays up to FEW_ROWS rows of a small weight (a beam of one sentence), reads W
+    laid out for it.
     There oneDNN's fixed cost per call outweighs its kernel, and ATen's addmm on the transposed weight
     is 1.2-4.7x faster per layer of the shipped model at 1 thread; from how many rows on the packed
     weight is the faster one depends on the CPU (`few_rows`, BENCHMARKS.md).
@@ -157,6 +163,7 @@ class FloatLinear:
         self.onednn = onednn_runs(weight)
         pack = packed and self.onednn
         self.lone_row = self.lone_row_bias = None
+        self.few_rows = FEW_ROWS if weight.numel() <= FEW_ROWS_ELEMENTS else 1  # rows that read the lone row's layout
         transposed = weight.detach().t()  # (C_in, C_out)
         if self.onednn and lone_row == 1:  # a contiguous copy, or a view where reading W as it is pays
             self.lone_row = transposed.contiguous() if lone_row_copies(*weight.shape) else transposed
@@ -175,7 +182,7 @@ class FloatLinear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.size(-1)
-        if self.lone_row is not None and rows <= FEW_ROWS:
+        if self.lone_row is not None and rows <= self.few_rows:
             w = self.lone_row
             x2 = x.reshape(rows, x.size(-1))
             if w.dim() == 3:  # column blocks: (T, M, C_in) x (T, C_in, block), one block per thread

@@ -250,6 +250,18 @@ def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features,
             assert torch.allclose(y, torch.nn.functional.linear(x, weight, bias), atol=1e-5)
 
 
+def test_few_rows_take_the_lone_row_layout_of_small_weights_only(monkeypatch):
+    """Past FEW_ROWS_ELEMENTS (an output layer, a wide feed-forward weight) the packed weight was the
+    faster at a few rows: there only a lone row reads the lone row's layout."""
+    monkeypatch.setattr(engine_module, "FEW_ROWS", 8)
+    small = engine_module.FloatLinear(torch.randn(64, 32), None, packed=True, lone_row=1)
+    large = engine_module.FloatLinear(torch.randn(engine_module.FEW_ROWS_ELEMENTS // 32 + 1, 32), None, packed=True, lone_row=1)
+    assert (small.few_rows, large.few_rows) == (8, 1)
+    with torch.inference_mode():
+        x = torch.randn(4, 32)
+        assert torch.allclose(large(x), torch.nn.functional.linear(x, large.lone_row.t()), atol=1e-5)
+
+
 def test_few_rows_follow_the_cpu_vendor():
     """Few rows take the lone row's layout on Intel CPUs (measured faster there up to 8 rows), only a
     lone row elsewhere (AMD: the packed weights were faster from 2 rows on)."""
