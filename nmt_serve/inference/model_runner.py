@@ -144,10 +144,9 @@ class FloatLinear:
 
     `lone_row` (the engine's thread count T, 0 for none): a lone row (greedy search of one sentence),
     and on CPUs where it pays up to FEW_ROWS rows of a small weight (a beam of one sentence), reads W
-    laid out for it.
-    There oneDNN's fixed cost per call outweighs its kernel, and ATen's addmm on the transposed weight
-    is 1.2-4.7x faster per layer of the shipped model at 1 thread; from how many rows on the packed
-    weight is the faster one depends on the CPU (`few_rows`, BENCHMARKS.md).
+    laid out for it. There oneDNN's fixed cost per call outweighs its kernel, and ATen's addmm on the
+    transposed weight is 1.2-4.7x faster per layer of the shipped model at 1 thread; from how many rows
+    on the packed weight is the faster one depends on the CPU and the weight's size (`few_rows`).
     - T = 1: W transposed, (C_in, C_out): a copy where the output is at least as wide as the input, else
       a view of W (`lone_row_copies`; the runner's wider-input weights are never fused temporaries, so
       the view holds nothing the model does not).
@@ -182,7 +181,7 @@ class FloatLinear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.size(-1)
-        if self.lone_row is not None and rows <= self.few_rows:
+        if self.lone_row is not None and 0 < rows <= self.few_rows:
             w = self.lone_row
             x2 = x.reshape(rows, x.size(-1))
             if w.dim() == 3:  # column blocks: (T, M, C_in) x (T, C_in, block), one block per thread

@@ -241,7 +241,7 @@ def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features,
     linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=threads)
     assert linear.lone_row is not None and linear.lone_row.dim() == (2 if threads == 1 else 3)
     inputs = (torch.randn(1, 32), torch.randn(1, 1, 32), torch.randn(32), torch.randn(2, 32), torch.randn(2, 3, 32),
-              torch.randn(5, 1, 32), torch.randn(8, 32), torch.randn(9, 32), torch.randn(3, 5, 32))
+              torch.randn(5, 1, 32), torch.randn(8, 32), torch.randn(9, 32), torch.randn(3, 5, 32), torch.randn(0, 32))
     with torch.inference_mode():
         for x in inputs:
             y = linear(x)
