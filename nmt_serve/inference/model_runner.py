@@ -102,7 +102,7 @@ def few_rows(vendor: str) -> int:
     4 rows, each weight cycled out of cache, on a 2-core Intel Xeon (AVX-512, AMX): the lone row's
     layout was 1.03-2.0x as fast as the packed weight for weights of up to 512x512 and 256x1024
     elements, and 0.65-0.86x for 512x1536 and larger (the 8000x256 and 58101x512 output layers
-    0.65-0.78x), at 1 and 2 threads; the shipped shape's whole step 1.13-1.42x at 2-8 rows
+    0.65-0.78x), at 1 and 2 threads; whole searches of the shipped model at beam 4 batch 1 1.17-1.18x
     (BENCHMARKS.md). On a 2-core AMD EPYC the packed weights were the faster from 2 rows on (the column
     blocks lost on most shapes at 2, 4 and 8 rows)."""
     return 8 if vendor == "GenuineIntel" else 1
