@@ -88,24 +88,30 @@ def lone_row_elements(cfg, threads: int = 1) -> int:
 
 
 def lone_row_copies(out_features: int, in_features: int) -> bool:
-    """Whether a lone row reads a transposed copy of a weight, (C_in, C_out), or the weight as it is. One
-    row times a (C_in, C_out) weight streams it as rows of outputs to add up, which is faster where the
-    output is at least as wide as the input (1 thread, a 2-core AMD EPYC, weights cycled out of cache: 256->1024 40
-    against 83 us, 256->768 25 against 35, 256->8000 378 against 1,010); where the input is wider, the
-    weight as it is gives dot products of long rows and wins (1024->256: 48 against 81 us)."""
-    return in_features <= out_features
+    """Whether the lone row's layout at 1 thread is a transposed copy of a weight, (C_in, C_out), or the
+    weight as it is. One row times a (C_in, C_out) weight streams it as rows of outputs to add up, which
+    is faster where the output is at least as wide as the input (1 thread, a 2-core AMD EPYC, weights
+    cycled out of cache: 256->1024 40 against 83 us, 256->768 25 against 35, 256->8000 378 against
+    1,010); where the input is wider, the weight as it is gives dot products of long rows and wins for
+    one row (1024->256: 48 against 81 us). Where more rows than one read the layout (`rows_of_lone_row`)
+    it is always a copy: at 32 rows on a 2-core Intel Xeon, 1 thread, ATen's product on the weight as it
+    is took 153 us for 1024->256 against 96 on the copy and 129 on oneDNN's packed weight."""
+    return in_features <= out_features or rows_of_lone_row(out_features * in_features) > 1
 
 
 def few_rows(vendor: str) -> int:
     """The most rows that take a lone row's layout rather than oneDNN's packed weight, on a CPU of this
-    vendor (/proc/cpuinfo's vendor_id), for a weight of at most FEW_ROWS_ELEMENTS. Measured per layer at
-    4 rows, each weight cycled out of cache, on a 2-core Intel Xeon (AVX-512, AMX): the lone row's
-    layout was 1.03-2.0x as fast as the packed weight for weights of up to 512x512 and 256x1024
-    elements, and 0.65-0.86x for 512x1536 and larger (the 8000x256 and 58101x512 output layers
-    0.65-0.78x), at 1 and 2 threads; whole searches of the shipped model at beam 4 batch 1 1.17-1.18x
-    (BENCHMARKS.md). On a 2-core AMD EPYC the packed weights were the faster from 2 rows on (the column
-    blocks lost on most shapes at 2, 4 and 8 rows)."""
-    return 8 if vendor == "GenuineIntel" else 1
+    vendor (/proc/cpuinfo's vendor_id), for a weight of at most FEW_ROWS_ELEMENTS. On a 2-core Intel
+    Xeon (AVX-512, AMX), every Linear of a decoder step run in turn at 1 thread (the step's weights
+    cycled through the cache as a search cycles them), packed / lone row's layout per call: at 4 rows
+    1.28-2.1x for the shipped model's weights (256x256 to 256x1024), at 32 rows 1.11-1.68x, at 64 rows
+    1.13-1.43x, at 256 rows the packed weight ahead (0.86x for the whole step); larger weights lost from
+    4 rows on (OPUS-MT's 512x1536 and up 0.65-0.87x, its 58101x512 output layer 0.56-0.78x) while
+    512x512 held (0.99-1.14x). Whole searches of the shipped model's twin, 8 rows against 64: greedy
+    batch 32 1.08-1.10x at 1 thread and 1.11x at 2, beam 4 batch 8 (32 rows) 1.12x and 1.10x, identical
+    outputs (BENCHMARKS.md). On a 2-core AMD EPYC the packed weights were the faster from 2 rows on (the
+    column blocks lost on most shapes at 2, 4 and 8 rows)."""
+    return 64 if vendor == "GenuineIntel" else 1
 
 
 FEW_ROWS_ELEMENTS = 512 * 512  # 1 MiB in float32: the weights for which a few rows take the lone row's layout
@@ -123,6 +129,11 @@ def cpu_vendor() -> str:
 
 
 FEW_ROWS = few_rows(cpu_vendor())
+
+
+def rows_of_lone_row(elements: int) -> int:
+    """The most rows that read the lone row's layout of a weight of this many elements (`few_rows`)."""
+    return FEW_ROWS if elements <= FEW_ROWS_ELEMENTS else 1
 
 
 def lone_row_threads(threads: int, *, packed: bool, quantization: str) -> int:
@@ -143,13 +154,13 @@ class FloatLinear:
     nn.Module path). Without it oneDNN reads the (C_out, C_in) weight as it is.
 
     `lone_row` (the engine's thread count T, 0 for none): a lone row (greedy search of one sentence),
-    and on CPUs where it pays up to FEW_ROWS rows of a small weight (a beam of one sentence), reads W
-    laid out for it. There oneDNN's fixed cost per call outweighs its kernel, and ATen's addmm on the
+    and on CPUs where it pays up to FEW_ROWS rows of a small weight (a beam, a batch of a few dozen
+    sentences), reads W laid out for it. There oneDNN's fixed cost per call outweighs its kernel, and ATen's addmm on the
     transposed weight is 1.2-4.7x faster per layer of the shipped model at 1 thread; from how many rows
     on the packed weight is the faster one depends on the CPU and the weight's size (`few_rows`).
     - T = 1: W transposed, (C_in, C_out): a copy where the output is at least as wide as the input, else
-      a view of W (`lone_row_copies`; the runner's wider-input weights are never fused temporaries, so
-      the view holds nothing the model does not).
+      a view of W where only a lone row reads it (`lone_row_copies`; the runner's wider-input weights are
+      never fused temporaries, so the view holds nothing the model does not).
     - T > 1: (T, C_in, C_out / T), W^T in T blocks of output columns, one per thread (the last padded
       with zeros): ATen's gemv of one row runs on one thread, where a batched matmul of T blocks runs
       them side by side (at 2 threads, 1.6x faster than the transposed copy on the shipped model's
@@ -162,7 +173,7 @@ class FloatLinear:
         self.onednn = onednn_runs(weight)
         pack = packed and self.onednn
         self.lone_row = self.lone_row_bias = None
-        self.few_rows = FEW_ROWS if weight.numel() <= FEW_ROWS_ELEMENTS else 1  # rows that read the lone row's layout
+        self.few_rows = rows_of_lone_row(weight.numel())  # rows that read the lone row's layout
         transposed = weight.detach().t()  # (C_in, C_out)
         if self.onednn and lone_row == 1:  # a contiguous copy, or a view where reading W as it is pays
             self.lone_row = transposed.contiguous() if lone_row_copies(*weight.shape) else transposed

@@ -229,7 +229,7 @@ def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("out_features", [48, 50])  # 50: not a multiple of 3, so 3 blocks pad the last one
 @pytest.mark.parametrize("with_bias", [True, False])
-@pytest.mark.parametrize("few_rows", [1, 8])  # an AMD CPU's rule and an Intel one's, whatever this CPU is
+@pytest.mark.parametrize("few_rows", [1, 8, 64])  # an AMD CPU's rule and an Intel one's, whatever this CPU is
 def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features, with_bias, few_rows, monkeypatch):
     """A lone row, or up to FEW_ROWS rows, through the lone row's layout (transposed at 1 thread,
     column blocks at more), in whatever leading shape they come, and more rows through the packed
@@ -241,7 +241,8 @@ def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features,
     linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=threads)
     assert linear.lone_row is not None and linear.lone_row.dim() == (2 if threads == 1 else 3)
     inputs = (torch.randn(1, 32), torch.randn(1, 1, 32), torch.randn(32), torch.randn(2, 32), torch.randn(2, 3, 32),
-              torch.randn(5, 1, 32), torch.randn(8, 32), torch.randn(9, 32), torch.randn(3, 5, 32), torch.randn(0, 32))
+              torch.randn(5, 1, 32), torch.randn(8, 32), torch.randn(9, 32), torch.randn(3, 5, 32), torch.randn(0, 32),
+              torch.randn(64, 32), torch.randn(5, 13, 32))
     with torch.inference_mode():
         for x in inputs:
             y = linear(x)
@@ -263,11 +264,27 @@ def test_few_rows_take_the_lone_row_layout_of_small_weights_only(monkeypatch):
 
 
 def test_few_rows_follow_the_cpu_vendor():
-    """Few rows take the lone row's layout on Intel CPUs (measured faster there up to 8 rows), only a
-    lone row elsewhere (AMD: the packed weights were faster from 2 rows on)."""
-    assert engine_module.few_rows("GenuineIntel") == 8
+    """Up to 64 rows take the lone row's layout on Intel CPUs (measured faster there up to 64 rows, not
+    at 256), only a lone row elsewhere (AMD: the packed weights were faster from 2 rows on)."""
+    assert engine_module.few_rows("GenuineIntel") == 64
     assert engine_module.few_rows("AuthenticAMD") == engine_module.few_rows("") == 1
     assert engine_module.FEW_ROWS == engine_module.few_rows(engine_module.cpu_vendor())
+
+
+@pytest.mark.parametrize("few_rows", [1, 64])
+def test_a_wider_input_is_copied_where_more_rows_than_one_read_it(few_rows, monkeypatch):
+    """At 1 thread a lone row reads a wider-input weight as it is (a view, nothing more to hold); where
+    several rows read the layout, the transposed copy (ATen's product on the view lost to the packed
+    weight at 32 rows). Weights past FEW_ROWS_ELEMENTS take a lone row only, so the view again."""
+    monkeypatch.setattr(engine_module, "FEW_ROWS", few_rows)
+    weight = torch.randn(32, 128)  # C_in > C_out
+    small = engine_module.FloatLinear(weight, None, packed=True, lone_row=1)
+    assert small.lone_row.is_contiguous() == (few_rows > 1)
+    assert small.lone_row.is_contiguous() or small.lone_row.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr()
+    large = engine_module.FloatLinear(torch.randn(8, engine_module.FEW_ROWS_ELEMENTS // 8 + 8), None, packed=True, lone_row=1)
+    assert large.few_rows == 1 and not large.lone_row.is_contiguous()
+    assert engine_module.lone_row_copies(32, 128) == (few_rows > 1)
+    assert engine_module.lone_row_copies(128, 32)
 
 
 def test_int8_linear_quantizes_every_call_even_a_lone_row():
