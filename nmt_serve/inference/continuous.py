@@ -134,7 +134,7 @@ class ContinuousSearch:
             src[i, : len(s.src)] = torch.tensor(s.src, dtype=torch.long)
         with attention_backends(device):
             states, src_mask = self.runner.encode(src.to(device))  # (n, S, C), (n, 1, 1, S)
-        kv = self.runner.source_kv(states)  # (n_layers, 2, n, H, S, D)
+        kv = self.runner.source_kv(states, src_mask)  # (n_layers, 2, n, H, S, D)
         # a grouped cache holds the source once per sentence; otherwise every sentence K times, beams adjacent
         grouped = self.cache.grouped if self.cache is not None else K > 1 and len(sentences) * K >= GROUPED_BEAM_MIN_ROWS
         per = 1 if grouped else K

@@ -150,7 +150,33 @@ def test_engine_encoder_matches_the_module_encoder(overrides, padded):
         reference = model.encode(src)
         states, src_mask = ModelRunner(model).encode(src)
     assert torch.equal(src_mask, reference.src_mask)
-    assert (states - reference.states).abs().max().item() <= 1e-5
+    real = src_mask.view(*src.shape, 1)  # the states of real tokens; the padding's are zeros (its rows are skipped)
+    assert (states - reference.states).masked_fill(~real, 0).abs().max().item() <= 1e-5
+    assert (states.masked_select(~real) == 0).all()
+    assert bool(real.all()) != padded
+
+
+def test_encoder_and_cross_keys_of_a_padded_batch_are_each_sentences_alone():
+    """With padding, the encoder's Linears and the cross-attention keys/values run on the real tokens'
+    rows only: a sentence's states and keys/values are those it gets alone, and the padding's are zeros."""
+    model = random_model(seed=5)
+    lengths = [9, 3, 6, 1]
+    src = torch.full((4, 9), model.config.pad_id, dtype=torch.long)
+    g = torch.Generator().manual_seed(6)
+    for i, n in enumerate(lengths):
+        src[i, :n] = torch.randint(4, model.config.src_vocab_size, (n,), generator=g)
+    runner = ModelRunner(model)
+    with torch.inference_mode():
+        states, mask = runner.encode(src)
+        kv = runner.source_kv(states, mask)  # (n_layers, 2, B, H, S, D)
+        for i, n in enumerate(lengths):
+            alone, alone_mask = runner.encode(src[i : i + 1, :n])
+            assert bool(alone_mask.all())
+            assert (states[i, :n] - alone[0]).abs().max().item() <= 1e-5
+            assert (states[i, n:] == 0).all()
+            assert (kv[:, :, i, :, :n] - runner.source_kv(alone)[:, :, 0]).abs().max().item() <= 1e-5
+            assert (kv[:, :, i, :, n:] == 0).all()
+        assert (runner.source_kv(states)[:, :, :, :, :1] - kv[:, :, :, :, :1]).abs().max().item() <= 1e-5
 
 
 def test_engine_knows_when_the_weights_changed_in_place():
