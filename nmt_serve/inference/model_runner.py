@@ -148,9 +148,9 @@ def lone_row_threads(threads: int, *, packed: bool, quantization: str) -> int:
 def real_rows(src_mask: torch.Tensor) -> torch.Tensor | None:
     """src_mask (B, 1, 1, S) -> the flat indices (n,) of the real tokens' rows of (B * S, C), where the
     Linears of the encoder (and the cross-attention keys/values) skip the padding's rows: on the CPU
-    only. A batch of 32 Multi30k sentences in their order is about 47% padding; there the encoder's
-    products shrink by as much, and greedy batch 32 ran 1.05-1.09x (float32, outputs identical: a row's
-    product does not depend on the others). On CUDA the gather and scatter would be launches of their
+    only. A batch of 32 Multi30k test sentences in their order is 47% padding; there the encoder and
+    the keys/values took 24-27 against 35-39 ms a batch, and greedy batch 32 ran 1.06-1.09x (float32,
+    outputs identical: a row's product does not depend on the others; BENCHMARKS.md). On CUDA the gather and scatter would be launches of their
     own, and the captured encoder keeps its fixed shapes: None there."""
     if src_mask.device.type != "cpu":
         return None
