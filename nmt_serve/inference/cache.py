@@ -47,6 +47,7 @@ class KVCache:
         self.n_layers, _, entries, self.n_heads, _, self.head_dim = cross_kv.shape
         self.batch_size = entries * group_size
         self.cross_kv = cross_kv
+        self._cross_base: torch.Tensor | None = None  # with spare entries for joins, cross_kv its first ones
         self.src_mask = src_mask
         self.group_size = group_size
         self.capacity = max(1, capacity)
@@ -181,7 +182,7 @@ class KVCache:
             self.start = torch.zeros(B, dtype=torch.long, device=device)
         if rows is None:  # appended
             rows = torch.arange(B, B + n * per, device=device)
-            self.cross_kv = torch.cat([self.cross_kv, self.cross_kv.new_zeros(*self.cross_kv.shape[:2], n, *self.cross_kv.shape[3:])], dim=BATCH)
+            self._append_entries(n)
             if self.src_mask is not None:
                 self.src_mask = torch.cat([self.src_mask, new_mask])
             self.start = torch.cat([self.start, self.start.new_zeros(n * per)])
@@ -196,10 +197,37 @@ class KVCache:
             self.src_mask.index_copy_(0, entries, new_mask)
         self.start.index_fill_(0, rows, self.length)
         # the new rows never read their positions before start, but 0 x NaN would still be NaN
-        if self.length:
-            self._self_kv.index_fill_(BATCH, rows, 0.0)
+        if self.length:  # the positions from length on are written before they are read
+            self._self_kv[..., : self.length, :].index_fill_(BATCH, rows, 0.0)
             self.ancestors.index_fill_(0, rows, 0)
         self._make_views()
+
+    def _append_entries(self, n: int) -> None:
+        """n more entries on the source side: cross_kv becomes the first E + n entries of a buffer that
+        keeps spare ones (doubling), so that a join after sentences left from the end (truncate) or
+        after an earlier growth copies nothing; before, every append copied every running entry (a
+        quarter of a ms per join at 24 rows on the CPU, 1 thread). The new entries are written by the
+        caller."""
+        E = self.cross_kv.size(BATCH)
+        base = self._cross_base
+        current = (base is not None and base.data_ptr() == self.cross_kv.data_ptr()
+                   and base.stride() == self.cross_kv.stride() and base.shape[3:] == self.cross_kv.shape[3:])
+        if not current or base.size(BATCH) < E + n:  # cross_kv was replaced (a reorder, a wider source) or is full
+            shape = self.cross_kv.shape
+            base = self.cross_kv.new_empty(*shape[:2], max(E + n, 2 * E), *shape[3:])
+            base.narrow(BATCH, 0, E).copy_(self.cross_kv)
+            self._cross_base = base
+        self.cross_kv = base.narrow(BATCH, 0, E + n)
+
+    def _select_entries(self, entries: torch.Tensor) -> None:
+        """The source side keeps these entries, in this order, in a buffer as large as the one before:
+        the spare entries stay for later joins."""
+        n = entries.numel()
+        shape = self.cross_kv.shape
+        capacity = max(n, self._cross_base.size(BATCH) if self._cross_base is not None else 0)
+        base = self.cross_kv.new_empty(*shape[:2], capacity, *shape[3:])
+        torch.index_select(self.cross_kv, BATCH, entries, out=base.narrow(BATCH, 0, n))
+        self._cross_base, self.cross_kv = base, base.narrow(BATCH, 0, n)
 
     def truncate(self, rows: int) -> None:
         """Keep the first `rows` rows (the ones after them left; whole groups in grouped mode): views, no copy."""
@@ -310,7 +338,7 @@ class KVCache:
             start -= shift
             self.start = start if bool(start.any()) else None
         if cross:
-            self.cross_kv = self.cross_kv.index_select(BATCH, entries)
+            self._select_entries(entries)
             if self.src_mask is not None:
                 self.src_mask = self.src_mask.index_select(0, entries)
         if n > self._spare.size(BATCH):  # more rows than ever before (the first beam expansion)

@@ -181,6 +181,40 @@ def test_a_steady_stream_of_joins_keeps_the_cache_short():
     assert longest <= 11 + 2 * continuous.DROP_POSITIONS_AT
 
 
+@pytest.mark.parametrize("beam", [1, 2])
+def test_appended_sentences_take_spare_source_entries_and_match_each_alone(beam):
+    """A join that appends rows writes the new sources into spare entries of the source side's buffer:
+    after the sentences at the end left (their rows cut off), the next wave copies none of the running
+    entries, and every result is still each sentence's alone."""
+    runner = ModelRunner(random_model(seed=13))
+    search = ContinuousSearch(runner, beam_size=beam)
+    # the longest source (no join widens the source side), kept running by a forced prefix of 28 tokens
+    prefix = tuple(range(4, 32))
+    long = Sentence("long", list(range(4, 16)), 30, prefix=prefix)
+    want = {"long": alone(runner, long.src, SearchOptions(beam_size=beam, max_length=30, target_prefix=prefix))}
+    search.add([long])
+    results, in_place = {}, []
+    for wave in range(4):  # each within 6 steps: the long one (29 tokens) outlives them
+        srcs = sources(4, seed=30 + wave)
+        sentences = [Sentence((wave, i), src, 2 + i) for i, src in enumerate(srcs)]
+        for s in sentences:
+            want[s.key] = alone(runner, s.src, SearchOptions(beam_size=beam, max_length=s.max_length))
+        rows, where = search.cache.batch_size, search.cache.cross_kv.data_ptr()
+        search.add(sentences)
+        assert search.cache.batch_size == rows + 4 * beam  # appended
+        in_place.append(search.cache.cross_kv.data_ptr() == where)
+        while any(s.key not in results for s in sentences):
+            results.update(dict(search.step()))
+        results.update(dict(search.step()))  # a step begins by cutting off the rows left at the end
+        assert search.cache.batch_size == beam  # only the long one's rows
+    while len(search):
+        results.update(dict(search.step()))
+    assert in_place == [False, True, True, True]  # the first wave grew the buffer
+    assert sorted(results, key=str) == sorted(want, key=str)
+    for key, hyps in want.items():
+        assert_same(results[key], hyps)
+
+
 @pytest.mark.parametrize("beam", [1, 3])
 def test_device_slots_are_reused_and_compacted(beam):
     """Under a stream of joins the device search reuses the slots sentences leave, so the rows a step
