@@ -147,14 +147,16 @@ def lone_row_threads(threads: int, *, packed: bool, quantization: str) -> int:
 
 def real_rows(src_mask: torch.Tensor) -> torch.Tensor | None:
     """src_mask (B, 1, 1, S) -> the flat indices (n,) of the real tokens' rows of (B * S, C), where the
-    Linears of the encoder (and the cross-attention keys/values) skip the padding's rows: on the CPU
-    only. A batch of 32 Multi30k test sentences in their order is 47% padding; there the encoder and
-    the keys/values took 24-27 against 35-39 ms a batch, and greedy batch 32 ran 1.06-1.09x (float32,
-    outputs identical: a row's product does not depend on the others; BENCHMARKS.md). On CUDA the gather and scatter would be launches of their
-    own, and the captured encoder keeps its fixed shapes: None there."""
+    Linears of the encoder (and the cross-attention keys/values) skip the padding's rows; None where
+    nothing is padded, and off the CPU. A batch of 32 Multi30k test sentences in their order is 47%
+    padding; there the encoder and the keys/values took 24-27 against 35-39 ms a batch, and greedy
+    batch 32 ran 1.06-1.09x (float32, outputs identical: a row's product does not depend on the
+    others; BENCHMARKS.md). On CUDA the gather and scatter would be launches of their own, the check
+    a wait for the device, and the captured encoder keeps its fixed shapes."""
     if src_mask.device.type != "cpu":
         return None
-    return src_mask.reshape(-1).nonzero().squeeze(1)
+    flat = src_mask.reshape(-1)
+    return None if bool(flat.all()) else flat.nonzero().squeeze(1)
 
 
 class FloatLinear:
@@ -169,9 +171,10 @@ class FloatLinear:
 
     `lone_row` (the engine's thread count T, 0 for none): a lone row (greedy search of one sentence),
     and on CPUs where it pays up to FEW_ROWS rows of a small weight (a beam, a batch of a few dozen
-    sentences), reads W laid out for it. There oneDNN's fixed cost per call outweighs its kernel, and ATen's addmm on the
-    transposed weight is 1.2-4.7x faster per layer of the shipped model at 1 thread; from how many rows
-    on the packed weight is the faster one depends on the CPU and the weight's size (`few_rows`).
+    sentences), reads W laid out for it. There oneDNN's fixed cost per call outweighs its kernel, and
+    ATen's addmm on the transposed weight is 1.2-4.7x faster per layer of the shipped model at 1
+    thread; from how many rows on the packed weight is the faster one depends on the CPU and the
+    weight's size (`few_rows`).
     - T = 1: W transposed, (C_in, C_out): a copy where the output is at least as wide as the input, else
       a view of W where only a lone row reads it (`lone_row_copies`; the runner's wider-input weights are
       never fused temporaries, so the view holds nothing the model does not).
@@ -474,7 +477,7 @@ class ModelRunner:
         src_mask (B, 1, 1, S): on the CPU only the real tokens' rows are multiplied, the padding's keys
         and values are zeros (attention masks them out)."""
         B, S, C = states.shape
-        real = real_rows(src_mask) if src_mask is not None and not bool(src_mask.all()) else None
+        real = real_rows(src_mask) if src_mask is not None else None
         if real is None:
             kv = self.cross_kv(states)  # (B, S, n_layers * 2 * C)
         else:
