@@ -447,11 +447,13 @@ class ModelRunner:
         real = real_rows(src_mask) if attn_mask is not None and not always_mask else None  # (n,) or None
         if real is not None:
             x = x.view(B * S, C).index_select(0, real)  # (n, C): the real tokens' rows
+            # attention needs (B, S): every layer writes the real rows of one buffer, the padding's stay zeros
+            padded = x.new_zeros(B * S, 3 * C)
         for w in self.encoder_layers:
             h = w.attn_norm(x) if self.pre_norm else x
             qkv = w.qkv(h)  # (B, S, 3C), or (n, 3C)
-            if real is not None:  # attention needs (B, S): the padding's rows as zeros, which it masks out
-                qkv = qkv.new_zeros(B * S, 3 * C).index_copy_(0, real, qkv)
+            if real is not None:  # the padding's rows as zeros, which attention masks out
+                qkv = padded.index_copy_(0, real, qkv)
             q, k, v = qkv.view(B, S, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, S, D) each
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask).transpose(1, 2)  # (B, S, H, D)
             a = a.reshape(B, S, C) if real is None else a.reshape(B * S, C).index_select(0, real)
