@@ -37,7 +37,8 @@ CHECKPOINT = ROOT / "checkpoints" / "de-en"
 
 def start_server(args, *extra: str) -> subprocess.Popen:
     device = ["--device", args.device] + (["--dtype", args.dtype] if args.dtype else [])
-    return start_service(args.port, CHECKPOINT, [*device, "--threads", str(args.threads), "--lanes", str(args.lanes),
+    threads = args.threads if args.lanes == 1 else 0  # the service's default with its lanes: one thread each
+    return start_service(args.port, CHECKPOINT, [*device, "--threads", str(threads), "--lanes", str(args.lanes),
                                                  "--max-batch-sentences", str(args.batch), *extra])
 
 
@@ -52,7 +53,7 @@ def engine_counters(port: int) -> dict[str, float]:
         text = r.read().decode()
     out = {}
     for line in text.splitlines():
-        for name in ("busy_seconds", "step_seconds", "call_seconds", "result_seconds", "io_seconds", "steps", "rows_live",
+        for name in ("busy_seconds", "step_seconds", "join_seconds", "call_seconds", "result_seconds", "io_seconds", "steps", "rows_live",
                      "rows_computed", "joins", "sentences_joined"):
             if line.startswith(f"nmt_engine_{name}_total "):
                 out[name] = float(line.split()[1])
@@ -60,7 +61,7 @@ def engine_counters(port: int) -> dict[str, float]:
 
 
 def engine_shares(d: dict[str, float], elapsed: float) -> str:
-    join = d["busy_seconds"] - d["step_seconds"]
+    join = d.get("join_seconds", d["busy_seconds"] - d["step_seconds"])  # a revision without the counter: the rest
     return " / ".join(f"{v / elapsed:.2f}" for v in (join, d["step_seconds"], d["call_seconds"], d["result_seconds"], d["io_seconds"]))
 
 
@@ -162,13 +163,19 @@ def throughput(args, offline: Offline) -> str:
         finally:
             stop_server(proc)
     return (f"### Server vs offline engine: {len(texts)} sentences, one per request, concurrency {args.concurrency}\n\n"
-            f"Machine: {machine()}; {device_line(args)}; engine with {args.threads} torch thread(s), up to {args.batch} "
+            f"Machine: {machine()}; {device_line(args)}; {engine_line(args)}, up to {args.batch} "
             f"sentences per batch; {args.clients} client processes.\n\n"
             + table(["API workers", "search", "server req/s", f"offline sent/s (batch {args.batch})", "server / offline", "p50 ms",
                      "p99 ms", "200s", "client CPU ms/request", "engine busy share", "join / step / calls / results / io", "rows per step", "ms per step"], rows)
             + "\n\nEngine busy share: engine time in joins and steps over the run's time; then the shares of the run's time "
               "the engine spent joining sentences (their encoder), stepping, taking calls in, making replies and passing them to its I/O thread "
               "(the engine's own counters, from /metrics); rows per step: running rows per decoder step.\n")
+
+
+def engine_line(args) -> str:
+    if args.lanes == 1:
+        return f"engine and offline engine with {args.threads} torch thread(s)"
+    return f"engine with {args.lanes or 'one per core'} lane(s) of 1 torch thread, offline engine with {args.threads}"
 
 
 def device_line(args) -> str:
@@ -345,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1,2", help="API worker counts to measure throughput with")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the engine's lane (and the offline engine)")
     parser.add_argument("--lanes", type=int, default=1, help="the engine's lanes (1: one loop with --threads threads, as the "
-                                                           "offline engine; 0: the service's default, one per core)")
+                                                           "offline engine; 0: the service's default, one per core, "
+                                                           "one thread each)")
     parser.add_argument("--clients", type=int, default=2, help="load generator processes")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--flood", type=int, default=400)

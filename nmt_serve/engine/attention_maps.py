@@ -40,17 +40,37 @@ def source_entropy(translator: Translator, maps: AttentionMaps) -> float:
 
 
 def attention_maps(translator: Translator, call: Attention) -> dict:
-    include = tuple(dict.fromkeys(["cross", *call.include]))
+    """One call's maps: of its target_text by forced decoding, else of the translation it makes."""
+    if call.target_text is not None:
+        [maps] = forced_attention_maps(translator, [call])
+        return maps
+    include = _include(call)
+    [result] = translator.translate(sources=[_source(translator, call)], beam_size=call.beam_size, return_scores=True,
+                                    return_attention=True, attention_include=include, target_prefix=call.target_prefix)
+    return _maps_of(translator, call, result.text, result.hypotheses[0].score, result.attention)
+
+
+def forced_attention_maps(translator: Translator, calls: list[Attention]) -> list[dict]:
+    """The maps of calls that give their target_text, by one forced decoding of them all (their
+    include, and whether they want the score, as the first call's: the caller groups them)."""
+    sources = [_source(translator, call) for call in calls]
+    first = calls[0]
+    forced = translator.force_decode_many(sources, [call.target_text for call in calls], attention_include=_include(first),
+                                          target_prefixes=[call.target_prefix for call in calls], scores=first.score)
+    return [_maps_of(translator, call, call.target_text, f.score, f.attention) for call, f in zip(calls, forced)]
+
+
+def _include(call: Attention) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(["cross", *call.include]))
+
+
+def _source(translator: Translator, call: Attention) -> list[int]:
     if not call.source:
         raise ValueError("the text is empty")
-    source = translator.inputs.source_ids(call.source)
-    if call.target_text is not None:
-        forced = translator.force_decode_ids(source, call.target_text, attention_include=include, target_prefix=call.target_prefix)
-        text, score, maps = call.target_text, forced.score, forced.attention
-    else:
-        [result] = translator.translate(sources=[source], beam_size=call.beam_size, return_scores=True,
-                                        return_attention=True, attention_include=include, target_prefix=call.target_prefix)
-        text, score, maps = result.text, result.hypotheses[0].score, result.attention
+    return translator.inputs.source_ids(call.source)
+
+
+def _maps_of(translator: Translator, call: Attention, text: str, score: float | None, maps: AttentionMaps) -> dict:
     layers, heads, average = call.layers, call.heads, call.average_heads
     return dict(
         translation=text, score=score, source_tokens=maps.source_tokens, target_tokens=maps.target_tokens,

@@ -14,7 +14,9 @@ The process around it (process.py) moves messages; the tests drive it directly.
   sentences too long for the decoder run in an eager ContinuousSearch beside it.
 - A call past its deadline, or cancelled by its caller, leaves (queued or running) and frees its
   admitted work.
-- Attention maps are computed between steps.
+- Attention calls wait for the next round and run together (one forced decoding per model for those
+  that give their translation), beside the round's steps: on the engine's own thread while the
+  lanes step, between steps where there are no lanes.
 - A background call (a job's chunk, protocol.BACKGROUND) waits in a queue of its own: its sentences join
   only while no interactive sentence waits, hold at most `background_share` of the running sentences
   of a model and beam size, and keep to that share of the lanes (at least one): interactive calls join
@@ -42,7 +44,7 @@ from typing import Any
 import torch
 
 from nmt_serve.engine.admission import Admission
-from nmt_serve.engine.attention_maps import attention_maps
+from nmt_serve.engine.attention_maps import attention_maps, forced_attention_maps
 from nmt_serve.engine.memory_plan import MemoryPlan
 from nmt_serve.engine.protocol import (
     EXPIRED,
@@ -83,6 +85,7 @@ WARMUP_BEAMS = (1, 4)  # beam sizes whose device-search graphs are captured at s
 # max_batch_sentences by device: on CPU a step costs in proportion to its rows, so more rows mostly
 # add latency; on a GPU a step of 256 rows costs about what one of 16 does
 AUTO_BATCH_SENTENCES = {"cpu": 64, "cuda": 256}
+ATTENTION_BATCH = 16  # attention calls forced-decoded in one pass at most (their maps are (T, S) per layer and head)
 INTERACTIVE_GRACE_S = 0.5  # on CPU, background sentences keep to one per lane this long after an interactive call left
 
 
@@ -129,11 +132,13 @@ class _Group:
 class _StepOutcome:
     done: list  # (sentence key, n-best) of the sentences that finished
     error: Exception | None  # of the step
-    seconds: float
+    seconds: float  # the join's and the step's
     rows: int  # rows the step computed
     live: int  # of them, rows of sentences still searching
     stepped: bool = True
     join_error: Exception | None = None
+    join_seconds: float = 0.0  # of `seconds`, the join's (the joining sentences' encoder)
+    ended: float = 0.0  # perf_counter() at its end
 
 
 def usable_cores() -> int:
@@ -186,15 +191,16 @@ class EngineCore:
         self._interactive_at = -1e9  # when the last interactive call left
         # call id -> what screen() reserved (work units, sentences) and the sources it checked, until handle() takes them
         self._reserved: dict[Any, tuple[float, int, list]] = {}
+        self._attention_calls: list[Attention] = []  # for the next round
         self.started = time.monotonic()
         self._last_expiry_check = 0.0
         self._window = [0.0, 0.0, 0, 0]  # engine seconds, units, source tokens, output tokens
         self.model_stats = {mid: dict(source_tokens=0.0, generated_tokens=0.0, sentences=0.0) for mid in models}
         self._recent = dict(at=time.monotonic(), busy=0.0, steps=0.0, step_seconds=0.0, rows_live=0.0, rows_computed=0.0)
         self.stats: dict[str, float] = dict.fromkeys((
-            "busy_seconds", "steps", "step_seconds", "rows_computed", "rows_live", "joins", "sentences_joined", "sentences_done",
+            "busy_seconds", "steps", "step_seconds", "join_seconds", "rows_computed", "rows_live", "joins", "sentences_joined", "sentences_done",
             "admitted_units", "refused_units", "refused_calls", "expired_calls",
-            "failed_calls", "calls", "call_seconds", "result_seconds", "io_seconds",
+            "failed_calls", "calls", "call_seconds", "result_seconds", "io_seconds", "attention_calls", "attention_seconds",
         ), 0.0)
 
     # ------------------------------------------------------------------ status
@@ -261,7 +267,7 @@ class EngineCore:
     @property
     def busy(self) -> bool:
         """Work is running or waiting: the caller should not block waiting for messages."""
-        return any(len(g.search) or g.waiting or g.background for g in self.groups.values())
+        return bool(self._attention_calls) or any(len(g.search) or g.waiting or g.background for g in self.groups.values())
 
     # ------------------------------------------------------------------ calls
     def screen(self, message: Any) -> list[Reply] | None:
@@ -324,7 +330,10 @@ class EngineCore:
         if isinstance(message, Cancel):
             return self._drop(message.id, None)
         if isinstance(message, Attention):
-            return [self._attention(message)]
+            if (settled := self._screen_attention(message)) is not None:
+                return [settled]
+            self._attention_calls.append(message)
+            return []
         raise TypeError(f"unknown message {type(message).__name__}")
 
     def _translate(self, call: Translate, reservation: tuple[float, int, bool], sources: list[list[int] | None]) -> list[Reply]:
@@ -458,14 +467,43 @@ class EngineCore:
         cap = translator.config.max_positions - 1
         return [max_length_of(len(ids), options, cap) for ids in sources]
 
-    def _attention(self, call: Attention) -> Reply:
-        translator = self.models.get(call.model)
-        if translator is None:
+    def _screen_attention(self, call: Attention) -> Reply | None:
+        """The reply that settles an attention call at once (unknown model, deadline passed), or None."""
+        if call.model not in self.models:
             return Reply(call.id, error=INVALID, message=f"no model {call.model}")
         if call.deadline < time.monotonic():
             return Reply(call.id, error=EXPIRED, message="the deadline passed before the engine got the call")
+        return None
+
+    def _attend(self, calls: list[Attention]) -> list[Reply]:
+        """The round's attention calls: those that give their translation (and ask alike) in one forced
+        decoding per model, a few at a time; a failed pass is retried one call at a time, so that only
+        the call that breaks it fails."""
+        started = time.perf_counter()
+        replies, forced = [], {}
+        for call in calls:
+            if (settled := self._screen_attention(call)) is not None:  # its deadline passed while it waited
+                replies.append(settled)
+            elif call.target_text is None:
+                replies.append(self._attention(call, attention_maps))
+            else:
+                forced.setdefault((call.model, tuple(call.include), call.score), []).append(call)
+        for (model_id, _, _), group in forced.items():
+            group.sort(key=lambda c: len(c.source))  # similar lengths pad less
+            for i in range(0, len(group), ATTENTION_BATCH):
+                chunk = group[i:i + ATTENTION_BATCH]
+                try:
+                    replies += [Reply(call.id, value=maps) for call, maps in zip(chunk, forced_attention_maps(self.models[model_id], chunk))]
+                except Exception:  # noqa: BLE001 - found again below, call by call
+                    replies += [self._attention(call, lambda t, c: forced_attention_maps(t, [c])[0]) for call in chunk]
+        self.stats["attention_calls"] += len(calls)
+        self.stats["attention_seconds"] += time.perf_counter() - started
+        return replies
+
+    def _attention(self, call: Attention, maps_of) -> Reply:
+        """One call's reply: maps_of(translator, call), or its error."""
         try:
-            return Reply(call.id, value=attention_maps(translator, call))
+            return Reply(call.id, value=maps_of(self.models[call.model], call))
         except ValueError as exc:
             return Reply(call.id, error=INVALID, message=str(exc))
         except Exception as exc:  # noqa: BLE001 - one failing call must not stop the engine
@@ -495,34 +533,47 @@ class EngineCore:
     # ------------------------------------------------------------------ steps
     def work(self) -> list[Reply]:
         """Expire calls past their deadline, then for every batch: let waiting sentences join and run
-        one step (with several lanes, the batches' joins and steps side by side)."""
+        one step (with several lanes, the batches' joins and steps side by side), and answer the
+        attention calls that came in (beside the lanes' steps)."""
         replies = self._expire()
         plans = []
         for key, group in list(self.groups.items()):
             joining = self._joining(group)
             if joining or len(group.search):
                 plans.append((key, group, joining))
+        attention, self._attention_calls = self._attention_calls, []
         started = time.perf_counter()
-        outcomes, overlapped = self._in_lanes(lambda plan: self._advance(plan[1].search, plan[2]), plans)
-        share = (time.perf_counter() - started) / len(plans) if overlapped else None  # engine time: the lanes overlapped
+        outcomes, overlapped, attended = self._in_lanes(lambda plan: self._advance(plan[1].search, plan[2]), plans,
+                                                        beside=(lambda: self._attend(attention)) if attention else None)
+        replies += attended or []
+        # engine time: the lanes overlapped, so each has its share of their wall time
+        share = (max(o.ended for o in outcomes) - started) / len(plans) if overlapped else None
         for (key, group, joining), outcome in zip(plans, outcomes):
+            seconds = outcome.seconds if share is None else share
+            # the lanes' wall time is shared out evenly; each lane's join keeps its own part of its share
+            join_seconds = seconds * outcome.join_seconds / outcome.seconds if outcome.seconds > 0 else 0.0
+            self.stats["join_seconds"] += join_seconds
             if outcome.join_error is not None:
                 replies += self._join_one_by_one(group, joining, outcome.join_error)
             elif joining:
                 self.stats["joins"] += 1
                 self.stats["sentences_joined"] += len(joining)
             if outcome.stepped:
-                replies += self._after_step(key, group, outcome, outcome.seconds if share is None else share)
+                replies += self._after_step(key, group, outcome, seconds, step_seconds=seconds - join_seconds)
             else:
-                self._count(outcome.seconds if share is None else share, 0, 0, 0)
+                self._count(seconds, 0, 0, 0)
         return replies
 
-    def _in_lanes(self, fn, items: list) -> tuple[list, bool]:
+    def _in_lanes(self, fn, items: list, beside=None) -> tuple[list, bool, Any]:
         """fn over items, side by side on the lanes' threads where there are lanes and more than one
-        item, else one after the other here; and whether they ran side by side."""
-        if self._pool is not None and len(items) > 1:
-            return list(self._pool.map(fn, items)), True
-        return [fn(item) for item in items], False
+        item (or beside() to run here meanwhile), else one after the other here; whether they ran side
+        by side; and what beside() returned (None without it)."""
+        if self._pool is not None and (len(items) > 1 or items and beside is not None):
+            futures = [self._pool.submit(fn, item) for item in items]
+            aside = beside() if beside is not None else None
+            return [f.result() for f in futures], len(items) > 1, aside
+        aside = beside() if beside is not None else None
+        return [fn(item) for item in items], False, aside
 
     @staticmethod
     def _advance(search, joining: list[Sentence]) -> "_StepOutcome":
@@ -533,11 +584,17 @@ class EngineCore:
             try:
                 search.add(joining)
             except Exception as exc:  # noqa: BLE001 - handled on the engine's thread (_join_one_by_one)
-                return _StepOutcome([], None, time.perf_counter() - started, 0, 0, stepped=False, join_error=exc)
+                ended = time.perf_counter()
+                return _StepOutcome([], None, ended - started, 0, 0, stepped=False, join_error=exc, join_seconds=ended - started,
+                                    ended=ended)
+        ended = time.perf_counter()
+        joined = ended - started
         if not len(search):
-            return _StepOutcome([], None, time.perf_counter() - started, 0, 0, stepped=False)
+            return _StepOutcome([], None, joined, 0, 0, stepped=False, join_seconds=joined, ended=ended)
         outcome = EngineCore._run_step(search)
-        outcome.seconds = time.perf_counter() - started
+        outcome.ended = time.perf_counter()
+        outcome.seconds = outcome.ended - started
+        outcome.join_seconds = joined
         return outcome
 
     @staticmethod
@@ -638,9 +695,11 @@ class EngineCore:
                 replies += self._join_one_by_one(group, [sentence], one)
         return replies
 
-    def _after_step(self, key: tuple[str, int, str, int], group: _Group, outcome: "_StepOutcome", seconds: float) -> list[Reply]:
-        """Account for one search's step (`seconds` of engine time) and complete what finished; a failed
-        step loses its batch (its calls fail), and the engine goes on."""
+    def _after_step(self, key: tuple[str, int, str, int], group: _Group, outcome: "_StepOutcome", seconds: float,
+                    step_seconds: float) -> list[Reply]:
+        """Account for one search's join and step (`seconds` of engine time, `step_seconds` of them the
+        step's) and complete what finished; a failed step loses its batch (its calls fail), and the
+        engine goes on."""
         search, done, error, rows, live = group.search, outcome.done, outcome.error, outcome.rows, outcome.live
         if error is not None:
             log.error("a step failed", exc_info=error)
@@ -653,7 +712,7 @@ class EngineCore:
         finished = time.perf_counter()
         s = self.stats
         s["steps"] += 1
-        s["step_seconds"] += seconds
+        s["step_seconds"] += step_seconds
         s["rows_computed"] += rows
         s["rows_live"] += live
         replies = []
@@ -742,7 +801,7 @@ class EngineCore:
                 search.add([Sentence(i, src, limit) for i in range(n)])
             done = []
             while any(len(search) for search in searches):
-                outcomes, _ = self._in_lanes(self._run_step, [search for search in searches if len(search)])
+                outcomes, _, _ = self._in_lanes(self._run_step, [search for search in searches if len(search)])
                 for outcome in outcomes:
                     if outcome.error is not None:
                         raise outcome.error

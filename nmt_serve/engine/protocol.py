@@ -85,6 +85,7 @@ class Attention:
     average_heads: bool
     deadline: float
     target_prefix: list[int] = field(default_factory=list)  # as Translate's
+    score: bool = True  # False: the forced decoding's score is not wanted (the engine skips the output layer)
 
 
 @dataclass

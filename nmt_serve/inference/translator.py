@@ -97,8 +97,8 @@ class ForcedDecoding:
     """A given target scored by the model, token by token (teacher forcing)."""
 
     target_text: str
-    token_log_probs: list[float]  # one per target token, eos included
-    score: float  # their sum
+    token_log_probs: list[float] | None  # one per target token, eos included (None: not asked for)
+    score: float | None  # their sum
     attention: AttentionMaps
 
 
@@ -358,16 +358,18 @@ class Translator:
             raise ValueError(f"unknown attention kinds {sorted(unknown)}; choose from {ATTENTION_KINDS}")
 
     # ------------------------------------------------------------------ teacher forcing
-    def _teacher_forced(self, src: torch.Tensor, targets: list[list[int]], include: Sequence[str]):
-        """One forward pass over given targets (eos appended here): per-token log-probs and attention."""
+    def _teacher_forced(self, src: torch.Tensor, targets: list[list[int]], include: Sequence[str], scores: bool = True):
+        """One forward pass over given targets (eos appended here): per-token log-probs (None unless
+        `scores`) and attention."""
         cfg = self.config
         with_eos = [t + [cfg.eos_id] for t in targets]
         tgt_in = self._pad([t[:-1] for t in with_eos], prefix=cfg.decoder_start_id)
         tgt_out = self._pad(with_eos)
         with attention_backends(self.device):
             encoder_out = self.model.encode(src, need_weights="encoder_self" in include)
-            decoded = self.model.decode(tgt_in, encoder_out, need_weights=True)
-        log_probs = torch.log_softmax(decoded.logits, dim=-1, dtype=torch.float32).gather(-1, tgt_out[..., None])[..., 0]  # (B, T)
+            decoded = self.model.decode(tgt_in, encoder_out, need_weights=True, logits=scores)
+        log_probs = (torch.log_softmax(decoded.logits, dim=-1, dtype=torch.float32).gather(-1, tgt_out[..., None])[..., 0]  # (B, T)
+                     if scores else None)
         outputs = []
         for b, target in enumerate(with_eos):
             S = int((src[b] != cfg.pad_id).sum())
@@ -383,7 +385,7 @@ class Translator:
                 decoder_self=stack(decoded.self_attention, T, T) if "decoder_self" in include else None,
                 encoder_self=stack(encoder_out.self_attention, S, S) if "encoder_self" in include else None,
             )
-            outputs.append((log_probs[b, :T].tolist(), attention))
+            outputs.append((log_probs[b, :T].tolist() if scores else None, attention))
         return outputs
 
     def _attention(self, src: torch.Tensor, targets: list[list[int]], include: Sequence[str]) -> list[AttentionMaps]:
@@ -398,13 +400,25 @@ class Translator:
 
     @torch.inference_mode()
     def force_decode_ids(self, source_ids: list[int], target: str, *, attention_include: Sequence[str] = ("cross",),
-                         target_prefix: Sequence[int] = ()) -> ForcedDecoding:
+                         target_prefix: Sequence[int] = (), scores: bool = True) -> ForcedDecoding:
         """force_decode() on the encoder's ids of the source (target_prefix: the ids before the target's)."""
+        [forced] = self.force_decode_many([source_ids], [target], attention_include=attention_include,
+                                          target_prefixes=[target_prefix], scores=scores)
+        return forced
+
+    @torch.inference_mode()
+    def force_decode_many(self, sources: Sequence[Sequence[int]], targets: Sequence[str], *,
+                          attention_include: Sequence[str] = ("cross",), target_prefixes: Sequence[Sequence[int]] | None = None,
+                          scores: bool = True) -> list[ForcedDecoding]:
+        """force_decode_ids() of several translations in one padded pass: each weight is read once for
+        all of them, where one at a time reads every weight per sentence. scores=False: the attention
+        only (no log-probs, and no output layer)."""
         self._check_include(attention_include)
-        src = self._pad([source_ids])
-        target_ids = list(target_prefix) + self.tgt_tokenizer.encode(target)
-        [(log_probs, attention)] = self._teacher_forced(src, [target_ids], attention_include)
-        return ForcedDecoding(target, log_probs, float(sum(log_probs)), attention)
+        prefixes = target_prefixes or [()] * len(sources)
+        target_ids = [list(prefix) + self.tgt_tokenizer.encode(target) for prefix, target in zip(prefixes, targets)]
+        forced = self._teacher_forced(self._pad(sources), target_ids, attention_include, scores=scores)
+        return [ForcedDecoding(target, log_probs, float(sum(log_probs)) if scores else None, attention)
+                for target, (log_probs, attention) in zip(targets, forced)]
 
     @torch.inference_mode()
     def score_tokens(self, src_ids: list[int], target_ids: list[int]) -> float:

@@ -186,7 +186,7 @@ class EncoderOutput:
 
 @dataclass
 class DecoderOutput:
-    logits: torch.Tensor  # (B, T, V)
+    logits: torch.Tensor | None  # (B, T, V); None when not asked for
     self_attention: list[torch.Tensor] | None = None  # per layer (B, H, T, T_total), when asked
     cross_attention: list[torch.Tensor] | None = None  # per layer (B, H, T, S), when asked
 
@@ -281,9 +281,11 @@ class Transformer(nn.Module):
                 attentions.append(probs)
         return EncoderOutput(self.encoder_norm(x), src_mask, attentions)
 
-    def decode(self, tgt_in: torch.Tensor, encoder_out: EncoderOutput, need_weights: bool = False) -> DecoderOutput:
-        """Decoder inputs (B, T), the whole prefix -> next-token logits (B, T, V), under a causal mask.
-        Decoding one token at a time with a KV cache is the inference engine's (nmt_serve/inference/)."""
+    def decode(self, tgt_in: torch.Tensor, encoder_out: EncoderOutput, need_weights: bool = False,
+               logits: bool = True) -> DecoderOutput:
+        """Decoder inputs (B, T), the whole prefix -> next-token logits (B, T, V), under a causal mask
+        (logits=False: only the attention, without the output layer, the largest product of a short
+        sentence). Decoding one token at a time with a KV cache is the inference engine's (nmt_serve/inference/)."""
         T = tgt_in.size(1)
         x = self.embed("tgt", tgt_in)
         tgt_mask = causal_mask(T, tgt_in.device)  # (1, 1, T, T)
@@ -295,10 +297,12 @@ class Transformer(nn.Module):
             if need_weights:
                 self_attns.append(self_probs)
                 cross_attns.append(cross_probs)
-        logits = self.output_proj(self.decoder_norm(x))
+        if not logits:
+            return DecoderOutput(None, self_attns, cross_attns)
+        out = self.output_proj(self.decoder_norm(x))
         if self.logits_bias is not None:
-            logits = logits + self.logits_bias
-        return DecoderOutput(logits, self_attns, cross_attns)
+            out = out + self.logits_bias
+        return DecoderOutput(out, self_attns, cross_attns)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: (B, S), (B, T) -> logits (B, T, V)."""

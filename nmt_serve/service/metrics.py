@@ -15,6 +15,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 ENGINE_COUNTERS = {
     "steps": ("nmt_engine_steps", "decoder steps run (one token for every running row)"),
     "step_seconds": ("nmt_engine_step_seconds", "time spent in decoder steps"),
+    "join_seconds": ("nmt_engine_join_seconds", "time spent joining sentences to running batches (their encoder)"),
     "busy_seconds": ("nmt_engine_busy_seconds", "time spent computing (steps and encoders of joining sentences); "
                                                  "rate() of it is the engine's busy share"),
     "rows_computed": ("nmt_engine_rows_computed", "rows computed by steps (sentences x beams, empty slots included)"),

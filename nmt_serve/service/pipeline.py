@@ -266,7 +266,7 @@ async def _attention(engine, prepared: list[_Text], batches: dict[str, list[list
         return await engine.attention(model.engine_model, timeout, source=batches[model.id][k], target_text=results[model.id][k][0].text,
                                       target_prefix=model.target_prefix, beam_size=1, include=(),
                                       layers=list(range(model.info["n_decoder_layers"])), heads=list(range(model.info["n_heads"])),
-                                      encoder_layers=[], average_heads=True)
+                                      encoder_layers=[], average_heads=True, score=False)
 
     found = await asyncio.gather(*(one(served[m], k) for m, k in wanted))
     out = _Attention()

@@ -92,6 +92,19 @@ def test_lanes_step_side_by_side_and_give_what_one_loop_gives(translator):
     assert two.stats["busy_seconds"] > 0
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_join_time_is_counted_apart_from_step_time(translator, lanes):
+    """The joining sentences' encoder counts as join time, not step time, whether the lanes' steps
+    overlapped or not: busy = joins + steps."""
+    threads = torch.get_num_threads()
+    core = core_of(translator, lanes=lanes)
+    torch.set_num_threads(threads)
+    run(core, call(1, GERMAN[:3]), call(2, GERMAN[3:], beam=3))
+    s = core.stats
+    assert s["joins"] > 0 and s["join_seconds"] > 0 and s["step_seconds"] > 0
+    assert s["join_seconds"] + s["step_seconds"] == pytest.approx(s["busy_seconds"])
+
+
 def test_the_lanes_share_max_batch_sentences(translator):
     """max_batch_sentences bounds the sentences running per model and beam size, whatever the lanes (the
     memory plan counts on it)."""
@@ -202,13 +215,82 @@ def test_batching_off_runs_one_call_at_a_time(any_translator):
     assert core.stats["joins"] == 1
 
 
-def test_attention_runs_between_steps(any_translator):
-    core = core_of(any_translator)
+def attention_call(i, translator, text, target_text=None, *, score=True, deadline_s=5.0, include=("cross",)) -> Attention:
+    return Attention(i, "de-en", translator.inputs.tokens(text), target_text, 2, include, [0, 1], [0, 1, 2, 3], [], True,
+                     time.monotonic() + deadline_s, score=score)
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_attention_calls_are_answered_at_the_next_round_while_sentences_run(any_translator, lanes):
+    threads = torch.get_num_threads()
+    core = core_of(any_translator, lanes=lanes)
+    torch.set_num_threads(threads)
     core.handle(call(1, GERMAN[:2]))
     core.work()
-    [reply] = core.handle(Attention(2, "de-en", any_translator.inputs.tokens("Ein Hund"), None, 2, ("cross",), [0, 1], [0, 1, 2, 3], [], True, time.monotonic() + 5))
+    assert core.handle(attention_call(2, any_translator, "Ein Hund")) == []  # waits for the round
+    assert core.busy
+    replies = {r.id: r for r in core.work()}
+    reply = replies[2]
     assert reply.error is None and len(reply.value["cross"]) == 2 and len(reply.value["cross"][0]) == 1
+    assert core.stats["attention_calls"] == 1 and core.stats["attention_seconds"] > 0
     assert texts_of(run(core)[1])
+
+
+def test_attention_calls_of_a_round_are_forced_decoded_together_as_each_alone(translator):
+    """The calls that give their translation run in one padded pass: each gets the maps, score and
+    entropy it gets alone; a call that does not want the score gets None (the output layer is skipped)."""
+    sources = GERMAN[:5]
+    targets = ["A man rides a bike.", "Two dogs play in the snow .", "A woman reads", "Hello", "A small child sits on a bench."]
+    calls = lambda: [attention_call(i, translator, s, t, score=i % 2 == 0) for i, (s, t) in enumerate(zip(sources, targets))]  # noqa: E731
+    alone = {}
+    for c in calls():
+        core = core_of(translator)
+        assert core.handle(c) == []
+        [reply] = core.work()
+        alone[reply.id] = reply.value
+    core = core_of(translator)
+    for c in calls():
+        core.handle(c)
+    together = {r.id: r.value for r in core.work()}
+    assert sorted(together) == sorted(alone) == list(range(5))
+    for i, maps in together.items():
+        one = alone[i]
+        assert maps["source_tokens"] == one["source_tokens"] and maps["target_tokens"] == one["target_tokens"]
+        assert maps["alignment"] == one["alignment"]
+        assert maps["source_entropy"] == pytest.approx(one["source_entropy"], abs=1e-5)
+        assert torch.allclose(torch.tensor(maps["cross"]), torch.tensor(one["cross"]), atol=1e-5)
+        if i % 2 == 0:
+            assert maps["score"] == pytest.approx(one["score"], abs=1e-4) and maps["score"] < 0
+        else:
+            assert maps["score"] is None and one["score"] is None
+    forced = translator.force_decode_ids(translator.inputs.source_ids(translator.inputs.tokens(sources[0])), targets[0])
+    assert together[0]["score"] == pytest.approx(forced.score, abs=1e-4)
+
+
+def test_a_failing_attention_call_fails_alone(translator, monkeypatch):
+    """A pass that fails is retried call by call: only the call that breaks it gets the error; an expired
+    call is answered as such, and a call for no model at once."""
+    core = core_of(translator)
+    good = attention_call(1, translator, GERMAN[0], "A man rides a bike.")
+    bad = attention_call(2, translator, GERMAN[1], "Two dogs.")
+    late = attention_call(3, translator, GERMAN[2], "A woman.", deadline_s=0.05)
+    original = translator.force_decode_many
+
+    def breaks_on_dogs(sources, targets, **kw):
+        if "Two dogs." in targets:
+            raise RuntimeError("broken")
+        return original(sources, targets, **kw)
+
+    monkeypatch.setattr(translator, "force_decode_many", breaks_on_dogs)
+    for c in (good, bad, late):
+        assert core.handle(c) == []
+    [unknown] = core.handle(Attention(4, "xx-yy", [5], "x", 1, (), [0], [0], [], True, time.monotonic() + 5))
+    assert unknown.error is not None and "no model" in unknown.message
+    time.sleep(0.1)
+    replies = {r.id: r for r in core.work()}
+    assert replies[1].error is None and replies[1].value["alignment"]
+    assert replies[2].error == FAILED and "broken" in replies[2].message
+    assert replies[3].error == EXPIRED
 
 
 # ---------------------------------------------------------------------------------------- the process
