@@ -15,8 +15,8 @@ The process around it (process.py) moves messages; the tests drive it directly.
 - A call past its deadline, or cancelled by its caller, leaves (queued or running) and frees its
   admitted work.
 - Attention calls wait for the next round and run together (one forced decoding per model for those
-  that give their translation), beside the round's steps: on the engine's own thread while the
-  lanes step, between steps where there are no lanes.
+  that give their translation). With lanes (CPU) they run on a thread of their own while the lanes
+  go on stepping, and the calls that come in meanwhile run together next; without, between steps.
 - A background call (a job's chunk, protocol.BACKGROUND) waits in a queue of its own: its sentences join
   only while no interactive sentence waits, hold at most `background_share` of the running sentences
   of a model and beam size, and keep to that share of the lanes (at least one): interactive calls join
@@ -37,7 +37,8 @@ import os
 import time
 import uuid
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,6 +87,7 @@ WARMUP_BEAMS = (1, 4)  # beam sizes whose device-search graphs are captured at s
 # add latency; on a GPU a step of 256 rows costs about what one of 16 does
 AUTO_BATCH_SENTENCES = {"cpu": 64, "cuda": 256}
 ATTENTION_BATCH = 16  # attention calls forced-decoded in one pass at most (their maps are (T, S) per layer and head)
+ATTENTION_WAIT_S = 0.005  # with nothing else to do, how long a round waits for attention work before it looks for calls
 INTERACTIVE_GRACE_S = 0.5  # on CPU, background sentences keep to one per lane this long after an interactive call left
 
 
@@ -174,11 +176,14 @@ class EngineCore:
         # lanes are for the CPU: on a GPU one step already fills the device, and its graphs are one per beam size
         config = replace(config, lanes=1 if on_cuda else (config.lanes or usable_cores()))
         self.config = config
-        self._pool = None
+        self._pool = self._attention_pool = None
         if config.lanes > 1:
             torch.set_num_threads(config.threads or 1)  # this thread's joins too
             self._pool = ThreadPoolExecutor(config.lanes, thread_name_prefix="engine-lane",
                                             initializer=torch.set_num_threads, initargs=(config.threads or 1,))
+            # a forced decoding costs about what translating the sentence did: on its own thread the lanes do not wait for it
+            self._attention_pool = ThreadPoolExecutor(1, thread_name_prefix="engine-attention",
+                                                      initializer=torch.set_num_threads, initargs=(config.threads or 1,))
         self.incarnation = uuid.uuid4().hex
         self.calls: dict[int, _Call] = {}
         self.groups: dict[tuple[str, int, str, int], _Group] = {}  # (model, beam size, "device" or "eager", lane)
@@ -192,6 +197,7 @@ class EngineCore:
         # call id -> what screen() reserved (work units, sentences) and the sources it checked, until handle() takes them
         self._reserved: dict[Any, tuple[float, int, list]] = {}
         self._attention_calls: list[Attention] = []  # for the next round
+        self._attending: tuple[Future, list[Attention]] | None = None  # the attention calls running on their thread
         self.started = time.monotonic()
         self._last_expiry_check = 0.0
         self._window = [0.0, 0.0, 0, 0]  # engine seconds, units, source tokens, output tokens
@@ -267,7 +273,7 @@ class EngineCore:
     @property
     def busy(self) -> bool:
         """Work is running or waiting: the caller should not block waiting for messages."""
-        return bool(self._attention_calls) or any(len(g.search) or g.waiting or g.background for g in self.groups.values())
+        return bool(self._attention_calls) or self._attending is not None or any(len(g.search) or g.waiting or g.background for g in self.groups.values())
 
     # ------------------------------------------------------------------ calls
     def screen(self, message: Any) -> list[Reply] | None:
@@ -541,11 +547,9 @@ class EngineCore:
             joining = self._joining(group)
             if joining or len(group.search):
                 plans.append((key, group, joining))
-        attention, self._attention_calls = self._attention_calls, []
+        replies += self._attention_round()
         started = time.perf_counter()
-        outcomes, overlapped, attended = self._in_lanes(lambda plan: self._advance(plan[1].search, plan[2]), plans,
-                                                        beside=(lambda: self._attend(attention)) if attention else None)
-        replies += attended or []
+        outcomes, overlapped = self._in_lanes(lambda plan: self._advance(plan[1].search, plan[2]), plans)
         # engine time: the lanes overlapped, so each has its share of their wall time
         share = (max(o.ended for o in outcomes) - started) / len(plans) if overlapped else None
         for (key, group, joining), outcome in zip(plans, outcomes):
@@ -562,18 +566,36 @@ class EngineCore:
                 replies += self._after_step(key, group, outcome, seconds, step_seconds=seconds - join_seconds)
             else:
                 self._count(seconds, 0, 0, 0)
+        if not plans and self._attending is not None:  # nothing else runs: rather than spin, wait a little for it
+            wait_for([self._attending[0]], timeout=ATTENTION_WAIT_S)
+            replies += self._attention_round()
         return replies
 
-    def _in_lanes(self, fn, items: list, beside=None) -> tuple[list, bool, Any]:
+    def _attention_round(self) -> list[Reply]:
+        """The replies of the attention work that finished; the calls that wait start (on the attention
+        thread where there is one, else here, now)."""
+        replies = []
+        if self._attending is not None and self._attending[0].done():
+            (attending, calls), self._attending = self._attending, None
+            try:
+                replies += attending.result()
+            except Exception as exc:  # noqa: BLE001 - _attend answers every call; should it not, they fail, not the engine
+                log.exception("attention failed")
+                replies += [Reply(call.id, error=FAILED, message=str(exc)) for call in calls]
+        if self._attention_calls and self._attending is None:
+            calls, self._attention_calls = self._attention_calls, []
+            if self._attention_pool is None:
+                replies += self._attend(calls)
+            else:
+                self._attending = (self._attention_pool.submit(self._attend, calls), calls)
+        return replies
+
+    def _in_lanes(self, fn, items: list) -> tuple[list, bool]:
         """fn over items, side by side on the lanes' threads where there are lanes and more than one
-        item (or beside() to run here meanwhile), else one after the other here; whether they ran side
-        by side; and what beside() returned (None without it)."""
-        if self._pool is not None and (len(items) > 1 or items and beside is not None):
-            futures = [self._pool.submit(fn, item) for item in items]
-            aside = beside() if beside is not None else None
-            return [f.result() for f in futures], len(items) > 1, aside
-        aside = beside() if beside is not None else None
-        return [fn(item) for item in items], False, aside
+        item, else one after the other here; and whether they ran side by side."""
+        if self._pool is not None and len(items) > 1:
+            return list(self._pool.map(fn, items)), True
+        return [fn(item) for item in items], False
 
     @staticmethod
     def _advance(search, joining: list[Sentence]) -> "_StepOutcome":
@@ -801,7 +823,7 @@ class EngineCore:
                 search.add([Sentence(i, src, limit) for i in range(n)])
             done = []
             while any(len(search) for search in searches):
-                outcomes, _, _ = self._in_lanes(self._run_step, [search for search in searches if len(search)])
+                outcomes, _ = self._in_lanes(self._run_step, [search for search in searches if len(search)])
                 for outcome in outcomes:
                     if outcome.error is not None:
                         raise outcome.error

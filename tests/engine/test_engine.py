@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -221,19 +222,26 @@ def attention_call(i, translator, text, target_text=None, *, score=True, deadlin
 
 
 @pytest.mark.parametrize("lanes", [1, 2])
-def test_attention_calls_are_answered_at_the_next_round_while_sentences_run(any_translator, lanes):
+def test_attention_calls_run_beside_the_steps(any_translator, lanes, monkeypatch):
+    """An attention call waits for the next round; with lanes it runs on a thread of its own while the
+    sentences go on stepping, without them between steps on the engine's thread."""
     threads = torch.get_num_threads()
     core = core_of(any_translator, lanes=lanes)
     torch.set_num_threads(threads)
+    where = []
+    attend = core._attend
+    monkeypatch.setattr(core, "_attend", lambda calls: where.append(threading.current_thread().name) or attend(calls))
     core.handle(call(1, GERMAN[:2]))
     core.work()
     assert core.handle(attention_call(2, any_translator, "Ein Hund")) == []  # waits for the round
     assert core.busy
-    replies = {r.id: r for r in core.work()}
+    replies = run(core)
     reply = replies[2]
     assert reply.error is None and len(reply.value["cross"]) == 2 and len(reply.value["cross"][0]) == 1
     assert core.stats["attention_calls"] == 1 and core.stats["attention_seconds"] > 0
-    assert texts_of(run(core)[1])
+    assert texts_of(replies[1])
+    assert where == (["engine-attention_0"] if lanes > 1 else [threading.current_thread().name])
+    assert not core.busy
 
 
 def test_attention_calls_of_a_round_are_forced_decoded_together_as_each_alone(translator):
@@ -244,14 +252,9 @@ def test_attention_calls_of_a_round_are_forced_decoded_together_as_each_alone(tr
     calls = lambda: [attention_call(i, translator, s, t, score=i % 2 == 0) for i, (s, t) in enumerate(zip(sources, targets))]  # noqa: E731
     alone = {}
     for c in calls():
-        core = core_of(translator)
-        assert core.handle(c) == []
-        [reply] = core.work()
+        [reply] = run(core_of(translator), c).values()
         alone[reply.id] = reply.value
-    core = core_of(translator)
-    for c in calls():
-        core.handle(c)
-    together = {r.id: r.value for r in core.work()}
+    together = {i: r.value for i, r in run(core_of(translator), *calls()).items()}
     assert sorted(together) == sorted(alone) == list(range(5))
     for i, maps in together.items():
         one = alone[i]
@@ -287,7 +290,7 @@ def test_a_failing_attention_call_fails_alone(translator, monkeypatch):
     [unknown] = core.handle(Attention(4, "xx-yy", [5], "x", 1, (), [0], [0], [], True, time.monotonic() + 5))
     assert unknown.error is not None and "no model" in unknown.message
     time.sleep(0.1)
-    replies = {r.id: r for r in core.work()}
+    replies = run(core)
     assert replies[1].error is None and replies[1].value["alignment"]
     assert replies[2].error == FAILED and "broken" in replies[2].message
     assert replies[3].error == EXPIRED
