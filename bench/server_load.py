@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 from bench.common import ROOT, emit, machine, start_service, table, test_sources
 from bench.loadgen import run_load
@@ -39,7 +40,8 @@ def start_server(args, *extra: str) -> subprocess.Popen:
     device = ["--device", args.device] + (["--dtype", args.dtype] if args.dtype else [])
     threads = args.threads if args.lanes == 1 else 0  # the service's default with its lanes: one thread each
     return start_service(args.port, CHECKPOINT, [*device, "--threads", str(threads), "--lanes", str(args.lanes),
-                                                 "--max-batch-sentences", str(args.batch), *extra])
+                                                 "--max-batch-sentences", str(args.batch), *extra],
+                         root=Path(args.tree) if args.tree else ROOT)
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -53,8 +55,8 @@ def engine_counters(port: int) -> dict[str, float]:
         text = r.read().decode()
     out = {}
     for line in text.splitlines():
-        for name in ("busy_seconds", "step_seconds", "join_seconds", "call_seconds", "result_seconds", "io_seconds", "steps", "rows_live",
-                     "rows_computed", "joins", "sentences_joined"):
+        for name in ("busy_seconds", "step_seconds", "join_seconds", "attention_seconds", "attention_calls", "call_seconds",
+                     "result_seconds", "io_seconds", "steps", "rows_live", "rows_computed", "joins", "sentences_joined"):
             if line.startswith(f"nmt_engine_{name}_total "):
                 out[name] = float(line.split()[1])
     return out
@@ -62,7 +64,8 @@ def engine_counters(port: int) -> dict[str, float]:
 
 def engine_shares(d: dict[str, float], elapsed: float) -> str:
     join = d.get("join_seconds", d["busy_seconds"] - d["step_seconds"])  # a revision without the counter: the rest
-    return " / ".join(f"{v / elapsed:.2f}" for v in (join, d["step_seconds"], d["call_seconds"], d["result_seconds"], d["io_seconds"]))
+    return " / ".join(f"{v / elapsed:.2f}" for v in (join, d["step_seconds"], d.get("attention_seconds", 0.0), d["call_seconds"],
+                                                   d["result_seconds"], d["io_seconds"]))
 
 
 def p50(values: list[float]) -> float:
@@ -166,9 +169,10 @@ def throughput(args, offline: Offline) -> str:
             f"Machine: {machine()}; {device_line(args)}; {engine_line(args)}, up to {args.batch} "
             f"sentences per batch; {args.clients} client processes.\n\n"
             + table(["API workers", "search", "server req/s", f"offline sent/s (batch {args.batch})", "server / offline", "p50 ms",
-                     "p99 ms", "200s", "client CPU ms/request", "engine busy share", "join / step / calls / results / io", "rows per step", "ms per step"], rows)
+                     "p99 ms", "200s", "client CPU ms/request", "engine busy share", "join / step / attention / calls / results / io", "rows per step", "ms per step"], rows)
             + "\n\nEngine busy share: engine time in joins and steps over the run's time; then the shares of the run's time "
-              "the engine spent joining sentences (their encoder), stepping, taking calls in, making replies and passing them to its I/O thread "
+              "the engine spent joining sentences (their encoder), stepping, on attention calls (the `detached` check's "
+              "forced decodings; beside the steps, on a thread of their own, where the engine has lanes), taking calls in, making replies and passing them to its I/O thread "
               "(the engine's own counters, from /metrics); rows per step: running rows per decoder step.\n")
 
 
@@ -363,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=64, help="throughput and engine sections (GPU goal: 256)")
     parser.add_argument("--batch", type=int, default=64, help="the offline batch size and the server's max_batch_sentences")
     parser.add_argument("--requests", type=int, default=256, help="sentences in the throughput and engine sections")
+    parser.add_argument("--tree", help="serve another checkout's code (a worktree of an older revision), to compare with it")
     parser.add_argument("--output")
     args = parser.parse_args(argv)
     offline = Offline(args)

@@ -25,6 +25,8 @@ ENGINE_COUNTERS = {
     "result_seconds": ("nmt_engine_result_seconds", "time spent turning finished sentences into replies"),
     "io_seconds": ("nmt_engine_io_seconds", "main-thread time spent passing replies to the I/O thread (pickling, ZeroMQ); "
                                                  "receiving and screening calls runs on the I/O thread, not counted here"),
+    "attention_calls": ("nmt_engine_attention_calls", "attention calls answered (the `detached` check's forced decodings, /v1/attention)"),
+    "attention_seconds": ("nmt_engine_attention_seconds", "time spent on attention calls (on a thread of their own beside the lanes' steps on CPU)"),
     "sentences_joined": ("nmt_engine_sentences_joined", "sentences that joined a running batch"),
     "joins": ("nmt_engine_joins", "step boundaries at which sentences joined"),
     "admitted_units": ("nmt_admitted_work_units", "work admitted, in decode units (beam x (source + expected output tokens))"),
