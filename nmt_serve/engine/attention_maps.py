@@ -29,14 +29,27 @@ def source_entropy(translator: Translator, maps: AttentionMaps) -> float:
     decoder expects, spreads it (text/quality_flags.py: `detached`); a source of one piece gives 0."""
     cross = maps.cross.mean(dim=(0, 1))  # (T, S)
     rows = cross[:-1] if cross.shape[0] > 1 else cross
-    first = 1 if translator.inputs.multilingual else 0
-    last = cross.shape[1] - (1 if translator.inputs.append_eos else 0)
+    first, last = own_pieces(translator, cross.shape[1])
     own = rows[:, first:last]
     if own.shape[1] < 2:
         return 0.0
     p = own / own.sum(dim=-1, keepdim=True).clamp_min(1e-9)
     entropy = -(p * p.clamp_min(1e-9).log()).sum(dim=-1)
     return float(entropy.mean() / math.log(own.shape[1]))
+
+
+def own_pieces(translator: Translator, source_length: int) -> tuple[int, int]:
+    """Source positions [first, last) of a source's own pieces: its language tag or code and </s> left out."""
+    return 1 if translator.inputs.multilingual else 0, source_length - (1 if translator.inputs.append_eos else 0)
+
+
+def searched_entropy(entropies: list[float], span: tuple[int, int]) -> float:
+    """source_entropy of a translation from what the search kept of its cross-attention (per target row,
+    eos's included, the entropy over the own pieces `span`), as source_entropy() reads it from a forced
+    decoding of it."""
+    first, last = span
+    kept = entropies[:-1] if len(entropies) > 1 else entropies
+    return sum(kept) / len(kept) / math.log(last - first) if last - first >= 2 and kept else 0.0
 
 
 def attention_maps(translator: Translator, call: Attention) -> dict:

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from nmt_serve.engine.admission import Admission
-from nmt_serve.engine.attention_maps import attention_maps, forced_attention_maps
+from nmt_serve.engine.attention_maps import attention_maps, forced_attention_maps, own_pieces, searched_entropy
 from nmt_serve.engine.memory_plan import MemoryPlan
 from nmt_serve.engine.protocol import (
     EXPIRED,
@@ -362,7 +362,7 @@ class EngineCore:
         for i, limit in zip(todo, limits):
             state.max_lengths[i] = limit
             sentence = Sentence((call.id, i), sources[i], limit, options.length_penalty, options.num_hypotheses,
-                                tuple(call.target_prefix), lexical[i])
+                                tuple(call.target_prefix), lexical[i], self._attention_span(translator, options, sources[i]))
             # dynamic beam allocation needs beams, so a greedy call's constrained sentences run beam search
             beam = max(options.beam_size, CONSTRAINED_MIN_BEAM) if lexical[i] else options.beam_size
             key, group = self._group_for(call.model, beam, sentence, background=call.priority != INTERACTIVE)
@@ -749,8 +749,9 @@ class EngineCore:
             if hyps[0].unmet:  # no hypothesis holds every term: the free translation instead, flagged
                 self._translate_free(key, state, call_id, index)
                 continue
+            span = self._attention_span(translator, options, state.sources[index])
             state.results[index] = [self._translation(translator, h, options, state.max_lengths[index], forced,
-                                                      unmet=index in state.unmet) for h in hyps]
+                                                      unmet=index in state.unmet, span=span) for h in hyps]
             state.left -= 1
             n_src = state.source_tokens[index]
             n_out = len(hyps[0].tokens) + 1
@@ -773,18 +774,26 @@ class EngineCore:
         state.unmet.add(index)
         [lexical] = self.models[call.model].lexical_constraints(None, call.avoid, 1)
         sentence = Sentence((call_id, index), state.sources[index], state.max_lengths[index], call.options.length_penalty,
-                            call.options.num_hypotheses, tuple(call.target_prefix), lexical)
+                            call.options.num_hypotheses, tuple(call.target_prefix), lexical,
+                            self._attention_span(self.models[call.model], call.options, state.sources[index]))
         self.groups[key].waiting.appendleft((call_id, index, sentence))
 
     @staticmethod
+    def _attention_span(translator: Translator, options: DecodeOptions, source: list[int]) -> tuple[int, int] | None:
+        """The source positions a sentence's search keeps the cross-attention's entropy over, where the call asks for it."""
+        return own_pieces(translator, len(source)) if options.return_source_entropy else None
+
+    @staticmethod
     def _translation(translator: Translator, h: SearchHypothesis, options: DecodeOptions, max_length: int,
-                     forced: int = 0, unmet: bool = False) -> EngineHypothesis:
-        """forced: the call's target prefix at the start of h's tokens, which is not the translation's."""
+                     forced: int = 0, unmet: bool = False, span: tuple[int, int] | None = None) -> EngineHypothesis:
+        """forced: the call's target prefix at the start of h's tokens, which is not the translation's;
+        span: the source's own pieces, where the search kept the entropy over them."""
         scores = options.return_scores
+        entropy = searched_entropy(h.entropies, span) if span is not None and h.entropies is not None else None
         # the search forces eos at max_length, so a hypothesis that used every position was cut there
         return EngineHypothesis(translator.tgt_tokenizer.decode(h.tokens[forced:]), h.score if scores else None,
                                 h.normalized_score if scores else None, len(h.tokens) - forced, len(h.tokens) + 1 >= max_length,
-                                unmet)
+                                unmet, entropy)
 
     def _count(self, seconds: float, units: float, source: int, output: int) -> None:
         """Engine time and finished work, folded into the admission rate every RATE_WINDOW_S."""

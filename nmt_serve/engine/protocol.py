@@ -37,6 +37,9 @@ class DecodeOptions:
     max_length: int | None = None
     length_penalty: float = 1.0
     return_scores: bool = False
+    # the search keeps the cross-attention's source entropy of each translation (the `detached` check's
+    # number, as an Attention call's source_entropy), where it can (the eager search; on CUDA, None)
+    return_source_entropy: bool = False
 
 
 @dataclass
@@ -49,6 +52,7 @@ class EngineHypothesis:
     tokens: int = 0  # generated tokens, eos excluded
     truncated: bool = False  # stopped by max_length, not by the model's eos
     constraint_unmet: bool = False  # its terms did not all fit within max_length: this is the free translation
+    source_entropy: float | None = None  # DecodeOptions.return_source_entropy, where the search kept it
 
 
 @dataclass

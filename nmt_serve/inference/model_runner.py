@@ -515,12 +515,14 @@ class ModelRunner:
         return out.transpose(1, 2).reshape(N, H * D)
 
     @staticmethod
-    def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                          weights: list[torch.Tensor] | None = None) -> torch.Tensor:
         """Attention of a step as two batched matmuls: q (E, H, Q, D), the Q queries of each of E entries
         (a row, or a group of rows that share the keys); k, v (E, H, S, D); bias (E, 1, 1, S), 0 or -inf,
         or None. Returns (E, H, Q, D). Faster on the CPU than scaled_dot_product_attention's kernel for
         many rows (see MATMUL_ATTENTION_MIN_ROWS) and for a group's K queries (32 groups of 4, 25 source
-        tokens: 1.1-1.3x at 1 thread, 2-4x at 2)."""
+        tokens: 1.1-1.3x at 1 thread, 2-4x at 2). weights: a list that receives the attention weights,
+        (E, H, Q, S)."""
         E, H, S, D = k.shape
         Q = q.size(2)
         queries, keys = q.reshape(E * H, Q, D), k.reshape(E * H, S, D).transpose(1, 2)
@@ -528,15 +530,20 @@ class ModelRunner:
             scores = torch.bmm(queries, keys).mul_(D ** -0.5)
         else:
             scores = torch.baddbmm(bias.expand(E, H, Q, S).reshape(E * H, Q, S), queries, keys, alpha=D ** -0.5)
-        return torch.bmm(torch.softmax(scores, dim=-1), v.reshape(E * H, S, D)).view(E, H, Q, D)
+        probs = torch.softmax(scores, dim=-1)
+        if weights is not None:
+            weights.append(probs.view(E, H, Q, S))
+        return torch.bmm(probs, v.reshape(E * H, S, D)).view(E, H, Q, D)
 
     def embed_target(self, tokens: torch.Tensor, positions: torch.Tensor | int) -> torch.Tensor:
         """Decoder input: tokens (N,) at their positions -> (N, C), scaled, positioned (and normalized)."""
         x = torch.add(self.tgt_positions[positions], F.embedding(tokens, self.tgt_embedding), alpha=self.embed_scale)
         return self.tgt_embed_norm(x) if self.tgt_embed_norm is not None else x
 
-    def step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """tokens (N,): the newest token of each row -> logits (N, V) of the token after it."""
+    def step(self, tokens: torch.Tensor, cache: KVCache, cross: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """tokens (N,): the newest token of each row -> logits (N, V) of the token after it. cross: a
+        list that receives each row's cross-attention over the cache's source positions, (N, S),
+        averaged over layers and heads (what the attention maps' alignment and source entropy read)."""
         N, C, H, D = tokens.size(0), self.d_model, self.n_heads, self.head_dim
         assert N == cache.batch_size, f"{N} tokens for a cache of {cache.batch_size} rows"
         P = self.tgt_positions.size(0)
@@ -568,17 +575,24 @@ class ModelRunner:
             h = w.cross_norm(x) if pre else x
             ck, cv = cache.cross(i)  # (E, H, S, D) each: per row, or per group of K rows
             q = w.cross_q(h)  # (N, C)
+            weights = [] if cross is not None else None  # this layer's cross-attention weights
             if cache.grouped:  # the K rows of a group share their source: its K queries attend to it at once
                 K = cache.group_size
                 q = q.view(N // K, K, H, D).transpose(1, 2)  # (G, H, K, D)
-                a = self._matmul_attention(q, ck, cv, cache.src_bias()).transpose(1, 2).reshape(N, C)
-            elif matmuls:
-                a = self._matmul_attention(q.view(N, H, 1, D), ck, cv, cache.src_bias()).view(N, C)
+                a = self._matmul_attention(q, ck, cv, cache.src_bias(), weights).transpose(1, 2).reshape(N, C)
+            elif matmuls or cross is not None:  # the weights are the matmuls' (the fused kernel keeps them)
+                a = self._matmul_attention(q.view(N, H, 1, D), ck, cv, cache.src_bias(), weights).view(N, C)
             else:
                 a = F.scaled_dot_product_attention(q.view(N, H, 1, D), ck, cv, attn_mask=cache.src_mask).view(N, C)
+            if weights:  # (E, H, Q, S), Q queries per entry: (G, H, K, S) grouped, else (N, H, 1, S) -> (N, S)
+                heads = weights[0].mean(dim=1).view(N, -1)
+                averaged = heads if i == 0 else averaged + heads
             x = self._residual(x, w.cross_out(a), w.cross_norm)
             x = self._feed_forward(x, w.ffn)
         cache.advance()
+        if cross is not None:
+            cross.append(averaged / len(self.decoder_layers))
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.output(x)  # (N, V)
+

@@ -84,6 +84,9 @@ class SearchHypothesis:
     normalized_score: float  # score / length ** length_penalty; ranks the n-best list
     finished: bool  # ended with eos (always true: eos is forced at max_length)
     unmet: bool = False  # the sentence had positive lexical constraints that no hypothesis met: this is the free translation
+    # per target row, eos's included: the entropy of the cross-attention over the source's own pieces,
+    # where the search was asked to keep it (continuous.Sentence.attention_span)
+    entropies: list[float] | None = None
 
 
 # an empty source gets the empty translation, not whatever the model says to a bare eos

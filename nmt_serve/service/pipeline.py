@@ -180,10 +180,14 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
     big = sum(len(t) for t in texts) > INLINE_PREPARE_CHARS
     prepared, batches, sentence_texts = await asyncio.to_thread(prepare) if big else prepare()
 
+    # a job's sentences are never checked: the engine takes attention calls ahead of interactive work
+    check = state.settings.attention_check if attention_check and request is not None else "off"
+
     async def run() -> tuple[dict[str, list[list[EngineHypothesis]]], _Attention]:
         ids = list(batches)
-        # scores always: the low-confidence flag reads them (the response shows them only when asked)
-        scored = replace(options, return_scores=True)
+        # scores always: the low-confidence flag reads them (the response shows them only when asked); the
+        # source entropy where the `detached` check may read it (the search keeps it at little cost)
+        scored = replace(options, return_scores=True, return_source_entropy=check != "off")
         served = {t.model.id: t.model for t in prepared if t.model is not None}
         terms = terminology or Terminology()
         results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout,
@@ -191,8 +195,6 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
                                                                         terms=terms.terms_for(sentence_texts[m]), avoid=terms.avoid)
                                                        for m in ids))))
         results = {m: _cleaned(hyps, sentence_texts[m], served[m].inputs.tokenizer) for m, hyps in results.items()}
-        # a job's sentences are never checked: the engine takes attention calls ahead of interactive work
-        check = state.settings.attention_check if attention_check and request is not None else "off"
         attention = await _attention(engine, prepared, batches, sentence_texts, results, timeout, check)
         return results, attention
 
@@ -227,7 +229,8 @@ def _cleaned(hyps: list[list[EngineHypothesis]], sources: list[str], tokenizer: 
             text = restore_unknowns(text, tokenizer.unknown_spans(src))
         if "&" in text:
             text = unescape_output(src, text)
-        return h if text == h.text else replace(h, text=text)
+        # the search's source entropy was of the text before: the check then asks for the attention of this one
+        return h if text == h.text else replace(h, text=text, source_entropy=None)
 
     return [[clean(h, src) for h in nbest] for nbest, src in zip(hyps, sources)]
 
@@ -248,19 +251,23 @@ class _Attention:
 
 async def _attention(engine, prepared: list[_Text], batches: dict[str, list[list[int]]], sentence_texts: dict[str, list[str]],
                      results: dict[str, list[list[EngineHypothesis]]], timeout: float, check: str) -> _Attention:
-    """The engine's attention over the chosen translations, by forced decoding, one call per sentence that
-    needs it (only those pay for it): word alignments of the sentences inside HTML segments that hold
-    inline tags, and the source entropy of those the `detached` flag checks (check: the attention_check
-    setting)."""
+    """The engine's attention over the chosen translations: word alignments of the sentences inside HTML
+    segments that hold inline tags, and the source entropy of those the `detached` flag checks (check:
+    the attention_check setting), as the search kept it where it did (the eager search, the text as the
+    model wrote it), else by forced decoding, one call per sentence that needs it (only those pay for it)."""
     align = {(t.model.id, unit.first + k) for t in prepared if t.model for unit in t.units if unit.needs_alignment
              for k in range(len(unit.segmented.sentences))}
     served = {t.model.id: t.model for t in prepared if t.model is not None}
     checked = set() if check == "off" else {
         (m, k) for m, hyps in results.items() for k, nbest in enumerate(hyps)
         if check == "all" or needs_attention_check(_mean_logprob(nbest[0]), served[m].flag_thresholds)}
-    wanted = sorted((m, k) for m, k in align | checked if results[m][k][0].text)
+    out = _Attention()
+    for m, k in checked - align:  # the search kept it: no forced decoding
+        if (entropy := results[m][k][0].source_entropy) is not None and results[m][k][0].text:
+            out.source_entropy[(m, k)] = entropy
+    wanted = sorted((m, k) for m, k in align | checked if results[m][k][0].text and (m, k) not in out.source_entropy)
     if not wanted:
-        return _Attention()
+        return out
 
     async def one(model: ServedDirection, k: int) -> dict:
         return await engine.attention(model.engine_model, timeout, source=batches[model.id][k], target_text=results[model.id][k][0].text,
@@ -269,7 +276,6 @@ async def _attention(engine, prepared: list[_Text], batches: dict[str, list[list
                                       encoder_layers=[], average_heads=True, score=False)
 
     found = await asyncio.gather(*(one(served[m], k) for m, k in wanted))
-    out = _Attention()
     for (m, k), maps in zip(wanted, found):
         if (m, k) in align:
             source, target = sentence_texts[m][k], results[m][k][0].text

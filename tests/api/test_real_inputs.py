@@ -138,7 +138,14 @@ def test_a_fluent_translation_the_source_does_not_ground_is_flagged_detached(cli
     listed = {m["id"]: m for m in client.get("/v1/models").json()["models"]}
     thresholds = listed["de-en"]["quality_flags"]
     assert thresholds["min_mean_logprob"] < -0.67 < thresholds["attention_check_below"]
-    body = translate(client, ["Wie geht es dir?", "Zwei Kinder spielen im Garten."], return_scores=True)
+    engine = client.app.state.service.engine
+    asked, attention = [], engine.attention
+    engine.attention = lambda *a, **kw: asked.append(kw) or attention(*a, **kw)
+    try:
+        body = translate(client, ["Wie geht es dir?", "Zwei Kinder spielen im Garten."], return_scores=True)
+    finally:
+        engine.attention = attention
     doubtful, fine = body["translations"]
     assert doubtful["flags"] == [{"sentence": 0, "source": "Wie geht es dir?", "text": doubtful["text"], "flags": ["detached"]}], doubtful
     assert "flags" not in fine
+    assert asked == []  # the engine's search kept the source entropy: no forced decoding was asked for

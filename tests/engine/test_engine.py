@@ -270,6 +270,33 @@ def test_attention_calls_of_a_round_are_forced_decoded_together_as_each_alone(tr
     assert together[0]["score"] == pytest.approx(forced.score, abs=1e-4)
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+def test_the_search_keeps_the_source_entropy_a_forced_decoding_reads(any_translator, beam):
+    """return_source_entropy: the eager search keeps, token by token, the cross-attention's entropy over
+    the source's own pieces; each translation's equals what a forced decoding of it reads (the
+    `detached` check then needs no attention call). The device search keeps none: None there."""
+    core = core_of(any_translator)
+    texts = GERMAN + ["Ein Hund", "Zwei Männer und eine Frau stehen vor einem großen Haus in der Stadt."]
+    replies = run(core, call(1, texts, beam=beam, max_length=40, return_source_entropy=True),
+                  call(2, texts, beam=beam, max_length=40))  # in one batch: rows with and without
+    reply, plain = replies[1], replies[2]
+    assert texts_of(reply) == texts_of(plain)
+    assert all(nbest[0].source_entropy is None for nbest in plain.value)  # not asked for: not kept
+    entropies = [nbest[0].source_entropy for nbest in reply.value]
+    if any_translator.uses_static_decoder:
+        assert entropies == [None] * len(texts)
+        return
+    compared = 0
+    for text, nbest, entropy in zip(texts, reply.value, entropies):
+        [maps] = run(core, attention_call(3, any_translator, text, nbest[0].text)).values()
+        if len(maps.value["target_tokens"]) != nbest[0].tokens + 1:  # the text tokenizes otherwise than the model wrote it
+            continue
+        assert entropy == pytest.approx(maps.value["source_entropy"], abs=1e-5), text
+        compared += 1
+    assert compared >= 1  # the tiny model's texts seldom tokenize back as written: test_continuous compares on ids
+    assert len(set(round(e, 4) for e in entropies)) > 1 and all(0.0 <= e <= 1.0 for e in entropies)
+
+
 def test_a_failing_attention_call_fails_alone(translator, monkeypatch):
     """A pass that fails is retried call by call: only the call that breaks it gets the error; an expired
     call is answered as such, and a call for no model at once."""

@@ -5,6 +5,7 @@ captured as CUDA graphs in the CUDA tests)."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import nmt_serve.inference.continuous as continuous
+from nmt_serve.engine.attention_maps import searched_entropy
 from nmt_serve.inference.continuous import ContinuousSearch, Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
 from nmt_serve.inference.device_search import DeviceSearch
@@ -451,3 +453,48 @@ def test_every_run_of_a_program_reads_what_its_first_run_read(monkeypatch, beam)
         with r:
             decoder.tokens[:2].add_(ones)
     assert reads[1].read - reads[0].read
+
+
+def forced_entropy(model, src: list[int], tokens: list[int], span: tuple[int, int]) -> float:
+    """The reference: a teacher-forced pass over the translation (eos appended), its cross-attention
+    averaged over layers and heads, each target row's entropy over the span renormalised, eos's row left
+    out, the mean over log(span) (attention_maps.source_entropy)."""
+    cfg = model.config
+    with torch.inference_mode():
+        encoded = model.encode(torch.tensor([src]))
+        decoded = model.decode(torch.tensor([[cfg.decoder_start_id] + tokens]), encoded, need_weights=True, logits=False)
+    cross = torch.stack(decoded.cross_attention)[:, 0].mean(dim=(0, 1))  # (T, S)
+    rows = cross[:-1] if cross.size(0) > 1 else cross
+    own = rows[:, span[0]:span[1]]
+    p = own / own.sum(dim=-1, keepdim=True)
+    return float(-(p * p.clamp_min(1e-9).log()).sum(dim=-1).mean() / torch.log(torch.tensor(float(own.size(1)))))
+
+
+@pytest.mark.parametrize("beam", [1, 2, 4])
+@pytest.mark.parametrize("grouped_from", [8, 1000])
+def test_the_search_keeps_each_translations_source_entropy(beam, grouped_from, monkeypatch):
+    """Sentences with an attention_span get, per hypothesis, the cross-attention's entropy of every target
+    token, following their beams; it equals a teacher-forced pass over the hypothesis. Rows without a span
+    keep none, and their translations do not change."""
+    monkeypatch.setattr(continuous, "GROUPED_BEAM_MIN_ROWS", grouped_from)
+    model = random_model(seed=3)
+    runner = ModelRunner(model)
+    srcs = sources(12, seed=beam)
+    spans = [(i % 2, len(s) - 1) if i % 3 else None for i, s in enumerate(srcs)]  # a language tag's place left out, or not
+    sentences = [Sentence(i, s, 12, num_hypotheses=beam, attention_span=span) for i, (s, span) in enumerate(zip(srcs, spans))]
+    results = run_staggered(ContinuousSearch(runner, beam_size=beam), [sentences[:4], sentences[4:7], sentences[7:]], [0, 2, 3])
+    plain = run_staggered(ContinuousSearch(runner, beam_size=beam), [[replace(s, attention_span=None) for s in sentences]], [0])
+    checked = 0
+    for i, span in enumerate(spans):
+        assert [h.tokens for h in results[i]] == [h.tokens for h in plain[i]]
+        for h in results[i]:
+            if span is None:
+                assert h.entropies is None
+                continue
+            assert len(h.entropies) == len(h.tokens) + 1  # eos's row too
+            if span[1] - span[0] < 2:  # one piece: nowhere else to look
+                assert searched_entropy(h.entropies, span) == 0.0
+                continue
+            assert searched_entropy(h.entropies, span) == pytest.approx(forced_entropy(model, srcs[i], h.tokens, span), abs=1e-5)
+            checked += 1
+    assert checked >= 4
