@@ -58,8 +58,9 @@ class Settings(BaseSettings):
                                                            "punctuation, else between words, and translated in pieces "
                                                            "(the shipped models saw at most ~40 in training and stop early past it)")
     attention_check: str = Field("borderline", pattern="^(borderline|all|off)$",
-                                 description="the `detached` quality flag reads the model's attention over a translation, a "
-                                             "forced decoding of it in the engine: borderline: for sentences whose score is "
+                                 description="the `detached` quality flag reads the model's attention over a translation, "
+                                             "kept by the engine's search as it translates (CPU), else a forced decoding of "
+                                             "it in the engine: borderline: for sentences whose score is "
                                              "between low_confidence's threshold and -0.4 (about a third of in-domain ones); "
                                              "all: for every sentence; off: never (only /v1/translate checks, and not in jobs)")
     language_detection: bool = Field(True, description="source \"auto\" and /detect (lingua's detectors, built before readiness: "
