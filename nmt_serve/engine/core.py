@@ -204,8 +204,8 @@ class EngineCore:
         self.model_stats = {mid: dict(source_tokens=0.0, generated_tokens=0.0, sentences=0.0) for mid in models}
         self._recent = dict(at=time.monotonic(), busy=0.0, steps=0.0, step_seconds=0.0, rows_live=0.0, rows_computed=0.0)
         self.stats: dict[str, float] = dict.fromkeys((
-            "busy_seconds", "steps", "step_seconds", "join_seconds", "rows_computed", "rows_live", "joins", "sentences_joined", "sentences_done",
-            "admitted_units", "refused_units", "refused_calls", "expired_calls",
+            "busy_seconds", "steps", "step_seconds", "join_seconds", "rows_computed", "rows_live", "joins", "sentences_joined",
+            "sentences_done", "admitted_units", "refused_units", "refused_calls", "expired_calls",
             "failed_calls", "calls", "call_seconds", "result_seconds", "io_seconds", "attention_calls", "attention_seconds",
         ), 0.0)
 
@@ -273,7 +273,8 @@ class EngineCore:
     @property
     def busy(self) -> bool:
         """Work is running or waiting: the caller should not block waiting for messages."""
-        return bool(self._attention_calls) or self._attending is not None or any(len(g.search) or g.waiting or g.background for g in self.groups.values())
+        return (bool(self._attention_calls) or self._attending is not None
+                or any(len(g.search) or g.waiting or g.background for g in self.groups.values()))
 
     # ------------------------------------------------------------------ calls
     def screen(self, message: Any) -> list[Reply] | None:
@@ -499,7 +500,8 @@ class EngineCore:
             for i in range(0, len(group), ATTENTION_BATCH):
                 chunk = group[i:i + ATTENTION_BATCH]
                 try:
-                    replies += [Reply(call.id, value=maps) for call, maps in zip(chunk, forced_attention_maps(self.models[model_id], chunk))]
+                    maps = forced_attention_maps(self.models[model_id], chunk)
+                    replies += [Reply(call.id, value=value) for call, value in zip(chunk, maps)]
                 except Exception:  # noqa: BLE001 - found again below, call by call
                     replies += [self._attention(call, lambda t, c: forced_attention_maps(t, [c])[0]) for call in chunk]
         self.stats["attention_calls"] += len(calls)

@@ -186,7 +186,7 @@ def run(config: dict) -> int:
     graceful = float(config.get("graceful_shutdown_s", 30.0))
     while True:
         now = time.monotonic()
-        if stopping["at"] is not None and inbox.empty() and (not core.calls or now - stopping["at"] > graceful):
+        if stopping["at"] is not None and inbox.empty() and (not (core.calls or core.busy) or now - stopping["at"] > graceful):
             break
         if not io.is_alive():  # no call could reach the core any more: exit, and the supervisor restarts it
             raise RuntimeError("the engine's I/O thread stopped")
