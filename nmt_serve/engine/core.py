@@ -751,9 +751,8 @@ class EngineCore:
             if hyps[0].unmet:  # no hypothesis holds every term: the free translation instead, flagged
                 self._translate_free(key, state, call_id, index)
                 continue
-            span = self._attention_span(translator, options, state.sources[index])
             state.results[index] = [self._translation(translator, h, options, state.max_lengths[index], forced,
-                                                      unmet=index in state.unmet, span=span) for h in hyps]
+                                                      unmet=index in state.unmet, source=state.sources[index]) for h in hyps]
             state.left -= 1
             n_src = state.source_tokens[index]
             n_out = len(hyps[0].tokens) + 1
@@ -782,20 +781,28 @@ class EngineCore:
 
     @staticmethod
     def _attention_span(translator: Translator, options: DecodeOptions, source: list[int]) -> tuple[int, int] | None:
-        """The source positions a sentence's search keeps the cross-attention's entropy over, where the call asks for it."""
-        return own_pieces(translator, len(source)) if options.return_source_entropy else None
+        """The source positions a sentence's search keeps the cross-attention's entropy over (and where it
+        looks most), where the call asks for either."""
+        return own_pieces(translator, len(source)) if options.return_source_entropy or options.return_alignment else None
 
     @staticmethod
     def _translation(translator: Translator, h: SearchHypothesis, options: DecodeOptions, max_length: int,
-                     forced: int = 0, unmet: bool = False, span: tuple[int, int] | None = None) -> EngineHypothesis:
+                     forced: int = 0, unmet: bool = False, source: list[int] | None = None) -> EngineHypothesis:
         """forced: the call's target prefix at the start of h's tokens, which is not the translation's;
-        span: the source's own pieces, where the search kept the entropy over them."""
+        source: the encoder's ids, for what the search kept of its attention."""
         scores = options.return_scores
-        entropy = searched_entropy(h.entropies, span) if span is not None and h.entropies is not None else None
+        entropy = alignment = source_pieces = target_pieces = None
+        if h.entropies is not None and source is not None:
+            if options.return_source_entropy:
+                entropy = searched_entropy(h.entropies, own_pieces(translator, len(source)))
+            if options.return_alignment:  # as attention_maps() has them: the target's pieces with eos
+                alignment = h.looks
+                source_pieces = translator.src_tokenizer.pieces(source)
+                target_pieces = translator.tgt_tokenizer.pieces(h.tokens + [translator.config.eos_id])
         # the search forces eos at max_length, so a hypothesis that used every position was cut there
         return EngineHypothesis(translator.tgt_tokenizer.decode(h.tokens[forced:]), h.score if scores else None,
                                 h.normalized_score if scores else None, len(h.tokens) - forced, len(h.tokens) + 1 >= max_length,
-                                unmet, entropy)
+                                unmet, entropy, alignment, source_pieces, target_pieces)
 
     def _count(self, seconds: float, units: float, source: int, output: int) -> None:
         """Engine time and finished work, folded into the admission rate every RATE_WINDOW_S."""

@@ -40,6 +40,8 @@ class DecodeOptions:
     # the search keeps the cross-attention's source entropy of each translation (the `detached` check's
     # number, as an Attention call's source_entropy), where it can (the eager search; on CUDA, None)
     return_source_entropy: bool = False
+    # and each translation's alignment (what an Attention call's alignment, source_tokens and target_tokens give), the same way
+    return_alignment: bool = False
 
 
 @dataclass
@@ -53,6 +55,11 @@ class EngineHypothesis:
     truncated: bool = False  # stopped by max_length, not by the model's eos
     constraint_unmet: bool = False  # its terms did not all fit within max_length: this is the free translation
     source_entropy: float | None = None  # DecodeOptions.return_source_entropy, where the search kept it
+    # DecodeOptions.return_alignment, where the search kept it: per target piece (the target prefix's and eos
+    # included) the source piece it attends most, and the pieces themselves (the source's as the model read it)
+    alignment: list[int] | None = None
+    source_pieces: list[str] | None = None
+    target_pieces: list[str] | None = None
 
 
 @dataclass

@@ -64,7 +64,8 @@ class Sentence:
     prefix: tuple[int, ...] = ()  # tokens its translation is forced to start with (SearchOptions.target_prefix)
     constraints: LexicalConstraints | None = None  # terms it must contain / avoid (lexical_constraints.py)
     # source positions [first, last) of its own pieces (its language tag and eos left out): its hypotheses
-    # then carry, per target token, the entropy of the cross-attention over them
+    # then carry, per target token, the entropy of the cross-attention over them and the source position
+    # it attends most
     attention_span: tuple[int, int] | None = None
 
 
@@ -77,6 +78,7 @@ class _Running:
     cancelled: bool = False
     progress: list[Progress] = field(default_factory=list)  # each beam's, on its positive constraints
     entropies: list[list[float]] = field(default_factory=list)  # each beam's, per token (attention_span)
+    looks: list[list[int]] = field(default_factory=list)  # each beam's, per token: the source position attended most
 
 
 # Positions before every running row's start are dropped once this many have piled up (a copy of the
@@ -174,7 +176,8 @@ class ContinuousSearch:
         self.last_tokens.view(-1, K).index_fill_(0, index, cfg.decoder_start_id)
         for g, s in zip(groups, sentences):
             self.slots[g] = _Running(s, [[] for _ in range(K)], progress=[s.constraints.start()] * K if s.constraints else [],
-                                     entropies=[[] for _ in range(K)] if s.attention_span else [])
+                                     entropies=[[] for _ in range(K)] if s.attention_span else [],
+                                     looks=[[] for _ in range(K)] if s.attention_span else [])
 
     def cancel(self, keys: set[Hashable]) -> None:
         """The sentences with these keys leave at the next step, without a result."""
@@ -224,7 +227,7 @@ class ContinuousSearch:
         cross = [] if any(r is not None and r.sentence.attention_span for r in self.slots) else None
         with attention_backends(device):
             logits = self.runner.step(self.last_tokens, self.cache, cross)  # (G*K, V)
-        entropies = self._entropies(cross[0]) if cross is not None else None
+        entropies, looks = self._attention_rows(cross[0]) if cross is not None else (None, None)
         lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
         G, V = len(self.slots), lp.size(-1)
         self.steps += 1
@@ -278,25 +281,28 @@ class ContinuousSearch:
                 tracked = bool(running.entropies)
                 for beam, score in ended:
                     unmet = bool(lex) and not lex.all_met(running.progress[beam])
-                    entropy = running.entropies[beam] + [entropies[g * K + beam]] if tracked else None  # eos's row too
-                    running.finished.append(SearchHypothesis(list(running.beams[beam]), score,
-                                                             normalize(score, running.step, s.length_penalty), True, unmet,
-                                                             entropy))
+                    row = g * K + beam  # eos's row counts too
+                    running.finished.append(SearchHypothesis(
+                        list(running.beams[beam]), score, normalize(score, running.step, s.length_penalty), True, unmet,
+                        running.entropies[beam] + [entropies[row]] if tracked else None,
+                        running.looks[beam] + [looks[row]] if tracked else None))
                 if lex:
                     running.progress = [after for *_, after in picked]
                 beams: list[list[int]] = []
                 followed: list[list[float]] = []
+                looked: list[list[int]] = []
                 for beam, token, score in continuing:
                     parents.append(g * K + beam)
                     beams.append(running.beams[beam] + [token])
                     if tracked:
                         followed.append(running.entropies[beam] + [entropies[g * K + beam]])
+                        looked.append(running.looks[beam] + [looks[g * K + beam]])
                     next_tokens.append(token)
                     next_scores.append(score)
                 chosen = len(continuing)
                 if len(running.finished) < K and running.step < s.max_length:
                     running.beams = beams
-                    running.entropies = followed
+                    running.entropies, running.looks = followed, looked
                     continue
                 if chosen:  # its rows stay as they are until another sentence takes them
                     del parents[-chosen:], next_tokens[-chosen:], next_scores[-chosen:]
@@ -315,17 +321,17 @@ class ContinuousSearch:
             self._reset()
         return done
 
-    def _entropies(self, cross: torch.Tensor) -> list[float]:
+    def _attention_rows(self, cross: torch.Tensor) -> tuple[list[float], list[int]]:
         """Per row, from its cross-attention over the source (N, S), layers and heads averaged: the
         entropy over its sentence's own pieces (attention_span, renormalised; attention_maps.source_entropy
-        one token at a time)."""
+        one token at a time), and the source position it attends most (the maps' alignment)."""
         K = self.K
         spans = torch.tensor([r.sentence.attention_span or (0, 0) if r is not None else (0, 0) for r in self.slots],
                              device=cross.device).repeat_interleave(K, dim=0)  # (N, 2)
         positions = torch.arange(cross.size(1), device=cross.device)
         own = cross * ((positions >= spans[:, :1]) & (positions < spans[:, 1:]))
         p = own / own.sum(dim=-1, keepdim=True).clamp_min(1e-9)
-        return (-(p * p.clamp_min(1e-9).log()).sum(dim=-1)).tolist()
+        return (-(p * p.clamp_min(1e-9).log()).sum(dim=-1)).tolist(), cross.argmax(dim=-1).tolist()
 
     def _reset(self) -> None:
         """Nothing runs: the next sentences start a fresh cache, with no joined rows to mask."""

@@ -84,9 +84,10 @@ class SearchHypothesis:
     normalized_score: float  # score / length ** length_penalty; ranks the n-best list
     finished: bool  # ended with eos (always true: eos is forced at max_length)
     unmet: bool = False  # the sentence had positive lexical constraints that no hypothesis met: this is the free translation
-    # per target row, eos's included: the entropy of the cross-attention over the source's own pieces,
-    # where the search was asked to keep it (continuous.Sentence.attention_span)
+    # per target row, eos's included, where the search was asked to keep them (continuous.Sentence.attention_span):
+    # the entropy of the cross-attention over the source's own pieces, and the source position attended most
     entropies: list[float] | None = None
+    looks: list[int] | None = None
 
 
 # an empty source gets the empty translation, not whatever the model says to a bare eos

@@ -162,7 +162,8 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
     terminology: glossary entries applied where their source terms occur, and terms to avoid (text/glossary.py).
     upstream_fallbacks: LibreTranslate's answers for source == target and undetectable texts (resolve_model).
     attention_check: the caller shows the flags, so the `detached` check runs as the attention_check
-    setting says (it costs a forced decoding per sentence checked; callers that show no flags skip it).
+    setting says (the engine's search keeps what it reads on CPU; elsewhere it costs a forced decoding per
+    sentence checked; callers that show no flags skip it).
     Without a request it is a job's chunk (jobs_runner.py): background priority in the engine, the
     chunk deadline, the job's own limits (checked when it was submitted)."""
     engine = state.require_ready()
@@ -186,8 +187,10 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
     async def run() -> tuple[dict[str, list[list[EngineHypothesis]]], _Attention]:
         ids = list(batches)
         # scores always: the low-confidence flag reads them (the response shows them only when asked); the
-        # source entropy where the `detached` check may read it (the search keeps it at little cost)
-        scored = replace(options, return_scores=True, return_source_entropy=check != "off")
+        # source entropy where the `detached` check may read it, and the alignment where inline tags need it
+        # (the search keeps them at little cost)
+        aligning = any(unit.needs_alignment for t in prepared for unit in t.units)
+        scored = replace(options, return_scores=True, return_source_entropy=check != "off", return_alignment=aligning)
         served = {t.model.id: t.model for t in prepared if t.model is not None}
         terms = terminology or Terminology()
         results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout,
@@ -229,8 +232,8 @@ def _cleaned(hyps: list[list[EngineHypothesis]], sources: list[str], tokenizer: 
             text = restore_unknowns(text, tokenizer.unknown_spans(src))
         if "&" in text:
             text = unescape_output(src, text)
-        # the search's source entropy was of the text before: the check then asks for the attention of this one
-        return h if text == h.text else replace(h, text=text, source_entropy=None)
+        # what the search kept of its attention was of the text before: the attention of this one is asked for
+        return h if text == h.text else replace(h, text=text, source_entropy=None, alignment=None)
 
     return [[clean(h, src) for h in nbest] for nbest, src in zip(hyps, sources)]
 
@@ -262,10 +265,17 @@ async def _attention(engine, prepared: list[_Text], batches: dict[str, list[list
         (m, k) for m, hyps in results.items() for k, nbest in enumerate(hyps)
         if check == "all" or needs_attention_check(_mean_logprob(nbest[0]), served[m].flag_thresholds)}
     out = _Attention()
-    for m, k in checked - align:  # the search kept it: no forced decoding
-        if (entropy := results[m][k][0].source_entropy) is not None and results[m][k][0].text:
-            out.source_entropy[(m, k)] = entropy
-    wanted = sorted((m, k) for m, k in align | checked if results[m][k][0].text and (m, k) not in out.source_entropy)
+    for m, k in align | checked:  # what the search kept: no forced decoding
+        best = results[m][k][0]
+        if not best.text:
+            continue
+        if (m, k) in align and best.alignment is not None:
+            out.alignments[(m, k)] = word_alignment(sentence_texts[m][k], best.text, best.source_pieces, best.target_pieces,
+                                                    best.alignment)
+        if (m, k) in checked and best.source_entropy is not None:
+            out.source_entropy[(m, k)] = best.source_entropy
+    wanted = sorted((m, k) for m, k in align | checked if results[m][k][0].text
+                    and ((m, k) in align and (m, k) not in out.alignments or (m, k) in checked and (m, k) not in out.source_entropy))
     if not wanted:
         return out
 

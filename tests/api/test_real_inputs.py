@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import lxml.html
 import pytest
@@ -105,6 +106,29 @@ def test_html_keeps_markup_and_moves_inline_tags_with_their_words(client):
     assert "dog" in root.find(".//b").text_content().lower()
     assert root.find(".//pre").text == "Nicht übersetzen." and "var s = 'Ein Hund';" in out and "<!-- Kommentar -->" in out
     assert [li.text_content() for li in root.iter("li")][0].startswith("Two children")
+
+
+def test_inline_tags_are_placed_by_the_alignment_the_search_kept(client):
+    """The engine's search keeps each sentence's alignment: HTML with inline tags asks for no forced
+    decoding, and comes out as it does from the forced decodings' alignments."""
+    html = ('<p>Ein <b>Hund</b> läuft über die <a href="/wiese">grüne Wiese</a>.</p>'
+            "<p>Zwei <i>kleine</i> Kinder spielen im <b>Garten</b> mit einem Ball.</p>")
+    engine = client.app.state.service.engine
+    asked, attention, translate_call = [], engine.attention, engine.translate
+
+    async def without_alignment(*args, **kw):  # what the engine gives where its search keeps none (CUDA)
+        return [[replace(h, alignment=None, source_entropy=None) for h in nbest] for nbest in await translate_call(*args, **kw)]
+
+    engine.attention = lambda *a, **kw: asked.append(kw) or attention(*a, **kw)
+    try:
+        kept = translate(client, html, format="html")["translations"][0]["text"]
+        assert asked == []
+        engine.translate = without_alignment
+        forced = translate(client, html, format="html")["translations"][0]["text"]
+        assert len(asked) == 2  # one forced decoding per sentence with inline tags
+    finally:
+        engine.attention, engine.translate = attention, translate_call
+    assert kept == forced and "<b>" in kept and "<i>" in kept, kept
 
 
 def test_source_auto_picks_the_model_or_gives_the_text_back(client):

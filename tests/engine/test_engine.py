@@ -271,20 +271,21 @@ def test_attention_calls_of_a_round_are_forced_decoded_together_as_each_alone(tr
 
 
 @pytest.mark.parametrize("beam", [1, 3])
-def test_the_search_keeps_the_source_entropy_a_forced_decoding_reads(any_translator, beam):
-    """return_source_entropy: the eager search keeps, token by token, the cross-attention's entropy over
-    the source's own pieces; each translation's equals what a forced decoding of it reads (the
-    `detached` check then needs no attention call). The device search keeps none: None there."""
+def test_the_search_keeps_the_source_entropy_and_alignment_a_forced_decoding_reads(any_translator, beam):
+    """return_source_entropy, return_alignment: the eager search keeps, token by token, the cross-attention's
+    entropy over the source's own pieces and where it looks most; each translation's equal what a forced
+    decoding of it reads (the `detached` check and inline tags then need no attention call). The device
+    search keeps none: None there."""
     core = core_of(any_translator)
     texts = GERMAN + ["Ein Hund", "Zwei Männer und eine Frau stehen vor einem großen Haus in der Stadt."]
-    replies = run(core, call(1, texts, beam=beam, max_length=40, return_source_entropy=True),
+    replies = run(core, call(1, texts, beam=beam, max_length=40, return_source_entropy=True, return_alignment=True),
                   call(2, texts, beam=beam, max_length=40))  # in one batch: rows with and without
     reply, plain = replies[1], replies[2]
     assert texts_of(reply) == texts_of(plain)
-    assert all(nbest[0].source_entropy is None for nbest in plain.value)  # not asked for: not kept
+    assert all(nbest[0].source_entropy is None and nbest[0].alignment is None for nbest in plain.value)  # not asked for
     entropies = [nbest[0].source_entropy for nbest in reply.value]
     if any_translator.uses_static_decoder:
-        assert entropies == [None] * len(texts)
+        assert entropies == [None] * len(texts) and all(nbest[0].alignment is None for nbest in reply.value)
         return
     compared = 0
     for text, nbest, entropy in zip(texts, reply.value, entropies):
@@ -292,6 +293,9 @@ def test_the_search_keeps_the_source_entropy_a_forced_decoding_reads(any_transla
         if len(maps.value["target_tokens"]) != nbest[0].tokens + 1:  # the text tokenizes otherwise than the model wrote it
             continue
         assert entropy == pytest.approx(maps.value["source_entropy"], abs=1e-5), text
+        best = nbest[0]
+        assert (best.alignment, best.source_pieces, best.target_pieces) == (
+            maps.value["alignment"], maps.value["source_tokens"], maps.value["target_tokens"]), text
         compared += 1
     assert compared >= 1  # the tiny model's texts seldom tokenize back as written: test_continuous compares on ids
     assert len(set(round(e, 4) for e in entropies)) > 1 and all(0.0 <= e <= 1.0 for e in entropies)

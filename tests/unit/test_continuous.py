@@ -455,10 +455,11 @@ def test_every_run_of_a_program_reads_what_its_first_run_read(monkeypatch, beam)
     assert reads[1].read - reads[0].read
 
 
-def forced_entropy(model, src: list[int], tokens: list[int], span: tuple[int, int]) -> float:
+def forced_attention(model, src: list[int], tokens: list[int], span: tuple[int, int]) -> tuple[float, list[int]]:
     """The reference: a teacher-forced pass over the translation (eos appended), its cross-attention
-    averaged over layers and heads, each target row's entropy over the span renormalised, eos's row left
-    out, the mean over log(span) (attention_maps.source_entropy)."""
+    averaged over layers and heads: each target row's entropy over the span renormalised, eos's row left
+    out, the mean over log(span) (attention_maps.source_entropy); and each row's most attended source
+    position (the maps' alignment)."""
     cfg = model.config
     with torch.inference_mode():
         encoded = model.encode(torch.tensor([src]))
@@ -467,15 +468,16 @@ def forced_entropy(model, src: list[int], tokens: list[int], span: tuple[int, in
     rows = cross[:-1] if cross.size(0) > 1 else cross
     own = rows[:, span[0]:span[1]]
     p = own / own.sum(dim=-1, keepdim=True)
-    return float(-(p * p.clamp_min(1e-9).log()).sum(dim=-1).mean() / torch.log(torch.tensor(float(own.size(1)))))
+    entropy = float(-(p * p.clamp_min(1e-9).log()).sum(dim=-1).mean() / torch.log(torch.tensor(float(own.size(1)))))
+    return entropy, cross.argmax(dim=-1).tolist()
 
 
 @pytest.mark.parametrize("beam", [1, 2, 4])
 @pytest.mark.parametrize("grouped_from", [8, 1000])
-def test_the_search_keeps_each_translations_source_entropy(beam, grouped_from, monkeypatch):
+def test_the_search_keeps_each_translations_source_entropy_and_alignment(beam, grouped_from, monkeypatch):
     """Sentences with an attention_span get, per hypothesis, the cross-attention's entropy of every target
-    token, following their beams; it equals a teacher-forced pass over the hypothesis. Rows without a span
-    keep none, and their translations do not change."""
+    token and the source position it attends most, following their beams; they are a teacher-forced
+    pass's over the hypothesis. Rows without a span keep none, and their translations do not change."""
     monkeypatch.setattr(continuous, "GROUPED_BEAM_MIN_ROWS", grouped_from)
     model = random_model(seed=3)
     runner = ModelRunner(model)
@@ -489,12 +491,14 @@ def test_the_search_keeps_each_translations_source_entropy(beam, grouped_from, m
         assert [h.tokens for h in results[i]] == [h.tokens for h in plain[i]]
         for h in results[i]:
             if span is None:
-                assert h.entropies is None
+                assert h.entropies is None and h.looks is None
                 continue
-            assert len(h.entropies) == len(h.tokens) + 1  # eos's row too
+            assert len(h.entropies) == len(h.looks) == len(h.tokens) + 1  # eos's row too
+            entropy, alignment = forced_attention(model, srcs[i], h.tokens, span)
+            assert h.looks == alignment
             if span[1] - span[0] < 2:  # one piece: nowhere else to look
                 assert searched_entropy(h.entropies, span) == 0.0
                 continue
-            assert searched_entropy(h.entropies, span) == pytest.approx(forced_entropy(model, srcs[i], h.tokens, span), abs=1e-5)
+            assert searched_entropy(h.entropies, span) == pytest.approx(entropy, abs=1e-5)
             checked += 1
     assert checked >= 4
