@@ -595,4 +595,3 @@ class ModelRunner:
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.output(x)  # (N, V)
-

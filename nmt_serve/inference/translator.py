@@ -400,10 +400,10 @@ class Translator:
 
     @torch.inference_mode()
     def force_decode_ids(self, source_ids: list[int], target: str, *, attention_include: Sequence[str] = ("cross",),
-                         target_prefix: Sequence[int] = (), scores: bool = True) -> ForcedDecoding:
+                         target_prefix: Sequence[int] = ()) -> ForcedDecoding:
         """force_decode() on the encoder's ids of the source (target_prefix: the ids before the target's)."""
         [forced] = self.force_decode_many([source_ids], [target], attention_include=attention_include,
-                                          target_prefixes=[target_prefix], scores=scores)
+                                          target_prefixes=[target_prefix])
         return forced
 
     @torch.inference_mode()
