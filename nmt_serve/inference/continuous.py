@@ -106,6 +106,9 @@ class ContinuousSearch:
         self.banned = torch.tensor(banned, dtype=torch.long, device=runner.device) if banned else None
         self.steps = 0  # decoder steps run so far (for metrics)
         self._forcing = False  # some running sentence has a target prefix: the steps look for forced tokens
+        # the (N, S) mask of the rows' own source pieces, with the slots (held, so that their ids stay theirs) and
+        # the source width it is for
+        self._own: tuple[tuple, tuple, torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return sum(r is not None for r in self.slots)
@@ -325,18 +328,28 @@ class ContinuousSearch:
         """Per row, from its cross-attention over the source (N, S), layers and heads averaged: the
         entropy over its sentence's own pieces (attention_span, renormalised; attention_maps.source_entropy
         one token at a time), and the source position it attends most (the maps' alignment)."""
-        K = self.K
-        spans = torch.tensor([r.sentence.attention_span or (0, 0) if r is not None else (0, 0) for r in self.slots],
-                             device=cross.device).repeat_interleave(K, dim=0)  # (N, 2)
-        positions = torch.arange(cross.size(1), device=cross.device)
-        own = cross * ((positions >= spans[:, :1]) & (positions < spans[:, 1:]))
+        own = cross * self._own_mask(cross.size(1), cross.device)
         p = own / own.sum(dim=-1, keepdim=True).clamp_min(1e-9)
-        return (-(p * p.clamp_min(1e-9).log()).sum(dim=-1)).tolist(), cross.argmax(dim=-1).tolist()
+        entropy = torch.special.entr(p).sum(dim=-1)  # -p log p, 0 where p is 0
+        rows = torch.stack([entropy, cross.argmax(dim=-1).to(entropy.dtype)]).tolist()  # one read of the device
+        return rows[0], [int(position) for position in rows[1]]
+
+    def _own_mask(self, S: int, device: torch.device) -> torch.Tensor:
+        """(N, S): each row's own source pieces (its sentence's attention_span; none for rows without
+        one), made again only when the sentences or the source width change (not every step)."""
+        key = (tuple(id(r) for r in self.slots), S)
+        if self._own is None or self._own[0] != key:
+            spans = torch.tensor([r.sentence.attention_span or (0, 0) if r is not None else (0, 0) for r in self.slots],
+                                 device=device).repeat_interleave(self.K, dim=0)  # (N, 2)
+            positions = torch.arange(S, device=device)
+            self._own = (key, tuple(self.slots), (positions >= spans[:, :1]) & (positions < spans[:, 1:]))
+        return self._own[2]
 
     def _reset(self) -> None:
         """Nothing runs: the next sentences start a fresh cache, with no joined rows to mask."""
         self.cache = None
         self.slots = []
         self._forcing = False
+        self._own = None
         self.beam_scores = torch.zeros(0, self.K, device=self.runner.device)
         self.last_tokens = torch.zeros(0, dtype=torch.long, device=self.runner.device)
