@@ -19,6 +19,11 @@ when translated alone (the tests hold it to that).
 All sentences of one search share the beam size and min_length (they shape the rows and the eos
 rule); max_length, length_penalty and the n-best size are per sentence. Options that need the
 eager reference (n-gram blocking, no cache) are not supported here.
+
+A sentence with an `attention_span` also gets, per hypothesis, what a forced decoding of it would
+read from the cross-attention (averaged over layers and heads): each target token's entropy over the
+source's own pieces and the source position it attends most, kept step by step along its beam. The
+service's `detached` check and inline HTML tags read them instead of decoding the translation again.
 """
 from __future__ import annotations
 
