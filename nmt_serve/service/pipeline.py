@@ -274,8 +274,8 @@ async def _attention(engine, prepared: list[_Text], batches: dict[str, list[list
                                                     best.alignment)
         if (m, k) in checked and best.source_entropy is not None:
             out.source_entropy[(m, k)] = best.source_entropy
-    wanted = sorted((m, k) for m, k in align | checked if results[m][k][0].text
-                    and ((m, k) in align and (m, k) not in out.alignments or (m, k) in checked and (m, k) not in out.source_entropy))
+    missing = {mk for mk in align if mk not in out.alignments} | {mk for mk in checked if mk not in out.source_entropy}
+    wanted = sorted((m, k) for m, k in missing if results[m][k][0].text)
     if not wanted:
         return out
 
