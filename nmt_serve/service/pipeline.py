@@ -181,7 +181,8 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
     big = sum(len(t) for t in texts) > INLINE_PREPARE_CHARS
     prepared, batches, sentence_texts = await asyncio.to_thread(prepare) if big else prepare()
 
-    # a job's sentences are never checked: the engine takes attention calls ahead of interactive work
+    # a job's sentences are never checked: nobody reads flags there, and without the search's numbers a check
+    # costs a forced decoding
     check = state.settings.attention_check if attention_check and request is not None else "off"
 
     async def run() -> tuple[dict[str, list[list[EngineHypothesis]]], _Attention]:
