@@ -260,7 +260,8 @@ def parity_section(quick: bool, results: dict) -> str:
 def joins_section(quick: bool, results: dict, device: str = "cuda") -> str:
     """What a join costs the engine's loop next to a step: host time (the call, which must not wait for
     the GPU) and device time (CUDA events around it, the GPU idle before), greedy and beam 4, 256
-    sentences running at natural lengths with room to run on (max_length 200)."""
+    sentences running at natural lengths with room to run on (max_length 200); and a step that keeps
+    the rows' attention (what the `detached` check and inline tags read), once one sentence asks for it."""
     from nmt_serve.inference.continuous import Sentence
     from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
     from nmt_serve.inference.device_search import JOIN_TOKENS, DeviceSearch
@@ -290,28 +291,36 @@ def joins_section(quick: bool, results: dict, device: str = "cuda") -> str:
     sizes = (1, 8, 32) if quick else (1, 8, 32, 128)
     for K in (1, 4):
         device_search = DeviceSearch(StaticDecoder(translator.runner, max_rows=(running + 2 * max(sizes) * repeat) * K, max_length=256))
-        device_search.warmup(beam_sizes=(K,), join_tokens=JOIN_TOKENS)
+        device_search.warmup(beam_sizes=(K,), join_tokens=JOIN_TOKENS, attention=True)
         search = ContinuousDeviceSearch(device_search, beam_size=K, check_every=10**6)  # no reads back while timing
         count = iter(range(10**9))
 
-        def sentences(n):
-            return [Sentence(next(count), ids[i % len(ids)], 200) for i in range(n)]
+        def sentences(n, keep=False):
+            return [Sentence(next(count), ids[i % len(ids)], 200, attention_span=(0, len(ids[i % len(ids)])) if keep else None)
+                    for i in range(n)]
 
         search.add(sentences(running))
         for _ in range(3):
             search.step()
         step_host, step_device = min(timed(search.step) for _ in range(repeat))
+        these = []
         for n in sizes:
             joins = [timed(lambda: search.add(sentences(n))) for _ in range(repeat)]
             join_host, join_device = min(h for h, _ in joins), min(d for _, d in joins)
-            rows.append(["greedy" if K == 1 else "beam 4", n, f"{join_host * 1000:.2f}", f"{join_device * 1000:.2f}",
-                         f"{step_host * 1000:.2f}", f"{step_device * 1000:.2f}", f"{join_device / step_device:.2f}"])
+            these.append(["greedy" if K == 1 else "beam 4", n, f"{join_host * 1000:.2f}", f"{join_device * 1000:.2f}",
+                          f"{step_host * 1000:.2f}", f"{step_device * 1000:.2f}", f"{join_device / step_device:.2f}"])
             results[f"join,{K},{n}"] = {"join_host": join_host, "join_device": join_device, "step_host": step_host,
                                         "step_device": step_device}
             search.step()
+        search.add(sentences(1, keep=True))  # from here on every step keeps the rows' attention
+        search.step()
+        kept = min(timed(search.step) for _ in range(repeat))[1]
+        results[f"step-attention,{K}"] = {"step_device": step_device, "step_attention_device": kept}
+        rows += [row + [f"{kept * 1000:.2f}"] for row in these]
     return ("### Joins vs a replayed step: 256 sentences running, n join (ms; the goal: a join's device time "
-            "<= 2 steps')\n\n" + table(["search", "n joining", "join host", "join device", "step host", "step device",
-                                          "join / step (device)"], rows))
+            "<= 2 steps'); last, the step that keeps the rows' attention\n\n"
+            + table(["search", "n joining", "join host", "join device", "step host", "step device", "join / step (device)",
+                     "step keeping attention (device)"], rows))
 
 
 SECTIONS = {"attention": attention_section, "latency": latency_section, "throughput": throughput_section,

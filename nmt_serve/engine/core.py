@@ -438,12 +438,15 @@ class EngineCore:
 
     def warmup(self) -> int:
         """Capture the device searches' programs (steps and joins) of every bucket for the common beam
-        sizes, before any call, so that no request pays for a capture. Returns the number of programs."""
+        sizes, before any call, so that no request pays for a capture; the steps that keep the rows'
+        attention too (the service asks for it with the `detached` check on, its default). Returns the
+        number of programs."""
         count = 0
         for model_id, translator in self.models.items():
             if translator.uses_static_decoder:
                 for beam in WARMUP_BEAMS:
-                    count += self._device_search(model_id, beam).warmup(beam_sizes=(beam,), join_tokens=self._join_tokens)
+                    count += self._device_search(model_id, beam).warmup(beam_sizes=(beam,), join_tokens=self._join_tokens,
+                                                                        attention=True)
         return count
 
     def over_budget(self) -> str | None:

@@ -15,7 +15,9 @@ this order:
        2 (self, cross) x n_layers x 2 (k, v) x H x max_length x D  elements,
    and a step's work space per row: its logits and their float32 log-probabilities, and in beam
    search the candidates' float32 scores, over the whole vocabulary (V x (itemsize + 4) bytes
-   greedy, V x (itemsize + 8) beam: with a 256k vocabulary, 3% of a row's keys/values).
+   greedy, V x (itemsize + 8) beam: with a 256k vocabulary, 3% of a row's keys/values); and the
+   device search's state (device_search.SearchSlots: each row's tokens and kept attention over
+   `max_length` positions, in beam search the finished hypotheses' too; the eager search holds less).
 With the static decoder (CUDA) the rows are fixed buffers and the work space lives in the CUDA
 graphs' pool; in the eager search (CPU) the cache grows with the sentences, and the plan bounds it
 at `max_length`. A plan that leaves less than one sentence is refused in one line, before a model
@@ -89,8 +91,18 @@ class ModelNeeds:
     def step_bytes_per_row(self, beam: int) -> int:
         return self.config.tgt_vocab_size * (self.itemsize + (4 if beam == 1 else 8))
 
+    def search_bytes_per_row(self, beam: int) -> int:
+        """device_search.SearchSlots for beams of this size, with the kept attention made, per row."""
+        T = self.max_length
+        # score, min/max length, forced token, attention span; tokens (long), entropy and look (4 bytes each)
+        row = 4 + 3 * 8 + 2 * 8 + T * (8 + 4 + 4)
+        # per sentence: alive; in beam search 2K + 1 finished slots (score, length, unmet, tokens, entropy,
+        # look), their count, its first row, the fresh beams' scores
+        group = 1 if beam == 1 else 1 + (2 * beam + 1) * (4 + 8 + 1 + T * (8 + 4 + 4)) + 8 + 8 + 4 * beam
+        return row + -(-group // beam)
+
     def rows_bytes(self, beam: int, rows: int) -> int:
-        return rows * (self.row_bytes() + self.step_bytes_per_row(beam))
+        return rows * (self.row_bytes() + self.step_bytes_per_row(beam) + self.search_bytes_per_row(beam))
 
     def sentence_bytes(self) -> int:
         """What one more running sentence costs: its rows in every start-up beam size's decoder."""

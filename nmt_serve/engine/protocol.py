@@ -38,7 +38,7 @@ class DecodeOptions:
     length_penalty: float = 1.0
     return_scores: bool = False
     # the search keeps the cross-attention's source entropy of each translation (the `detached` check's
-    # number, as an Attention call's source_entropy), where it can (the eager search; on CUDA, None)
+    # number, as an Attention call's source_entropy), eager search and device search alike
     return_source_entropy: bool = False
     # and each translation's alignment (what an Attention call's alignment, source_tokens and target_tokens give), the same way
     return_alignment: bool = False

@@ -28,6 +28,11 @@ which gives the free sentences beside them what the plain one does. A hypothesis
 term unmet comes back flagged `unmet`, as from the eager search: the caller searches again without the
 terms.
 
+A sentence with an `attention_span` keeps, as in ContinuousSearch, each target token's entropy of the
+cross-attention over its own source pieces and the position it attends most: while any such sentence
+runs, the steps are the programs that keep them for every row, in device buffers that follow the beams
+like the tokens (DeviceSearch.program's `attention`), copied out with the finished hypotheses.
+
 Sentences must fit the decoder (`fits`): source and output within its max_length, constraints within
 the buffers; the caller sends the others to the eager ContinuousSearch.
 """
@@ -77,6 +82,7 @@ class ContinuousDeviceSearch:
         self._first_joined = 0  # the step count when the oldest joined (bounds every row's position)
         self._first_end = 0  # the step count by which some sentence reaches its max_length
         self._terms: int | None = None  # term slots of the running sentences' constraints (term_slots); None: no constraints
+        self._attention = False  # some running sentence keeps its attention (attention_span): the steps keep it for every row
         self._cancelled = False
 
     def __len__(self) -> int:
@@ -140,7 +146,8 @@ class ContinuousDeviceSearch:
             done += size
             joining = [sentences[i] for i in chunk]
             tables.put([groups[i] for i in chunk], [s.src for s in joining],
-                       [(len(s.src), s.max_length, s.prefix[0] if s.prefix else -1) for s in joining], W, cfg.pad_id)
+                       [(len(s.src), s.max_length, s.prefix[0] if s.prefix else -1, *(s.attention_span or (0, 0))) for s in joining],
+                       W, cfg.pad_id)
             dec.run(*self.device_search.join_program(K, size, W, self.min_length))
         st.load_constraints(groups, [s.constraints for s in sentences])
         for g, s in zip(groups, sentences):
@@ -162,6 +169,7 @@ class ContinuousDeviceSearch:
             self._first_end = min(s.joined + s.sentence.max_length for s in running)
         constraints = [s.sentence.constraints for s in running]
         self._terms = term_slots(constraints) if any(constraints) else None
+        self._attention = any(s.sentence.attention_span for s in running)
 
     # ------------------------------------------------------------------ one step
     def _group_bucket(self) -> int:
@@ -187,7 +195,7 @@ class ContinuousDeviceSearch:
         # no row has run more steps than the oldest, nor past the decoder's positions
         target = min(self.steps - self._first_joined + 1, dec.max_length)
         dec.run(*self.device_search.program(self.K, self._group_bucket(), dec.length_bucket(max(self._longest_source, target)),
-                                            self._terms))
+                                            self._terms, self._attention))
         self.steps += 1
         self._since_check += 1
         if self._since_check < self.check_every and self.steps < self._first_end:
@@ -199,8 +207,9 @@ class ContinuousDeviceSearch:
         self._since_check = 0
         alive = self.state.alive[: len(self.slots)].tolist()  # the one read back from the device
         done_groups = [g for g, s in enumerate(self.slots) if s is not None and not alive[g]]
-        found = collect(self.decoder, self.state, done_groups, [self.slots[g].sentence.length_penalty for g in done_groups],
-                        [self.slots[g].sentence.num_hypotheses for g in done_groups])
+        sentences = [self.slots[g].sentence for g in done_groups]
+        found = collect(self.decoder, self.state, done_groups, [s.length_penalty for s in sentences], [s.num_hypotheses for s in sentences],
+                        [s.attention_span is not None for s in sentences])
         done = [(self.slots[g].sentence.key, hyps) for g, hyps in zip(done_groups, found)]
         for g in done_groups:
             self.slots[g] = None

@@ -42,8 +42,9 @@ from nmt_serve.inference.static_decoder import StaticDecoder, bucket_of, buckets
 
 CHECK_EVERY = 4  # steps between reads of which sentences still run
 # columns of a joining sentence's row in the join table before its ids: its group, source length,
-# max_length and forced first token (-1: none)
-JOIN_INFO = 4
+# max_length, forced first token (-1: none), and the span of source positions whose attention it keeps
+# (continuous.Sentence.attention_span; 0, 0: none)
+JOIN_INFO = 6
 # source positions (sentences x padded length) one join program encodes at most by default: the
 # engine's default max_batch_tokens, for which the memory plan reserves a join's activations
 JOIN_TOKENS = 4096
@@ -76,6 +77,10 @@ class SearchSlots:
         self.max_len = torch.ones(R, dtype=torch.long, device=device)
         self.forced = torch.full((R,), -1, dtype=torch.long, device=device)  # a forced first token, -1: none
         self.alive = torch.zeros(G, dtype=torch.bool, device=device)  # per sentence: still searching
+        # per row, the source positions [own_from, own_to) its attention's entropy is taken over (attention())
+        self.own_from = torch.zeros(R, dtype=torch.long, device=device)
+        self.own_to = torch.zeros(R, dtype=torch.long, device=device)
+        self.kept: _KeptAttention | None = None  # made with the first sentence that keeps its attention
         if K > 1:
             # finished hypotheses per sentence: at most 2K - 1 before it is done, plus a slot for discards
             self.fin_score = torch.zeros(G, 2 * K + 1, device=device)
@@ -92,13 +97,20 @@ class SearchSlots:
 
     def keep(self, groups: torch.Tensor, rows: torch.Tensor) -> None:
         n, m = rows.numel(), groups.numel()
-        for buffer in (self.score, self.history, self.min_len, self.max_len, self.forced):
+        kept = self.kept.buffers() if self.kept is not None else ((), ())
+        for buffer in (self.score, self.history, self.min_len, self.max_len, self.forced, self.own_from, self.own_to, *kept[0]):
             buffer[:n] = buffer[rows]
         per_group = (self.alive,) + ((self.fin_score, self.fin_len, self.fin_tokens, self.fin_count, self.fin_unmet) if self.K > 1 else ())
-        for buffer in per_group:
+        for buffer in per_group + kept[1]:
             buffer[:m] = buffer[groups]
         if self.lexical is not None:
             self.lexical.keep(groups, rows)
+
+    def attention(self) -> _KeptAttention:
+        """The buffers of what sentences keep of their cross-attention, made on first use."""
+        if self.kept is None:
+            self.kept = _KeptAttention(self.score.numel(), self.history.size(1), self.K, self.score.device)
+        return self.kept
 
     def constraints(self) -> DeviceConstraints:
         """The groups' lexical constraint buffers, made on first use (every group free)."""
@@ -121,6 +133,45 @@ class SearchSlots:
         if not isinstance(groups, torch.Tensor):
             groups = torch.tensor(groups, device=self.score.device)
         self.constraints().load(groups, constraints if constraints is not None else [None] * groups.numel())
+
+
+class _KeptAttention:
+    """Per row and generated position, what a sentence with an attention_span keeps of the cross-attention
+    (continuous.py keeps the same in Python lists): the entropy over its own source pieces and the source
+    position attended most; beam search keeps its finished hypotheses' too, like their tokens."""
+
+    def __init__(self, rows: int, positions: int, K: int, device: torch.device):
+        self.entropy = torch.zeros(rows, positions, device=device)
+        self.look = torch.zeros(rows, positions, dtype=torch.int32, device=device)
+        if K > 1:
+            G = rows // K
+            self.fin_entropy = torch.zeros(G, 2 * K + 1, positions, device=device)
+            self.fin_look = torch.zeros(G, 2 * K + 1, positions, dtype=torch.int32, device=device)
+
+    def buffers(self) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """(per row, per group)."""
+        return (self.entropy, self.look), ((self.fin_entropy, self.fin_look) if hasattr(self, "fin_entropy") else ())
+
+
+def _keep_attention(dec: StaticDecoder, slots: SearchSlots, weights: torch.Tensor, B: int, L: int) -> None:
+    """Each row's cross-attention of this step (B, L) -> its entropy over the row's own source positions
+    (renormalised there; continuous.ContinuousSearch._attention_rows) and its most attended position,
+    kept at the row's position, where its token's history is."""
+    seen = dec.positions[:L]
+    own = weights * ((seen[None, :] >= slots.own_from[:B, None]) & (seen[None, :] < slots.own_to[:B, None]))
+    p = own / own.sum(dim=-1, keepdim=True).clamp_min(1e-9)
+    rows, pos, kept = dec.rows[:B], dec.pos[:B], slots.kept
+    kept.entropy[rows, pos] = torch.special.entr(p).sum(dim=-1)  # -p log p, 0 where p is 0
+    kept.look[rows, pos] = weights.argmax(dim=-1).to(torch.int32)
+
+
+def _decode(dec: StaticDecoder, slots: SearchSlots, B: int, L: int, attention: bool) -> torch.Tensor:
+    """The decoder step's log-probs (B, V), float32; with attention, what the rows keep of it too."""
+    if not attention:
+        return torch.log_softmax(dec.step(B, L), dim=-1, dtype=torch.float32)
+    logits, weights = dec.step(B, L, weights=True)
+    _keep_attention(dec, slots, weights, B, L)
+    return torch.log_softmax(logits, dim=-1, dtype=torch.float32)
 
 
 @dataclass
@@ -151,7 +202,7 @@ def _constrain(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, max
 
 def _join_update(dec: StaticDecoder, slots: SearchSlots, table: torch.Tensor, min_length: int) -> None:
     """Sentences join the running search: table (n, JOIN_INFO + W) on the device holds per sentence its
-    group, source length, max_length and forced first token, then its ids padded to W. Their source
+    group, source length, max_length, forced first token and attention span, then its ids padded to W. Their source
     is encoded and their K rows each start at position 0, all of it in device tensors (no reads back),
     so that on CUDA it runs as one captured program per (n, W) bucket."""
     K = slots.K
@@ -172,6 +223,8 @@ def _join_update(dec: StaticDecoder, slots: SearchSlots, table: torch.Tensor, mi
     slots.max_len[rows] = info[:, 2]
     slots.min_len.index_fill_(0, rows, min_length)
     slots.forced[rows] = info[:, 3]
+    slots.own_from[rows] = info[:, 4]
+    slots.own_to[rows] = info[:, 5]
     if K == 1:
         slots.score.index_fill_(0, rows, 0.0)
     else:
@@ -209,9 +262,9 @@ class JoinTables:
             self._copied = None
         self._used = 0
 
-    def put(self, groups: list[int], sources: list[list[int]], info: list[tuple[int, int, int]], W: int, pad_id: int) -> None:
+    def put(self, groups: list[int], sources: list[list[int]], info: list[tuple[int, ...]], W: int, pad_id: int) -> None:
         """Fill the table for these sentences (in these groups; info: source length, max_length, forced
-        first token) and copy it to the device block."""
+        first token, attention span's start and end) and copy it to the device block."""
         n = len(groups)
         if self.device.type != "cuda":
             self._fill(self.table(n, W), groups, sources, info, pad_id)
@@ -225,7 +278,7 @@ class JoinTables:
         self._copied.record(torch.cuda.current_stream(self.device))
 
     @staticmethod
-    def _fill(table: torch.Tensor, groups: list[int], sources: list[list[int]], info: list[tuple[int, int, int]], pad_id: int) -> None:
+    def _fill(table: torch.Tensor, groups: list[int], sources: list[list[int]], info: list[tuple[int, ...]], pad_id: int) -> None:
         table[:, JOIN_INFO:] = pad_id
         table[:, :JOIN_INFO] = torch.tensor([(g, *i) for g, i in zip(groups, info)])
         lengths = torch.tensor([len(s) for s in sources])
@@ -234,8 +287,8 @@ class JoinTables:
         ids[torch.arange(ids.size(1))[None, :] < lengths[:, None]] = torch.tensor(list(chain.from_iterable(sources)), dtype=torch.long)
 
 
-def _greedy_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, B: int, L: int) -> None:
-    lp = torch.log_softmax(dec.step(B, L), dim=-1, dtype=torch.float32)  # (B, V)
+def _greedy_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, B: int, L: int, attention: bool) -> None:
+    lp = _decode(dec, slots, B, L, attention)  # (B, V)
     pos = dec.pos[:B]
     _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], slots.forced[:B], c)
     token_lp, token = lp.max(dim=-1)  # (B,)
@@ -248,10 +301,10 @@ def _greedy_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, B: int
     alive.logical_and_(token != c.eos)
 
 
-def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, L: int) -> None:
+def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, L: int, attention: bool) -> None:
     K = slots.K
     B = G * K
-    lp = torch.log_softmax(dec.step(B, L), dim=-1, dtype=torch.float32)  # (B, V)
+    lp = _decode(dec, slots, B, L, attention)  # (B, V)
     V = lp.size(-1)
     pos = dec.pos[:B]
     _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], slots.forced[:B], c)
@@ -272,6 +325,9 @@ def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, 
     parents_of_candidates = (slots.group_base[:G] + beam).view(-1)  # (G * 2K,)
     prefixes = slots.history[parents_of_candidates, :L].view(G, 2 * K, L)
     slots.fin_tokens[:G, :, :L].scatter_(1, slot[:, :, None].expand(G, 2 * K, L), prefixes)
+    if attention:  # this step's numbers are the parent's, at its position: eos's row with the rest
+        for per_row, fin in zip(*slots.kept.buffers()):
+            fin[:G, :, :L].scatter_(1, slot[:, :, None].expand(G, 2 * K, L), per_row[parents_of_candidates, :L].view(G, 2 * K, L))
     count.add_(ends.sum(1))
 
     # the best K candidates that are not eos continue, in order (at most K of the 2K are eos)
@@ -287,17 +343,20 @@ def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, 
     slots.score[:B] = next_score.reshape(B)
     slots.history[:B, :L] = slots.history[parent, :L]
     slots.history[dec.rows[:B], pos] = next_token
+    if attention:
+        for per_row in slots.kept.buffers()[0]:
+            per_row[:B, :L] = per_row[parent, :L]
     dec.reorder(parent, L)
     dec.tokens[:B] = next_token
     pos.add_(was_alive[:, None].expand(G, K).reshape(B))  # (no repeat_interleave: nothing here may wait on the device)
 
 
-def _lexical_beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, L: int, terms: int) -> None:
+def _lexical_beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, L: int, terms: int, attention: bool) -> None:
     """_beam_update with lexical constraints (device_constraints.py) over `terms` term slots: the masks,
     then the choice among the top 2K and the constraint candidates, grouped in banks."""
     K, lex = slots.K, slots.lexical
     B = G * K
-    lp = torch.log_softmax(dec.step(B, L), dim=-1, dtype=torch.float32)  # (B, V)
+    lp = _decode(dec, slots, B, L, attention)  # (B, V)
     V = lp.size(-1)
     pos = dec.pos[:B]
     max_len = slots.max_len[:B]
@@ -319,6 +378,9 @@ def _lexical_beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, 
     slots.fin_unmet[:G].scatter_(1, slot, chosen["unmet"])
     beam_slot = slot.new_full((G, K + 1), 2 * K).scatter_(1, torch.where(ended, chosen["beam"], K), slot)[:, :K]
     slots.fin_tokens[:G, :, :L].scatter_(1, beam_slot[:, :, None].expand(G, K, L), slots.history[:B, :L].view(G, K, L))
+    if attention:
+        for per_row, fin in zip(*slots.kept.buffers()):
+            fin[:G, :, :L].scatter_(1, beam_slot[:, :, None].expand(G, K, L), per_row[:B, :L].view(G, K, L))
     count.add_(ended.sum(1))
 
     next_token = chosen["next_token"].reshape(B)
@@ -328,6 +390,9 @@ def _lexical_beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, 
     lex.progress[:B, :terms] = chosen["next_progress"].reshape(B, terms)
     slots.history[:B, :L] = slots.history[parent, :L]
     slots.history[dec.rows[:B], pos] = next_token
+    if attention:
+        for per_row in slots.kept.buffers()[0]:
+            per_row[:B, :L] = per_row[parent, :L]
     dec.reorder(parent, L)
     dec.tokens[:B] = next_token
     pos.add_(was_alive[:, None].expand(G, K).reshape(B))
@@ -379,16 +444,21 @@ class DeviceSearch:
             self._slots[K] = SearchSlots(self.decoder, K)
         return self._slots[K]
 
-    def program(self, K: int, G: int, L: int, terms: int | None = None):
+    def program(self, K: int, G: int, L: int, terms: int | None = None, attention: bool = False):
         """The step of G groups of K rows over L positions: (its graph key, the function to run or capture).
         terms: with lexical constraints over that many term slots (device_constraints.term_slots; beam
-        search only, slots(K).constraints() made); None: without."""
+        search only, slots(K).constraints() made); None: without. attention: the rows keep what their
+        cross-attention says (the entropy over their own_from/own_to span, the position attended most;
+        slots(K).attention() is made here)."""
         dec, slots, c = self.decoder, self.slots(K), self.constants
+        if attention:
+            slots.attention()
+        tag = "-attention" if attention else ""
         if K == 1:
-            return ("greedy", G, L), lambda: _greedy_update(dec, slots, c, G, L)
+            return ("greedy" + tag, G, L), lambda: _greedy_update(dec, slots, c, G, L, attention)
         if terms is not None:
-            return ("beam-lexical", K, G, L, terms), lambda: _lexical_beam_update(dec, slots, c, G, L, terms)
-        return ("beam", K, G, L), lambda: _beam_update(dec, slots, c, G, L)
+            return ("beam-lexical" + tag, K, G, L, terms), lambda: _lexical_beam_update(dec, slots, c, G, L, terms, attention)
+        return ("beam" + tag, K, G, L), lambda: _beam_update(dec, slots, c, G, L, attention)
 
     @property
     def join_tables(self) -> JoinTables:
@@ -404,12 +474,13 @@ class DeviceSearch:
         return ("join", K, n, W, min_length), lambda: _join_update(dec, slots, table, min_length)
 
     def warmup(self, beam_sizes=(1, 4), max_sentences: int | None = None, lengths: list[int] | None = None,
-               lexical: bool = False, join_tokens: int | None = None) -> int:
+               lexical: bool = False, join_tokens: int | None = None, attention: bool = False) -> int:
         """Run (and on CUDA capture) the step of every bucket for these beam sizes, up to max_sentences
         per step and these length buckets (all by default), so that no request pays for a first run;
         lexical: the constrained beam steps too (every number of term slots); join_tokens: the join
-        programs too (continuous batching, min_length 0), those of at most that many source positions.
-        Leaves every group free. Returns the number of programs."""
+        programs too (continuous batching, min_length 0), those of at most that many source positions;
+        attention: each step's twin that keeps the rows' attention too (see program()). Leaves every
+        group free. Returns the number of programs."""
         dec = self.decoder
         count = 0
         for K in beam_sizes:
@@ -422,13 +493,14 @@ class DeviceSearch:
                     dec.pos[: G * K] = 0
                     dec.src_len[: G * K] = 1
                     slots.alive[:G] = False
-                    dec.run(*self.program(K, G, L))
-                    count += 1
-                    if lexical and K > 1:
-                        slots.constraints()
-                        for terms in buckets(MAX_TERMS):
-                            dec.run(*self.program(K, G, L, terms))
-                            count += 1
+                    for kept in (False, True) if attention else (False,):
+                        dec.run(*self.program(K, G, L, attention=kept))
+                        count += 1
+                        if lexical and K > 1:
+                            slots.constraints()
+                            for terms in buckets(MAX_TERMS):
+                                dec.run(*self.program(K, G, L, terms, attention=kept))
+                                count += 1
             if join_tokens is not None:
                 count += self._warm_joins(K, max_sentences, lengths or dec.length_buckets, join_tokens)
             slots.alive.fill_(False)
@@ -447,7 +519,7 @@ class DeviceSearch:
                 if n * W > join_tokens and n > 1:
                     continue
                 tables.begin()
-                tables.put(list(range(n)), [[eos]] * n, [(1, 1, -1)] * n, W, self.decoder.config.pad_id)
+                tables.put(list(range(n)), [[eos]] * n, [(1, 1, -1, 0, 0)] * n, W, self.decoder.config.pad_id)
                 self.decoder.run(*self.join_program(K, n, W, 0))
                 count += 1
         return count
@@ -529,29 +601,37 @@ class DeviceSearch:
 
 
 def collect(decoder: StaticDecoder, slots: SearchSlots, groups: list[int], length_penalties: list[float],
-            num_hypotheses: list[int]) -> list[list[SearchHypothesis]]:
+            num_hypotheses: list[int], attention: list[bool] | None = None) -> list[list[SearchHypothesis]]:
     """The n-best hypotheses of finished sentences (groups of rows), copied out of the device: one read
-    per buffer for all of them."""
+    per buffer for all of them. attention: per group, whether its hypotheses carry what the search kept
+    of their attention (entropies, looks: one per generated token, eos's included)."""
     if not groups:
         return []
     K = slots.K
     index = torch.tensor(groups, device=slots.score.device)
+    keeps = attention if attention is not None and any(attention) else [False] * len(groups)
+    entropies = looks = None
+    if any(keeps):
+        kept = slots.kept.buffers()
+        entropies, looks = (b[index].tolist() for b in (kept[0] if K == 1 else kept[1]))
     if K == 1:
         lengths = decoder.pos[index].tolist()  # tokens generated, eos included
         scores = slots.score[index].tolist()
         histories = slots.history[index].tolist()
-        return [[SearchHypothesis(tokens[: length - 1], score, normalize(score, length, lp), True)]
-                for length, score, tokens, lp in zip(lengths, scores, histories, length_penalties)]
+        return [[SearchHypothesis(tokens[: length - 1], score, normalize(score, length, lp), True,
+                                  entropies=entropies[i][:length] if keep else None, looks=looks[i][:length] if keep else None)]
+                for i, (length, score, tokens, lp, keep) in enumerate(zip(lengths, scores, histories, length_penalties, keeps))]
     counts = slots.fin_count[index].tolist()
     scores = slots.fin_score[index].tolist()
     lengths = slots.fin_len[index].tolist()
     tokens = slots.fin_tokens[index].tolist()
     unmet = slots.fin_unmet[index].tolist()
     found = []
-    for i, (lp, n) in enumerate(zip(length_penalties, num_hypotheses)):
+    for i, (lp, n, keep) in enumerate(zip(length_penalties, num_hypotheses, keeps)):
         hyps = [
             SearchHypothesis(tokens[i][j][: lengths[i][j] - 1], scores[i][j], normalize(scores[i][j], lengths[i][j], lp), True,
-                             unmet[i][j])
+                             unmet[i][j], entropies[i][j][: lengths[i][j]] if keep else None,
+                             looks[i][j][: lengths[i][j]] if keep else None)
             for j in range(counts[i])
         ]
         hyps.sort(key=ranking, reverse=True)

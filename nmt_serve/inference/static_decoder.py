@@ -126,10 +126,11 @@ class StaticDecoder:
         return bucket_of(positions, self.length_buckets)
 
     # ------------------------------------------------------------------ the step
-    def step(self, B: int, L: int) -> torch.Tensor:
+    def step(self, B: int, L: int, weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Feed tokens[:B] at positions pos[:B] (their keys/values are stored there) -> logits (B, V).
         Self-attention sees positions <= pos, cross-attention the first src_len source positions; L
-        must cover both."""
+        must cover both. weights: also return each row's cross-attention over the L positions, (B, L)
+        float32, averaged over layers and heads (0 past src_len), what the eager step's `cross` gives."""
         e = self.runner
         C, H, D = e.d_model, self.n_heads, self.head_dim
         pre = e.pre_norm
@@ -149,10 +150,18 @@ class StaticDecoder:
             q = w.cross_q(h).view(B, H, 1, D)
             cross = self.cross_kv[i]
             a = F.scaled_dot_product_attention(q, cross[0, :B, :, :L], cross[1, :B, :, :L], attn_mask=cross_mask)
+            if weights:
+                # beside the fused kernel rather than instead of it (which keeps no weights), so that the
+                # translation is the same with or without them
+                scores = torch.matmul(q, cross[0, :B, :, :L].transpose(-1, -2)).float().mul_(D ** -0.5)  # (B, H, 1, L)
+                heads = scores.masked_fill_(~cross_mask, float("-inf")).softmax(dim=-1).mean(dim=(1, 2))  # (B, L)
+                averaged = heads if i == 0 else averaged + heads
             x = e._residual(x, w.cross_out(a.reshape(B, C)), w.cross_norm)
             x = e._feed_forward(x, w.ffn)
         if e.decoder_norm is not None:
             x = e.decoder_norm(x)
+        if weights:
+            return e.output(x), averaged / self.n_layers  # (B, V), (B, L)
         return e.output(x)  # (B, V)
 
     # ------------------------------------------------------------------ running and capturing

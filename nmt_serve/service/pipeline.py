@@ -257,8 +257,8 @@ async def _attention(engine, prepared: list[_Text], batches: dict[str, list[list
                      results: dict[str, list[list[EngineHypothesis]]], timeout: float, check: str) -> _Attention:
     """The engine's attention over the chosen translations: word alignments of the sentences inside HTML
     segments that hold inline tags, and the source entropy of those the `detached` flag checks (check:
-    the attention_check setting), as the search kept it where it did (the eager search, the text as the
-    model wrote it), else by forced decoding, one call per sentence that needs it (only those pay for it)."""
+    the attention_check setting), as the search kept it where it did (the text as the model wrote it),
+    else by forced decoding, one call per sentence that needs it (only those pay for it)."""
     align = {(t.model.id, unit.first + k) for t in prepared if t.model for unit in t.units if unit.needs_alignment
              for k in range(len(unit.segmented.sentences))}
     served = {t.model.id: t.model for t in prepared if t.model is not None}

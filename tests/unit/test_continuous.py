@@ -338,6 +338,8 @@ def test_warmup_runs_the_join_programs_and_leaves_every_group_free():
     with_joins = DeviceSearch(StaticDecoder(runner, max_rows=8, max_length=64)).warmup(beam_sizes=(2,), join_tokens=64)
     # groups of 2 rows: 1, 2 and 4 sentences; lengths 32 and 64; joins within 64 positions: (1, 32), (2, 32), (1, 64)
     assert with_joins == steps + 3
+    # the steps that keep the rows' attention: one more per step bucket
+    assert DeviceSearch(StaticDecoder(runner, max_rows=8, max_length=64)).warmup(beam_sizes=(2,), attention=True) == 2 * steps
     slots = device_search.slots(2)
     assert not slots.alive.any()
     search = ContinuousDeviceSearch(device_search, beam_size=2)
@@ -351,19 +353,27 @@ def test_warmup_runs_the_join_programs_and_leaves_every_group_free():
 
 @pytest.mark.cuda
 def test_joins_are_captured_once_per_bucket_on_cuda():
-    """After a warm-up with the joins, a continuous search on a GPU captures nothing new, joins included,
-    and its results are each sentence's alone."""
+    """After a warm-up with the joins and the steps that keep attention, a continuous search on a GPU
+    captures nothing new, joins included, and its results are each sentence's alone; the attention kept
+    by the replayed programs is the eager search's."""
     model = random_model(seed=24).cuda()
     runner = ModelRunner(model)
     device_search = DeviceSearch(StaticDecoder(runner, max_rows=32, max_length=64))
-    device_search.warmup(beam_sizes=(1,), join_tokens=1024)
+    device_search.warmup(beam_sizes=(1,), join_tokens=1024, attention=True)
     captured = len(device_search.decoder.graphs)
     srcs = sources(11, seed=25)
     search = ContinuousDeviceSearch(device_search, beam_size=1, join_tokens=1024)
-    results = run_staggered(search, [[Sentence(i, s, 9) for i, s in enumerate(srcs[:7])], [Sentence(i + 7, s, 9) for i, s in enumerate(srcs[7:])]], [0, 3])
+    sentences = [Sentence(i, s, 9, attention_span=(0, len(s)) if i % 2 else None) for i, s in enumerate(srcs)]
+    results = run_staggered(search, [sentences[:7], sentences[7:]], [0, 3])
     assert len(device_search.decoder.graphs) == captured
+    eager = run_staggered(ContinuousSearch(runner, beam_size=1), [sentences], [0])
     for i, src in enumerate(srcs):
         assert_same(results[i], alone(runner, src, SearchOptions(beam_size=1, max_length=9)))
+        if i % 2:
+            assert results[i][0].looks == eager[i][0].looks
+            assert results[i][0].entropies == pytest.approx(eager[i][0].entropies, abs=1e-4)
+        else:
+            assert results[i][0].entropies is None
 
 
 class ExternalReads(TorchDispatchMode):
@@ -418,8 +428,8 @@ def test_every_run_of_a_program_reads_what_its_first_run_read(monkeypatch, beam)
     the tensors at the addresses it was captured with. So every later run of a program (a step, a join)
     must run the ops of its first run and read no tensor that run did not: no buffer remade in between,
     no fresh tensor or changing Python value in its closure that its key leaves out. Checked on CPU
-    through a stream of joins of 0-9 sentences of 3-40 tokens (at beam 3 some with lexical constraints),
-    cancellations, slots freed and compacted; then offline searches on a device search of their own."""
+    through a stream of joins of 0-9 sentences of 3-40 tokens (at beam 3 some with lexical constraints,
+    some keeping their attention), cancellations, slots freed and compacted; then offline searches on a device search of their own."""
     first, later = record_programs(monkeypatch)
     decoder = StaticDecoder(ModelRunner(random_model(seed=26)), max_rows=32 * beam, max_length=64)
     search = ContinuousDeviceSearch(DeviceSearch(decoder), beam_size=beam, check_every=2)
@@ -431,7 +441,9 @@ def test_every_run_of_a_program_reads_what_its_first_run_read(monkeypatch, beam)
             srcs = [[rnd.randrange(4, 64) for _ in range(rnd.randint(3, 40))] for _ in range(n)]
             terms = [LexicalConstraints(include=((40, 41),), avoid=((12,),)) if beam > 1 and rnd.random() < 0.3 else None
                      for _ in range(n)]
-            search.add([Sentence(key + i, src, rnd.randint(3, 20), constraints=c) for i, (src, c) in enumerate(zip(srcs, terms))])
+            spans = [(0, len(src)) if rnd.random() < 0.3 else None for src in srcs]  # some keep their attention
+            search.add([Sentence(key + i, src, rnd.randint(3, 20), constraints=c, attention_span=span)
+                        for i, (src, c, span) in enumerate(zip(srcs, terms, spans))])
             key += n
         if step % 7 == 3:
             search.cancel({key - 1})
@@ -445,6 +457,7 @@ def test_every_run_of_a_program_reads_what_its_first_run_read(monkeypatch, beam)
     kinds = [program[1] for program in first]
     assert kinds.count("join") >= 3 and len(first) >= 10  # several join and step programs, each run again and again
     assert not beam > 1 or "beam-lexical" in kinds
+    assert any(kind.endswith("-attention") for kind in kinds)
     assert later == []
     # a program whose closure holds a new tensor on each run is caught
     fresh = [torch.ones(2, dtype=torch.long) for _ in range(2)]
@@ -473,19 +486,26 @@ def forced_attention(model, src: list[int], tokens: list[int], span: tuple[int, 
 
 
 @pytest.mark.parametrize("beam", [1, 2, 4])
-@pytest.mark.parametrize("grouped_from", [8, 1000])
-def test_the_search_keeps_each_translations_source_entropy_and_alignment(beam, grouped_from, monkeypatch):
+@pytest.mark.parametrize("search", ["eager", "eager-grouped", "device", "device-lexical"])
+def test_the_search_keeps_each_translations_source_entropy_and_alignment(beam, search, monkeypatch):
     """Sentences with an attention_span get, per hypothesis, the cross-attention's entropy of every target
     token and the source position it attends most, following their beams; they are a teacher-forced
-    pass's over the hypothesis. Rows without a span keep none, and their translations do not change."""
-    monkeypatch.setattr(continuous, "GROUPED_BEAM_MIN_ROWS", grouped_from)
+    pass's over the hypothesis. Rows without a span keep none, and their translations do not change.
+    The eager search (its beams grouped or not) and the device search, whose steps keep them in device
+    buffers (with lexical constraints on some sentences: its constrained programs)."""
+    if search == "device-lexical" and beam == 1:
+        pytest.skip("lexical constraints run beam search")
+    monkeypatch.setattr(continuous, "GROUPED_BEAM_MIN_ROWS", 8 if search == "eager-grouped" else 1000)
     model = random_model(seed=3)
     runner = ModelRunner(model)
     srcs = sources(12, seed=beam)
     spans = [(i % 2, len(s) - 1) if i % 3 else None for i, s in enumerate(srcs)]  # a language tag's place left out, or not
-    sentences = [Sentence(i, s, 12, num_hypotheses=beam, attention_span=span) for i, (s, span) in enumerate(zip(srcs, spans))]
-    results = run_staggered(ContinuousSearch(runner, beam_size=beam), [sentences[:4], sentences[4:7], sentences[7:]], [0, 2, 3])
-    plain = run_staggered(ContinuousSearch(runner, beam_size=beam), [[replace(s, attention_span=None) for s in sentences]], [0])
+    terms = [LexicalConstraints(include=((40,),)) if search == "device-lexical" and i % 4 == 1 else None for i in range(len(srcs))]
+    sentences = [Sentence(i, s, 12, num_hypotheses=beam, attention_span=span, constraints=c)
+                 for i, (s, span, c) in enumerate(zip(srcs, spans, terms))]
+    kind = search.split("-")[0]
+    results = run_staggered(make_search(kind, runner, beam), [sentences[:4], sentences[4:7], sentences[7:]], [0, 2, 3])
+    plain = run_staggered(make_search(kind, runner, beam), [[replace(s, attention_span=None) for s in sentences]], [0])
     checked = 0
     for i, span in enumerate(spans):
         assert [h.tokens for h in results[i]] == [h.tokens for h in plain[i]]
