@@ -139,6 +139,7 @@ class StaticDecoder:
         self_mask = (seen[None, :] <= pos[:, None])[:, None, None, :]  # (B, 1, 1, L)
         cross_mask = (seen[None, :] < self.src_len[:B, None])[:, None, None, :]  # (B, 1, 1, L)
         x = e.embed_target(tokens, pos)  # (B, C)
+        scores = []  # with weights: each layer's cross-attention scores
         for i, w in enumerate(e.decoder_layers):
             h = w.self_norm(x) if pre else x
             qkv = w.self_qkv(h).view(B, 3, H, D)
@@ -153,16 +154,16 @@ class StaticDecoder:
             if weights:
                 # beside the fused kernel rather than instead of it (which keeps no weights), so that the
                 # translation is the same with or without them
-                scores = torch.matmul(q, cross[0, :B, :, :L].transpose(-1, -2)).float().mul_(D ** -0.5)  # (B, H, 1, L)
-                heads = scores.masked_fill_(~cross_mask, float("-inf")).softmax(dim=-1).mean(dim=(1, 2))  # (B, L)
-                averaged = heads if i == 0 else averaged + heads
+                scores.append(torch.matmul(q, cross[0, :B, :, :L].transpose(-1, -2)))  # (B, H, 1, L)
             x = e._residual(x, w.cross_out(a.reshape(B, C)), w.cross_norm)
             x = e._feed_forward(x, w.ffn)
         if e.decoder_norm is not None:
             x = e.decoder_norm(x)
-        if weights:
-            return e.output(x), averaged / self.n_layers  # (B, V), (B, L)
-        return e.output(x)  # (B, V)
+        if not weights:
+            return e.output(x)  # (B, V)
+        # every layer's softmax at once, in float32, then the mean over layers and heads
+        stacked = torch.stack(scores).float().mul_(D ** -0.5).masked_fill_(~cross_mask, float("-inf"))  # (layers, B, H, 1, L)
+        return e.output(x), stacked.softmax(dim=-1).mean(dim=(0, 2, 3))  # (B, V), (B, L)
 
     # ------------------------------------------------------------------ running and capturing
     def run(self, key: tuple, fn) -> None:

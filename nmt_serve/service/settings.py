@@ -59,7 +59,7 @@ class Settings(BaseSettings):
                                                            "(the shipped models saw at most ~40 in training and stop early past it)")
     attention_check: str = Field("borderline", pattern="^(borderline|all|off)$",
                                  description="the `detached` quality flag reads the model's attention over a translation, "
-                                             "kept by the engine's search as it translates (CPU), else a forced decoding of "
+                                             "kept by the engine's search as it translates, else a forced decoding of "
                                              "it in the engine: borderline: for sentences whose score is "
                                              "between low_confidence's threshold and -0.4 (about a third of in-domain ones); "
                                              "all: for every sentence; off: never (only /v1/translate checks, and not in jobs)")

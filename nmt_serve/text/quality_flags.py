@@ -23,9 +23,9 @@ source instead of following it (engine/attention_maps.source_entropy), which cat
 score passes ("Wo ist der Bahnhof?" -> "A train station is at the train station.", -0.62). Its threshold is
 calibrated as low_confidence's, at the 99th percentile of held-out in-domain sentences; together they
 find 0.785 of the garbled test sentences for de-en and 0.869 for en-de (low_confidence alone: 0.694 and
-0.734) at the same precision. It costs a forced decoding of the translation in the engine (about a quarter
-of a beam-4 translation), so the service runs it only where the score is borderline
-(needs_attention_check).
+0.734) at the same precision. The engine's search keeps the number as it translates (a few percent of its
+steps), else it costs a forced decoding of the translation (a text changed after translation), so by
+default the service checks only where the score is borderline (needs_attention_check).
 """
 from __future__ import annotations
 
