@@ -221,6 +221,49 @@ def test_the_engine_serves_the_converted_model_as_the_translator_does(nllb_dir, 
             assert [h[0].tokens for h in replies[call_id].value] == [len(r.hypotheses[0].tokens) for r in expected]
 
 
+@pytest.mark.parametrize("step_mode", ["eager", "static"])
+def test_the_search_keeps_the_attention_of_a_translation_forced_to_start_with_its_code(nllb_dir, tmp_path, step_mode):
+    """A model with target codes (the first token forced): the source entropy and alignment the search
+    keeps, eager or on the device, are those a forced decoding of the translation, code included, reads
+    (the source's own pieces leave its language code and </s> out)."""
+    import time
+
+    from nmt_serve.convert.command import convert
+    from nmt_serve.engine.attention_maps import forced_attention_maps
+    from nmt_serve.engine.core import EngineConfig, EngineCore
+    from nmt_serve.engine.protocol import Attention, DecodeOptions, Translate
+    from nmt_serve.inference.translator import Translator
+
+    out = convert(nllb_dir, tmp_path / "nllb")
+    translator = Translator.load(out, device="cpu", step_mode=step_mode, static_rows=16, static_length=32)
+    cfg = translator.config
+    texts = ["Ein Hund läuft über die Wiese.", "Zwei Männer spielen Fußball.", "Hallo Welt", "Guten Morgen", "Ein Haus"]
+    sources = [translator.inputs.tokens(t, "eng_Latn", "deu_Latn") for t in texts]
+    prefix = translator.inputs.target_prefix("eng_Latn")
+    compared = 0
+    for beam in (1, 2):
+        core = EngineCore({"nllb": translator}, EngineConfig())
+        core.admission.rate = 1e9
+        options = DecodeOptions(beam_size=beam, max_length=10, return_source_entropy=True, return_alignment=True)
+        assert core.handle(Translate("t", "nllb", sources, options, time.monotonic() + 60, prefix)) == []
+        replies = {}
+        while core.busy:
+            replies.update({r.id: r for r in core.work()})
+        for i, nbest in enumerate(replies["t"].value):
+            best = nbest[0]
+            assert best.source_entropy is not None and len(best.alignment) == best.tokens + 2  # the code's row and eos's
+            call = Attention(i, "nllb", sources[i], best.text, 1, ("cross",), list(range(cfg.n_decoder_layers)),
+                             list(range(cfg.n_heads)), [], True, time.monotonic() + 60, prefix, score=False)
+            [maps] = forced_attention_maps(translator, [call])
+            if len(maps["target_tokens"]) != len(best.alignment):  # the text tokenizes otherwise than the model wrote it
+                continue
+            assert best.source_entropy == pytest.approx(maps["source_entropy"], abs=1e-5)
+            assert (best.alignment, best.source_pieces, best.target_pieces) == (
+                maps["alignment"], maps["source_tokens"], maps["target_tokens"])
+            compared += 1
+    assert compared >= 1  # a random model's texts seldom tokenize back as written: test_continuous compares on ids
+
+
 def test_the_service_serves_the_converted_model_by_either_name_of_a_language(nllb_dir, tmp_path):
     """An NLLB checkpoint behind the API: its languages by ISO 639-1 name (`de`, what LibreTranslate's
     clients and detection use) or by NLLB's own (`deu_Latn`), every pair of them listed, the text the
