@@ -89,6 +89,9 @@ class _Running:
 # Positions before every running row's start are dropped once this many have piled up (a copy of the
 # cache, so not every step).
 DROP_POSITIONS_AT = 16
+# up to this many cross-attention weights a step (rows x source positions), the kept entropies are reckoned
+# in Python from one read of them: a dozen tensor ops on a few rows cost ~100 us, the arithmetic a few
+ATTENTION_ROWS_ON_HOST = 512
 
 
 class ContinuousSearch:
@@ -111,9 +114,9 @@ class ContinuousSearch:
         self.banned = torch.tensor(banned, dtype=torch.long, device=runner.device) if banned else None
         self.steps = 0  # decoder steps run so far (for metrics)
         self._forcing = False  # some running sentence has a target prefix: the steps look for forced tokens
-        # the (N, S) mask of the rows' own source pieces, with the slots (held, so that their ids stay theirs) and
-        # the source width it is for
-        self._own: tuple[tuple, tuple, torch.Tensor] | None = None
+        # the rows' own source pieces: per row (first, last) and as an (N, S) mask (made when first used), with
+        # the slots (held, so that their ids stay theirs) and the source width they are for
+        self._own: tuple[tuple, tuple, list[tuple[int, int]], torch.Tensor | None] | None = None
 
     def __len__(self) -> int:
         return sum(r is not None for r in self.slots)
@@ -333,22 +336,38 @@ class ContinuousSearch:
         """Per row, from its cross-attention over the source (N, S), layers and heads averaged: the
         entropy over its sentence's own pieces (attention_span, renormalised; attention_maps.source_entropy
         one token at a time), and the source position it attends most (the maps' alignment)."""
-        own = cross * self._own_mask(cross.size(1), cross.device)
+        N, S = cross.shape
+        if N * S <= ATTENTION_ROWS_ON_HOST:
+            entropies, looks = [], []
+            for row, (first, last) in zip(cross.tolist(), self._own_spans(S)):  # one read of the device
+                own = row[first:last]
+                total = max(sum(own), 1e-9)
+                entropies.append(-sum(w / total * math.log(w / total) for w in own if w > 0))
+                looks.append(max(range(S), key=row.__getitem__))  # the first of equal maxima, as argmax
+            return entropies, looks
+        own = cross * self._own_mask(S, cross.device)
         p = own / own.sum(dim=-1, keepdim=True).clamp_min(1e-9)
         entropy = torch.special.entr(p).sum(dim=-1)  # -p log p, 0 where p is 0
         rows = torch.stack([entropy, cross.argmax(dim=-1).to(entropy.dtype)]).tolist()  # one read of the device
         return rows[0], [int(position) for position in rows[1]]
 
-    def _own_mask(self, S: int, device: torch.device) -> torch.Tensor:
-        """(N, S): each row's own source pieces (its sentence's attention_span; none for rows without
-        one), made again only when the sentences or the source width change (not every step)."""
+    def _own_spans(self, S: int) -> list[tuple[int, int]]:
+        """Per row, its own source pieces [first, last) (its sentence's attention_span; none for rows
+        without one), made again only when the sentences or the source width change (not every step)."""
         key = (tuple(id(r) for r in self.slots), S)
         if self._own is None or self._own[0] != key:
-            spans = torch.tensor([r.sentence.attention_span or (0, 0) if r is not None else (0, 0) for r in self.slots],
-                                 device=device).repeat_interleave(self.K, dim=0)  # (N, 2)
-            positions = torch.arange(S, device=device)
-            self._own = (key, tuple(self.slots), (positions >= spans[:, :1]) & (positions < spans[:, 1:]))
+            spans = [r.sentence.attention_span or (0, 0) if r is not None else (0, 0) for r in self.slots for _ in range(self.K)]
+            self._own = (key, tuple(self.slots), spans, None)
         return self._own[2]
+
+    def _own_mask(self, S: int, device: torch.device) -> torch.Tensor:
+        """(N, S): _own_spans as a mask."""
+        spans = self._own_spans(S)
+        if self._own[3] is None:
+            bounds = torch.tensor(spans, device=device)  # (N, 2)
+            positions = torch.arange(S, device=device)
+            self._own = (*self._own[:3], (positions >= bounds[:, :1]) & (positions < bounds[:, 1:]))
+        return self._own[3]
 
     def _reset(self) -> None:
         """Nothing runs: the next sentences start a fresh cache, with no joined rows to mask."""

@@ -559,6 +559,7 @@ class ModelRunner:
         self_bias = None
         if matmuls and self_mask is not None:
             self_bias = additive_bias(self_mask, x.dtype)
+        weights = [] if cross is not None else None  # every layer's cross-attention weights
         for i, w in enumerate(self.decoder_layers):
             # self-attention over every cached position and the new one
             h = w.self_norm(x) if pre else x
@@ -575,7 +576,6 @@ class ModelRunner:
             h = w.cross_norm(x) if pre else x
             ck, cv = cache.cross(i)  # (E, H, S, D) each: per row, or per group of K rows
             q = w.cross_q(h)  # (N, C)
-            weights = [] if cross is not None else None  # this layer's cross-attention weights
             if cache.grouped:  # the K rows of a group share their source: its K queries attend to it at once
                 K = cache.group_size
                 q = q.view(N // K, K, H, D).transpose(1, 2)  # (G, H, K, D)
@@ -584,14 +584,14 @@ class ModelRunner:
                 a = self._matmul_attention(q.view(N, H, 1, D), ck, cv, cache.src_bias(), weights).view(N, C)
             else:
                 a = F.scaled_dot_product_attention(q.view(N, H, 1, D), ck, cv, attn_mask=cache.src_mask).view(N, C)
-            if weights:  # (E, H, Q, S), Q queries per entry: (G, H, K, S) grouped, else (N, H, 1, S) -> (N, S)
-                heads = weights[0].mean(dim=1).view(N, -1)
-                averaged = heads if i == 0 else averaged + heads
             x = self._residual(x, w.cross_out(a), w.cross_norm)
             x = self._feed_forward(x, w.ffn)
         cache.advance()
         if cross is not None:
-            cross.append(averaged / len(self.decoder_layers))
+            # (layers, E, H, Q, S), Q queries per entry: (G, H, K, S) grouped, else (N, H, 1, S) -> (N, S); one
+            # reduction for all (a mean per layer costs more than the rest of it on a few rows)
+            summed = torch.stack(weights).sum(dim=(0, 2))  # (E, Q, S)
+            cross.append(summed.view(N, -1).mul_(1 / (len(weights) * weights[0].size(1))))
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.output(x)  # (N, V)

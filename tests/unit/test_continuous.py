@@ -486,16 +486,18 @@ def forced_attention(model, src: list[int], tokens: list[int], span: tuple[int, 
 
 
 @pytest.mark.parametrize("beam", [1, 2, 4])
-@pytest.mark.parametrize("search", ["eager", "eager-grouped", "device", "device-lexical"])
+@pytest.mark.parametrize("search", ["eager", "eager-grouped", "eager-tensors", "device", "device-lexical"])
 def test_the_search_keeps_each_translations_source_entropy_and_alignment(beam, search, monkeypatch):
     """Sentences with an attention_span get, per hypothesis, the cross-attention's entropy of every target
     token and the source position it attends most, following their beams; they are a teacher-forced
     pass's over the hypothesis. Rows without a span keep none, and their translations do not change.
-    The eager search (its beams grouped or not) and the device search, whose steps keep them in device
-    buffers (with lexical constraints on some sentences: its constrained programs)."""
+    The eager search (its beams grouped or not; the numbers reckoned in Python or, for many weights, in
+    tensor ops) and the device search, whose steps keep them in device buffers (with lexical constraints
+    on some sentences: its constrained programs)."""
     if search == "device-lexical" and beam == 1:
         pytest.skip("lexical constraints run beam search")
     monkeypatch.setattr(continuous, "GROUPED_BEAM_MIN_ROWS", 8 if search == "eager-grouped" else 1000)
+    monkeypatch.setattr(continuous, "ATTENTION_ROWS_ON_HOST", 0 if search == "eager-tensors" else 10**6)
     model = random_model(seed=3)
     runner = ModelRunner(model)
     srcs = sources(12, seed=beam)
