@@ -13,6 +13,10 @@ candidates are taken in the same order, and scores are the same float32 sums; on
 kernels differ (masked over a bucket instead of exact lengths), so half-precision logits may differ
 in the last bits. no_repeat_ngram_size is not done here (search.py does it).
 
+A step may also keep, per row, what its cross-attention says (the entropy over the row's own source
+pieces, the position attended most), for sentences that ask for it (the `detached` check, inline tags):
+a twin program per bucket that follows them along the beams like the tokens (program's `attention`).
+
 Lexical constraints (terms, avoided sequences) run in a second program per bucket, the beam step with
 device_constraints.py's masks and choice: it is used while some running sentence has constraints, and
 gives free sentences beside them what the plain step gives them.
@@ -143,14 +147,13 @@ class _KeptAttention:
     def __init__(self, rows: int, positions: int, K: int, device: torch.device):
         self.entropy = torch.zeros(rows, positions, device=device)
         self.look = torch.zeros(rows, positions, dtype=torch.int32, device=device)
-        if K > 1:
-            G = rows // K
-            self.fin_entropy = torch.zeros(G, 2 * K + 1, positions, device=device)
-            self.fin_look = torch.zeros(G, 2 * K + 1, positions, dtype=torch.int32, device=device)
+        G = rows // K
+        self.finished = (torch.zeros(G, 2 * K + 1, positions, device=device),  # entropy, look of finished hypotheses
+                         torch.zeros(G, 2 * K + 1, positions, dtype=torch.int32, device=device)) if K > 1 else ()
 
     def buffers(self) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-        """(per row, per group)."""
-        return (self.entropy, self.look), ((self.fin_entropy, self.fin_look) if hasattr(self, "fin_entropy") else ())
+        """(per row: entropy, look; per group: the finished hypotheses' entropy, look, in beam search)."""
+        return (self.entropy, self.look), self.finished
 
 
 def _keep_attention(dec: StaticDecoder, slots: SearchSlots, weights: torch.Tensor, B: int, L: int) -> None:
