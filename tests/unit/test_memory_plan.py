@@ -6,6 +6,7 @@ from conftest import tiny_config
 from nmt_serve.engine.core import EngineConfig, EngineCore
 from nmt_serve.engine.loader import choose, plan_memory
 from nmt_serve.engine.memory_plan import GIB, DoesNotFit, ModelNeeds, budget, plan
+from nmt_serve.inference.device_search import DeviceSearch
 from nmt_serve.inference.static_decoder import StaticDecoder
 from nmt_serve.inference.translator import Translator
 from nmt_serve.network.config import ModelConfig
@@ -59,6 +60,15 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, m
     assert needs.row_bytes() * 12 == kv
     half = ModelNeeds("de-en", plain.config, "float16", max_length=64, device="cuda")
     assert half.row_bytes() * 2 == needs.row_bytes() and half.weights_bytes() * 2 == sum(storages.values())
+    # the device search's state, its kept attention made: what the plan counts per row, but for the
+    # beams' constants (first_k: 2K bools) and the rounding up of a group's share
+    for K in (1, 4):
+        slots = DeviceSearch(StaticDecoder(plain.runner, max_rows=12, max_length=64)).slots(K)
+        slots.attention()
+        tensors = [t for t in vars(slots).values() if isinstance(t, torch.Tensor)]
+        tensors += [t for buffers in slots.kept.buffers() for t in buffers]
+        held = sum(t.numel() * t.element_size() for t in tensors) - (2 * K if K > 1 else 0)
+        assert 0 <= needs.search_bytes_per_row(K) * 12 - held < 12
 
 
 def test_int8_counts_the_packed_copy_beside_the_float_weights():
