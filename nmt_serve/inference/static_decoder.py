@@ -153,8 +153,9 @@ class StaticDecoder:
             a = F.scaled_dot_product_attention(q, cross[0, :B, :, :L], cross[1, :B, :, :L], attn_mask=cross_mask)
             if weights:
                 # beside the fused kernel rather than instead of it (which keeps no weights), so that the
-                # translation is the same with or without them
-                scores.append(torch.matmul(q, cross[0, :B, :, :L].transpose(-1, -2)))  # (B, H, 1, L)
+                # translation is the same with or without them; the query scaled first, as the kernel does,
+                # so that half-precision scores stay in range
+                scores.append(torch.matmul(q * D ** -0.5, cross[0, :B, :, :L].transpose(-1, -2)))  # (B, H, 1, L)
             x = e._residual(x, w.cross_out(a.reshape(B, C)), w.cross_norm)
             x = e._feed_forward(x, w.ffn)
         if e.decoder_norm is not None:
@@ -162,7 +163,7 @@ class StaticDecoder:
         if not weights:
             return e.output(x)  # (B, V)
         # every layer's softmax at once, in float32, then the mean over layers and heads
-        stacked = torch.stack(scores).float().mul_(D ** -0.5).masked_fill_(~cross_mask, float("-inf"))  # (layers, B, H, 1, L)
+        stacked = torch.stack(scores).float().masked_fill_(~cross_mask, float("-inf"))  # (layers, B, H, 1, L)
         return e.output(x), stacked.softmax(dim=-1).mean(dim=(0, 2, 3))  # (B, V), (B, L)
 
     # ------------------------------------------------------------------ running and capturing
