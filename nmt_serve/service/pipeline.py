@@ -162,8 +162,8 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
     terminology: glossary entries applied where their source terms occur, and terms to avoid (text/glossary.py).
     upstream_fallbacks: LibreTranslate's answers for source == target and undetectable texts (resolve_model).
     attention_check: the caller shows the flags, so the `detached` check runs as the attention_check
-    setting says (the engine's search keeps what it reads on CPU; elsewhere it costs a forced decoding per
-    sentence checked; callers that show no flags skip it).
+    setting says (the engine's search keeps what it reads; a text changed after translation costs a forced
+    decoding; callers that show no flags skip it).
     Without a request it is a job's chunk (jobs_runner.py): background priority in the engine, the
     chunk deadline, the job's own limits (checked when it was submitted)."""
     engine = state.require_ready()
