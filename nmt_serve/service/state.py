@@ -56,7 +56,9 @@ class ServiceState:
         model = self.models.get(f"{source}-{target}")
         if model is None:
             pairs = ", ".join(sorted(self.models)) or "none loaded yet"
-            raise bad_request(f"no model for {source}->{target}; supported pairs: {pairs}", "source")
+            # the parameter to change: the target when some model reads this source
+            param = "target" if any(m.source == source for m in self.models.values()) else "source"
+            raise bad_request(f"no model for {source}->{target}; supported pairs: {pairs}", param)
         return model
 
     def detector(self) -> "LanguageDetector":

@@ -113,6 +113,7 @@ def test_other_direction(client):
     [
         ({"text": [], **FAST}, 400, "invalid_request", "text"),
         ({"text": "Hallo", "source": "fr", "target": "en"}, 400, "invalid_request", "source"),
+        ({"text": "Hallo", "source": "de", "target": "fr"}, 400, "invalid_request", "target"),
         ({"text": ["Hallo"] * 9}, 413, "request_too_large", "text"),
         ({"text": "a" * 201}, 413, "request_too_large", "text"),
         ({"text": " ".join(["Hund"] * 45)}, 413, "request_too_large", "text"),
