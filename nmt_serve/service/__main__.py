@@ -23,11 +23,12 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
+        described = (field.description or "").replace("%", "%%")  # argparse formats help with %
         if field.annotation is bool:
             # the value goes to pydantic as text, like NMT_<NAME>: "maybe" is an error, not a quiet false
-            parser.add_argument(flag, default=None, metavar="BOOL", help=f"{field.description or ''} (true|false, default {field.default})")
+            parser.add_argument(flag, default=None, metavar="BOOL", help=f"{described} (true|false, default {field.default})")
         else:
-            parser.add_argument(flag, default=None, help=f"{field.description or ''} (default {field.default})")
+            parser.add_argument(flag, default=None, help=f"{described} (default {field.default})")
     parser.add_argument("--log-level", default="info")
     args = vars(parser.parse_args(argv))
     level = args.pop("log_level")

@@ -123,3 +123,15 @@ def test_an_unreadable_models_dir_is_one_line_and_exit_2(tmp_path, monkeypatch, 
     assert main(["--models-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"python -m nmt_serve.service: error: --models-dir (NMT_MODELS_DIR): {tmp_path}: Permission denied"]
+
+
+def test_help_lists_every_setting(capsys):
+    from nmt_serve.service.__main__ import parse_settings
+    from nmt_serve.service.settings import Settings
+
+    with pytest.raises(SystemExit) as exit_:
+        parse_settings(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert all("--" + name.replace("_", "-") in out for name in Settings.model_fields)
+    assert "90% of" in out  # a description's own % comes out as written
