@@ -17,8 +17,13 @@ class APIError(Exception):
         self.status, self.type, self.message, self.param, self.headers = status, type_, message, param, headers
 
 
+def printable(text: str | None) -> str | None:
+    """A message or name as a response can encode it: what a request sent may hold an unpaired surrogate."""
+    return text if text is None or text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_body(type_: str, message: str, param: str | None = None) -> dict:
-    return {"error": {"type": type_, "message": message, "param": param}}
+    return {"error": {"type": type_, "message": printable(message), "param": printable(param)}}
 
 
 def bad_request(message: str, param: str | None = None) -> APIError:

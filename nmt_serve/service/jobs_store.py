@@ -94,14 +94,19 @@ class JobStore:
         job_id = secrets.token_hex(16)  # 128 random bits: knowing the id is what grants reading the job
         home = self.directory / job_id
         (home / "chunks").mkdir(parents=True)
-        _write(home / "input.json", texts)
-        if original is not None:
-            (home / "original").write_bytes(original)
-        now = time.time()
-        record = dict(spec, id=job_id, state=QUEUED, total=len(texts), done=0, sentences=0, source_tokens=0, generated_tokens=0,
-                      models=[], error=None, created_at=now, started_at=None, updated_at=now, finished_at=None,
-                      resumed_at=None, done_at_resume=0, chunks=chunk_bounds(texts, chunk_texts))
-        _write(home / "job.json", record)  # last: a directory without it is not a job yet
+        try:
+            _write(home / "input.json", texts)
+            if original is not None:
+                (home / "original").write_bytes(original)
+            now = time.time()
+            record = dict(spec, id=job_id, state=QUEUED, total=len(texts), done=0, sentences=0, source_tokens=0, generated_tokens=0,
+                          models=[], error=None, created_at=now, started_at=None, updated_at=now, finished_at=None,
+                          resumed_at=None, done_at_resume=0, chunks=chunk_bounds(texts, chunk_texts))
+            _write(home / "job.json", record)  # last: a directory without it is not a job yet
+        except BaseException:
+            # a job half written (a full disk) is no job, and nothing else would ever remove its directory
+            shutil.rmtree(home, ignore_errors=True)
+            raise
         return record
 
     # ------------------------------------------------------------------ read by any worker

@@ -14,6 +14,25 @@ from nmt_serve.service.errors import APIError, bad_request, too_large
 from nmt_serve.service.settings import Settings
 
 
+def unpaired_surrogate(value) -> str | None:
+    """Where a text (or any string in a list or dict of them) is not valid Unicode, said in words; None when
+    it is. JSON's escapes can carry half of a surrogate pair ("\\ud83d") that no UTF-8 can encode: the
+    segmenter, the tokenizer and the response's encoder would each fail on it."""
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"is not valid Unicode: an unpaired surrogate (U+{ord(value[exc.start]):04X}) at character {exc.start}"
+        return None
+    if isinstance(value, (list, tuple)):
+        return next((problem for v in value if (problem := unpaired_surrogate(v))), None)
+    if isinstance(value, dict):
+        return next((problem for kv in value.items() for v in kv if (problem := unpaired_surrogate(v))), None)
+    return None
+
+
 class RequestLimits:
     def __init__(self, settings: Settings):
         self.settings = settings

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from nmt_serve.service.limits import unpaired_surrogate
 
 if TYPE_CHECKING:
     from nmt_serve.service.pipeline import TextResult
@@ -20,7 +22,19 @@ Integer = Annotated[int, Field(strict=True), BeforeValidator(_integral)]
 PositiveInteger = Annotated[int, Field(strict=True, ge=1), BeforeValidator(_integral)]
 
 
-class TranslateRequest(BaseModel):
+class RequestBody(BaseModel):
+    """A request body: every string in it valid Unicode, or a 422 naming the field (a lone surrogate would
+    fail deep in the segmenter, the tokenizer or the response's encoder)."""
+
+    @field_validator("*")
+    @classmethod
+    def _valid_unicode(cls, value):
+        if problem := unpaired_surrogate(value):
+            raise ValueError(f"the value {problem}")
+        return value
+
+
+class TranslateRequest(RequestBody):
     # the options are strict (Integer, strict=True): a value of another type than the schema's (return_scores:
     # 0, beam_size: "4") is refused, not coerced; the limits a server is started with are in its OpenAPI
     # schema (docs.document_limits)
@@ -48,7 +62,7 @@ class TranslateRequest(BaseModel):
         None, max_length=64, description="target terms no translation may contain (as they tokenize when written)")
 
 
-class GlossaryTerm(BaseModel):
+class GlossaryTerm(RequestBody):
     model_config = ConfigDict(extra="forbid")
     source: str = Field(min_length=1, max_length=200, description="the term as it occurs in the source text")
     target: str = Field(min_length=1, max_length=200, description="its translation, placed as written")
@@ -113,7 +127,7 @@ class TranslateResponse(BaseModel):
 AttentionKind = Literal["cross", "decoder_self", "encoder_self"]
 
 
-class AttentionRequest(BaseModel):
+class AttentionRequest(RequestBody):
     # strict as TranslateRequest
     model_config = ConfigDict(
         extra="forbid", strict=True,
@@ -205,7 +219,7 @@ class Language(BaseModel):
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
 
 
-class JobRequest(BaseModel):
+class JobRequest(RequestBody):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={"examples": [{"q": ["Ein Hund rennt über die Wiese.", "Zwei Kinder spielen."], "source": "de", "target": "en"}]},

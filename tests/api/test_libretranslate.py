@@ -263,6 +263,23 @@ def test_errors_have_libretranslates_shape_and_statuses(base, http):
     assert r.status_code == 422 and set(r.json()["error"]) == {"type", "message", "param"}
 
 
+def test_text_that_is_not_valid_unicode_is_400_not_500(base, http):
+    # JSON's escapes carry half a surrogate pair, which no UTF-8 can encode; the request bodies are
+    # written by json.dumps (ASCII escapes), as a client may send them
+    broken = "Ein Hund \ud83d rennt."
+    for path, body, param in (("/translate", {"q": broken, "source": "de", "target": "en"}, "q"),
+                              ("/translate", {"q": [GERMAN, broken], "source": "auto", "target": "en"}, "q"),
+                              ("/translate", {"q": broken, "source": "de", "target": "de"}, "q"),
+                              ("/translate", {"q": GERMAN, "source": "\udc00", "target": "en"}, "source"),
+                              ("/detect", {"q": broken}, "q")):
+        r = http.post(base + path, content=json.dumps(body), headers={"content-type": "application/json"})
+        assert error_of(r, 400).startswith(f"Invalid request: {param} is not valid Unicode"), body
+    # an unknown parameter is ignored, whatever its name; the connection still serves
+    r = http.post(base + "/translate", content=json.dumps({"q": GERMAN, "source": "de", "target": "en", "\ud83d": 1}),
+                  headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
 def test_api_keys(secured, http):
     body = {"q": GERMAN, "source": "de", "target": "en"}
     assert "API key" in error_of(http.post(secured + "/translate", json=body), 403)

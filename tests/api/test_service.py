@@ -128,6 +128,21 @@ def test_errors_have_one_shape(client, payload, status, type_, param):
     assert_error(client.post("/v1/translate", json=payload), status, type_, param)
 
 
+def test_text_that_is_not_valid_unicode_is_422_not_500(client):
+    # half a surrogate pair, as JSON's escapes carry it (json.dumps writes ASCII escapes)
+    for path, body, param in (("/v1/translate", {"text": "Ein Hund \ud83d rennt."}, "text"),
+                              ("/v1/translate", {"text": ["Hallo", "\udc00"], "source": "auto"}, "text"),
+                              ("/v1/translate", {"text": "Hallo", "source": "\ud83d"}, "source"),
+                              ("/v1/translate", {"text": "Hallo", "glossary": [{"source": "Hallo", "target": "\udc00"}]},
+                               "glossary.0.target"),
+                              ("/v1/jobs", {"q": ["Hallo", "\ud83d"]}, "q"),
+                              ("/v1/attention", {"text": "Hallo", "target_text": "\ud83d"}, "target_text")):
+        r = client.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+        assert "unicode" in assert_error(r, 422, "validation_error", param)["message"].lower(), body
+    r = client.post("/v1/translate", content=json.dumps({"text": "Hallo", "\ud83d": 1}), headers={"content-type": "application/json"})
+    assert "unicode" in assert_error(r, 422, "validation_error")["message"].lower()
+
+
 def test_unknown_pair_names_supported_pairs(client):
     error = assert_error(client.post("/v1/translate", json={"text": "x", "source": "fr", "target": "de"}), 400)
     assert "de-en" in error["message"] and "en-de" in error["message"]

@@ -32,12 +32,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nmt_serve.service.deadlines import until_disconnected
 from nmt_serve.service.dependencies import authorize, get_state
-from nmt_serve.service.errors import APIError, bad_request
+from nmt_serve.service.errors import APIError, bad_request, printable
 from nmt_serve.service.file_store import FileStore
 from nmt_serve.service.file_translation import FORMATS, attachment_headers, check_format, translated_name
 from nmt_serve.service.file_translation import media_type as media_type_of
 from nmt_serve.service.jobs_files import translate_or_submit, translated_file
 from nmt_serve.service.jobs_store import CANCELLED, DONE, FAILED, FINISHED
+from nmt_serve.service.limits import unpaired_surrogate
 from nmt_serve.service.pipeline import AUTO, FALLBACK_LANGUAGE, terminology, translate_texts
 from nmt_serve.service.schemas import GlossaryTerm, JobStatus, Language
 from nmt_serve.service.state import ServiceState
@@ -71,7 +72,7 @@ def libretranslate_error(request: Request, exc: Exception) -> JSONResponse:
         # the details go to the log, not to the client
         log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
         status, message = 500, "the server failed to process this request"
-    return JSONResponse({"error": message}, status, headers=headers or None)
+    return JSONResponse({"error": printable(message)}, status, headers=headers or None)
 
 
 class LibreTranslateRoute(APIRoute):
@@ -120,6 +121,9 @@ async def read_params(request: Request) -> dict[str, Any]:
             if not isinstance(data, dict):
                 raise bad_request("Invalid request: the JSON body must be an object")
             params.update(data)
+    for key, value in params.items():
+        if problem := unpaired_surrogate(value):
+            raise bad_request(f"Invalid request: {key} {problem}", key)
     return params
 
 
