@@ -91,15 +91,17 @@ async def read_file(state: ServiceState, *, name: str, data: bytes, param: str =
         raise bad_request(str(exc), param) from None
 
 
-def file_source(state: ServiceState, file: UploadedFile, source: str, target: str, param: str = "file") -> str | None:
+def file_source(state: ServiceState, file: UploadedFile, source: str, target: str, param: str = "file",
+                upstream_fallbacks: bool = False) -> str | None:
     """One source language for the whole file: "auto" told from its beginning; None when there is
-    nothing to translate (the source is the target, or the file is already in it)."""
+    nothing to translate (the source is the target, or the file is already in it). upstream_fallbacks:
+    LibreTranslate's answer where ours is a 400 (pipeline.resolve_model)."""
     if state.language(source) == state.language(target):
         return None
     sample = file.sample()
     if source != AUTO or not sample.strip():
         return source
-    model, _ = resolve_model(state, AUTO, state.language(target), sample, param)
+    model, _ = resolve_model(state, AUTO, state.language(target), sample, param, upstream_fallbacks)
     return model.source if model is not None else None
 
 
@@ -114,19 +116,19 @@ async def translate_file(state: ServiceState, request: Request, *, name: str, da
 
 
 async def translate_uploaded(state: ServiceState, request: Request, file: UploadedFile, source: str, target: str,
-                             param: str = "file") -> bytes:
+                             param: str = "file", upstream_fallbacks: bool = False) -> bytes:
     """A file read by read_file, translated in this request (max_chars_per_text for a text,
     max_document_chars for a document: 413 past them)."""
     options = state.limits.decode_options(4, 1, None)
     if file.document is None:
         state.limits.check_file(file.text, param)
         results = await translate_texts(state, request, source=source, target=target, texts=[file.text], options=options,
-                                        param=param, format=TEXT_FORMATS[file.extension])
+                                        param=param, format=TEXT_FORMATS[file.extension], upstream_fallbacks=upstream_fallbacks)
         return results[0].text.encode()
     document = file.document
     state.limits.check_document([u.text for u in document.units], param)
     if document.texts:
-        source = file_source(state, file, source, target, param)
+        source = file_source(state, file, source, target, param, upstream_fallbacks)
         if source is None:
             return file.data  # already in the target language
     translations = await _translate_units(state, request, document.texts, source, target, options, param)

@@ -79,13 +79,14 @@ async def submit_file(state: ServiceState, runner: JobRunner, *, name: str, data
 async def translate_or_submit(state: ServiceState, request: Request, runner: JobRunner, *, name: str, data: bytes, source: str,
                               target: str, **spec) -> bytes | dict:
     """LibreTranslate's /translate_file: the file translated in the request (its bytes), or, when it runs as a
-    job (runs_as_job), the job's record."""
+    job (runs_as_job), the job's record. With "auto", a file in no served language is taken as English, as
+    upstream takes it (pipeline.resolve_model's upstream_fallbacks)."""
     if state.language(source) == state.language(target):
         return await translate_file(state, request, name=name, data=data, source=source, target=target)  # given back
     file = await read_file(state, name=name, data=data)
     if not runs_as_job(state.settings, file):
-        return await translate_uploaded(state, request, file, source, target)
-    source = file_source(state, file, source, target)
+        return await translate_uploaded(state, request, file, source, target, upstream_fallbacks=True)
+    source = file_source(state, file, source, target, upstream_fallbacks=True)
     if source is None:
         return data  # already in the target language
     texts, format = read_texts(name, data, file.document)

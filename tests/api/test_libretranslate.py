@@ -201,6 +201,17 @@ def test_file_names_beyond_ascii(base, http):
     assert "filename*=UTF-8''%C3%9Cberblick_en.txt" in disposition
 
 
+def test_a_file_in_no_served_language_with_auto_is_taken_as_english(base, http):
+    # as /translate answers it (upstream's fallback), not a 400: nothing to detect comes back as it is, a
+    # language no model serves is taken as English
+    numbers = upload(http, base, "zahlen.txt", b"12345\n67890\n", source="auto", target="de")
+    assert numbers.status_code == 200, numbers.text
+    assert http.get(numbers.json()["translatedFileUrl"]).content == b"12345\n67890\n"
+    spanish = upload(http, base, "es.txt", (SPANISH + "\n").encode(), source="auto", target="de")
+    assert spanish.status_code == 200, spanish.text
+    assert http.get(spanish.json()["translatedFileUrl"]).content.decode() != SPANISH + "\n"  # translated, from English
+
+
 def test_file_errors(base, http):
     assert "supported: .txt, .html, .htm" in error_of(upload(http, base, "scan.pdf", b"%PDF-1.4"), 400)
     assert "UTF-8" in error_of(upload(http, base, "alt.txt", "Größe".encode("latin-1")), 400)
