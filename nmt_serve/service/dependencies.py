@@ -15,8 +15,9 @@ async def get_state(request: Request) -> ServiceState:
 
 
 def authorize(state: ServiceState, request: Request, body_key: str | None = None) -> None:
-    """Check the API key (header, or LibreTranslate's api_key field) and the rate limit."""
-    key = bearer_token(request) or body_key
+    """Check the API key (LibreTranslate's api_key field, else the Authorization header: a proxy's header
+    does not override a LibreTranslate client's key) and the rate limit."""
+    key = body_key or bearer_token(request)
     if state.keys.enabled and not state.keys.valid(key):
         raise unauthorized()
     state.rate_limiter.check(client_id(request, key if state.keys.enabled else None))

@@ -65,11 +65,14 @@ def public_names(inputs: InputProcessor) -> dict[str, str]:
 
 
 def language_names(served: dict[str, ServedDirection]) -> dict[str, str]:
-    """{a model's own code: the service's name for it} over the served models, so that a request may name
-    a language either way (`deu_Latn` or `de`)."""
+    """{a name a request may give a language, case-folded: the service's name for it} over the served models,
+    so that a request may name a language either way (`deu_Latn` or `de`), in any case (`DE`, as
+    LibreTranslate takes it)."""
     names: dict[str, str] = {}
+    for direction in served.values():
+        names[direction.source.casefold()], names[direction.target.casefold()] = direction.source, direction.target
     for direction in {id(d.inputs): d for d in served.values()}.values():
-        names.update(public_names(direction.inputs))
+        names.update((code.casefold(), name) for code, name in public_names(direction.inputs).items())
     return names
 
 

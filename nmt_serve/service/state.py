@@ -48,8 +48,9 @@ class ServiceState:
         return self.engine
 
     def language(self, name: str) -> str:
-        """The service's name of a language named as a user may name it (`deu_Latn`, `de_DE` -> `de`)."""
-        return self.names.get(name, name)
+        """The service's name of a language named as a user may name it (`deu_Latn`, `de_DE`, `DE` -> `de`);
+        a name no model knows as given (for the error that names it)."""
+        return self.names.get(name.casefold(), name)
 
     def model_for(self, source: str, target: str) -> ServedDirection:
         source, target = self.language(source), self.language(target)

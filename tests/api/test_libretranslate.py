@@ -72,6 +72,26 @@ def test_parameters_from_the_query_a_form_or_json_alike(base, http):
     assert mixed.json() == answers[0].json()
 
 
+def test_line_breaks_from_a_query_string_or_a_form_are_line_feeds(base, http):
+    # upstream reads every non-JSON q through splitlines: CRLF and a lone CR come out as LF
+    text = f"{GERMAN}\r\n{GERMAN_2}\r{GERMAN}"
+    for r in (http.post(base + "/translate", params={"q": text, "source": "de", "target": "en"}),
+              http.post(base + "/translate", data={"q": text, "source": "de", "target": "en"})):
+        out = r.json()["translatedText"]
+        assert "\r" not in out and out.count("\n") == 2, out
+    assert http.post(base + "/translate", json={"q": text, "source": "de", "target": "en"}).json()["translatedText"].count("\r") == 2
+
+
+def test_language_codes_in_any_case(base, http):
+    # as upstream, which lowercases them
+    lower = http.post(base + "/translate", json={"q": GERMAN, "source": "de", "target": "en"}).json()
+    assert http.post(base + "/translate", json={"q": GERMAN, "source": "DE", "target": "En"}).json() == lower
+    assert http.post(base + "/translate", json={"q": GERMAN, "source": "DE", "target": "de"}).json() == {"translatedText": GERMAN}
+    assert http.post(base + "/v1/translate", json={"text": GERMAN, "source": "De", "target": "EN"}).status_code == 200
+    assert upload(http, base, "a.txt", GERMAN.encode(), source="DE", target="EN").status_code == 200
+    assert error_of(http.post(base + "/translate", json={"q": GERMAN, "source": "DE", "target": "XX"}), 400) == "XX is not supported"
+
+
 def test_a_repeated_q_is_a_list_of_texts(base, http):
     for r in (http.post(base + "/translate", params=[("q", GERMAN), ("q", GERMAN_2), ("source", "de"), ("target", "en")]),
               http.post(base + "/translate", data={"q": [GERMAN, GERMAN_2], "source": "de", "target": "en"}),
@@ -96,6 +116,9 @@ def test_alternatives_one_text_and_a_list(base, http):
     assert len(many["translatedText"]) == 2 and len(many["alternatives"]) == 2 and all(len(a) <= 1 for a in many["alternatives"])
     plain = http.post(base + "/translate", json={"q": GERMAN, "source": "de", "target": "en"}).json()
     assert set(plain) == {"translatedText"}
+    # null, as the published schema allows, and a form's empty field: none
+    assert http.post(base + "/translate", json={"q": GERMAN, "source": "de", "target": "en", "alternatives": None}).json() == plain
+    assert http.post(base + "/translate", data={"q": GERMAN, "source": "de", "target": "en", "alternatives": ""}).json() == plain
 
 
 def test_source_auto_detects_the_language(base, http):
@@ -295,6 +318,10 @@ def test_api_keys(secured, http):
     body = {"q": GERMAN, "source": "de", "target": "en"}
     assert "API key" in error_of(http.post(secured + "/translate", json=body), 403)
     assert error_of(http.post(secured + "/translate", json={**body, "api_key": "wrong"}), 403) == "Invalid API key"
+    # the api_key parameter wins over an Authorization header (a proxy's), which upstream does not read at all
+    wrong_header = {"Authorization": "Bearer wrong"}
+    assert http.post(secured + "/translate", json={**body, "api_key": "key-one"}, headers=wrong_header).status_code == 200
+    assert error_of(http.post(secured + "/translate", json=body, headers=wrong_header), 403) == "Invalid API key"
     for r in (http.post(secured + "/translate", json={**body, "api_key": "key-one"}),
               http.post(secured + "/translate", data={**body, "api_key": "key-one"}),
               http.post(secured + "/translate", params={**body, "api_key": "key-one"}),

@@ -41,6 +41,7 @@ from nmt_serve.service.jobs_store import CANCELLED, DONE, FAILED, FINISHED
 from nmt_serve.service.limits import unpaired_surrogate
 from nmt_serve.service.pipeline import AUTO, FALLBACK_LANGUAGE, terminology, translate_texts
 from nmt_serve.service.schemas import GlossaryTerm, JobStatus, Language
+from nmt_serve.service.security import bearer_token
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.glossary import Terminology
 from nmt_serve.text.language_detection import language_name
@@ -100,17 +101,10 @@ router = APIRouter(tags=["LibreTranslate compatible"], route_class=LibreTranslat
 async def read_params(request: Request) -> dict[str, Any]:
     """The query string's parameters, overridden by the body's: a form or a JSON object. A repeated
     q is a list of texts."""
-    params = _multi(request.query_params)
+    params = _line_feeds(_multi(request.query_params))
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        form = _multi(await request.form())
-        # browsers send a textarea's line breaks as CRLF; count and translate them as upstream does, as LF
-        for key in ("q", "s"):
-            if isinstance(form.get(key), str):
-                form[key] = form[key].replace("\r\n", "\n")
-            elif isinstance(form.get(key), list):
-                form[key] = [v.replace("\r\n", "\n") if isinstance(v, str) else v for v in form[key]]
-        params.update(form)
+        params.update(_line_feeds(_multi(await request.form())))
     else:
         body = await request.body()
         if body.strip():
@@ -125,6 +119,20 @@ async def read_params(request: Request) -> dict[str, Any]:
         if problem := unpaired_surrogate(value):
             raise bad_request(f"Invalid request: {key} {problem}", key)
     return params
+
+
+def _line_feeds(params: dict[str, Any]) -> dict[str, Any]:
+    """Texts from a query string or a form with their line breaks as LF: browsers send a textarea's as CRLF,
+    and upstream counts and translates them as LF (JSON's texts are taken as they are, as upstream does)."""
+    for key in ("q", "s"):
+        if isinstance(params.get(key), str):
+            params[key] = _LINE_BREAK.sub("\n", params[key])
+        elif isinstance(params.get(key), list):
+            params[key] = [_LINE_BREAK.sub("\n", v) if isinstance(v, str) else v for v in params[key]]
+    return params
+
+
+_LINE_BREAK = re.compile(r"\r\n?")
 
 
 def _multi(items) -> dict[str, Any]:
@@ -166,7 +174,7 @@ def authorize_libretranslate(state: ServiceState, request: Request, params: dict
     except APIError as exc:
         if exc.status != 401:
             raise
-        message = "Invalid API key" if key else "Please provide an API key (the api_key parameter)"
+        message = "Invalid API key" if key or bearer_token(request) else "Please provide an API key (the api_key parameter)"
         raise APIError(403, "forbidden", message) from None
 
 
@@ -183,7 +191,7 @@ def check_target(state: ServiceState, target: str) -> None:
 def check_languages(state: ServiceState, source: str, target: str) -> None:
     """Both languages known; the source equal to the target is any served language (upstream gives
     the text back: LibreTranslate's page keeps the old target when the source changes to it)."""
-    if source == target and state.language(source) in {c for m in state.models.values() for c in (m.source, m.target)}:
+    if state.language(source) == state.language(target) and state.language(source) in {c for m in state.models.values() for c in (m.source, m.target)}:
         return
     check_source(state, source)
     check_target(state, target)
@@ -289,13 +297,15 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)):
     format_ = text_param(params, "format", required=False, default="text")
     if format_ not in ("text", "html"):
         raise bad_request(f"{format_} format is not supported", "format")
-    alternatives = params.get("alternatives", 0)
+    alternatives = params.get("alternatives")
+    if alternatives is None or alternatives == "":  # absent, JSON's null (the schema's default) or a form's empty field
+        alternatives = 0
     try:
         # a form's "3", JSON's 3 (or 3.0); anything else is not the integer the schema says
         if isinstance(alternatives, bool) or not isinstance(alternatives, (str, int, float)) \
                 or isinstance(alternatives, float) and not alternatives.is_integer():
             raise ValueError(alternatives)
-        alternatives = int(alternatives or 0)
+        alternatives = int(alternatives)
     except (TypeError, ValueError, OverflowError):
         raise bad_request("Invalid request: alternatives parameter is not a number", "alternatives") from None
     if alternatives < 0:  # the schema says >= 0 (upstream takes a negative count as 0)
