@@ -363,6 +363,9 @@ class Translator:
         `scores`) and attention."""
         cfg = self.config
         with_eos = [t + [cfg.eos_id] for t in targets]
+        longest = max((len(t) for t in with_eos), default=0)
+        if longest > cfg.max_positions:  # as the source's limit (InputProcessor.source_ids): a caller's error
+            raise ValueError(f"the translation has {longest} tokens; this model accepts at most {cfg.max_positions}")
         tgt_in = self._pad([t[:-1] for t in with_eos], prefix=cfg.decoder_start_id)
         tgt_out = self._pad(with_eos)
         with attention_backends(self.device):

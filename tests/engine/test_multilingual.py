@@ -476,6 +476,7 @@ def test_service_serves_every_direction_of_both_models(mixed_models):
         maps = client.post("/v1/attention", json={"text": "Un chien.", "source": "fr", "target": "de", "beam_size": 1})
         assert maps.status_code == 200, maps.text
         assert maps.json()["source_tokens"][0] == "<2de>"
+        assert maps.json()["model"] == "multi"  # the checkpoint, as /v1/translate names it
         # HTML with inline tags: aligned through the engine's attention of the multilingual model
         html = client.post("/translate", json={"q": "<p>Un <b>chien</b> court.</p>", "source": "fr", "target": "de",
                                                "format": "html"})

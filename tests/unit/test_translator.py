@@ -84,6 +84,17 @@ def test_force_decode_scores_a_given_target(translator):
     assert all(lp <= 0 for lp in forced.token_log_probs)
 
 
+def test_force_decode_refuses_a_target_past_the_positions_as_a_callers_error(translator):
+    # a ValueError, as a source past them: the engine answers it as the caller's mistake (400), not a failure
+    limit = translator.config.max_positions
+    text = " ".join(["Hund"] * limit)
+    assert len(translator.tgt_tokenizer.encode(text)) + 1 > limit
+    with pytest.raises(ValueError, match=f"accepts at most {limit}"):
+        translator.force_decode(SENTENCES[0], text)
+    fits = translator.tgt_tokenizer.decode(translator.tgt_tokenizer.encode(text)[: limit - 1])
+    assert len(translator.force_decode(SENTENCES[0], fits).token_log_probs) <= limit
+
+
 def test_use_cache_false_gives_the_same_translations(translator):
     a = translator.translate(SENTENCES, beam_size=3, max_length=8, return_scores=True)
     b = translator.translate(SENTENCES, beam_size=3, max_length=8, return_scores=True, use_cache=False)

@@ -101,7 +101,7 @@ async def attention(body: AttentionRequest, request: Request, state: ServiceStat
         layers=layers, heads=heads, encoder_layers=encoder_layers, average_heads=body.average_heads,
     ))
     return AttentionResponse(
-        model=model.id, layers=layers, heads=None if body.average_heads else heads,
+        model=model.engine_model, layers=layers, heads=None if body.average_heads else heads,
         num_layers=info["n_decoder_layers"], num_heads=info["n_heads"], **maps,
     )
 
