@@ -38,6 +38,7 @@ log = logging.getLogger("nmt_serve.service.jobs")
 CHUNKS_IN_FLIGHT = 2
 HEARTBEAT_S = 1.0  # the record's updated_at moves at least this often while the job runs (progress: every 2 s at most)
 SCAN_INTERVAL_S = 1.0  # how often an idle runner looks for jobs (a job posted to this worker wakes it at once)
+ONE_TEXTS_FAULT = {400, 413}  # a text the pipeline refuses (the pair and options were checked when the job was posted)
 RETRIED = {499, 503, 504}  # the engine was lost, restarting, busy, or the chunk's deadline passed: send the chunk again
 
 
@@ -81,8 +82,11 @@ class JobRunner:
 
     async def submit(self, spec: dict, texts: list[str], options: DecodeOptions, original: bytes | None = None) -> dict:
         """A new job's record (jobs_store.JobStore.create), picked up at once by this runner or any other."""
-        if spec["source"] != "auto":  # a wrong pair is refused now, not when the job runs
-            self.state.model_for(spec["source"], spec["target"])
+        source, target = self.state.language(spec["source"]), self.state.language(spec["target"])
+        served = {c for m in self.state.models.values() for c in (m.source, m.target)}
+        # a wrong pair is refused now, not when the job runs; a served language to itself is given back
+        if spec["source"] != "auto" and not (source == target and source in served):
+            self.state.model_for(source, target)
         spec = dict(spec, options=dataclasses.asdict(options))
         record = await asyncio.to_thread(self.store.create, spec, texts, self.state.settings.job_chunk_texts, original)
         self.wake()
@@ -143,6 +147,7 @@ class JobRunner:
                 await self._disk(store.write_chunk, job_id, k, payload)  # written before it counts as done
                 async with lock:
                     record["done"] += end - start
+                    record["not_translated"] = record.get("not_translated", 0) + sum(r.error is not None for r in results)
                     for name in ("sentences", "source_tokens", "generated_tokens"):
                         record[name] += payload[name]
                     record["models"] = sorted(set(record["models"]) | {r.model for r in results if r.model})
@@ -191,6 +196,12 @@ class JobRunner:
                                              options=options, param="q", format=record["format"],
                                              split_sentences=record["split_sentences"])
             except APIError as exc:
+                if exc.status in ONE_TEXTS_FAULT:
+                    # one text's own problem (no served language found in it, too long) must not lose the
+                    # others: each is sent alone, and the one at fault comes back as it is, with why
+                    if len(texts) == 1:
+                        return [TextResult.untranslated(texts[0], exc.message)]
+                    return [r for text in texts for r in await self._translate(record, [text], options)]
                 if exc.status not in RETRIED:
                     raise JobFailed(exc.message) from None
                 pause = float((exc.headers or {}).get("Retry-After", 1))

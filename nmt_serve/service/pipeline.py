@@ -49,6 +49,11 @@ class TextResult:
     source_tokens: int = 0
     generated_tokens: int = 0
     sentences: int = 0
+    error: str | None = None  # a job's text that could not be translated, given back as it is: why
+
+    @classmethod
+    def untranslated(cls, text: str, error: str) -> TextResult:
+        return cls(text=text, alternatives=[], detected=None, model="", error=error)
 
 
 @dataclass

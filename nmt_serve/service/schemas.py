@@ -94,6 +94,9 @@ class Translation(BaseModel):
     hypotheses: list[Hypothesis] | None = Field(None, description="n-best list, best first (num_hypotheses > 1)")
     detected_language: DetectedLanguage | None = Field(None, description='the source language found (source "auto")')
     flags: list[SentenceFlag] | None = Field(None, description="sentences whose translation is doubtful, and why")
+    error: str | None = Field(None, description="in a job's result only: why this text could not be translated (with "
+                                                "source auto, no served language found in it; past a length limit), "
+                                                "given back as it is while the job's other texts go on")
 
     @classmethod
     def of(cls, result: TextResult, num_hypotheses: int) -> Translation:
@@ -105,6 +108,7 @@ class Translation(BaseModel):
             detected_language=DetectedLanguage(language=result.detected.language, confidence=round(result.detected.confidence, 4))
             if result.detected else None,
             flags=[SentenceFlag(sentence=f.sentence, source=f.source, text=f.text, flags=list(f.flags)) for f in result.flags] or None,
+            error=result.error,
         )
 
 
@@ -241,7 +245,7 @@ class JobStatus(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{
         "id": "5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2", "state": "running", "done": 1280, "total": 20000, "sentences_done": 1302,
         "percent": 6.4, "eta_seconds": 212.5, "created_at": 1795500000.0, "started_at": 1795500000.1,
-        "updated_at": 1795500014.3, "finished_at": None, "error": None}]})
+        "updated_at": 1795500014.3, "finished_at": None, "error": None, "not_translated": 0}]})
     id: str
     state: JobState = Field(description="queued, running, done, failed or cancelled")
     done: int = Field(description="texts translated, their results kept (a text counts once its chunk is written)")
@@ -254,6 +258,8 @@ class JobStatus(BaseModel):
     updated_at: float = Field(description="last written; moves at least every second while the job runs")
     finished_at: float | None = None
     error: str | None = Field(None, description="why it failed")
+    not_translated: int = Field(0, description="texts given back as they are, each with its error in the result "
+                                               "(Translation.error): the job goes on without them")
 
     @classmethod
     def of(cls, record: dict) -> JobStatus:
@@ -266,7 +272,7 @@ class JobStatus(BaseModel):
         return cls(id=record["id"], state=record["state"], done=done, total=total, sentences_done=record["sentences"],
                    percent=round(100.0 * done / total, 2) if total else 100.0, eta_seconds=eta, created_at=record["created_at"],
                    started_at=record["started_at"], updated_at=record["updated_at"], finished_at=record["finished_at"],
-                   error=record["error"])
+                   error=record["error"], not_translated=record.get("not_translated", 0))
 
 
 class JobResult(BaseModel):

@@ -241,6 +241,38 @@ def test_a_file_as_a_job_comes_back_translated(models_dir, tmp_path):
         assert len(back.paragraphs) == 3 and all(p.text != t for p, t in zip(back.paragraphs, TEXTS[10:13]))
 
 
+def test_a_text_at_fault_comes_back_as_it_is_and_the_job_goes_on(models_dir, tmp_path):
+    """With source auto, a text in no served language (or with nothing to detect) is given back with its
+    error; the other texts of its chunk and of the job are translated; the status counts it."""
+    texts = TEXTS[:5] + ["12345", "El perro corre por el parque mientras los niños juegan con la pelota."] + TEXTS[5:9]
+    with client_for(models_dir, tmp_path) as c:
+        want = reference(ready(c), TEXTS[:9])
+        created = c.post("/v1/jobs", json={"q": texts, "source": "auto", "target": "en", **FAST})
+        assert created.status_code == 202, created.text
+        done = wait_for(c, created.json()["id"], lambda s: s["state"] in ("done", "failed"))
+        assert done["state"] == "done" and done["done"] == len(texts) and done["not_translated"] == 2, done
+        result = c.get(f"/v1/jobs/{created.json()['id']}/result").json()["translations"]
+        assert [t["text"] for i, t in enumerate(result) if i not in (5, 6)] == want
+        assert [t["text"] for t in result[5:7]] == texts[5:7]
+        assert "could not be detected" in result[5]["error"] and "Spanish" in result[6]["error"]
+        assert not any("error" in t for i, t in enumerate(result) if i not in (5, 6))
+
+
+def test_a_job_into_its_own_language_comes_back_as_it_is(models_dir, tmp_path):
+    # as /v1/translate and /v1/translate_file answer it; a pair no model serves is still refused when posted
+    with client_for(models_dir, tmp_path) as c:
+        created = ready(c).post("/v1/jobs", json={"q": TEXTS[:3], "source": "de", "target": "de", **FAST})
+        assert created.status_code == 202, created.text
+        wait_for(c, created.json()["id"], lambda s: s["state"] == "done")
+        assert [t["text"] for t in c.get(f"/v1/jobs/{created.json()['id']}/result").json()["translations"]] == TEXTS[:3]
+        english = c.post("/v1/jobs/file", files={"file": ("en.txt", b"Two children are playing in the garden behind the house.")},
+                         data={"source": "auto", "target": "en"})
+        assert english.status_code == 202, english.text
+        wait_for(c, english.json()["id"], lambda s: s["state"] == "done")
+        assert c.get(f"/v1/jobs/{english.json()['id']}/result").content == b"Two children are playing in the garden behind the house."
+        assert c.post("/v1/jobs", json={"q": TEXTS[:3], "source": "fr", "target": "fr"}).status_code == 400
+
+
 def test_background_work_waits_for_interactive_work_and_holds_a_bounded_share(tiny_checkpoint):
     """In the engine core: a job's sentences join only while no interactive sentence waits, never hold
     more than background_share of the rows, and an interactive call that arrives during the job

@@ -157,13 +157,13 @@ def test_a_failed_or_cancelled_job_and_an_unknown_or_expired_file(models_dir, tm
         assert error_of(c.get(path_of(answer["translatedFileUrl"])), 410) == "the translation of abbruch.txt was cancelled"
         held.gate.set()
 
-        async def refused(state, request, **kw):
-            raise APIError(413, "request_too_large", "text 2 has 9000 tokens; the limit is 8192")
-        monkeypatch.setattr(jobs_runner, "translate_texts", refused)
+        async def broken(state, request, **kw):  # not one text's fault (that text would come back as it is)
+            raise APIError(500, "internal_error", "the engine failed: out of memory")
+        monkeypatch.setattr(jobs_runner, "translate_texts", broken)
         failing = upload(c, "kaputt.txt", "\n".join(LINES).encode()).json()
         wait_for(c, failing["jobId"], lambda s: s["state"] == "failed")
         assert error_of(c.get(path_of(failing["translatedFileUrl"])), 500) == \
-            "the translation of kaputt.txt failed: text 2 has 9000 tokens; the limit is 8192"
+            "the translation of kaputt.txt failed: the engine failed: out of memory"
 
         assert "no such file" in error_of(c.get("/download_file/0123456789abcdef0123456789abcdef.a.txt"), 404)
         # a job of our own /v1/jobs/file is read there (with its key where keys are on), not as a LibreTranslate download
