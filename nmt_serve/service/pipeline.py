@@ -322,7 +322,8 @@ def _assemble(state: ServiceState, text: _Text, hyps: list[list[EngineHypothesis
         for rank in range(1, n):
             rebuilt[rank].append(seg.rebuild([nbest[min(rank, len(nbest) - 1)].text for nbest in mine]))
         if text.document is not None:
-            aligned.append(AlignedText(best_text, _unit_alignment(unit, target_spans, attention.alignments, text.model.id)))
+            aligned.append(AlignedText(best_text, _unit_alignment(unit, target_spans, attention.alignments, text.model.id),
+                                       list(zip(target_spans, seg.source_spans()))))
         for k, nbest in enumerate(mine):
             best = nbest[0]
             found = flags_for(sources[first + k], best.text, truncated=best.truncated, split=k in seg.long_sentences,

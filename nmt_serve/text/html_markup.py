@@ -39,6 +39,10 @@ class AlignedText:
     # for each target word: (its char span in `text`, the char span in the segment's source text of
     # the source word it is aligned to); None when the segment has no inline markup
     alignment: list[tuple[tuple[int, int], tuple[int, int]]] | None = None
+    # for each sentence, translated on its own: (its char span in `text`, its char span in the source text);
+    # None when unknown. An element around whole sentences goes around their whole translations, and
+    # whatever stands between two sentences stays between them
+    sentences: list[tuple[tuple[int, int], tuple[int, int]]] | None = None
 
 
 @dataclass
@@ -213,9 +217,19 @@ class Segment:
         # a word kept as it was (up to case) keeps tags that sit inside it at the same letters
         same = {p: tgt[p[0][0]:p[0][1]].casefold() == src[p[1][0]:p[1][1]].casefold()
                 and p[0][1] - p[0][0] == p[1][1] - p[1][0] for p in pairs}
+        sentences = [((t0 + lead, t1 + lead), (s0 + lead, s1 + lead)) for (t0, t1), (s0, s1) in tr.sentences or []]
+
+        def between_sentences(p: int) -> int | None:
+            """Target offset for source offset p in the text between two sentences (copied as it is)."""
+            for ((_, ta), (_, sa)), ((tb, _), (sb, _)) in zip(sentences, sentences[1:]):
+                if sa <= p <= sb:
+                    return min(ta + (p - sa), tb)
+            return None
 
         def at(p: int) -> int:
             """Target offset for a zero-width thing at source offset p: after the word before it."""
+            if (t := between_sentences(p)) is not None:
+                return t
             before = [x for x in pairs if x[1][0] < p]
             if before:
                 x = max(before, key=lambda x: (x[1][0], x[0][1]))
@@ -230,6 +244,17 @@ class Segment:
             return round(p * len(tgt) / max(1, len(src)))
 
         def span(n: _Node) -> tuple[int, int]:
+            ts, te = words_span(n)
+            whole = [t for t, (s0, s1) in sentences if n.start <= s0 and s1 <= n.end]
+            if whole:  # its words' alignment may miss a sentence's first or last words
+                ts, te = min(ts, whole[0][0]), max(te, whole[-1][1])
+                if (t := between_sentences(n.start)) is not None:
+                    ts = t
+                if (t := between_sentences(n.end)) is not None:
+                    te = t
+            return ts, te
+
+        def words_span(n: _Node) -> tuple[int, int]:
             over = [x for x in pairs if x[1][0] < n.end and x[1][1] > n.start]
             if not over:  # no aligned word inside: keep it, empty, beside its neighbour
                 t = at(n.start)

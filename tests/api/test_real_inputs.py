@@ -131,6 +131,30 @@ def test_inline_tags_are_placed_by_the_alignment_the_search_kept(client):
     assert kept == forced and "<b>" in kept and "<i>" in kept, kept
 
 
+def test_markup_around_or_between_whole_sentences_keeps_to_their_whole_translations(client):
+    """Each sentence is translated on its own: an element around whole sentences goes around their whole
+    translations, and a line break or tab between two sentences stays between them, wherever the
+    attention put the sentence's first word."""
+    import io
+
+    docx = pytest.importorskip("docx")
+    sentences = ["Ein Mann isst.", "Eine Frau trinkt.", "Ein Hund rennt."]
+    alone = [t["text"] for t in translate(client, sentences)["translations"]]
+    html = translate(client, f"<p>{sentences[0]} <b>{sentences[1]}</b> {sentences[2]}</p>", format="html")
+    assert html["translations"][0]["text"] == f"<p>{alone[0]} <b>{alone[1]}</b> {alone[2]}</p>"
+    document = docx.Document()
+    broken = document.add_paragraph()
+    broken.add_run(sentences[0]).add_break()
+    broken.add_run(sentences[1])
+    document.add_paragraph(f"{sentences[0]}\t{sentences[2]}")
+    data = io.BytesIO()
+    document.save(data)
+    r = client.post("/v1/translate_file", files={"file": ("brief.docx", data.getvalue())}, data={"source": "de", "target": "en"})
+    assert r.status_code == 200, r.text
+    back = [p.text for p in docx.Document(io.BytesIO(r.content)).paragraphs]
+    assert back == [f"{alone[0]}\n{alone[1]}", f"{alone[0]}\t{alone[2]}"]
+
+
 def test_source_auto_picks_the_model_or_gives_the_text_back(client):
     r = client.post("/v1/translate", json={"text": ["Ein Hund läuft über die Wiese.", "A dog runs across the grass."],
                                            "source": "auto", "target": "en"})

@@ -185,3 +185,39 @@ def test_no_text_and_wrong_counts():
     assert parse_html("<div> <br> </div>").segments == []
     with pytest.raises(ValueError):
         parse_html("<p>a</p>").rebuild([])
+
+
+SENTENCES = {"Ein Mann isst.": "A man is eating.", "Eine Frau trinkt.": "A woman is drinking.", "Ein Hund rennt.": "A dog is running."}
+
+
+def by_sentence(text: str, with_sentences: bool = True) -> AlignedText:
+    """Each sentence translated on its own, as the pipeline does, its first word left unaligned (as the
+    attention often leaves it); with_sentences: the sentences' spans given, as the pipeline gives them."""
+    out, align, spans = "", [], []
+    for m in re.finditer(r"[^.]+\.", text):
+        s0 = m.start() + len(m.group()) - len(m.group().lstrip())
+        source, t0 = text[s0:m.end()], len(out) + (s0 - spans[-1][1][1] if spans else 0)
+        out = (out + text[spans[-1][1][1]:s0] if spans else out) + SENTENCES[source]
+        source_words, target_words = list(WORD.finditer(source)), list(WORD.finditer(SENTENCES[source]))
+        for i, w in enumerate(target_words[1:], 1):
+            sw = source_words[min(i, len(source_words) - 1)]
+            align.append(((t0 + w.start(), t0 + w.end()), (s0 + sw.start(), s0 + sw.end())))
+        spans.append(((t0, len(out)), (s0, m.end())))
+    return AlignedText(out, align, spans if with_sentences else None)
+
+
+@pytest.mark.parametrize("source, want", [
+    ("<p>Ein Mann isst. <b>Eine Frau trinkt.</b> Ein Hund rennt.</p>",
+     "<p>A man is eating. <b>A woman is drinking.</b> A dog is running.</p>"),
+    ("<p><b>Ein Mann isst.</b> Eine Frau trinkt.</p>", "<p><b>A man is eating.</b> A woman is drinking.</p>"),
+    ("<p>Ein Mann isst.<span data-run=1>\tEine Frau trinkt.</span></p>", "<p>A man is eating.<span data-run=1>\tA woman is drinking.</span></p>"),
+    ("<p><i>Ein Mann isst. Eine Frau trinkt.</i> Ein Hund rennt.</p>", "<p><i>A man is eating. A woman is drinking.</i> A dog is running.</p>"),
+    ("<p>Ein Mann isst. <img src=x> Eine Frau trinkt.</p>", "<p>A man is eating. <img src=x> A woman is drinking.</p>"),
+])
+def test_markup_around_or_between_whole_sentences_keeps_to_their_translations(source, want):
+    document = parse_html(source)
+    assert document.rebuild([by_sentence(s.text) for s in document.segments]) == want
+    # the words' alignment alone would leave each sentence's first word outside (what the spans mend)
+    if "<b>" in source or "data-run" in source:
+        assert parse_html(source).rebuild([by_sentence(s.text, False) for s in parse_html(source).segments]) != want
+
