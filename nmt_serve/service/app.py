@@ -111,7 +111,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         lifespan=lifespan, docs_url=None, redoc_url=None,  # install_docs serves them without a CDN
     )
     app.state.service = state
-    install_handlers(app)
+    install_handlers(app, plain_errors=libretranslate.is_libretranslate_path)
     app.include_router(v1.router)
     app.include_router(jobs.router)
     app.include_router(libretranslate.router)
@@ -124,7 +124,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
     # an uploaded file may be larger than a JSON body: its form fields and multipart framing on top
     upload_limit = max(state.settings.max_body_bytes, state.settings.max_file_bytes + 65536)
     app.add_middleware(BodySizeLimit, max_bytes=state.settings.max_body_bytes,
-                       plain_error_paths=frozenset(r.path for r in libretranslate.router.routes),
+                       plain_errors=libretranslate.is_libretranslate_path,
                        path_limits={"/translate_file": upload_limit, "/v1/translate_file": upload_limit,
                                     "/v1/jobs": state.settings.max_job_bytes, "/v1/jobs/file": state.settings.max_job_bytes})
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)

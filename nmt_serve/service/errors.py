@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -46,7 +48,18 @@ def timed_out(seconds: float) -> APIError:
     return APIError(504, "timeout", f"the request did not finish within {seconds:g}s")
 
 
-def install_handlers(app: FastAPI) -> None:
+# what pydantic puts in an error's location for the branch of a union it tried ("str", "list[str]"), not a field
+_UNION_BRANCH = re.compile(r"str|int|float|bool|bytes|constrained-\w+|[a-z-]+\[.*\]")
+
+
+def http_error_type(status: int) -> str:
+    """The error type of a status raised outside the handlers (the body limit, routing's 404 and 405)."""
+    return "request_too_large" if status == 413 else "http_error"
+
+
+def install_handlers(app: FastAPI, plain_errors: Callable[[str], bool] = lambda path: False) -> None:
+    """plain_errors: the paths whose errors, routing's own included, take LibreTranslate's {"error": message}."""
+
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError):
         return JSONResponse(error_body(exc.type, exc.message, exc.param), exc.status, headers=exc.headers)
@@ -54,13 +67,22 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
-        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query")]
+        if first.get("type") == "json_invalid":  # its location is a character offset, not a parameter
+            where = first.get("loc", ("body", None))[-1]
+            detail = (first.get("ctx") or {}).get("error")
+            message = "the body is not valid JSON" + (f": {detail}" if detail else "") + (f" (at character {where})" if isinstance(where, int) else "")
+            return JSONResponse(error_body("validation_error", message), 422)
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query")
+               and not (isinstance(p, str) and _UNION_BRANCH.fullmatch(p))]
         message = first.get("msg", "invalid request")
         return JSONResponse(error_body("validation_error", message, ".".join(loc) or None), 422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException):
-        return JSONResponse(error_body("http_error", str(exc.detail)), exc.status_code, headers=getattr(exc, "headers", None))
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        headers = getattr(exc, "headers", None)
+        if plain_errors(request.url.path):
+            return JSONResponse({"error": printable(str(exc.detail))}, exc.status_code, headers=headers)
+        return JSONResponse(error_body(http_error_type(exc.status_code), str(exc.detail)), exc.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from starlette.exceptions import HTTPException
 
@@ -41,12 +42,12 @@ class MetricsMiddleware:
 class BodySizeLimit:
     """413 for bodies over max_bytes, whether announced by Content-Length or streamed in chunks."""
 
-    def __init__(self, app, max_bytes: int, plain_error_paths: frozenset[str] = frozenset(),
+    def __init__(self, app, max_bytes: int, plain_errors: Callable[[str], bool] = lambda path: False,
                  path_limits: dict[str, int] | None = None):
         self.app = app
         self.max_bytes = max_bytes
         # LibreTranslate's routes answer {"error": "message"}, which its clients read
-        self.plain_error_paths = plain_error_paths
+        self.plain_errors = plain_errors
         self.path_limits = path_limits or {}  # paths that take larger bodies (file uploads)
 
     def too_large(self, limit: int) -> HTTPException:
@@ -75,11 +76,11 @@ class BodySizeLimit:
     async def reject(self, scope, send, limit: int) -> None:
         import json
 
-        from nmt_serve.service.errors import error_body
+        from nmt_serve.service.errors import error_body, http_error_type
 
         message = str(self.too_large(limit).detail)
-        plain = scope.get("path") in self.plain_error_paths
-        body = json.dumps({"error": message} if plain else error_body("http_error", message)).encode()
+        plain = self.plain_errors(scope.get("path", ""))
+        body = json.dumps({"error": message} if plain else error_body(http_error_type(413), message)).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})

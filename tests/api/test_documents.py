@@ -182,10 +182,10 @@ def test_bad_files_get_the_one_error_shape(client):
         translate_file(client, "scan.pdf", b"%PDF-1.4"), 400, "invalid_request")
     assert "max_file_bytes" in our_error(translate_file(client, "gross.docx", b"x" * (MAX_FILE_BYTES + 1)), 413, "request_too_large")
     # past the file routes' body limit (the file and its form's framing) the body is refused unread
-    assert "265536 bytes" in our_error(translate_file(client, "riesig.docx", b"x" * 300_000), 413, "http_error")
+    assert "265536 bytes" in our_error(translate_file(client, "riesig.docx", b"x" * 300_000), 413, "request_too_large")
     # other routes keep max_body_bytes
     assert "20000 bytes" in our_error(client.post("/v1/translate", json={"text": "x" * 30_000, "source": "de", "target": "en"}),
-                                      413, "http_error")
+                                      413, "request_too_large")
     d = docx.Document()
     for _ in range(60):
         d.add_paragraph("Ein Mann steht auf einer Leiter und streicht die Wand.")

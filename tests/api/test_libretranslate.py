@@ -292,9 +292,14 @@ def test_errors_have_libretranslates_shape_and_statuses(base, http):
     slow = {"q": [GERMAN * 8] * 32, "source": "de", "target": "en", "alternatives": 7}
     assert "did not finish" in error_of(http.post(translate, json=slow, headers={"X-Request-Timeout": "0.05"}), 504)
     assert error_of(http.post(base + "/suggest", data={"q": "a", "s": "b", "source": "de", "target": "en"}), 403)
+    # routing's own answers on these paths too: a method a route does not take, a download that matches nothing
+    assert error_of(http.get(translate), 405) == "Method Not Allowed"
+    assert error_of(http.post(base + "/languages"), 405)
+    assert error_of(http.get(base + "/download_file/..%2F..%2Fetc%2Fpasswd"), 404)
     # our own endpoints keep our shape
     r = http.post(base + "/v1/translate", json={"source": "de"})
     assert r.status_code == 422 and set(r.json()["error"]) == {"type", "message", "param"}
+    assert set(http.get(base + "/v1/nowhere").json()["error"]) == {"type", "message", "param"}
 
 
 def test_text_that_is_not_valid_unicode_is_400_not_500(base, http):

@@ -156,6 +156,12 @@ def test_limits_are_stated(client):
 def test_malformed_json_is_422(client):
     r = client.post("/v1/translate", content=b"{not json", headers={"content-type": "application/json"})
     assert_error(r, 422, "validation_error")
+    # a body that is not JSON: where it breaks is in the message, not taken for a parameter's name
+    broken = assert_error(client.post("/v1/translate", content=b'{"text": "a",, }', headers={"content-type": "application/json"}),
+                          422, "validation_error")
+    assert broken["param"] is None and "not valid JSON" in broken["message"] and "character 13" in broken["message"]
+    # a union's branch ("str", "list[str]") is not part of the parameter's name
+    assert assert_error(client.post("/v1/translate", json={"text": ["a", 5]}), 422, "validation_error")["param"] in ("text", "text.1")
 
 
 def test_unknown_route_has_the_error_shape(client):

@@ -95,6 +95,12 @@ class LibreTranslateRoute(APIRoute):
 router = APIRouter(tags=["LibreTranslate compatible"], route_class=LibreTranslateRoute)
 
 
+def is_libretranslate_path(path: str) -> bool:
+    """Whether errors on this path take LibreTranslate's shape: its routes' own, and routing's (a method
+    they do not take, a download name that matches nothing)."""
+    return path.startswith("/download_file/") or any(path == route.path for route in router.routes)
+
+
 # ---------------------------------------------------------------------------------------- parameters
 
 
