@@ -138,7 +138,11 @@ class JobRunner:
                 raise
 
         async def translate_chunks() -> None:
+            nonlocal cancelled
             for k in todo:  # one iterator shared by the workers: each chunk is taken once
+                if await self._disk(store.cancelled, job_id):  # asked to stop: no new chunk goes out
+                    cancelled = True
+                    return
                 start, end = record["chunks"][k]
                 results = await self._translate(record, texts[start:end], options)
                 payload = dict(translations=[translation_of(r, options) for r in results],
@@ -176,6 +180,8 @@ class JobRunner:
             for worker in workers:
                 worker.cancel()
         failures = [o for o in outcomes if isinstance(o, BaseException) and not isinstance(o, asyncio.CancelledError)]
+        # asked to stop after the last chunk went out: it ends cancelled, not done
+        cancelled = cancelled or await self._disk(store.cancelled, job_id)
         if cancelled:
             state, error = CANCELLED, None
         elif failures:

@@ -111,11 +111,19 @@ class JobStore:
 
     # ------------------------------------------------------------------ read by any worker
     def read(self, job_id: str) -> dict | None:
-        """The record, as a client sees it: a job asked to stop reads as cancelled at once."""
+        """The record, as a client sees it: a job asked to stop reads as cancelled at once, its progress
+        as it was when asked (chunks in flight may still land before its runner stops; they are dropped)."""
         record = self._record(job_id)
         if record is not None and record["state"] not in FINISHED and self.cancelled(job_id):
-            record["state"] = CANCELLED
+            record.update(self._progress_when_cancelled(job_id), state=CANCELLED)
         return record
+
+    def _progress_when_cancelled(self, job_id: str) -> dict:
+        try:
+            asked = json.loads((self.directory / job_id / "cancel").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return {k: asked[k] for k in ("done", "sentences") if isinstance(asked, dict) and k in asked}
 
     def _record(self, job_id: str) -> dict | None:
         """The record as its runner last wrote it."""
@@ -163,7 +171,7 @@ class JobStore:
         if record is None or record["state"] in FINISHED:
             return record
         home = self.directory / job_id
-        (home / "cancel").touch()
+        _write(home / "cancel", {"done": record["done"], "sentences": record["sentences"]}, durable=False)
         fd = self._lock(job_id)
         if fd is not None:  # nobody runs it
             try:
@@ -188,6 +196,7 @@ class JobStore:
     def finish(self, record: dict, state: str, error: str | None = None) -> None:
         record.update(state=state, error=error, finished_at=time.time())
         if state == CANCELLED:  # its partial results are of no use to anyone
+            record.update(self._progress_when_cancelled(record["id"]))
             shutil.rmtree(self.directory / record["id"] / "chunks", ignore_errors=True)
         self.write(record)
 

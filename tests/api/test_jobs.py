@@ -139,6 +139,22 @@ def test_cancel_drops_the_job_and_the_runner_goes_on(models_dir, tmp_path, monke
     assert not (tmp_path / job / "chunks").exists()  # its partial results are gone
 
 
+def test_a_cancelled_jobs_progress_stays_as_it_was_when_cancelled(models_dir, tmp_path, monkeypatch):
+    # the chunks in flight may land before the runner notices; they are dropped, and the count is not moved
+    chunks = Chunks(hold=lambda n: n >= 2)
+    monkeypatch.setattr(jobs_runner, "translate_texts", chunks)
+    with client_for(models_dir, tmp_path) as c:
+        job = ready(c).post("/v1/jobs", json={"q": TEXTS[:20], **FAST}).json()["id"]
+        wait_for(c, job, lambda s: s["done"] == 4)
+        cancelled = c.delete(f"/v1/jobs/{job}").json()
+        assert cancelled["state"] == "cancelled" and cancelled["done"] == 4
+        chunks.gate.set()  # the two chunks in flight finish now, before the runner's next look at the job
+        wait_for(c, job, lambda s: len(chunks.translated) >= 12)
+        assert c.get(f"/v1/jobs/{job}").json()["done"] == 4
+        stopped = wait_for(c, job, lambda s: s["finished_at"] is not None)
+        assert stopped["state"] == "cancelled" and stopped["done"] == 4 and stopped["percent"] == 20.0
+
+
 def test_a_job_past_the_size_limits_is_refused_with_413(models_dir, tmp_path):
     with client_for(models_dir, tmp_path, max_job_texts=10, max_job_bytes=2000, max_chars_per_text=300, max_texts_per_request=4) as c:
         ready(c)
