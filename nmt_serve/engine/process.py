@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import queue
+import shutil
 import signal
 import sys
 import threading
@@ -166,13 +167,18 @@ def run(config: dict) -> int:
     core = EngineCore({mid: t for mid, (t, _, _) in loaded.items()}, engine_config, model_meta=meta, memory=memory)
     core.incarnation = incarnation
     started = time.perf_counter()
-    if programs := core.warmup():
-        log.info("captured %d decoder programs in %.1fs", programs, time.perf_counter() - started)
-    if (over := core.over_budget()) is not None:
-        return refuse(over)
-    if engine_config.admission:
-        core.calibrate()
+    try:  # the models' first runs: one that fails here (weights that load but do not compute) fails every time
+        if programs := core.warmup():
+            log.info("captured %d decoder programs in %.1fs", programs, time.perf_counter() - started)
+        if (over := core.over_budget()) is not None:
+            return refuse(over)
+        if engine_config.admission:
+            core.calibrate()
+    except Exception as exc:  # noqa: BLE001 - reported to every API process, then exit (no restart loop)
+        log.exception("the models' first runs failed")
+        return refuse(f"the first runs of {', '.join(sorted(core.models))} failed: {type(exc).__name__}: {exc}")
     log.info("engine ready: %s (pid %d)", ", ".join(sorted(core.models)), os.getpid())
+    supervisor = os.getppid()
 
     inbox: queue.Queue = queue.Queue()  # calls screened by the I/O thread, for the core
     replies_out = context.socket(zmq.PUSH)  # the core's replies, for the I/O thread to route
@@ -190,6 +196,12 @@ def run(config: dict) -> int:
             break
         if not io.is_alive():  # no call could reach the core any more: exit, and the supervisor restarts it
             raise RuntimeError("the engine's I/O thread stopped")
+        if now - last_status >= STATUS_INTERVAL_S and os.getppid() != supervisor:
+            # the API process that started it is gone (killed: SIGKILL, the OOM killer) and nobody will
+            # call or stop it; a new one starts an engine of its own
+            log.error("the supervising process %d is gone; the engine exits", supervisor)
+            shutil.rmtree(config["socket_dir"], ignore_errors=True)
+            os._exit(1)  # at once: no subscriber is left for the sockets' lingering messages
         replies: list[Reply] = []
         try:
             # block for calls only when nothing runs

@@ -2,12 +2,14 @@
 behind the service (supervision: a killed engine gives 503 at once and comes back)."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -357,6 +359,23 @@ def test_a_killed_engine_gives_503_at_once_and_comes_back(models_dir):
         assert post_json(base + "/v1/translate", {"text": "Hallo", "max_length": 5})[0] == 200
         metrics = urllib.request.urlopen(base + "/metrics").read().decode()
         assert "nmt_engine_restarts_total 1.0" in metrics
+
+
+def test_an_engine_whose_api_process_was_killed_exits(models_dir):
+    """SIGKILL of the API process (the OOM killer) leaves nobody to call or stop its engine: the engine
+    notices it lost its parent and exits, its socket directory removed, rather than holding its memory."""
+    port = free_port()
+    with running_server(models_dir, port=port) as base:
+        [api] = processes(b"-m\0nmt_serve.service", f"{port}".encode())
+        [engine] = processes(b"nmt_serve.engine.process", parent=api)
+        socket_dir = json.loads(Path(f"/proc/{engine}/cmdline").read_bytes().split(b"\0")[-2])["socket_dir"]
+        assert Path(socket_dir).is_dir()
+        os.kill(api, signal.SIGKILL)
+        deadline = time.time() + 20
+        while Path(f"/proc/{engine}").exists() and Path(f"/proc/{engine}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.time() < deadline, "the orphaned engine is still running"
+            time.sleep(0.1)
+        assert not Path(socket_dir).exists()
 
 
 def test_a_live_engine_that_answers_nothing_for_seconds_is_not_taken_for_dead(models_dir):
