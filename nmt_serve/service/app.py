@@ -88,6 +88,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
                               on_status=follow_status(state, on_load_failure))
         await connection.start()
         state.engine = EngineClient(connection)
+        state.metrics.engine.liveness = lambda: (connection.ready, connection.losses)
         app.state.jobs = JobRunner(state, JobStore(s.jobs_dir or default_directory(), s.job_ttl_s))
         app.state.jobs.start()
         if s.engine_socket_dir:

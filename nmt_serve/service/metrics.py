@@ -6,6 +6,8 @@ its status a few times a second, exported as they were last heard (EngineCollect
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -63,8 +65,13 @@ class EngineCollector:
         self.model_stats: dict[str, dict[str, float]] = {}
         self.up = False
         self.restarts = 0
+        # read at each scrape where set (the engine client's view: it knows at once when the engine is lost,
+        # where the last status, from before, would still say up)
+        self.liveness: Callable[[], tuple[bool, int]] | None = None
 
     def collect(self):
+        if self.liveness is not None:
+            self.up, self.restarts = self.liveness()
         for key, (name, doc) in ENGINE_COUNTERS.items():
             if key in self.stats:
                 yield CounterMetricFamily(name, doc, value=self.stats[key])

@@ -348,9 +348,12 @@ def test_a_killed_engine_gives_503_at_once_and_comes_back(models_dir):
             status, headers, body = waiting.result(timeout=30)
             answered_in = time.perf_counter() - killed_at
             ready_status = post_json(base + "/health/ready", None)[0]
+            down = urllib.request.urlopen(base + "/metrics").read().decode()
         assert status == 503 and body["error"]["type"] == "engine_unavailable" and headers.get("retry-after")
         assert answered_in < 1.0, f"the waiting request was answered {answered_in:.2f}s after the engine died"
         assert ready_status == 503
+        # what an alert reads: down, and counted, as soon as the API process knows (not at the next status)
+        assert "nmt_engine_up 0.0" in down and "nmt_engine_restarts_total 1.0" in down
         deadline = time.time() + 60
         while post_json(base + "/health/ready", None)[0] != 200:
             assert time.time() < deadline, "the engine did not come back"
