@@ -11,6 +11,7 @@ and prints each with its translation.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from tqdm import tqdm
@@ -22,6 +23,7 @@ from nmt_serve.cli.common import (
     load_translator,
     non_negative_int,
     positive_int,
+    user_errors,
 )
 from nmt_serve.text.language_codes import iso_639_1, iso_aliases
 from nmt_serve.text.segmentation import segment
@@ -85,21 +87,54 @@ def demo_sentences(parser: argparse.ArgumentParser, model_dir: str, source: str)
     return DEMO_SENTENCES[source]
 
 
-def translate_lines(translator, lines: list[str], split_sentences: bool, options: dict, source_lang: str | None = None) -> list[str]:
-    """Each line translated sentence by sentence, with all the lines' sentences in one batch."""
+def translate_lines(translator, lines: list[str], split_sentences: bool, options: dict, source_lang: str | None = None,
+                    first_line: int = 1) -> list[str]:
+    """Each line translated sentence by sentence, with all the lines' sentences in one batch; `first_line` is
+    the input line number of lines[0], for the error that names a line too long for the model."""
     count = lambda text: len(translator.src_tokenizer.encode(text))  # noqa: E731
     source_lang = source_lang or translator.source_lang
     source_lang = iso_639_1(source_lang) or source_lang  # the segmenter's rules go by ISO 639-1
     cut = [segment(line, source_lang, split_sentences=split_sentences, count=count, max_tokens=MAX_SENTENCE_TOKENS)
            for line in lines]
     sentences = [s for c in cut for s in c.texts]
-    translations = iter([r.text for r in translator.translate(sentences, **options)] if sentences else [])
+    try:
+        translations = iter([r.text for r in translator.translate(sentences, **options)] if sentences else [])
+    except ValueError as exc:
+        # a word run longer than the model's positions has no cut point; the translator's message says how
+        # long, not which of the batch's lines it was: find it (only now, so a good batch is encoded once)
+        number = _line_too_long(translator, cut, options)
+        if number is None:
+            raise
+        raise ValueError(f"line {first_line + number}: {exc}") from None
     return [c.rebuild([next(translations) for _ in c.texts]) for c in cut]
+
+
+def _line_too_long(translator, cut: list, options: dict) -> int | None:
+    """The index of the first line with a sentence the model cannot read, or None."""
+    for number, c in enumerate(cut):
+        for text in c.texts:
+            try:
+                translator.encode_source(text, options.get("target_lang"), options.get("source_lang"))
+            except ValueError:
+                return number
+    return None
+
+
+def read_stdin() -> list[str]:
+    # bytes that are not the locale's encoding (a Latin-1 file) become U+FFFD, as an editor shows them:
+    # the default handlers either stop the run or pass lone surrogates on, which the tokenizer cannot encode
+    if hasattr(sys.stdin, "reconfigure"):
+        sys.stdin.reconfigure(errors="replace")
+    return [line.rstrip("\n") for line in sys.stdin]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # torch starts every thread it is told to: a mistyped count (100000) crashes the process, not torch
+    most_threads = 4 * (os.cpu_count() or 1)
+    if args.threads > most_threads:
+        fail(parser, f"--threads {args.threads}: more than {most_threads} (4 per CPU core of this machine)")
     source_lang, target_lang = direction(parser, args.model, args.source_lang, args.target_lang)
     demo = demo_sentences(parser, args.model, source_lang) if args.demo else None
     if args.threads:
@@ -111,22 +146,35 @@ def main(argv: list[str] | None = None) -> int:
                    no_repeat_ngram_size=args.no_repeat_ngram_size, max_batch_size=args.batch_size,
                    target_lang=target_lang if translator.multilingual else None,
                    source_lang=source_lang if translator.info.language_codes else None)
-    if demo is not None:
-        for line, result in zip(demo, translator.translate(demo, **options)):
-            print(f"{source_lang}: {line}\n{target_lang}: {result.text}")
-        return 0
-    lines = [line.rstrip("\n") for line in sys.stdin]
+    try:
+        if demo is not None:
+            for line, result in zip(demo, translator.translate(demo, **options)):
+                print(f"{source_lang}: {line}\n{target_lang}: {result.text}")
+            return 0
+        translate_stdin(parser, args, translator, options, source_lang)
+    except BrokenPipeError:
+        # the reader stopped early (`| head`): stop quietly, as a Unix tool does; what is still buffered
+        # goes to /dev/null, or Python's flush at exit raises the same error again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 0
+
+
+def translate_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace, translator, options: dict, source_lang: str) -> None:
+    lines = read_stdin()
     show = args.progress == "always" or (args.progress == "auto" and not sys.stdin.isatty())
     # chunks of several batches: the translator sorts each chunk by length, the bar moves per chunk
     chunk = args.batch_size * 8
-    with tqdm(total=len(lines), unit="sent", disable=not show, file=sys.stderr, dynamic_ncols=True) as bar:
+    # ValueError: a line the model cannot read (too long, with no place to cut it), reported after the bar
+    # has closed; the chunks before its chunk are already out
+    with user_errors(parser, ValueError), tqdm(total=len(lines), unit="sent", disable=not show, file=sys.stderr,
+                                               dynamic_ncols=True) as bar:
         for start in range(0, len(lines), chunk):
             part = lines[start : start + chunk]
-            translated = translate_lines(translator, part, args.split_sentences, options, source_lang)
+            translated = translate_lines(translator, part, args.split_sentences, options, source_lang, start + 1)
             sys.stdout.write("".join(text + "\n" for text in translated))
             sys.stdout.flush()
             bar.update(len(part))
-    return 0
 
 
 if __name__ == "__main__":

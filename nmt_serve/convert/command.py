@@ -24,13 +24,14 @@ from nmt_serve.convert.fairseq_vocab import (
     language_tokens,
     m2m100_vocab,
 )
-from nmt_serve.convert.huggingface import UnsupportedModel, read_directory
+from nmt_serve.convert.huggingface import UnsupportedModel, read_config, read_directory
 from nmt_serve.convert.m2m_100 import m2m_100_to_model
 from nmt_serve.convert.marian import import_marian
 from nmt_serve.convert.mbart import mbart_to_model
 from nmt_serve.network.checkpoint import (
     CheckpointError,
     CheckpointInfo,
+    read_info,
     save_checkpoint,
 )
 
@@ -47,7 +48,8 @@ def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None 
         raise UnsupportedModel(f"--dtype {dtype!r} is not supported ({', '.join(DTYPES)})")
     if not (hf_dir / "config.json").is_file():
         raise FileNotFoundError(f"{hf_dir}: no config.json (is it a Hugging Face model directory?)")
-    family = json.loads((hf_dir / "config.json").read_text()).get("model_type")
+    check_output(hf_dir, out_dir)
+    family = read_config(hf_dir).get("model_type")
     if family not in FAMILIES:
         raise UnsupportedModel(f"model_type {family!r} is not supported (supported: {', '.join(FAMILIES)})")
     if family == "marian":
@@ -76,6 +78,21 @@ def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None 
         src_vocab=VOCAB, tgt_vocab=VOCAB, language_codes={language_of(c): c for c in codes},
     )
     return save_checkpoint(out_dir, model, info, {SPM: hf_dir / SPM}, dtype=DTYPES[dtype])
+
+
+def check_output(hf_dir: Path, out_dir: Path) -> None:
+    """Refuse to write where the checkpoint would overwrite what it is made from, or files that are not
+    ours (a typo for another directory); an empty directory or an earlier checkpoint of ours is fine."""
+    if not out_dir.exists():
+        return
+    if out_dir.resolve() == hf_dir.resolve():
+        raise UnsupportedModel(f"{out_dir} is the model directory itself: name another for the checkpoint")
+    if out_dir.is_dir() and not any(out_dir.iterdir()):
+        return
+    try:
+        read_info(out_dir)
+    except CheckpointError:
+        raise UnsupportedModel(f"{out_dir} exists and is not one of our checkpoints: name a new or empty directory") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from nmt_serve.convert.huggingface import reading
+
 FAIRSEQ_SPECIALS = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
 STANDARD_LISTS = {  # family -> where transformers keeps its list (read at conversion time only)
     "nllb": ("transformers.models.nllb.tokenization_nllb", None),
@@ -48,7 +50,8 @@ def language_tokens(hf_dir: Path, family: str) -> list[str]:
 
 def fairseq_vocab(spm_file: Path, codes: list[str]) -> dict[str, int]:
     """NLLB-200 / mBART-50 ids: the fairseq specials, sentencepiece pieces shifted by one, the codes, <mask>."""
-    sp = spm.SentencePieceProcessor(model_file=str(spm_file))
+    with reading(spm_file):
+        sp = spm.SentencePieceProcessor(model_file=str(spm_file))
     vocab = dict(FAIRSEQ_SPECIALS)
     for i in range(sp.get_piece_size()):
         if sp.is_control(i) or sp.is_unknown(i):  # sentencepiece's own <unk>, <s>, </s>: the specials above

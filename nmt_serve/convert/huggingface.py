@@ -4,9 +4,13 @@ MarianMT, M2M100 / NLLB-200 and mBART all use (self_attn, encoder_attn, fc1/fc2 
 from __future__ import annotations
 
 import json
+import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from nmt_serve.network.config import ModelConfig
@@ -37,6 +41,30 @@ class UnsupportedModel(ValueError):
     """A model family or option the conversion cannot express exactly."""
 
 
+class UnreadableFile(ValueError):
+    """A file of the model directory that its reader rejects (truncated, corrupt, not what its name says)."""
+
+
+@contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """A damaged file's reader error (safetensors' SafetensorError, sentencepiece's or torch's RuntimeError, a
+    JSON error) as an UnreadableFile naming the file: the readers' own messages do not say which file it was."""
+    try:
+        yield
+    except (SafetensorError, RuntimeError, pickle.UnpicklingError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UnreadableFile(f"{path}: cannot be read ({str(exc).strip() or type(exc).__name__})") from None
+
+
+def read_config(hf_dir: Path) -> dict:
+    """config.json of a Hugging Face model directory, which must be a JSON object."""
+    path = Path(hf_dir) / "config.json"
+    with reading(path):
+        config = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(config, dict):
+        raise UnreadableFile(f"{path}: not a JSON object")
+    return config
+
+
 def read_directory(hf_dir: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
     """(config.json as a dict, the weights in float32) of a Hugging Face model directory."""
     hf_dir = Path(hf_dir)
@@ -44,11 +72,13 @@ def read_directory(hf_dir: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
         raise FileNotFoundError(f"Hugging Face model directory not found: {hf_dir}")
     if not (hf_dir / "config.json").is_file():
         raise FileNotFoundError(f"{hf_dir}: no config.json")
-    config = json.loads((hf_dir / "config.json").read_text())
+    config = read_config(hf_dir)
     if (hf_dir / "model.safetensors").is_file():
-        state = load_file(str(hf_dir / "model.safetensors"))
+        with reading(hf_dir / "model.safetensors"):
+            state = load_file(str(hf_dir / "model.safetensors"))
     elif (hf_dir / "pytorch_model.bin").is_file():
-        state = torch.load(hf_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)  # no arbitrary pickle code
+        with reading(hf_dir / "pytorch_model.bin"):
+            state = torch.load(hf_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)  # no arbitrary pickle code
     else:
         raise FileNotFoundError(f"{hf_dir}: no model.safetensors or pytorch_model.bin")
     return config, {k: v.float() for k, v in state.items()}

@@ -29,6 +29,7 @@ from nmt_serve.convert.huggingface import (
     embedding_tables,
     layer_name_pairs,
     read_directory,
+    reading,
     sharing,
     stack_weights,
 )
@@ -131,7 +132,8 @@ def model_to_marian_state(model: Transformer) -> dict[str, torch.Tensor]:
 def sentencepiece_vocab(spm_file: Path) -> dict[str, int]:
     import sentencepiece as spm
 
-    sp = spm.SentencePieceProcessor(model_file=str(spm_file))
+    with reading(spm_file):
+        sp = spm.SentencePieceProcessor(model_file=str(spm_file))
     return {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
 
 

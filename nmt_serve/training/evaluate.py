@@ -5,7 +5,8 @@
 
 Prints BLEU and chrF with their sacreBLEU signatures, and how many outputs run away (longer than 3x
 their source in tokens). --json prints one JSON object instead. A multilingual model needs
---target-lang; --pivot en translates into English first and from there into the target (with the same
+--target-lang, and one of the NLLB-200, M2M100 and mBART-50 families (nmt-convert) --source-lang too;
+--pivot en translates into English first and from there into the target (with the same
 model, or --second-model), the baseline a direct multilingual direction should beat.
 """
 from __future__ import annotations
@@ -30,17 +31,21 @@ from nmt_serve.training.data import read_lines
 
 
 def evaluate(translator: Translator, sources: list[str], references: list[str], *, beam_size: int, batch_size: int = 64,
-             target_lang: str | None = None, pivot: str | None = None, second: Translator | None = None) -> dict:
+             target_lang: str | None = None, pivot: str | None = None, second: Translator | None = None,
+             source_lang: str | None = None) -> dict:
     """Scores of translator's output; with pivot, of the pivot-language output translated on into
-    target_lang (by `second`, default the same model)."""
+    target_lang (by `second`, default the same model). source_lang: the sources' language, which a
+    fairseq-family model needs (other models ignore it)."""
     t0 = time.time()
     if pivot:
-        first = translator.translate(sources, beam_size=beam_size, max_batch_size=batch_size, target_lang=pivot)
+        first = translator.translate(sources, beam_size=beam_size, max_batch_size=batch_size, target_lang=pivot,
+                                     source_lang=source_lang)
         translator = second or translator
         results = translator.translate([r.text for r in first], beam_size=beam_size, max_batch_size=batch_size,
-                                       target_lang=target_lang)
+                                       target_lang=target_lang, source_lang=pivot)
     else:
-        results = translator.translate(sources, beam_size=beam_size, max_batch_size=batch_size, target_lang=target_lang)
+        results = translator.translate(sources, beam_size=beam_size, max_batch_size=batch_size, target_lang=target_lang,
+                                       source_lang=source_lang)
     seconds = time.time() - t0
     hypotheses = [r.text for r in results]
     import sacrebleu  # the eval extra: main() checks it is there
@@ -75,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ref", required=True, help="reference file (plain or .gz)")
     parser.add_argument("--beam-size", type=positive_int, default=4)
     parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--source-lang", help="the test set's language (a converted NLLB-200, M2M100 or mBART-50 model needs it)")
     parser.add_argument("--target-lang", help="the language to translate into (a multilingual model needs it)")
     parser.add_argument("--pivot", help="translate into this language first, then from it into --target-lang")
     parser.add_argument("--second-model", help="the model of the pivot's second hop (default: --model)")
@@ -91,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     sources, references = texts
     if len(sources) != len(references):
         fail(parser, f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)}")
+    if not sources:  # sacreBLEU has no score for no sentences (it raises IndexError)
+        fail(parser, f"{args.src} and {args.ref} are empty: no sentences to score")
     if args.output:
         with user_errors(parser, OSError):
             open(args.output, "w").close()
@@ -101,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.second_model:
         with user_errors(parser, ValueError, RuntimeError, about=f"--second-model {args.second_model}"):
             second = Translator.load(args.second_model, device=translator.device, dtype=translator.dtype)
-    with user_errors(parser, ValueError):  # a target language the model does not serve
+    with user_errors(parser, ValueError):  # a source or target language the model does not serve
         report = evaluate(translator, sources, references, beam_size=args.beam_size, batch_size=args.batch_size,
-                          target_lang=args.target_lang, pivot=args.pivot, second=second)
+                          target_lang=args.target_lang, pivot=args.pivot, second=second, source_lang=args.source_lang)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.writelines(h + "\n" for h in report["hypotheses"])

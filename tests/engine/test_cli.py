@@ -6,6 +6,7 @@ which is what the subprocess would run, without paying for another interpreter a
 """
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -78,6 +79,10 @@ def test_evaluate_other_bad_inputs(tmp_path, capsys):
     main_error(capsys, evaluate, ["--model", DE_EN, "--src", str(tmp_path / "bad.de.gz"), "--ref", one], "nmt-evaluate", "bad.de.gz")
     main_error(capsys, evaluate, ["--model", DE_EN, "--src", one, "--ref", one, "--output", str(tmp_path / "no" / "out")],
                "nmt-evaluate", "out")
+    # an empty test set: sacreBLEU has no score for it (an IndexError deep inside)
+    (tmp_path / "empty.txt").write_text("")
+    empty = str(tmp_path / "empty.txt")
+    main_error(capsys, evaluate, ["--model", DE_EN, "--src", empty, "--ref", empty, "--device", "cpu"], "nmt-evaluate", "empty")
 
 
 def test_marian_import_missing_directory(tmp_path):
@@ -111,6 +116,38 @@ def test_translate_bad_option_value(capsys, flags):
         translate.main(["--model", DE_EN, *flags])
     assert stopped.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"nmt-translate: error: argument {flags[0]}")
+
+
+def test_translate_refuses_more_threads_than_the_machine_can_start(capsys):
+    # torch would try to start them all and the process would crash (a segfault at 100000)
+    main_error(capsys, translate, ["--model", DE_EN, "--threads", "100000"], "nmt-translate", "--threads 100000")
+
+
+def test_translate_reads_undecodable_input_bytes_as_replacement_characters():
+    # "Ein Hund läuft." in Latin-1: the \xe4 is no UTF-8, and must not crash the run or lose the line
+    proc = subprocess.run([sys.executable, "-m", "nmt_serve.cli.translate", "--model", DE_EN, "--device", "cpu",
+                           "--beam-size", "1", "--progress", "never"],
+                          cwd=ROOT, input=b"Ein Hund l\xe4uft.\nZwei Kinder.\n", capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert len(proc.stdout.decode().splitlines()) == 2
+
+
+def test_translate_names_the_line_too_long_for_the_model(capsys, monkeypatch):
+    # one word run past the model's 1024 positions has no place to cut: an error naming the line, not a traceback
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hallo.\n" + "x" * 1100 + "\n"))
+    main_error(capsys, translate, ["--model", DE_EN, "--device", "cpu", "--beam-size", "1", "--progress", "never"],
+               "nmt-translate", "line 2: ", "accepts at most 1024")
+
+
+def test_translate_stops_quietly_when_the_reader_stops():
+    # `nmt-translate < big | head -1`: the reader is gone before the first line is written
+    proc = subprocess.Popen([sys.executable, "-m", "nmt_serve.cli.translate", "--model", DE_EN, "--device", "cpu",
+                             "--beam-size", "1", "--batch-size", "2", "--progress", "never"],
+                            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    _, stderr = proc.communicate("Hallo Welt.\n" * 40, timeout=120)
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+    assert proc.returncode == 1
 
 
 def test_translate_demo_uses_the_model_source_language(capsys):

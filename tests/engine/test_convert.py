@@ -160,6 +160,66 @@ def test_nmt_convert_refuses_what_it_does_not_support(tmp_path, capsys):
     assert "model_type 't5' is not supported (supported: marian, m2m_100, mbart)" in capsys.readouterr().err
 
 
+def test_nmt_evaluate_scores_the_converted_model(nllb_dir, tmp_path, capsys):
+    """nmt-evaluate takes --source-lang, as nmt-translate does: a fairseq-family source starts with its code."""
+    import json
+
+    from nmt_serve.convert.command import convert
+    from nmt_serve.training import evaluate
+
+    out = convert(nllb_dir, tmp_path / "nllb")
+    (tmp_path / "test.de").write_text("Ein Hund läuft über die Wiese.\nZwei Männer spielen Fußball.\n")
+    (tmp_path / "test.fr").write_text("Un chien court.\nDeux hommes jouent au football.\n")
+    argv = ["--model", str(out), "--src", str(tmp_path / "test.de"), "--ref", str(tmp_path / "test.fr"), "--device", "cpu",
+            "--beam-size", "1", "--target-lang", "fra_Latn", "--json"]
+    assert evaluate.main([*argv, "--source-lang", "deu_Latn"]) == 0
+    assert json.loads(capsys.readouterr().out)["sentences"] == 2
+    assert evaluate.main([*argv, "--source-lang", "de"]) == 0  # by its ISO 639-1 code too
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:  # without it: one line that says the model needs it
+        evaluate.main(argv)
+    assert exit_.value.code == 2 and "needs the source language" in capsys.readouterr().err
+
+
+def test_nmt_convert_refuses_to_write_over_the_model_or_files_not_ours(nllb_dir, tmp_path, capsys):
+    import shutil
+
+    from nmt_serve.convert.command import main as convert_main
+
+    source = shutil.copytree(nllb_dir, tmp_path / "hf")
+    before = (source / "model.safetensors").read_bytes()
+    for out, needle in ((source, "the model directory itself"), (source / ".", "the model directory itself"),
+                        (tmp_path / "notes", "not one of our checkpoints")):
+        (tmp_path / "notes").mkdir(exist_ok=True)
+        (tmp_path / "notes" / "todo.txt").write_text("keep me\n")
+        with pytest.raises(SystemExit) as exit_:
+            convert_main([str(source), str(out)])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and needle in err and len(err.splitlines()) == 1, err
+    assert (source / "model.safetensors").read_bytes() == before and (tmp_path / "notes" / "todo.txt").is_file()
+    # a new, an empty, or an earlier checkpoint's directory is fine
+    (tmp_path / "empty").mkdir()
+    for out in ("new", "empty", "new"):
+        assert convert_main([str(source), str(tmp_path / out)]) == 0
+        capsys.readouterr()
+
+
+@pytest.mark.parametrize("name, damage", [("model.safetensors", b"\x00" * 64), ("sentencepiece.bpe.model", b"not a model"),
+                                          ("config.json", b"[]")], ids=["weights", "tokenizer", "config"])
+def test_nmt_convert_names_a_damaged_file(nllb_dir, tmp_path, capsys, name, damage):
+    import shutil
+
+    from nmt_serve.convert.command import main as convert_main
+
+    source = shutil.copytree(nllb_dir, tmp_path / "hf")
+    (source / name).write_bytes(damage)
+    with pytest.raises(SystemExit) as exit_:
+        convert_main([str(source), str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("nmt-convert: error: ") and str(source / name) in err, err
+
+
 def test_nmt_translate_runs_the_converted_model(nllb_dir, tmp_path):
     import subprocess
     import sys
