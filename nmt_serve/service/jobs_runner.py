@@ -82,11 +82,9 @@ class JobRunner:
 
     async def submit(self, spec: dict, texts: list[str], options: DecodeOptions, original: bytes | None = None) -> dict:
         """A new job's record (jobs_store.JobStore.create), picked up at once by this runner or any other."""
-        source, target = self.state.language(spec["source"]), self.state.language(spec["target"])
-        served = {c for m in self.state.models.values() for c in (m.source, m.target)}
         # a wrong pair is refused now, not when the job runs; a served language to itself is given back
-        if spec["source"] != "auto" and not (source == target and source in served):
-            self.state.model_for(source, target)
+        if spec["source"] != "auto" and not self.state.to_itself(spec["source"], spec["target"]):
+            self.state.model_for(spec["source"], spec["target"])
         spec = dict(spec, options=dataclasses.asdict(options))
         record = await asyncio.to_thread(self.store.create, spec, texts, self.state.settings.job_chunk_texts, original)
         self.wake()

@@ -87,7 +87,7 @@ def resolve_model(state: ServiceState, source: str, target: str, text: str, para
     upstream_fallbacks: answer as LibreTranslate does where our own API refuses: with "auto", a text
     with nothing to detect, or in a language no model serves, is taken as English at confidence 0
     (translated from English when a model does, else given back)."""
-    if source == target and (source in {c for m in state.models.values() for c in (m.source, m.target)} or upstream_fallbacks):
+    if state.to_itself(source, target) or (source == target and upstream_fallbacks):
         return None, None
     if source != AUTO:
         return state.model_for(source, target), None

@@ -52,6 +52,12 @@ class ServiceState:
         a name no model knows as given (for the error that names it)."""
         return self.names.get(name.casefold(), name)
 
+    def to_itself(self, source: str, target: str) -> bool:
+        """A served language named as both source and target: the text is given back as it is (as
+        LibreTranslate does), with no model."""
+        source, target = self.language(source), self.language(target)
+        return source == target and any(source in (m.source, m.target) for m in self.models.values())
+
     def model_for(self, source: str, target: str) -> ServedDirection:
         source, target = self.language(source), self.language(target)
         model = self.models.get(f"{source}-{target}")

@@ -197,7 +197,7 @@ def check_target(state: ServiceState, target: str) -> None:
 def check_languages(state: ServiceState, source: str, target: str) -> None:
     """Both languages known; the source equal to the target is any served language (upstream gives
     the text back: LibreTranslate's page keeps the old target when the source changes to it)."""
-    if state.language(source) == state.language(target) and state.language(source) in {c for m in state.models.values() for c in (m.source, m.target)}:
+    if state.to_itself(source, target):
         return
     check_source(state, source)
     check_target(state, target)
