@@ -459,7 +459,7 @@ class EngineCore:
             if held > self.memory.budget_bytes:
                 return (f"after warm-up the engine holds {held / 2**30:.2f} GiB on {device}, past the memory budget of "
                         f"{self.memory.budget_bytes / 2**30:.2f} GiB ({self.memory.budget_source}; the plan expected "
-                        f"{self.memory.planned_bytes / 2**30:.2f} GiB): raise NMT_MEMORY_BUDGET_GB or lower max_batch_sentences")
+                        f"{self.memory.planned_bytes / 2**30:.2f} GiB): raise --memory-budget-gb (NMT_MEMORY_BUDGET_GB) or lower --max-batch-sentences")
         return None
 
     def device_memory(self) -> dict[str, dict]:

@@ -141,7 +141,7 @@ def plan(needs: list[ModelNeeds], *, budget_bytes: int, budget_source: str, max_
         raise DoesNotFit(
             f"the models do not fit the memory budget of {budget_bytes / GIB:.2f} GiB ({budget_source}): {parts}, "
             f"joins {join / GIB:.2f} GiB and one running sentence {per_sentence / GIB:.2f} GiB need at least "
-            f"{smallest / GIB:.2f} GiB; raise NMT_MEMORY_BUDGET_GB, lower max_batch_tokens, or serve fewer or smaller models")
+            f"{smallest / GIB:.2f} GiB; raise --memory-budget-gb (NMT_MEMORY_BUDGET_GB), lower --max-batch-tokens, or serve fewer or smaller models")
     models = {}
     for n in needs:
         decoders = {str(beam): dict(rows=sentences * beam, bytes=n.rows_bytes(beam, sentences * beam)) for beam in n.beams}
@@ -192,6 +192,6 @@ def _cgroup_room() -> int | None:
 def budget(setting_gb: float, device: str) -> tuple[int, str]:
     """The budget in bytes and where it came from: the setting, or a share of the free memory."""
     if setting_gb > 0:
-        return int(setting_gb * GIB), "NMT_MEMORY_BUDGET_GB"
+        return int(setting_gb * GIB), "--memory-budget-gb / NMT_MEMORY_BUDGET_GB"
     free, source = free_memory(device)
     return int(free * AUTO_SHARE), f"{AUTO_SHARE:.0%} of {source}"

@@ -3,6 +3,7 @@ that gives up at the deadline (504) or when the client goes away (499), dropping
 from __future__ import annotations
 
 import asyncio
+import re
 
 from fastapi import Request
 
@@ -10,6 +11,8 @@ from nmt_serve.service.errors import APIError, timed_out
 from nmt_serve.service.state import ServiceState
 
 DEADLINE_HEADER = "x-request-timeout"
+# Seconds as HTTP headers write numbers: float() alone also takes "1_0", "nan" and "1e400".
+SECONDS = re.compile(r"\s*(\d+(\.\d*)?|\.\d+)\s*")
 
 
 def request_timeout(state: ServiceState, request: Request) -> float:
@@ -18,10 +21,7 @@ def request_timeout(state: ServiceState, request: Request) -> float:
     header = request.headers.get(DEADLINE_HEADER)
     if header is None:
         return limit
-    try:
-        asked = float(header)
-    except ValueError:
-        asked = float("nan")
+    asked = float(header) if SECONDS.fullmatch(header) else float("nan")
     if not 0 < asked < float("inf"):
         raise APIError(422, "validation_error", "X-Request-Timeout must be a positive number of seconds", DEADLINE_HEADER)
     return min(asked, limit)

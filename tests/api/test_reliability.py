@@ -191,6 +191,10 @@ def test_unknown_fields_rejected_by_v1_and_ignored_by_libretranslate(client):
 def test_bad_deadline_header_is_422(client):
     assert_error(client.post("/v1/translate", json={"text": "Hallo"}, headers={"X-Request-Timeout": "soon"}), 422)
     assert_error(client.post("/v1/translate", json={"text": "Hallo"}, headers={"X-Request-Timeout": "-1"}), 422)
+    for spelling in ("1_0", "nan", "1e400", "0x10", "inf"):  # float() reads each of these
+        assert_error(client.post("/v1/translate", json={"text": "Hallo"}, headers={"X-Request-Timeout": spelling}), 422)
+    for spelling in ("10", "2.5", ".5", " 3 "):
+        assert client.post("/v1/translate", json={"text": "Hallo"}, headers={"X-Request-Timeout": spelling}).status_code == 200
 
 
 def test_fuzz_the_api_from_its_openapi_schema(client):
@@ -413,5 +417,5 @@ def test_a_memory_budget_too_small_refuses_the_start_before_any_model_loads(mode
          "--memory-budget-gb", "0.0001"], cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 1
-    assert "do not fit the memory budget" in proc.stderr and "NMT_MEMORY_BUDGET_GB" in proc.stderr
+    assert "do not fit the memory budget" in proc.stderr and "--memory-budget-gb" in proc.stderr and "NMT_MEMORY_BUDGET_GB" in proc.stderr
     assert "loaded de-en" not in proc.stderr

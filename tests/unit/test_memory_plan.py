@@ -126,7 +126,7 @@ def test_nllb_600m_in_float16_holds_256_rows_of_256_tokens_within_8_gib():
 
 
 def test_budget_from_the_setting_or_the_free_memory():
-    assert budget(2.5, "cpu") == (int(2.5 * GIB), "NMT_MEMORY_BUDGET_GB")
+    assert budget(2.5, "cpu") == (int(2.5 * GIB), "--memory-budget-gb / NMT_MEMORY_BUDGET_GB")
     free, source = budget(0, "cpu")
     assert 0 < free and "%" in source
 
