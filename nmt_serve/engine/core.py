@@ -751,11 +751,19 @@ class EngineCore:
             translator = self.models[state.message.model]
             options = state.message.options
             forced = len(state.message.target_prefix)
+            if not hyps:  # every hypothesis was dropped: scores that are not numbers (weights of NaN)
+                replies += self._fail(call_id, FAILED, f"the model produced no translation of text {index} (its scores are not numbers)")
+                continue
             if hyps[0].unmet:  # no hypothesis holds every term: the free translation instead, flagged
                 self._translate_free(key, state, call_id, index)
                 continue
-            state.results[index] = [self._translation(translator, h, options, state.max_lengths[index], forced,
-                                                      unmet=index in state.unmet, source=state.sources[index]) for h in hyps]
+            try:
+                state.results[index] = [self._translation(translator, h, options, state.max_lengths[index], forced,
+                                                          unmet=index in state.unmet, source=state.sources[index]) for h in hyps]
+            except Exception as exc:  # noqa: BLE001 - one text's result that cannot be read fails its call, not the engine
+                log.exception("reading a translation failed")
+                replies += self._fail(call_id, FAILED, f"{type(exc).__name__}: {exc}")
+                continue
             state.left -= 1
             n_src = state.source_tokens[index]
             n_out = len(hyps[0].tokens) + 1
@@ -851,6 +859,8 @@ class EngineCore:
                     done += outcome.done
             seconds = time.perf_counter() - started
             spent += seconds
+            if not all(h for _, h in done):
+                raise RuntimeError("the model produced no translation of the calibration text (its scores are not numbers)")
             output = sum(len(h[0].tokens) + 1 for _, h in done)
             rate = Admission.units(n * lanes, n * lanes * (len(src) - 1), output, beam) / seconds
             if rate > best:

@@ -6,7 +6,8 @@ STATUS_INTERVAL_S, from before the models load until it exits). Then it loads th
 two threads: the I/O thread (serve_calls) owns the calls socket, answers at once what needs no step
 (refusals by admission, a full queue, expired deadlines) and hands the rest over; the main thread
 takes what was handed over, lets the core run one step of every batch, passes the replies back, and
-blocks for calls only when nothing runs. On SIGTERM it stops taking calls, finishes
+blocks for calls only when nothing runs; with each status it touches the heartbeat file, whose age
+tells the supervisor that a serving engine is stuck. On SIGTERM it stops taking calls, finishes
 what runs (up to `graceful_shutdown_s`) and exits; a load failure exits with LOAD_FAILED, which the
 supervisor does not restart.
 """
@@ -47,6 +48,12 @@ LOAD_FAILED = 3  # exit code: the models cannot load; restarting would not help
 def addresses(directory: str | Path) -> tuple[str, str]:
     """The calls and status socket addresses of the engine that uses `directory`."""
     return f"ipc://{Path(directory) / 'calls'}", f"ipc://{Path(directory) / 'status'}"
+
+
+def heartbeat_file(directory: str | Path) -> Path:
+    """Touched by the engine's main loop with every status it sends once it serves: its age tells the
+    supervisor, which reads no status, how long the engine has been stuck."""
+    return Path(directory) / "heartbeat"
 
 
 def serve_calls(calls: zmq.Socket, replies: zmq.Socket, core, inbox: queue.Queue, stopping: dict, done: threading.Event) -> None:
@@ -179,6 +186,7 @@ def run(config: dict) -> int:
         return refuse(f"the first runs of {', '.join(sorted(core.models))} failed: {type(exc).__name__}: {exc}")
     log.info("engine ready: %s (pid %d)", ", ".join(sorted(core.models)), os.getpid())
     supervisor = os.getppid()
+    heartbeat = heartbeat_file(config["socket_dir"])
 
     inbox: queue.Queue = queue.Queue()  # calls screened by the I/O thread, for the core
     replies_out = context.socket(zmq.PUSH)  # the core's replies, for the I/O thread to route
@@ -221,6 +229,7 @@ def run(config: dict) -> int:
         core.stats["io_seconds"] += time.perf_counter() - started
         if now - last_status >= STATUS_INTERVAL_S:
             publish(core.status())
+            heartbeat.touch()
             last_status = now
     for call_id in list(core.calls):  # past the grace period
         replies_out.send_multipart([str(call_id).encode(), dumps(Reply(call_id, error=SHUTTING_DOWN, message="the engine shut down"))])

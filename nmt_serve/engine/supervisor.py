@@ -4,8 +4,10 @@ The process that owns the supervisor (the API server, or with several API worker
 starts `python -m nmt_serve.engine.process` with the engine's settings and a private socket directory, and a
 thread waits on it. If the engine dies (killed for memory, a CUDA error, a crash) the thread logs
 it, tells `on_exit` (so that the calls waiting on it fail at once) and starts a new one, with a
-growing pause if it keeps dying. An engine whose models cannot load is not restarted: `on_exit`
-hears the LOAD_FAILED code. `stop()` sends SIGTERM (the engine finishes what runs, see process.py).
+growing pause if it keeps dying. An engine that serves but sent no status for
+`engine_heartbeat_timeout_s` (stopped, deadlocked, stuck in a kernel) is killed, and so restarted like
+one that died; one still loading its models is not (loading may take minutes). An engine whose
+models cannot load is not restarted: `on_exit` hears the LOAD_FAILED code. `stop()` sends SIGTERM (the engine finishes what runs, see process.py).
 """
 from __future__ import annotations
 
@@ -20,12 +22,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from nmt_serve.engine.process import LOAD_FAILED, addresses
+from nmt_serve.engine.process import LOAD_FAILED, STATUS_INTERVAL_S, addresses, heartbeat_file
 
 log = logging.getLogger("nmt_serve.engine.supervisor")
 ROOT = Path(__file__).resolve().parents[2]
 RESTART_PAUSES_S = (0.0, 0.5, 1, 2, 5, 10)  # after the 1st, 2nd, ... death in a row
 STABLE_AFTER_S = 30.0  # an engine that ran this long resets the pause
+WATCH_INTERVAL_S = 0.5  # how often the heartbeat's age is checked
 
 
 class EngineSupervisor:
@@ -34,6 +37,7 @@ class EngineSupervisor:
         self.socket_dir = tempfile.mkdtemp(prefix="nmt-engine-")  # private (0700): only this user reaches the sockets
         self.config = dict(config, socket_dir=self.socket_dir)
         self.on_exit = on_exit
+        self.heartbeat_timeout_s = float(config.get("engine_heartbeat_timeout_s") or 30.0)
         self.process: subprocess.Popen | None = None
         self.restarts = 0
         self._stopping = threading.Event()
@@ -53,6 +57,7 @@ class EngineSupervisor:
         self._thread.start()
 
     def _spawn(self) -> None:
+        heartbeat_file(self.socket_dir).unlink(missing_ok=True)  # the last engine's: this one has not served yet
         self.process = subprocess.Popen(
             [sys.executable, "-m", "nmt_serve.engine.process", "--config", json.dumps(self.config)], cwd=ROOT,
         )
@@ -62,7 +67,7 @@ class EngineSupervisor:
     def _watch(self) -> None:
         deaths = 0
         while True:
-            code = self.process.wait()
+            code = self._wait_or_kill_if_stuck()
             if self._stopping.is_set():
                 return
             if self.on_exit:
@@ -77,6 +82,26 @@ class EngineSupervisor:
                 return
             self.restarts += 1
             self._spawn()
+
+    def _wait_or_kill_if_stuck(self) -> int:
+        """The engine's exit code; an engine that serves but whose heartbeat is older than the timeout
+        gets SIGKILL (SIGTERM would wait on the loop that is stuck, and a stopped process runs no
+        handler), and its exit is then handled as any other."""
+        heartbeat = heartbeat_file(self.socket_dir)
+        while True:
+            try:
+                return self.process.wait(WATCH_INTERVAL_S)
+            except subprocess.TimeoutExpired:
+                pass
+            if self._stopping.is_set():
+                continue
+            try:
+                silent = time.time() - heartbeat.stat().st_mtime
+            except FileNotFoundError:  # loading its models: not serving yet
+                continue
+            if silent > max(self.heartbeat_timeout_s, 10 * STATUS_INTERVAL_S):
+                log.error("the engine sent no status for %.1fs; killing it (pid %d) to restart it", silent, self.process.pid)
+                self.process.kill()
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM, wait up to `timeout` for the engine to finish, then kill it."""

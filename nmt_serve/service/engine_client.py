@@ -124,7 +124,8 @@ class EngineConnection:
 
     def engine_lost(self, why: str, *, down: bool = False) -> None:
         """Fail every waiting call at once (the engine that held them is gone); down: the engine
-        process is known to have exited, so not ready until a new one reports."""
+        process exited, or was silent past the heartbeat timeout (its supervisor kills it), so not
+        ready until an engine reports again."""
         if down:
             if self.last_status_at:  # heard of once, whoever notices first (the supervisor, the watch)
                 self.losses += 1
@@ -177,17 +178,15 @@ class EngineConnection:
     async def _watch(self) -> None:
         """The engine's process exited, or it sent no status for heartbeat_timeout_s (stuck): fail what
         waits on it."""
-        lost = False
         while True:
             await asyncio.sleep(min(WATCH_INTERVAL_S, self.heartbeat_timeout_s / 4))
             if self.status is not None and self.last_status_at and not process_exists(self.status.pid):
                 log.error("the engine process (pid %d) exited", self.status.pid)
                 self.engine_lost(f"the engine process (pid {self.status.pid}) exited", down=True)
-            if self.status is not None and not self.alive and not lost and self.last_status_at:
-                self.losses += 1
+            if self.status is not None and not self.alive and self.last_status_at:
+                # counted once: its supervisor now kills it, and that exit is the same loss
                 log.error("no status from the engine for %.1fs", time.monotonic() - self.last_status_at)
-                self.engine_lost("the engine stopped answering")
-            lost = self.status is not None and not self.alive
+                self.engine_lost("the engine stopped answering", down=True)
 
 
 class EngineClient:

@@ -32,9 +32,9 @@ class Settings(BaseSettings):
     engine_socket_dir: str = Field("", description="internal: the socket directory of an engine run by a parent process "
                                                    "(set for the workers when workers > 1)")
     engine_heartbeat_timeout_s: float = Field(30.0, gt=0, description="no status for this long from a live engine process: "
-                                                                      "it is stuck, waiting requests get 503 (an engine "
-                                                                      "process that exits is noticed within 0.25 s, whatever "
-                                                                      "this says)")
+                                                                      "it is stuck: waiting requests get 503, and the "
+                                                                      "engine is killed and restarted (an engine process "
+                                                                      "that exits is noticed within 0.25 s, whatever this says)")
 
     # continuous batching (in the engine process)
     max_batch_sentences: int = Field(0, ge=0, description="sentences running at once per model and beam size "
@@ -113,7 +113,7 @@ class Settings(BaseSettings):
 
         names = ("models_dir", "device", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice", "max_batch_sentences",
                  "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission", "admission_margin", "retry_after_s",
-                 "graceful_shutdown_s", "background_share")
+                 "graceful_shutdown_s", "background_share", "engine_heartbeat_timeout_s")
         return dict({n: getattr(self, n) for n in names}, log_level=logging.getLevelName(logging.getLogger().level).lower())
 
     def keys(self) -> list[str]:

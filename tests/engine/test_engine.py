@@ -2,6 +2,7 @@
 behind the service (supervision: a killed engine gives 503 at once and comes back)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -209,6 +210,23 @@ def test_out_of_memory_in_a_step_fails_its_batch_and_the_engine_goes_on(translat
     assert texts_of(run(core, call(2, ["Hallo"]))[2])
 
 
+@pytest.mark.parametrize("beam", [1, 2])
+def test_a_model_that_gives_no_translation_fails_its_call_not_the_engine(translator, tiny_checkpoint, beam):
+    """Weights of NaN: every hypothesis scores NaN and the search keeps none. With admission off
+    nothing screened the model at start-up, so the call's completion meets an empty n-best."""
+    broken = Translator.load(tiny_checkpoint, device="cpu")
+    with torch.no_grad():
+        for p in broken.model.parameters():
+            p.fill_(float("nan"))
+    core = EngineCore({"de-en": translator, "broken": broken}, EngineConfig(admission=False))
+    replies = run(core, dataclasses.replace(call(1, ["Hallo"], beam=beam), model="broken"), call(2, ["Ein Hund"], beam=beam))
+    assert replies[1].error == FAILED and "no translation" in replies[1].message
+    assert texts_of(replies[2])
+    assert texts_of(run(core, call(3, ["Eine Katze"], beam=beam))[3])
+    with pytest.raises(RuntimeError, match="no translation of the calibration text"):  # admission on: refused at start-up
+        EngineCore({"broken": broken}, EngineConfig()).calibrate()
+
+
 def test_batching_off_runs_one_call_at_a_time(any_translator):
     core = core_of(any_translator, batching=False)
     run(core, *[call(i, [t]) for i, t in enumerate(GERMAN)])
@@ -400,6 +418,26 @@ def test_a_live_engine_that_answers_nothing_for_seconds_is_not_taken_for_dead(mo
             status, _, body = waiting.result(timeout=30)
         assert status == 200, body
         assert "nmt_engine_restarts_total 0.0" in urllib.request.urlopen(base + "/metrics").read().decode()
+
+
+def test_a_stuck_engine_is_killed_and_restarted(models_dir):
+    """A stopped engine (SIGSTOP: no handler runs, as in a deadlock) that stays silent past the heartbeat
+    timeout is killed by its supervisor and a new one serves."""
+    port = free_port()
+    with running_server(models_dir, "--engine-heartbeat-timeout-s", "2", port=port) as base:
+        [api] = processes(b"-m\0nmt_serve.service", f"{port}".encode())
+        [engine] = processes(b"nmt_serve.engine.process", parent=api)
+        os.kill(engine, signal.SIGSTOP)
+        deadline = time.time() + 90
+        while processes(b"nmt_serve.engine.process", parent=api) in ([engine], []):
+            assert time.time() < deadline, "the stopped engine was not replaced"
+            time.sleep(0.2)
+        assert not Path(f"/proc/{engine}").exists() or Path(f"/proc/{engine}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        while post_json(base + "/health/ready", None)[0] != 200:
+            assert time.time() < deadline, "the new engine did not become ready"
+            time.sleep(0.1)
+        assert post_json(base + "/v1/translate", {"text": "Hallo", "max_length": 5})[0] == 200
+        assert "nmt_engine_restarts_total 1.0" in urllib.request.urlopen(base + "/metrics").read().decode()
 
 
 def test_the_connection_notices_an_exited_engine_process_at_once():
