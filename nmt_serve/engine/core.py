@@ -752,6 +752,7 @@ class EngineCore:
             options = state.message.options
             forced = len(state.message.target_prefix)
             if not hyps:  # every hypothesis was dropped: scores that are not numbers (weights of NaN)
+                log.error("%s produced no translation (its scores are not numbers)", state.message.model)
                 replies += self._fail(call_id, FAILED, f"the model produced no translation of text {index} (its scores are not numbers)")
                 continue
             if hyps[0].unmet:  # no hypothesis holds every term: the free translation instead, flagged
