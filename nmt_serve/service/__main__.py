@@ -19,6 +19,9 @@ from nmt_serve.service.settings import Settings
 PROG = "python -m nmt_serve.service"
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
 def parse_settings(argv: list[str] | None = None) -> Settings:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, field in Settings.model_fields.items():
@@ -32,7 +35,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     parser.add_argument("--log-level", default="info")
     args = vars(parser.parse_args(argv))
     level = args.pop("log_level")
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
     try:
         return Settings(**{k: v for k, v in args.items() if v is not None})
     except ValidationError as exc:  # pydantic's report is a page long: one line, naming each bad value's flag and variable
@@ -111,14 +114,44 @@ def serve(settings: Settings) -> int:
 
 def serve_workers(settings: Settings) -> int:
     """Several API processes (uvicorn workers) in front of one engine process run from here: the
-    workers read their settings from NMT_* variables and connect to this engine's sockets."""
+    workers read their settings from NMT_* variables and connect to this engine's sockets, and write
+    their metrics where any of them sums them for a scrape (prometheus_client's multiprocess mode)."""
+    import copy
     import os
+    import shutil
     import signal
+    import tempfile
 
     import uvicorn
+    from prometheus_client import multiprocess
+    from uvicorn.config import LOGGING_CONFIG
+    from uvicorn.supervisors import Multiprocess
 
     from nmt_serve.engine.process import LOAD_FAILED
     from nmt_serve.engine.supervisor import EngineSupervisor
+
+    class Workers(Multiprocess):
+        """uvicorn's workers, but the listening socket closes in this process at the first SIGTERM or
+        SIGINT: the workers close their copies as they start draining, and a copy left open here
+        would keep taking connections that nobody accepts (they hang instead of being refused)."""
+
+        def handle_term(self) -> None:
+            self._close_sockets()
+            super().handle_term()
+
+        def handle_int(self) -> None:
+            self._close_sockets()
+            super().handle_int()
+
+        def _close_sockets(self) -> None:
+            for sock in self.sockets:
+                sock.close()
+
+        def keep_subprocess_alive(self) -> None:
+            before = {p.pid for p in self.processes}
+            super().keep_subprocess_alive()
+            for pid in before - {p.pid for p in self.processes}:  # a worker died: its in-flight gauge goes with it
+                multiprocess.mark_process_dead(pid)
 
     failed = {"code": None}
 
@@ -129,6 +162,7 @@ def serve_workers(settings: Settings) -> int:
 
     supervisor = EngineSupervisor(settings.engine_config(), on_exit=on_exit)
     supervisor.start()
+    metrics_dir = tempfile.mkdtemp(prefix="nmt-metrics-")
     try:
         values = settings.model_dump()
         values["engine_socket_dir"] = supervisor.socket_dir
@@ -136,10 +170,19 @@ def serve_workers(settings: Settings) -> int:
             os.environ[f"NMT_{name.upper()}"] = "" if value is None else str(value)
         if settings.dtype is None:
             del os.environ["NMT_DTYPE"]
-        uvicorn.run("nmt_serve.service.app:create_app", factory=True, host=settings.host, port=settings.port, workers=settings.workers,
-                    log_level="info", timeout_graceful_shutdown=settings.graceful_shutdown_s or None)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # read by the workers' prometheus_client at import
+        # the workers log as a single API process does (uvicorn configures logging in each worker)
+        log_config = copy.deepcopy(LOGGING_CONFIG)
+        log_config["formatters"]["service"] = {"format": LOG_FORMAT}
+        log_config["handlers"]["service"] = {"formatter": "service", "class": "logging.StreamHandler", "stream": "ext://sys.stderr"}
+        log_config["root"] = {"handlers": ["service"], "level": logging.getLevelName(logging.getLogger().level)}
+        config = uvicorn.Config("nmt_serve.service.app:create_app", factory=True, host=settings.host, port=settings.port,
+                                workers=settings.workers, log_level="info", log_config=log_config,
+                                timeout_graceful_shutdown=settings.graceful_shutdown_s or None)
+        Workers(config, sockets=[config.bind_socket()]).run()
     finally:
         supervisor.stop(settings.graceful_shutdown_s)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
     if failed["code"] is not None:
         print("error: model loading failed; see the engine's log above", file=sys.stderr)
         return 1

@@ -1,14 +1,20 @@
 """Prometheus metrics, on a registry of the app's own (several apps in one process stay apart).
 
+With several API workers (PROMETHEUS_MULTIPROC_DIR set by their parent) each worker writes its
+values to files there and a scrape, whichever worker answers it, sums them; the engine's figures,
+which every worker hears alike, are exported once.
+
 The HTTP side (requests, latency, drops) is measured here; the engine's side (steps, occupancy,
 busy share, queue, admission, tokens) comes from the statistics the engine process publishes with
 its status a few times a second, exported as they were last heard (EngineCollector).
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -89,16 +95,22 @@ class EngineCollector:
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
+        r = CollectorRegistry()
         self.requests = Counter("nmt_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r)
         self.latency = Histogram("nmt_request_latency_seconds", "HTTP request latency", ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
-        self.in_flight = Gauge("nmt_requests_in_flight", "HTTP requests being served", registry=r)
-        self.model_load_seconds = Gauge("nmt_model_load_seconds", "time taken to load each model", ["model"], registry=r)
+        self.in_flight = Gauge("nmt_requests_in_flight", "HTTP requests being served", registry=r, multiprocess_mode="livesum")
+        self.model_load_seconds = Gauge("nmt_model_load_seconds", "time taken to load each model", ["model"], registry=r,
+                                        multiprocess_mode="max")
         self.dropped = Counter("nmt_dropped_requests", "requests given up before their result (timeout or client disconnect)", ["reason"], registry=r)
         self.refused_early = Counter("nmt_refused_early_requests", "requests refused with 503 by this API process, before "
                                      "tokenizing them, because the engine's last status showed more work than fits their deadline", registry=r)
         self.flags = Counter("nmt_translation_flags", "translated sentences flagged as doubtful, by flag (see quality.py)",
                              ["flag"], registry=r)
         self.engine = EngineCollector()
-        r.register(self.engine)
+        shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if shared:
+            self.registry = CollectorRegistry()  # what a scrape reads: every worker's files, summed
+            MultiProcessCollector(self.registry, path=shared)
+        else:
+            self.registry = r
+        self.registry.register(self.engine)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -384,6 +385,72 @@ def test_graceful_shutdown_finishes_in_flight_requests(models_dir):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_with_several_workers_a_drain_refuses_new_connections_and_finishes_what_runs(models_dir):
+    """SIGTERM to the parent of two API workers while a request is in flight (its body half sent, so it
+    stays in flight for as long as the test wants): a new connection is refused, or answered, never left
+    hanging; the request in flight is then answered and everything exits cleanly."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu",
+         "--workers", "2", "--graceful-shutdown-s", "60"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_ready(base, 120, alive=lambda: proc.poll() is None)
+        body = json.dumps({"text": "Hallo", "max_length": 5}).encode()
+        in_flight = socket.create_connection(("127.0.0.1", port), timeout=60)
+        in_flight.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
+        time.sleep(0.5)  # the worker has the request (nothing to wait on: a slower worker only shortens the test)
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.time() + 60
+        while True:  # until the listening socket is closed everywhere; each connection on the way must be answered
+            assert time.time() < deadline, "connections were still accepted a minute after SIGTERM"
+            try:
+                probe = socket.create_connection(("127.0.0.1", port), timeout=10)
+            except ConnectionRefusedError:
+                break
+            with probe:
+                probe.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                try:
+                    probe.recv(1)  # a status line, or the connection closed
+                except TimeoutError:
+                    pytest.fail("a connection made during the drain was accepted and never answered")
+                except ConnectionResetError:
+                    pass
+            time.sleep(0.2)
+        in_flight.sendall(body[5:])
+        answer = in_flight.recv(65536).decode()
+        assert answer.startswith("HTTP/1.1 200"), answer[:200]
+        assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_several_workers_metrics_are_summed_over_the_workers(tmp_path):
+    """Each worker counts in files of the shared directory; a scrape, whoever serves it, reads them all,
+    and the engine's figures (the same in every worker) once."""
+    script = (
+        "import sys\n"
+        "from nmt_serve.service.metrics import Metrics\n"
+        "m = Metrics()\n"
+        "for _ in range(int(sys.argv[1])): m.requests.labels('/v1/translate', '200').inc()\n"
+        "m.in_flight.inc()\n"
+        "m.engine.stats = {'steps': 7.0}\n"
+        "from prometheus_client import generate_latest\n"
+        "sys.stdout.write(generate_latest(m.registry).decode())\n"
+    )
+    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    run = [subprocess.run([sys.executable, "-c", script, str(n)], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+           for n in (3, 4)]
+    scraped = run[-1].stdout
+    assert 'nmt_requests_total{endpoint="/v1/translate",status="200"} 7.0' in scraped
+    assert "nmt_requests_in_flight 2.0" in scraped  # neither process marked dead: both still count
+    assert scraped.count("\nnmt_engine_steps_total ") == 1 and "nmt_engine_steps_total 7.0" in scraped
 
 
 @pytest.mark.parametrize("damage", ["truncated weights", "mismatched tokenizer", "garbage config"])
