@@ -25,16 +25,22 @@ test: setup
 	$(PY) -m pytest -q
 
 # Translate lines from stdin with MODEL, or, with nothing piped in, a few demo sentences in its source language.
-translate: setup
-	@if [ -t 0 ]; then $(PY) -m nmt_serve.cli.translate --model $(MODEL) --demo; else $(PY) -m nmt_serve.cli.translate --model $(MODEL); fi
-
-# Score MODEL on Multi30k's test_2016_flickr; SRC and TGT default to the model's own languages.
+# SRC and TGT default to the model's own languages; a multilingual model (its config says mul) needs them:
+# make translate MODEL=checkpoints/multi30k SRC=fr TGT=cs
 MODEL_LANGS = $(shell $(PY) -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c["source_lang"], c["target_lang"])' $(MODEL)/config.json 2>/dev/null)
 SRC ?= $(word 1,$(MODEL_LANGS))
 TGT ?= $(word 2,$(MODEL_LANGS))
+LANG_FLAGS = $(if $(filter-out mul,$(SRC)),--source-lang $(SRC)) $(if $(filter-out mul,$(TGT)),--target-lang $(TGT))
+NEEDS_LANGS = if [ "$(SRC)" = mul ] || [ "$(TGT)" = mul ]; then echo "make $@: $(MODEL) is multilingual: give SRC= and TGT= (for example SRC=de TGT=en)" >&2; exit 2; fi
 
+translate: setup
+	@$(NEEDS_LANGS)
+	@if [ -t 0 ]; then $(PY) -m nmt_serve.cli.translate --model $(MODEL) $(LANG_FLAGS) --demo; else $(PY) -m nmt_serve.cli.translate --model $(MODEL) $(LANG_FLAGS); fi
+
+# Score MODEL on Multi30k's test_2016_flickr in SRC -> TGT.
 evaluate: setup
-	$(PY) -m nmt_serve.training.evaluate --model $(MODEL) --src $(DATA)/test_2016_flickr.$(SRC).gz --ref $(DATA)/test_2016_flickr.$(TGT).gz
+	@$(NEEDS_LANGS)
+	$(PY) -m nmt_serve.training.evaluate --model $(MODEL) $(LANG_FLAGS) --src $(DATA)/test_2016_flickr.$(SRC).gz --ref $(DATA)/test_2016_flickr.$(TGT).gz
 
 # Benchmarks (not part of the tests): engines side by side, KV cache, the server under load.
 bench: setup

@@ -209,6 +209,16 @@ def test_make_evaluate_takes_languages_from_the_model():
     assert "--src d/test_2016_flickr.en.gz --ref d/test_2016_flickr.de.gz" in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+@pytest.mark.parametrize("target", ["evaluate", "translate"])
+def test_make_passes_the_languages_of_a_multilingual_model(target):
+    multilingual = "MODEL=checkpoints/multi30k"
+    proc = run("make", "-n", "-o", "setup", target, f"PY={sys.executable}", multilingual, "DATA=d", "SRC=de", "TGT=fr")
+    assert "--source-lang de --target-lang fr" in proc.stdout, proc.stdout + proc.stderr
+    proc = run("make", "-s", "-o", "setup", target, f"PY={sys.executable}", multilingual, "DATA=d")
+    assert proc.returncode != 0 and "multilingual: give SRC= and TGT=" in proc.stderr, proc.stderr
+
+
 def test_scoring_without_the_eval_extra_is_one_line(monkeypatch, capsys):
     """sacrebleu comes with the eval extra (the service image leaves it out): say so, no ImportError."""
     import importlib.util
