@@ -72,6 +72,21 @@ def evaluate(translator: Translator, sources: list[str], references: list[str], 
     }
 
 
+def pivot_problem(first: Translator, second: Translator, source: str | None, target: str | None, pivot: str) -> str | None:
+    """Why translating source -> pivot with `first` and pivot -> target with `second` is no pivot (one
+    line), or None. A language left out is the model's own where it has one direction."""
+    source = source or (first.directions[0].split("-")[0] if len(first.directions) == 1 else None)
+    target = target or (second.directions[0].split("-")[1] if len(second.directions) == 1 else None)
+    if pivot in (source, target):
+        return f"--pivot {pivot}: the {'source' if pivot == source else 'target'} language itself: there is nothing to pivot through"
+    if not any(d.endswith(f"-{pivot}") and (source is None or d.startswith(f"{source}-")) for d in first.directions):
+        return f"--pivot {pivot}: --model does not translate {source or 'the source'} into {pivot} (it serves {', '.join(first.directions)})"
+    if not any(d.startswith(f"{pivot}-") and (target is None or d.endswith(f"-{target}")) for d in second.directions):
+        model = "--second-model" if second is not first else "--model (give --second-model for the second hop)"
+        return f"--pivot {pivot}: {model} does not translate {pivot} into {target or 'the target'} (it serves {', '.join(second.directions)})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nmt-evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_load_options(parser)
@@ -109,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.second_model:
         with user_errors(parser, ValueError, RuntimeError, about=f"--second-model {args.second_model}"):
             second = Translator.load(args.second_model, device=translator.device, dtype=translator.dtype)
+    if args.pivot and (problem := pivot_problem(translator, second or translator, args.source_lang, args.target_lang, args.pivot)):
+        fail(parser, problem)
     with user_errors(parser, ValueError):  # a source or target language the model does not serve
         report = evaluate(translator, sources, references, beam_size=args.beam_size, batch_size=args.batch_size,
                           target_lang=args.target_lang, pivot=args.pivot, second=second, source_lang=args.source_lang)

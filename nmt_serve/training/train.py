@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import logging
 import math
 import random
+import re
 import shutil
 import signal
 import sys
@@ -164,6 +166,9 @@ class TrainConfig:
             unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
             if unknown:
                 fail(parser, f"--config {args.config}: unknown keys {unknown}")
+            for f in dataclasses.fields(cls):
+                if f.name in values and not config_value_fits(values[f.name], f.type):
+                    fail(parser, f"--config {args.config}: {f.name} {values[f.name]!r}: expected {CONFIG_TYPES[f.type]}")
         values.update({k: v for k, v in vars(args).items() if k != "config" and v is not None})
         if "adam_betas" in values:
             values["adam_betas"] = tuple(values["adam_betas"])
@@ -205,10 +210,40 @@ class TrainConfig:
             if cfg.spm_model:
                 fail(parser, "--init-from brings its own tokenizer: leave --spm-model out")
         check_files(parser, {**data, "--spm-model": cfg.spm_model})
+        for flag, path in data.items():
+            if not has_text(path):
+                fail(parser, f"{flag} {path}: no text in it")
+        if cfg.export_dtype not in EXPORT_DTYPES:
+            fail(parser, f"--export-dtype {cfg.export_dtype}: expected {', '.join(EXPORT_DTYPES)}")
+        if cfg.export_only and not (Path(cfg.run_dir) / "state.pt").is_file():
+            fail(parser, f"--export-only: no training state in --run-dir {cfg.run_dir} to export (state.pt)")
         with user_errors(parser, AssertionError):  # ModelConfig's checks (d_model divisible by n_heads, ...)
             ModelConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, activation=cfg.activation,
                         norm_placement=cfg.norm_placement)
         return cfg
+
+
+EXPORT_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+CONFIG_TYPES = {"int": "an integer", "float": "a number", "str": "a string", "tuple[float, float]": "two numbers"}
+
+
+def config_value_fits(value, kind: str) -> bool:
+    """Whether a --config JSON value has the type of its TrainConfig field (JSON has no tuples)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int)  # true/false read as 1/0, as the flags that take 0/1 mean them
+    if kind == "float":
+        return number
+    if kind == "str":
+        return isinstance(value, str)
+    return isinstance(value, list) and len(value) == 2 and all(config_value_fits(v, "float") for v in value)
+
+
+def has_text(path: str) -> bool:
+    """Whether a plain or gzipped data file holds a line that is not blank (read up to the first one)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        return any(line.strip() for line in f)
 
 
 def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
@@ -329,8 +364,16 @@ class Trainer:
                 scratch.write_text("\n".join(line for side in sides for line in side) + "\n", encoding="utf-8")
                 t0 = time.time()
                 tags = [target_tag(lang) for lang in self.languages]
-                train_sentencepiece([scratch], self.run_dir / "spm", cfg.vocab_size, cfg.spm_type, user_defined_symbols=tags)
-                scratch.unlink()
+                try:
+                    train_sentencepiece([scratch], self.run_dir / "spm", cfg.vocab_size, cfg.spm_type, user_defined_symbols=tags)
+                except RuntimeError as exc:  # sentencepiece's own words name the limit: "Please set it to a value <= N"
+                    limit = re.search(r"<= ?(\d+)", str(exc))
+                    if "Vocabulary size too high" not in str(exc):
+                        raise
+                    raise SystemExit(f"nmt-train: error: --vocab-size {cfg.vocab_size}: too large for this training text"
+                                     + (f" (at most {limit.group(1)})" if limit else "")) from None
+                finally:
+                    scratch.unlink()
                 say(f"tokenizer: trained {cfg.spm_type} vocab {cfg.vocab_size} in {time.time() - t0:.0f}s")
         return Tokenizer(target)
 
@@ -615,7 +658,7 @@ class Trainer:
                 "config": dataclasses.asdict(cfg),
             }
         }
-        dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[cfg.export_dtype]
+        dtype = EXPORT_DTYPES[cfg.export_dtype]
         save_checkpoint(output, final, self.checkpoint_info(metadata), {"spm.model": self.run_dir / "spm.model"}, dtype=dtype)
         say(f"exported {output}")
         return output

@@ -184,6 +184,41 @@ def test_train_other_bad_inputs(tmp_path, capsys):
     assert not (tmp_path / "run").exists()  # every one found before anything was created
 
 
+def test_train_refuses_before_training_what_would_fail_later(tmp_path, capsys):
+    """Each of these used to end in a traceback, or (the export dtype) only after the whole training."""
+    fixtures = ROOT / "tests" / "fixtures"
+    (tmp_path / "empty.de").write_text("\n \n")
+    (tmp_path / "empty.en").write_text("\n \n")
+    data = {"--train-src": fixtures / "train300.de", "--train-tgt": fixtures / "train300.en",
+            "--valid-src": fixtures / "val40.de", "--valid-tgt": fixtures / "val40.en"}
+    args = lambda **override: [a for flag, path in {**data, **override}.items() for a in (flag, str(path))]  # noqa: E731
+    run_dir = ["--run-dir", str(tmp_path / "run"), "--device", "cpu"]
+    main_error(capsys, train, [*args(**{"--train-src": tmp_path / "empty.de", "--train-tgt": tmp_path / "empty.en"}), *run_dir], "nmt-train", "--train-src", "no text")
+    main_error(capsys, train, [*args(), "--export-dtype", "int4", *run_dir], "nmt-train", "--export-dtype int4")
+    main_error(capsys, train, [*args(), "--export-only", "1", *run_dir], "nmt-train", "--export-only", "state.pt")
+    for key, value, expected in (("n_heads", "four", "an integer"), ("dropout", "lots", "a number"), ("adam_betas", [0.9], "two numbers")):
+        (tmp_path / "config.json").write_text(json.dumps({key: value}))
+        main_error(capsys, train, ["--config", str(tmp_path / "config.json"), *args(), *run_dir], "nmt-train", key, expected)
+    assert not (tmp_path / "run").exists()  # every one found before anything was created
+    with pytest.raises(SystemExit) as stopped:  # known only once sentencepiece has read the text
+        train.main([*args(), "--vocab-size", "50000", *run_dir])
+    assert str(stopped.value.code).startswith("nmt-train: error: --vocab-size 50000: too large for this training text (at most ")
+    assert not (tmp_path / "run" / "spm_input.txt").exists()
+
+
+def test_evaluate_refuses_a_pivot_that_is_no_pivot(capsys):
+    fixtures = ROOT / "tests" / "fixtures"
+    test_set = ["--src", str(fixtures / "val40.de"), "--ref", str(fixtures / "val40.en"), "--device", "cpu"]
+    multilingual = str(ROOT / "checkpoints" / "multi30k")
+    main_error(capsys, evaluate, ["--model", DE_EN, "--pivot", "en", *test_set], "nmt-evaluate", "--pivot en", "target language itself")
+    main_error(capsys, evaluate, ["--model", multilingual, "--source-lang", "de", "--target-lang", "en", "--pivot", "de", *test_set],
+               "nmt-evaluate", "--pivot de", "source language itself")
+    main_error(capsys, evaluate, ["--model", DE_EN, "--target-lang", "en", "--pivot", "fr", *test_set],
+               "nmt-evaluate", "--pivot fr", "does not translate de into fr")
+    main_error(capsys, evaluate, ["--model", multilingual, "--second-model", DE_EN, "--target-lang", "en", "--pivot", "fr", *test_set],
+               "nmt-evaluate", "--second-model does not translate fr into en")
+
+
 @pytest.mark.parametrize("flags, needle", [
     (["--models-dir", "/nonexistent/models"], "/nonexistent/models"),
     (["--port", "eighty"], "--port"),
