@@ -270,17 +270,46 @@ class Segment:
         def ws(text: str, i: int) -> bool:
             return 0 <= i < len(text) and text[i] in _WS
 
+        def no_words(n: _Node) -> str | None:
+            """The text of an element that holds no words (a footnote mark, a number, a symbol) and no
+            aligned source word wholly: the translation has nothing of it to wrap where the model
+            dropped it, or glued it into a word (`Hund<sup>1</sup>`). None for any other element."""
+            text = src[n.start:n.end]
+            if n.anchor or not text.strip(_WS) or any(c.isalpha() for c in text):
+                return None
+            return None if any(n.start <= s0 and s1 <= n.end for _, (s0, s1) in pairs) else text
+
+        def as_written(n: _Node) -> str:
+            """The element's markup and text as the source has them."""
+            out, cur = [n.open], n.start
+            for c in n.children:
+                out += self._pieces[cur:c.start] + [c.open if c.anchor else as_written(c)]
+                cur = c.end
+            return "".join(out + self._pieces[cur:n.end] + [n.close])
+
         def emit(nodes: list[_Node], lo: int, hi: int) -> str:
             # source order and clamping keep the tag sequence (hence the tree) as in the source
             out, cur = [], lo
             for n in nodes:
-                ts, te = (at(n.start),) * 2 if n.anchor else span(n)
+                kept = no_words(n)
+                ts, te = (at(n.start),) * 2 if n.anchor or kept is not None else span(n)
                 ts = min(max(ts, cur), hi)
                 te = min(max(te, ts), hi)
-                text, tag = "".join(pieces[cur:ts]), n.open
-                if not n.anchor:
-                    tag += emit(n.children, ts, te) + n.close
-                elif ws(src, n.start - 1) and ws(src, n.start):
+                if kept is not None:  # the translation has its text right there (the model kept "1"): wrap it
+                    if tgt[ts - len(kept):ts] == kept and ts - len(kept) >= cur:
+                        ts -= len(kept)
+                    elif tgt[ts:ts + len(kept)] == kept and ts + len(kept) <= hi:
+                        te = ts + len(kept)
+                    else:
+                        kept = ""
+                text = "".join(pieces[cur:ts])
+                if kept == "":  # not in the translation: the element goes in as written, never lost
+                    tag = as_written(n)
+                    spaced = ws(src, n.start - 1) and ws(src, n.end)
+                else:
+                    tag = n.open + (emit(n.children, ts, te) + n.close if not n.anchor else "")
+                    spaced = n.anchor and ws(src, n.start - 1) and ws(src, n.start)
+                if spaced:
                     # its content stood between two words: keep it apart from the words around it
                     # even when the translation has one space for both sides (or none, at an end)
                     tag = (" " if 0 < ts and not ws(tgt, ts - 1) else "") + tag

@@ -167,6 +167,22 @@ def test_an_element_with_no_aligned_word_is_kept_empty():
     assert shape(out) == shape("<p>Hello <b>big</b> world</p>")
 
 
+def test_an_element_of_no_words_is_never_lost():
+    """A footnote mark or a number glued to a word, or standing alone, that the translation dropped goes
+    in as written (letters dropped by the model stay dropped: see the test above); one the translation
+    kept is wrapped where it stands, not written twice."""
+    doc = parse_html("<p>Der Hund<sup>1</sup> läuft.</p>")  # the source word is "Hund1"
+    out = doc.rebuild([AlignedText("The dog runs.", [((0, 3), (0, 3)), ((4, 7), (4, 9)), ((8, 13), (10, 16))])])
+    assert out == "<p>The dog<sup>1</sup> runs.</p>"
+    out = doc.rebuild([AlignedText("The dog1 runs.", [((0, 3), (0, 3)), ((4, 8), (4, 9)), ((9, 14), (10, 16))])])
+    assert out == "<p>The dog<sup>1</sup> runs.</p>"
+    doc = parse_html("<p>Hello <sup>2</sup> world</p>")
+    assert doc.rebuild([AlignedText("Hallo Welt", [((0, 5), (0, 5)), ((6, 10), (8, 13))])]) == "<p>Hallo <sup>2</sup> Welt</p>"
+    doc = parse_html('<p>Siehe <sup><a href="#f1">[1]</a></sup>Hund &amp; Katze.</p>')  # nested, before a word
+    out = doc.rebuild([AlignedText("See dog and cat.", [((0, 3), (0, 5)), ((4, 7), (6, 13)), ((8, 11), (14, 15)), ((12, 16), (16, 22))])])
+    assert out == '<p>See <sup><a href="#f1">[1]</a></sup>dog and cat.</p>'
+
+
 def test_siblings_keep_their_source_order_when_the_words_swap():
     source = "<p><b>one</b> and <i>two</i></p>"
     out = translate(source, reverse)
