@@ -1,5 +1,5 @@
 """What every converter of a Hugging Face checkpoint shares: reading its directory (config.json and the
-weights, safetensors or a weights-only torch file) and the layer layout of the BART family, which
+weights, safetensors or a weights-only torch file, whole or in shards) and the layer layout of the BART family, which
 MarianMT, M2M100 / NLLB-200 and mBART all use (self_attn, encoder_attn, fc1/fc2 and their norms)."""
 from __future__ import annotations
 
@@ -73,15 +73,35 @@ def read_directory(hf_dir: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
     if not (hf_dir / "config.json").is_file():
         raise FileNotFoundError(f"{hf_dir}: no config.json")
     config = read_config(hf_dir)
-    if (hf_dir / "model.safetensors").is_file():
-        with reading(hf_dir / "model.safetensors"):
-            state = load_file(str(hf_dir / "model.safetensors"))
-    elif (hf_dir / "pytorch_model.bin").is_file():
-        with reading(hf_dir / "pytorch_model.bin"):
-            state = torch.load(hf_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)  # no arbitrary pickle code
-    else:
-        raise FileNotFoundError(f"{hf_dir}: no model.safetensors or pytorch_model.bin")
-    return config, {k: v.float() for k, v in state.items()}
+    for name in WEIGHT_FILES:
+        if (hf_dir / name).is_file():
+            return config, read_weights(hf_dir / name)
+        index = hf_dir / f"{name}.index.json"
+        if index.is_file():  # large models (NLLB-200 3.3B) come in shards that an index names
+            with reading(index):
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            state = {}
+            for shard in sorted(set(weight_map.values())):
+                if not (hf_dir / shard).is_file():
+                    raise FileNotFoundError(f"{hf_dir}: no {shard}, a shard that {index.name} names")
+                state.update(read_weights(hf_dir / shard))
+            if missing := sorted(set(weight_map) - set(state)):
+                raise UnreadableFile(f"{index}: {len(missing)} weights it names are in none of its shards ({missing[0]}, ...)")
+            return config, state
+    raise FileNotFoundError(f"{hf_dir}: no model.safetensors or pytorch_model.bin (nor a sharded one's index)")
+
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of one safetensors or weights-only torch file, in float32."""
+    with reading(path):
+        if path.name.endswith(".safetensors"):
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)  # no arbitrary pickle code
+    return {k: v.float() for k, v in state.items()}
 
 
 def layer_name_pairs(n_encoder: int, n_decoder: int):

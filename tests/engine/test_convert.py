@@ -3,6 +3,8 @@ NLLB-200 and mBART models built from transformers' own config classes (nothing d
 logits compared with transformers' on the same inputs, through the nn.Module path and the model runner."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -145,6 +147,36 @@ def test_nmt_convert_and_translate_greedy_equal_generate(nllb_dir, tmp_path):
         assert result.text == translator.tgt_tokenizer.decode(generated)
     with pytest.raises(ValueError, match="needs the source language"):
         translator.translate(["Ein Hund."], target_lang="fra_Latn")
+
+
+@pytest.mark.parametrize("safe", [True, False], ids=["safetensors", "bin"])
+def test_a_sharded_checkpoint_converts_to_the_same_model(nllb_dir, tmp_path, safe):
+    """NLLB-200 3.3B ships in shards that an index names: read together they are the same weights."""
+    import shutil
+
+    from nmt_serve.convert.command import main as convert_main
+    from nmt_serve.network.checkpoint import load_checkpoint
+
+    sharded = tmp_path / "sharded"
+    shutil.copytree(nllb_dir, sharded, ignore=shutil.ignore_patterns("model.safetensors"))
+    transformers.M2M100ForConditionalGeneration.from_pretrained(nllb_dir).save_pretrained(sharded, max_shard_size="40KB")
+    index = "model.safetensors.index.json"
+    if not safe:  # as older checkpoints have them (transformers now writes safetensors only)
+        from safetensors.torch import load_file
+
+        weight_map = json.loads((sharded / index).read_text())["weight_map"]
+        for shard in sorted(set(weight_map.values())):
+            torch.save(load_file(sharded / shard), sharded / shard.replace("model", "pytorch_model").replace(".safetensors", ".bin"))
+            (sharded / shard).unlink()
+        (sharded / index).unlink()
+        index = "pytorch_model.bin.index.json"
+        (sharded / index).write_text(json.dumps({"weight_map": {
+            k: v.replace("model", "pytorch_model").replace(".safetensors", ".bin") for k, v in weight_map.items()}}))
+    assert (sharded / index).is_file() and len(set(json.loads((sharded / index).read_text())["weight_map"].values())) > 2
+    assert convert_main([str(nllb_dir), str(tmp_path / "whole")]) == 0
+    assert convert_main([str(sharded), str(tmp_path / "ours")]) == 0
+    whole, ours = load_checkpoint(tmp_path / "whole")[0].state_dict(), load_checkpoint(tmp_path / "ours")[0].state_dict()
+    assert whole.keys() == ours.keys() and all(torch.equal(whole[k], ours[k]) for k in whole)
 
 
 def test_nmt_convert_refuses_what_it_does_not_support(tmp_path, capsys):
