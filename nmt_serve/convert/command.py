@@ -1,11 +1,13 @@
 """`nmt-convert HF_DIR OUT_DIR`: a Hugging Face translation model directory -> our checkpoint, exactly.
 
     nmt-convert opus-mt-de-en/ checkpoints/opus-de-en --source-lang de --target-lang en   # marian
+    nmt-convert opus-mt-en-ROMANCE/ checkpoints/opus-en-romance --source-lang en            # marian, >>fr<< ...
     nmt-convert nllb-200-distilled-600M/ checkpoints/nllb-600m --dtype float16          # m2m_100
     nmt-convert mbart-large-50-many-to-many-mmt/ checkpoints/mbart-50                   # mbart
 
 The family is read from config.json's `model_type`: marian (OPUS-MT; the pair is in the model's
-name, so name it), m2m_100 (M2M100 and NLLB-200) and mbart (mBART-50). Many-to-many models serve
+name, so name it; one with `>>xx<<` target tokens serves each target they name, the token put
+first in the source), m2m_100 (M2M100 and NLLB-200) and mbart (mBART-50). Many-to-many models serve
 every ordered pair of their language codes (`deu_Latn`, `__de__`, `de_DE`): the source starts with
 its language's code and the translation is forced to start with the target's.
 """
@@ -53,7 +55,7 @@ def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None 
     if family not in FAMILIES:
         raise UnsupportedModel(f"model_type {family!r} is not supported (supported: {', '.join(FAMILIES)})")
     if family == "marian":
-        if not (source_lang and target_lang):
+        if not source_lang:
             raise UnsupportedModel("a MarianMT (OPUS-MT) model serves the pair in its name: give --source-lang and --target-lang")
         return import_marian(hf_dir, out_dir, source_lang, target_lang, dtype=DTYPES[dtype])
     if source_lang or target_lang:
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("hf_dir", help="a Hugging Face model directory (config.json, weights, tokenizer files)")
     parser.add_argument("out_dir", help="where to write our checkpoint")
     parser.add_argument("--source-lang", help="a MarianMT model's source language")
-    parser.add_argument("--target-lang", help="a MarianMT model's target language")
+    parser.add_argument("--target-lang", help="a MarianMT model's target language; a multi-target one's (>>xx<< tokens): "
+                                              "those to serve, comma-separated (default: all)")
     parser.add_argument("--dtype", default="float32", help="weights as stored: float32 (default), float16 or bfloat16")
     args = parser.parse_args(argv)
     # OSError: a missing directory or file; ValueError/KeyError: a model the conversion cannot express

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -140,22 +141,44 @@ def sentencepiece_vocab(spm_file: Path) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------- commands
 
 
-def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str, target_lang: str,
+TARGET_TOKEN = re.compile(r">>(\w+)<<")  # a multi-target OPUS-MT model's choice of target, first in the source
+
+
+def target_languages(src_vocab: dict[str, int]) -> dict[str, str]:
+    """{language: its token} of a model that translates into several languages (opus-mt-en-ROMANCE,
+    opus-mt-tc-big-en-roa: `>>fra<< Hello`); empty for a model of one target language."""
+    return {m.group(1): piece for piece in src_vocab if (m := TARGET_TOKEN.fullmatch(piece))}
+
+
+def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str, target_lang: str | None,
                   dtype: torch.dtype | None = None) -> Path:
+    """target_lang: the model's one target language; for a multi-target model, its targets to serve
+    (comma-separated; None: every one its `>>xx<<` tokens name)."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     hf_config, hf_state = read_directory(hf_dir)
     for name in ("source.spm", "target.spm", "vocab.json"):
         if not (hf_dir / name).is_file():
             raise FileNotFoundError(f"{hf_dir}: missing {name}")
     src_vocab = json.loads((hf_dir / "vocab.json").read_text(encoding="utf-8"))
+    tokens = target_languages(src_vocab)
+    targets = target_lang.split(",") if target_lang else sorted(tokens)
+    if not tokens and not target_lang:
+        raise UnsupportedModel("a MarianMT (OPUS-MT) model serves the pair in its name: give --source-lang and --target-lang")
+    if tokens and (unknown := [t for t in targets if t not in tokens]):
+        raise UnsupportedModel(f"--target-lang {','.join(unknown)}: this model translates into the languages of its >>xx<< tokens "
+                               f"({', '.join(sorted(tokens))})")
+    if not tokens and len(targets) > 1:
+        raise UnsupportedModel(f"--target-lang {target_lang}: this model has no >>xx<< tokens, so one target language only")
     model = marian_to_model(hf_config, hf_state, unk_id=src_vocab.get("<unk>", 1))
     tgt_vocab_name = "target_vocab.json" if (hf_dir / "target_vocab.json").is_file() else "vocab.json"
     files = {"source.spm": hf_dir / "source.spm", "target.spm": hf_dir / "target.spm", "vocab.json": hf_dir / "vocab.json"}
     if tgt_vocab_name != "vocab.json":
         files[tgt_vocab_name] = hf_dir / tgt_vocab_name
+    # a multi-target model is served as our multilingual ones are: its target's token first in the source
+    multi = dict(directions=[f"{source_lang}-{t}" for t in targets], target_tags={t: tokens[t] for t in targets}) if tokens else {}
     info = CheckpointInfo(
-        model.config, source_lang, target_lang, "source.spm", "target.spm",
-        {"imported_from": "MarianMT", "source_dir": str(hf_dir)}, src_vocab="vocab.json", tgt_vocab=tgt_vocab_name,
+        model.config, "mul" if tokens else source_lang, "mul" if tokens else target_lang, "source.spm", "target.spm",
+        {"imported_from": "MarianMT", "source_dir": str(hf_dir)}, src_vocab="vocab.json", tgt_vocab=tgt_vocab_name, **multi,
     )
     return save_checkpoint(out_dir, model, info, files, dtype=dtype)
 
@@ -190,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("hf_dir")
     imp.add_argument("out_dir")
     imp.add_argument("--source-lang", required=True)
-    imp.add_argument("--target-lang", required=True)
+    imp.add_argument("--target-lang", help="the target language; a multi-target model's (>>xx<< tokens): "
+                                           "those to serve, comma-separated (default: all)")
     exp = sub.add_parser("export", help="our checkpoint -> MarianMT directory")
     exp.add_argument("our_dir")
     exp.add_argument("out_dir")

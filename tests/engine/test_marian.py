@@ -26,7 +26,7 @@ SHAPES = [
 ]
 
 
-def marian_vocab(spm_model: Path, seed: int) -> dict[str, int]:
+def marian_vocab(spm_model: Path, seed: int, extra: tuple[str, ...] = ()) -> dict[str, int]:
     """A Marian-style vocabulary over the sentencepiece pieces: </s>=0, <unk>=1, shuffled pieces, <pad> last."""
     import sentencepiece as spm
 
@@ -34,14 +34,14 @@ def marian_vocab(spm_model: Path, seed: int) -> dict[str, int]:
     pieces = [sp.id_to_piece(i) for i in range(4, sp.get_piece_size())]
     random.Random(seed).shuffle(pieces)
     vocab = {"</s>": 0, "<unk>": 1}
-    for p in pieces:
+    for p in [*extra, *pieces]:
         vocab[p] = len(vocab)
     vocab["<pad>"] = len(vocab)
     return vocab
 
 
-def build_hf_marian(tmp: Path, spm_model: Path, seed: int, shape: dict) -> tuple[Path, MarianMTModel]:
-    vocab = marian_vocab(spm_model, seed)
+def build_hf_marian(tmp: Path, spm_model: Path, seed: int, shape: dict, extra: tuple[str, ...] = ()) -> tuple[Path, MarianMTModel]:
+    vocab = marian_vocab(spm_model, seed, extra)
     V = len(vocab)
     config = MarianConfig(
         vocab_size=V, decoder_vocab_size=V, d_model=shape["d_model"], encoder_layers=shape["enc"], decoder_layers=shape["dec"],
@@ -160,3 +160,40 @@ def test_models_without_a_marian_equivalent_are_refused(tmp_path, spm_model):
     interleaved = make_checkpoint(tmp_path / "inter", spm_model, "de", "en", seed=1, norm_placement="post")
     with pytest.raises(ValueError, match="interleaved"):
         export_marian(interleaved, tmp_path / "out")
+
+
+def test_a_multi_target_model_takes_its_target_token_first_as_marian_tokenizer_puts_it(tmp_path, spm_model):
+    """opus-mt-en-ROMANCE and the like choose their target by a `>>xx<<` token first in the source: each
+    becomes a direction, and the converted model translates as generate does with that token."""
+    from nmt_serve.convert.huggingface import UnsupportedModel
+
+    hf_dir, hf_model = build_hf_marian(tmp_path, spm_model, 5, SHAPES[0], extra=(">>fr<<", ">>es<<", ">>pt_br<<"))
+    with pytest.raises(UnsupportedModel, match="its >>xx<< tokens"):
+        import_marian(hf_dir, tmp_path / "bad", "en", "de")
+    ours_dir = import_marian(hf_dir, tmp_path / "ours", "en", None)
+    translator = Translator.load(ours_dir, device="cpu")
+    assert sorted(translator.directions) == ["en-es", "en-fr", "en-pt_br"]
+    theirs = MarianTokenizer(str(hf_dir / "source.spm"), str(hf_dir / "target.spm"), str(hf_dir / "vocab.json"))
+    for target in ("es", "fr"):
+        text = "Ein Mann fährt Fahrrad."
+        src = translator.encode_source(text, target)
+        assert src == theirs(f">>{target}<< {text}")["input_ids"] and src[0] == theirs.encoder[f">>{target}<<"]
+        with torch.no_grad():
+            expected = hf_model.generate(torch.tensor([src]), num_beams=1, do_sample=False, max_new_tokens=10,
+                                         bad_words_ids=[[hf_model.config.pad_token_id]])[0]
+        [result] = translator.translate([text], target_lang=target, beam_size=1, max_length=10)
+        assert result.hypotheses[0].tokens == translator.tgt_tokenizer.pieces(hf_tokens(expected, 0, hf_model.config.pad_token_id))
+    from test_service import make_client, wait_ready
+
+    [expected] = translator.translate(["A man rides a bike."], target_lang="es", beam_size=2, max_length=10)
+    with make_client(tmp_path / "ours", engine_heartbeat_timeout_s=10) as client:  # the checkpoint alone as a models dir
+        wait_ready(client, timeout=120)
+        assert {m["id"] for m in client.get("/v1/models").json()["models"]} >= {"en-es", "en-fr"}
+        r = client.post("/v1/translate", json={"text": "A man rides a bike.", "source": "en", "target": "es", "beam_size": 2,
+                                               "max_length": 10, "split_sentences": False})
+        assert r.status_code == 200, r.text
+        assert r.json()["translations"][0]["text"] == expected.text
+    one = Translator.load(import_marian(hf_dir, tmp_path / "one", "en", "es"), device="cpu")
+    assert one.directions == ["en-es"]
+    with pytest.raises(UnsupportedModel, match="--target-lang"):  # one target, no tokens: it must be named
+        import_marian(build_hf_marian(tmp_path / "plain", spm_model, 6, SHAPES[0])[0], tmp_path / "plain-ours", "en", None)
