@@ -298,6 +298,11 @@ class EngineCore:
             return [Reply(message.id, error=INVALID, message=str(exc))]
         if any(not 0 <= t < translator.config.tgt_vocab_size for t in message.target_prefix):
             return [Reply(message.id, error=INVALID, message="the target prefix is not in the model's vocabulary")]
+        for term in dict.fromkeys(t for terms in message.terms or () for t in terms):
+            # the model would write <unk> there, which nothing can put back: the term would not be as written
+            if unknown := translator.tgt_tokenizer.unknown_spans(term):
+                return [Reply(message.id, error=INVALID, message=f"the glossary's target term {term!r} has characters this model "
+                                                                 f"cannot write: {' '.join(unknown)}", param="glossary")]
         counts = [len(ids) for ids in message.sources if ids]  # source tokens, eos excluded: the unit the rate was measured in
         cost = 0.0
         with self.admission.lock:  # the queue bound and the admitted work change together

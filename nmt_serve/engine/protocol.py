@@ -111,6 +111,7 @@ class Reply:
     error: str | None = None  # one of the kinds above
     message: str = ""
     retry_after: float | None = None
+    param: str | None = None  # invalid: the request parameter at fault where it is not the text
 
 
 @dataclass

@@ -246,7 +246,7 @@ class EngineClient:
         if reply.error == EXPIRED:
             raise timed_out(timeout)
         if reply.error == INVALID:
-            raise bad_request(reply.message, "text")
+            raise bad_request(reply.message, reply.param or "text")
         if reply.error == OUT_OF_MEMORY:
             raise APIError(503, "out_of_memory", "the model ran out of memory on this batch; retry with fewer or shorter texts",
                            None, {"Retry-After": "1"})

@@ -215,16 +215,16 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
             if t.model is not None else _as_is(t, options) for t in prepared]
 
 
-def terminology(glossary: list | None, avoid: list[str] | None, param: str) -> Terminology | None:
+def terminology(glossary: list | None, avoid: list[str] | None) -> Terminology | None:
     """A request's glossary (entries with source and target, as objects or dicts) and avoided terms, checked
-    (text/glossary.py); None when it has neither."""
+    (text/glossary.py; the error names the `glossary` or `avoid` parameter); None when it has neither."""
     if not glossary and not avoid:
         return None
     entries = tuple(GlossaryEntry(e["source"], e["target"]) if isinstance(e, dict) else GlossaryEntry(e.source, e.target)
                     for e in glossary or ())
     avoided = tuple(avoid or ())
     if (problem := check_glossary(list(entries), list(avoided))) is not None:
-        raise bad_request(problem, param)
+        raise bad_request(*problem)
     return Terminology(entries, avoided)
 
 

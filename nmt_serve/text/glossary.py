@@ -64,16 +64,22 @@ def applicable(sentence: str, entries: list[GlossaryEntry]) -> list[str]:
     return list(dict.fromkeys(e.target for e in entries if occurs(e.source, found)))
 
 
-def check(entries: list[GlossaryEntry], avoid: list[str]) -> str | None:
-    """Why a glossary or avoid list cannot be used (one line), or None."""
+def check(entries: list[GlossaryEntry], avoid: list[str]) -> tuple[str, str] | None:
+    """Why a glossary or avoid list cannot be used (one line) and which of the two it is ("glossary" or
+    "avoid"), or None."""
     if len(entries) + len(avoid) > MAX_ENTRIES:
-        return f"at most {MAX_ENTRIES} glossary entries and avoided terms in all, got {len(entries) + len(avoid)}"
+        return f"at most {MAX_ENTRIES} glossary entries and avoided terms in all, got {len(entries) + len(avoid)}", "glossary"
+    targets: dict[tuple[str, ...], str] = {}
     for e in entries:
         if not words(e.source) or not e.target.strip():
-            return "a glossary entry needs a source term with a word in it and a non-empty target term"
+            return "a glossary entry needs a source term with a word in it and a non-empty target term", "glossary"
         if len(e.source) > MAX_TERM_CHARS or len(e.target) > MAX_TERM_CHARS:
-            return f"glossary terms are at most {MAX_TERM_CHARS} characters"
+            return f"glossary terms are at most {MAX_TERM_CHARS} characters", "glossary"
+        # one source term, two targets: both would be forced into every sentence that has it
+        if targets.setdefault(tuple(words(e.source)), e.target) != e.target:
+            return (f"the source term {e.source!r} has two target terms ({targets[tuple(words(e.source))]!r} and {e.target!r}): "
+                    "give one"), "glossary"
     for term in avoid:
         if not term.strip() or len(term) > MAX_TERM_CHARS:
-            return f"an avoided term must be non-empty and at most {MAX_TERM_CHARS} characters"
+            return f"an avoided term must be non-empty and at most {MAX_TERM_CHARS} characters", "avoid"
     return None

@@ -40,11 +40,15 @@ def test_a_term_that_cannot_fit_is_flagged_not_an_error(client):
     ({"glossary": [{"source": "Hund"}]}, "glossary"),
     ({"glossary": [{"source": "Hund", "target": "dog"}] * 65}, "glossary"),
     ({"avoid": [""]}, "avoid"),
+    ({"avoid": ["  "]}, "avoid"),
+    ({"glossary": [{"source": "Hallo", "target": "hi"}, {"source": "hallo", "target": "hello"}]}, "glossary"),
+    # a character the model has no piece for: it would write <unk>, and the term would not be as written
+    ({"glossary": [{"source": "Hallo", "target": "hi 🐕"}]}, "glossary"),
 ])
 def test_bad_glossaries_are_refused_in_the_one_error_shape(client, body, param):
     r = client.post("/v1/translate", json={"text": "Hallo", "source": "de", "target": "en", **body})
     assert r.status_code in (400, 422), r.text
-    assert "error" in r.json()
+    assert r.json()["error"]["param"].split(".")[0] == param, r.text
 
 
 def test_libretranslate_takes_the_glossary_as_json_or_as_form_text(client):

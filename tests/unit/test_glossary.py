@@ -20,6 +20,10 @@ def test_applicable_entries_in_glossary_order_each_target_once():
 
 def test_unusable_glossaries_say_why():
     assert check([GlossaryEntry("Hund", "dog")], []) is None
-    assert "at most" in check([GlossaryEntry("Hund", "dog")] * (MAX_ENTRIES + 1), [])
+    assert "at most" in check([GlossaryEntry("Hund", "dog")] * (MAX_ENTRIES + 1), [])[0]
     assert check([GlossaryEntry("...", "dog")], []) is not None  # no word to match
-    assert check([], ["  "]) is not None
+    assert check([], ["  "])[1] == "avoid"
+    assert check([GlossaryEntry("...", "dog")], [])[1] == "glossary"
+    # one source term (up to case), two targets: refused; the same pair twice is harmless
+    assert "two target terms" in check([GlossaryEntry("Hund", "dog"), GlossaryEntry("hund", "hound")], [])[0]
+    assert check([GlossaryEntry("Hund", "dog"), GlossaryEntry("Hund", "dog")], []) is None

@@ -353,7 +353,7 @@ def terminology_params(params: dict) -> Terminology | None:
         raise bad_request('Invalid request: glossary must be a list of {"source": ..., "target": ...}', "glossary")
     if avoid is not None and not (isinstance(avoid, list) and all(isinstance(t, str) for t in avoid)):
         raise bad_request("Invalid request: avoid must be a list of strings", "avoid")
-    return terminology(glossary, avoid, "glossary")
+    return terminology(glossary, avoid)
 
 
 @router.post(

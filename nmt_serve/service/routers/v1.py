@@ -35,7 +35,7 @@ async def translate(body: TranslateRequest, request: Request, state: ServiceStat
     options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
     results = await translate_texts(state, request, source=body.source, target=body.target, texts=texts, options=options,
                                     param="text", format=body.format, split_sentences=body.split_sentences,
-                                    terminology=terminology(body.glossary, body.avoid, "glossary"), attention_check=True)
+                                    terminology=terminology(body.glossary, body.avoid), attention_check=True)
     translations = [Translation.of(r, body.num_hypotheses) for r in results]
     usage = Usage(source_tokens=sum(r.source_tokens for r in results), generated_tokens=sum(r.generated_tokens for r in results),
                   sentences=sum(r.sentences for r in results))
