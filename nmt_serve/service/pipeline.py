@@ -25,6 +25,7 @@ from nmt_serve.service.state import ServiceState
 from nmt_serve.text.entities import unescape_output
 from nmt_serve.text.glossary import GlossaryEntry, Terminology
 from nmt_serve.text.glossary import check as check_glossary
+from nmt_serve.text import protected_spans
 from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
 from nmt_serve.text.language_detection import UNDETERMINED, Detection, language_name
 from nmt_serve.text.quality_flags import SentenceFlags, flags_for, needs_attention_check
@@ -72,6 +73,7 @@ class _Text:
     units: list[_Unit]
     document: HtmlDocument | None
     original: str
+    protected: bool = False  # a plain text translated as HTML around its protected spans (text/protected_spans.py)
 
 
 def _language_name(code: str) -> str:
@@ -129,7 +131,8 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
     sentence_texts: dict[str, list[str]] = {}
     prepared: list[_Text] = []
     for i, text in enumerate(texts):
-        document = parse_html(text) if format == "html" else None
+        marked = protected_spans.as_html(text) if format == "text" else None
+        document = parse_html(marked if marked is not None else text) if format == "html" or marked is not None else None
         model, detected = resolve_model(state, source, target, _plain_text(document, text), param, upstream_fallbacks)
         if model is None:
             prepared.append(_Text(None, detected, [], None, text))
@@ -155,7 +158,7 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
                 batch.append(ids)
                 sources.append(sentence)
         state.limits.check_tokens(i, tokens, param)
-        prepared.append(_Text(model, detected, units, document, text))
+        prepared.append(_Text(model, detected, units, document, text, protected=marked is not None))
     return prepared, batches, sentence_texts
 
 
@@ -348,6 +351,8 @@ def _assemble(state: ServiceState, text: _Text, hyps: list[list[EngineHypothesis
     if text.document is not None:
         whole = [text.document.rebuild(aligned)] + [
             text.document.rebuild([AlignedText(t) for t in rebuilt[rank]]) for rank in range(1, n)]
+        if text.protected:
+            whole = [protected_spans.from_html(w) for w in whole]
     else:
         whole = [rebuilt[rank][0] for rank in range(n)]
     with_scores = options.return_scores

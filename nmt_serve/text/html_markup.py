@@ -305,15 +305,17 @@ class Segment:
                 text = "".join(pieces[cur:ts])
                 if kept == "":  # not in the translation: the element goes in as written, never lost
                     tag = as_written(n)
-                    spaced = ws(src, n.start - 1) and ws(src, n.end)
                 else:
                     tag = n.open + (emit(n.children, ts, te) + n.close if not n.anchor else "")
-                    spaced = n.anchor and ws(src, n.start - 1) and ws(src, n.start)
-                if spaced:
-                    # its content stood between two words: keep it apart from the words around it
-                    # even when the translation has one space for both sides (or none, at an end)
-                    tag = (" " if 0 < ts and not ws(tgt, ts - 1) else "") + tag
-                    tag += " " if ts < len(tgt) and not ws(tgt, ts) else ""
+                if n.anchor or kept == "":
+                    # content set apart from the words around it in the source stays apart from the
+                    # words around it here, side by side, even where the translation has one space
+                    # for both sides, none at an end, or a word where the source had punctuation
+                    if ws(src, n.start - 1) and 0 < ts and not ws(tgt, ts - 1):
+                        tag = " " + tag
+                    if ts < len(tgt) and not ws(tgt, ts) and (ws(src, n.end) or tgt[ts].isalnum() and not (
+                            n.end < len(src) and src[n.end].isalnum())):
+                        tag += " "
                 out += [text, tag]
                 cur = te
             return "".join(out) + "".join(pieces[cur:hi])

@@ -88,6 +88,20 @@ def test_translate_one_text_and_a_list(client):
     assert many["translations"][0]["text"] == body["translations"][0]["text"]
 
 
+def test_urls_placeholders_and_code_come_back_as_written(client):
+    """A model rewrites them as words; here they go round it (text/protected_spans.py), in both APIs and
+    in every hypothesis, while a text without any is translated as it always was."""
+    protected = ["https://example.com/a?b=1&c=2", "max@example.com", "{name}", "%s", "`ls -l`"]
+    text = f"Ein Hund {protected[0]} rennt, {protected[1]} schreibt {protected[2]} und %s mit {protected[4]}."
+    body = client.post("/v1/translate", json={"text": text, "num_hypotheses": 2, **FAST}).json()
+    for hypothesis in body["translations"][0]["hypotheses"]:
+        assert all(hypothesis["text"].count(p) == 1 for p in protected), hypothesis["text"]
+    libre = client.post("/translate", json={"q": text, "source": "de", "target": "en"}).json()["translatedText"]
+    assert all(libre.count(p) == 1 for p in protected), libre
+    plain = client.post("/v1/translate", json={"text": GERMAN[0], **FAST}).json()["translations"][0]["text"]
+    assert plain == client.post("/v1/translate", json={"text": GERMAN[0], "format": "text", **FAST}).json()["translations"][0]["text"]
+
+
 def test_scores_and_hypotheses(client):
     body = client.post("/v1/translate", json={"text": GERMAN[:2], "beam_size": 3, "num_hypotheses": 3, "max_length": 6, "return_scores": True}).json()
     for t in body["translations"]:
