@@ -20,7 +20,7 @@ from nmt_serve.engine.protocol import BACKGROUND, INTERACTIVE, DecodeOptions, En
 from nmt_serve.network.tokenizer import UNKNOWN_MARK, Tokenizer, restore_unknowns
 from nmt_serve.service.deadlines import request_timeout, with_deadline
 from nmt_serve.service.directions import ServedDirection
-from nmt_serve.service.errors import bad_request
+from nmt_serve.service.errors import APIError, bad_request
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.entities import unescape_output
 from nmt_serve.text.glossary import GlossaryEntry, Terminology
@@ -103,6 +103,8 @@ def resolve_model(state: ServiceState, source: str, target: str, text: str, para
         direction = f"{FALLBACK_LANGUAGE}-{target}"
         # no letters at all ("12345"): nothing a model could translate, so it comes back as it is
         return (state.models[direction] if unserved and direction in state.models else None), english
+    if not candidates and not upstream_fallbacks and not any(c.isalpha() for c in text):
+        return None, None  # no letters ("", "12345", "!!!"): nothing a model could translate, given back as it is
     if unserved:
         looks = ("is in none of the languages the loaded models translate (too short to say which it is)"
                  if found.language == UNDETERMINED else f"looks like {_language_name(found.language)}, which no loaded model translates")
@@ -133,7 +135,12 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
     for i, text in enumerate(texts):
         marked = protected_spans.as_html(text) if format == "text" else None
         document = parse_html(marked if marked is not None else text) if format == "html" or marked is not None else None
-        model, detected = resolve_model(state, source, target, _plain_text(document, text), param, upstream_fallbacks)
+        try:
+            model, detected = resolve_model(state, source, target, _plain_text(document, text), param, upstream_fallbacks)
+        except APIError as exc:
+            if len(texts) > 1:  # which of the texts it is
+                exc.message = f"text {i}: {exc.message}"
+            raise
         if model is None:
             prepared.append(_Text(None, detected, [], None, text))
             continue

@@ -102,6 +102,15 @@ def test_urls_placeholders_and_code_come_back_as_written(client):
     assert plain == client.post("/v1/translate", json={"text": GERMAN[0], "format": "text", **FAST}).json()["translations"][0]["text"]
 
 
+def test_auto_gives_back_what_has_no_letters_and_names_the_text_it_cannot_place(client):
+    body = client.post("/v1/translate", json={"text": ["", "12345", " !!! ", GERMAN[0]], "source": "auto", **FAST})
+    assert body.status_code == 200, body.text
+    assert [t["text"] for t in body.json()["translations"][:3]] == ["", "12345", " !!! "]
+    refused = client.post("/v1/translate", json={"text": [GERMAN[0], "Esto es una frase en español, sin duda alguna."],
+                                                 "source": "auto", **FAST})
+    assert refused.status_code == 400 and refused.json()["error"]["message"].startswith("text 1: "), refused.text
+
+
 def test_scores_and_hypotheses(client):
     body = client.post("/v1/translate", json={"text": GERMAN[:2], "beam_size": 3, "num_hypotheses": 3, "max_length": 6, "return_scores": True}).json()
     for t in body["translations"]:
