@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from pathlib import Path
 
 import sentencepiece as spm
@@ -74,7 +75,7 @@ class Tokenizer:
     def encode(self, text: str, add_eos: bool = False) -> list[int]:
         """Text -> ids. Empty or whitespace-only text gives [] (plus eos when asked); unknown
         characters become unk_id."""
-        text = text.strip()
+        text = plain_fractions(text.strip())
         if not text:
             ids = []
         elif self.vocab is not None:
@@ -95,13 +96,15 @@ class Tokenizer:
         """The characters of a text this tokenizer has no piece for, as the runs it encodes to <unk>,
         in order: what restore_unknowns puts back into a translation (a model trained on captions has
         no `+`, `{` or `~`)."""
-        text = text.strip()
+        text = plain_fractions(text.strip())
         if not text or self.unk_id < 0:
             return []
         if self.vocab is not None:
             pieces = self.sp.encode(text, out_type=str)
             return [p.replace("\u2581", " ").strip() for p in pieces if p not in self.vocab]
-        return [piece.surface for piece in self.sp.encode(text, return_type="proto").pieces if piece.id == self.unk_id]
+        # a normalized piece may have no source characters of its own (they went to its neighbour): its
+        # own text then, rather than nothing
+        return [piece.surface or piece.piece for piece in self.sp.encode(text, return_type="proto").pieces if piece.id == self.unk_id]
 
     def pieces(self, ids: list[int]) -> list[str]:
         """Ids -> surface pieces, for attention-map labels."""
@@ -131,6 +134,23 @@ def train_sentencepiece(
         user_defined_symbols=user_defined_symbols or [],
     )
     return model_prefix.with_suffix(".model")
+
+
+# NFKC, which sentencepiece applies, writes "1½" as "11⁄2" with a fraction slash that the models have no
+# piece for: the translation read "112". Written out first, a fraction keeps its value.
+_FRACTION = re.compile(r"(\d?)([\u00bc-\u00be\u2150-\u215e\u2189])")
+
+
+def plain_fractions(text: str) -> str:
+    """Vulgar fractions as digits and a slash ("1½" -> "1 1/2"), the rest of the text as it is."""
+    if not _FRACTION.search(text):
+        return text
+
+    def written(m: re.Match) -> str:
+        numerator, denominator = unicodedata.normalize("NFKC", m.group(2)).split("\u2044")
+        return f"{m.group(1)} {numerator}/{denominator}" if m.group(1) else f"{numerator}/{denominator}"
+
+    return _FRACTION.sub(written, text)
 
 
 UNKNOWN_MARK = "\u2047"  # how sentencepiece writes <unk> in decoded text, one space on either side

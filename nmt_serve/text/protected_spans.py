@@ -13,7 +13,9 @@ from __future__ import annotations
 import html
 import re
 
-_URL = r"(?:\b(?:https?|ftp)://|\bwww\.)[^\s<>\"`]*[^\s<>\"`.,;:!?)\]}'\u2019\u201d]"
+# a URL ends before trailing punctuation, but keeps a closing bracket it opened itself ("wiki/Hund_(Tier)")
+_URL = (r"(?:\b(?:https?|ftp)://|\bwww\.)(?:\([^\s()<>\"`]*\)|[^\s()<>\"`])*"
+        r"(?:\([^\s()<>\"`]*\)|[^\s()<>\"`.,;:!?\]}'\u2019\u201d])")
 _EMAIL = r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"
 # printf (%s, %1$d, %(name)s, %.2f: no letter right after, so "10%ig" stays text), format ({0}, {name}),
 # shell (${HOME}, $HOME: capitals only, so "$5" stays text)

@@ -10,6 +10,8 @@ from nmt_serve.text.protected_spans import PROTECTED, as_html, from_html
 @pytest.mark.parametrize("text, spans", [
     ("Siehe https://example.com/a?b=1&c=2.", ["https://example.com/a?b=1&c=2"]),
     ("(www.hunde.de), dann", ["www.hunde.de"]),
+    ("Siehe https://de.wikipedia.org/wiki/Hund_(Tier).", ["https://de.wikipedia.org/wiki/Hund_(Tier)"]),  # its own bracket
+    ("(siehe https://a.de/x), dann", ["https://a.de/x"]),
     ("an max.muster+x@mail.example.org schreiben", ["max.muster+x@mail.example.org"]),
     ("Hallo {name}, du hast %s und %1$d und %(count)i und %.2f und {0}.", ["{name}", "%s", "%1$d", "%(count)i", "%.2f", "{0}"]),
     ("Setze ${HOME} oder $PATH, nicht $5.", ["${HOME}", "$PATH"]),

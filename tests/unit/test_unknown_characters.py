@@ -19,6 +19,15 @@ def test_the_source_runs_without_a_piece_in_order():
     assert tok.decode(ids) == f"GTK {UNKNOWN_MARK} 3-Daten"
 
 
+def test_a_vulgar_fraction_keeps_its_value():
+    """NFKC wrote "1½" as "11⁄2" with a fraction slash no piece has, and its <unk> had no source
+    characters of its own: the translation read "112"."""
+    tok = Tokenizer(CAPTIONS_SPM)
+    assert tok.encode("1½ Katzen") == tok.encode("1 1/2 Katzen") and tok.encode("¾") == tok.encode("3/4")
+    assert UNKNOWN_MARK not in tok.decode(tok.encode("2⅓ Äpfel"))
+    assert tok.unknown_spans("1½ und ⅞") == []
+
+
 @pytest.mark.parametrize("translation, spans, expected", [
     (f"GTK {UNKNOWN_MARK} 3 data", ["+"], "GTK+3 data"),
     (f"a  {UNKNOWN_MARK}  b", ["~"], "a ~ b"),  # the text's own spaces stay
