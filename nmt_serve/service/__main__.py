@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 
 from nmt_serve.cli.common import describe, fail
 from nmt_serve.engine.loader import discover
-from nmt_serve.service.settings import Settings
+from nmt_serve.service.settings import Settings, unknown_variables
 
 PROG = "python -m nmt_serve.service"
 
@@ -36,6 +37,11 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     args = vars(parser.parse_args(argv))
     level = args.pop("log_level")
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+    misspelt, other = unknown_variables(os.environ)
+    if misspelt:
+        fail(parser, "; ".join(misspelt))
+    for line in other:
+        logging.getLogger("service").warning(line)
     try:
         return Settings(**{k: v for k, v in args.items() if v is not None})
     except ValidationError as exc:  # pydantic's report is a page long: one line, naming each bad value's flag and variable

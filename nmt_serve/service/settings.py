@@ -1,6 +1,8 @@
 """All service settings in one place: flags of `python -m nmt_serve.service`, or environment variables NMT_*."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -114,7 +116,9 @@ class Settings(BaseSettings):
         names = ("models_dir", "device", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice", "max_batch_sentences",
                  "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission", "admission_margin", "retry_after_s",
                  "graceful_shutdown_s", "background_share", "engine_heartbeat_timeout_s")
-        return dict({n: getattr(self, n) for n in names}, log_level=logging.getLevelName(logging.getLogger().level).lower())
+        # the engine runs in the repository's directory: a relative models_dir means this process's directory
+        return dict({n: getattr(self, n) for n in names}, models_dir=str(Path(self.models_dir).resolve()),
+                    log_level=logging.getLevelName(logging.getLogger().level).lower())
 
     def keys(self) -> list[str]:
         keys = [k.strip() for k in self.api_keys.split(",") if k.strip()]
@@ -125,3 +129,19 @@ class Settings(BaseSettings):
 
     def origins(self) -> list[str]:
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+
+def unknown_variables(environ: dict[str, str]) -> tuple[list[str], list[str]]:
+    """NMT_* variables that are no setting: (lines for those that look like a misspelt one, lines for
+    the rest). pydantic ignores them, so a typo would otherwise leave its setting at its default."""
+    import difflib
+
+    names = {f"NMT_{n.upper()}" for n in Settings.model_fields}
+    misspelt, other = [], []
+    for variable in sorted(v for v in environ if v.startswith("NMT_") and v not in names):
+        if close := difflib.get_close_matches(variable, names, n=1, cutoff=0.8):
+            misspelt.append(f"{variable} is not a setting: did you mean {close[0]}?")
+        else:
+            other.append(f"{variable} is not a setting of the service; ignored")
+    return misspelt, other
+

@@ -96,6 +96,8 @@ BAD_SETTINGS = [
     ([], {"NMT_API_KEYS_FILE": "/"}, "--api-keys-file (NMT_API_KEYS_FILE): /: Is a directory"),
     (["--models-dir", "/nonexistent/models"], {}, "--models-dir (NMT_MODELS_DIR): models directory not found: /nonexistent/models"),
     ([], {"NMT_MODELS_DIR": "/etc/hostname"}, "--models-dir (NMT_MODELS_DIR): not a directory"),
+    # pydantic ignores variables that are no setting: a typo would leave its setting at the default
+    ([], {"NMT_MAX_QUEUE_SENTENCE": "10"}, "NMT_MAX_QUEUE_SENTENCE is not a setting: did you mean NMT_MAX_QUEUE_SENTENCES?"),
 ]
 
 
@@ -104,6 +106,14 @@ def test_a_bad_setting_is_one_line_and_exit_2(models_dir, args, env, message):
     defaults = [] if "NMT_MODELS_DIR" in env or "--models-dir" in args else ["--models-dir", str(models_dir)]
     proc = start(*defaults, *args, env=env, timeout=30)
     assert_one_line_error(proc, message)
+
+
+def test_other_variables_are_named_and_a_relative_models_dir_is_this_directory_s(tmp_path, monkeypatch):
+    from nmt_serve.service.settings import Settings, unknown_variables
+
+    assert unknown_variables({"NMT_DATA": "x", "NMT_PORT": "1", "PATH": "/"}) == ([], ["NMT_DATA is not a setting of the service; ignored"])
+    monkeypatch.chdir(tmp_path)  # the engine runs in the repository's directory: it gets the path made absolute
+    assert Settings(models_dir="models").engine_config()["models_dir"] == str(tmp_path / "models")
 
 
 def test_an_empty_models_dir_is_one_line_and_exit_2(tmp_path):
