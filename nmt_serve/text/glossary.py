@@ -3,9 +3,10 @@
 An entry applies to a sentence when its source term occurs in it, and then its target term must
 appear in the sentence's translation (the engine enforces it: inference/lexical_constraints.py).
 Matching is word by word, ignoring case (Unicode case folding), and tolerant of inflection: each
-word of the term matches a word of the sentence that starts with it and is at most MAX_ENDING
-characters longer ("Hund" matches "Hunde", "Hundes", "Hunden"; "chat" matches "chats"; "pes" does
-not match Czech "psa": a stem that changes needs its forms listed as entries of their own). A term
+word of the term matches a word of the sentence that is it plus one of the served languages'
+endings (ENDINGS: "Hund" matches "Hunde", "Hundes", "Hunden" but not "Hundert"; "chat" matches
+"chats"; "pes" does not match Czech "psa": a stem that changes needs its forms listed as entries of
+their own). Where terms overlap, the longest applies ("roter Hund" over "Hund"). A term
 of several words matches the same number of consecutive words. The target term is placed as
 written: its inflection is the user's to choose.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-MAX_ENDING = 3  # characters an inflected form may add to a term's word (German -en/-es/-ern, French -s/-es/-aux)
 MAX_ENTRIES = 64  # per request: each applied entry widens the search
 MAX_TERM_CHARS = 200
 
@@ -43,25 +43,43 @@ def words(text: str) -> list[str]:
     return [w.casefold() for w in WORD.findall(text)]
 
 
+# what an inflected form adds to its stem in the served languages (en, de, fr, cs): "Hund" matches
+# "Hunde" and "Hunden", not "Hundert"
+ENDINGS = frozenset("s es e en n er ern em ens x a u y i o ou ů ům ech ích ách ami ovi ové é ě í".split())
+
+
 def _matches(word: str, term_word: str) -> bool:
-    return word.startswith(term_word) and len(word) - len(term_word) <= MAX_ENDING
+    return word == term_word or word.startswith(term_word) and word[len(term_word):] in ENDINGS
+
+
+def _spans(term: str, sentence_words: list[str]) -> list[range]:
+    """Where the term's words occur, consecutively and inflection-tolerant, among the sentence's."""
+    term_words = words(term)
+    n = len(term_words)
+    if not n:
+        return []
+    return [range(i, i + n) for i in range(len(sentence_words) - n + 1)
+            if all(_matches(sentence_words[i + j], term_words[j]) for j in range(n))]
 
 
 def occurs(term: str, sentence_words: list[str]) -> bool:
     """Whether the term's words occur, consecutively and inflection-tolerant, among the sentence's."""
-    term_words = words(term)
-    n = len(term_words)
-    if not n:
-        return False
-    return any(all(_matches(sentence_words[i + j], term_words[j]) for j in range(n))
-               for i in range(len(sentence_words) - n + 1))
+    return bool(_spans(term, sentence_words))
 
 
 def applicable(sentence: str, entries: list[GlossaryEntry]) -> list[str]:
     """The target terms of the entries whose source term occurs in the sentence, each once, in the
-    glossary's order."""
+    glossary's order. Where terms overlap, the longest wins: "roter Hund" takes its words from "Hund"."""
     found = words(sentence)
-    return list(dict.fromkeys(e.target for e in entries if occurs(e.source, found)))
+    taken: set[int] = set()
+    applies = set()
+    for k, e in sorted(enumerate(entries), key=lambda ke: -len(words(ke[1].source))):
+        free = [span for span in _spans(e.source, found) if not taken.intersection(span)]
+        if free:
+            applies.add(k)
+            for span in free:
+                taken.update(span)
+    return list(dict.fromkeys(e.target for k, e in enumerate(entries) if k in applies))
 
 
 def check(entries: list[GlossaryEntry], avoid: list[str]) -> tuple[str, str] | None:

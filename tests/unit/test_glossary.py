@@ -27,3 +27,13 @@ def test_unusable_glossaries_say_why():
     # one source term (up to case), two targets: refused; the same pair twice is harmless
     assert "two target terms" in check([GlossaryEntry("Hund", "dog"), GlossaryEntry("hund", "hound")], [])[0]
     assert check([GlossaryEntry("Hund", "dog"), GlossaryEntry("Hund", "dog")], []) is None
+
+
+def test_an_ending_is_an_ending_and_the_longest_term_wins():
+    hund = GlossaryEntry("Hund", "doggo")
+    assert applicable("Hundert Männer laufen.", [hund]) == []  # "ert" is no ending
+    assert applicable("Zwei Hunden und ein Hundes.", [hund]) == ["doggo"]
+    red = GlossaryEntry("roter Hund", "red hound")
+    assert applicable("Ein roter Hund rennt.", [hund, red]) == ["red hound"]
+    assert applicable("Ein roter Hund und ein Hund.", [hund, red]) == ["doggo", "red hound"]  # the second stands alone
+
