@@ -65,7 +65,6 @@ class DeviceConstraints:
         self.include_len = torch.zeros(groups, C, **long)  # 0: no term
         self.avoid = torch.full((groups, A, La), -1, **long)
         self.avoid_len = torch.zeros(groups, A, **long)
-        self.lexical = torch.zeros(groups, dtype=torch.bool, device=device)  # any constraint: an eos of a beam that met its terms ends it from any candidate
         self.has_terms = torch.zeros(groups, dtype=torch.bool, device=device)
         self.whole_words = torch.zeros(groups, dtype=torch.bool, device=device)  # terms must end a word
         self.progress = torch.zeros(R, C, **long)  # per row and term: tokens matched
@@ -114,14 +113,14 @@ class DeviceConstraints:
         self.include_len[groups] = inc_len
         self.avoid[groups] = av.view(n, A, La)
         self.avoid_len[groups] = av_len
-        self.lexical[groups], self.has_terms[groups], self.whole_words[groups] = flag.bool().unbind(1)
+        _, self.has_terms[groups], self.whole_words[groups] = flag.bool().unbind(1)
         rows = (groups[:, None] * self.K + torch.arange(self.K, device=groups.device)).view(-1)
         self.progress[rows] = 0
 
     def keep(self, groups: torch.Tensor, rows: torch.Tensor) -> None:
         """Groups [0, len(groups)) become the old `groups`, rows likewise (SearchSlots.keep)."""
         m = groups.numel()
-        for buffer in (self.include, self.include_len, self.avoid, self.avoid_len, self.lexical, self.has_terms, self.whole_words):
+        for buffer in (self.include, self.include_len, self.avoid, self.avoid_len, self.has_terms, self.whole_words):
             buffer[:m] = buffer[groups]
         self.progress[: rows.numel()] = self.progress[rows]
 
@@ -192,7 +191,7 @@ class DeviceConstraints:
         live = score > -math.inf
         beam_met = (progress >= length[:, None, :]).all(-1)  # (G, K)
         met_all = beam_met.gather(1, beam)
-        ended = valid & is_eos & live & (self.first_k[:M] | (self.lexical[:G, None] & met_all)) & alive[:, None]
+        ended = valid & is_eos & live & (self.first_k[:M] | (self.has_terms[:G, None] & met_all)) & alive[:, None]
 
         # each candidate's progress after its token: a term met stays met, a match goes on, a broken one
         # starts over (at 1 where the token begins the term)

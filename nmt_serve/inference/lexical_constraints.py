@@ -118,8 +118,9 @@ def choose_constrained(constraints: LexicalConstraints, progress: list[Progress]
             continue
         seen.add((beam, token))
         if token == eos:
-            # among the sentence's best K, or a beam's own best that has met every constraint
-            if score > -math.inf and (c < K or constraints.all_met(progress[beam])):
+            # among the sentence's best K, or a beam's own best that has met every term (a sentence with
+            # avoided terms only has no terms to meet: it ends as a free one, or its search would stop early)
+            if score > -math.inf and (c < K or constraints.include and constraints.all_met(progress[beam])):
                 ended.append((beam, score))
             continue
         after = constraints.advance(progress[beam], token)
