@@ -28,7 +28,7 @@ from nmt_serve.service.jobs_store import (
     Claim,
     JobStore,
 )
-from nmt_serve.service.pipeline import TextResult, translate_texts
+from nmt_serve.service.pipeline import TextResult, terminology, translate_texts
 from nmt_serve.service.schemas import (
     Translation,
 )
@@ -198,7 +198,8 @@ class JobRunner:
             try:
                 return await translate_texts(self.state, None, source=record["source"], target=record["target"], texts=texts,
                                              options=options, param="q", format=record["format"],
-                                             split_sentences=record["split_sentences"])
+                                             split_sentences=record["split_sentences"],
+                                             terminology=terminology(record.get("glossary"), record.get("avoid")))
             except APIError as exc:
                 if exc.status in ONE_TEXTS_FAULT:
                     # one text's own problem (no served language found in it, too long) must not lose the

@@ -34,7 +34,25 @@ class RequestBody(BaseModel):
         return value
 
 
-class TranslateRequest(RequestBody):
+class GlossaryTerm(RequestBody):
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(min_length=1, max_length=200, description="the term as it occurs in the source text")
+    target: str = Field(min_length=1, max_length=200, description="its translation, placed as written")
+
+
+class WithTerminology(RequestBody):
+    """The terminology options, the same for a translation and a job."""
+
+    glossary: list[GlossaryTerm] | None = Field(
+        None, max_length=64, description="terminology: where an entry's source term occurs in a sentence (case- and "
+        "inflection-tolerant: README, terminology), its target term appears in that sentence's translation, as written "
+        "(constrained beam search, at least 2 beams). A term that cannot be placed within max_length leaves that "
+        "sentence's free translation, flagged constraint_unmet")
+    avoid: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, max_length=64, description="target terms no translation may contain (as they tokenize when written)")
+
+
+class TranslateRequest(WithTerminology):
     # the options are strict (Integer, strict=True): a value of another type than the schema's (return_scores:
     # 0, beam_size: "4") is refused, not coerced; the limits a server is started with are in its OpenAPI
     # schema (docs.document_limits)
@@ -53,19 +71,6 @@ class TranslateRequest(RequestBody):
     max_length: PositiveInteger | None = Field(None, description="cap on generated tokens; default 1.5 x source + 10")
     length_penalty: float = Field(1.0, ge=0.0, le=5.0, allow_inf_nan=False, strict=True)
     return_scores: bool = Field(False, strict=True)
-    glossary: list[GlossaryTerm] | None = Field(
-        None, max_length=64, description="terminology: where an entry's source term occurs in a sentence (case- and "
-        "inflection-tolerant: README, terminology), its target term appears in that sentence's translation, as written "
-        "(constrained beam search, at least 2 beams). A term that cannot be placed within max_length leaves that "
-        "sentence's free translation, flagged constraint_unmet")
-    avoid: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
-        None, max_length=64, description="target terms no translation may contain (as they tokenize when written)")
-
-
-class GlossaryTerm(RequestBody):
-    model_config = ConfigDict(extra="forbid")
-    source: str = Field(min_length=1, max_length=200, description="the term as it occurs in the source text")
-    target: str = Field(min_length=1, max_length=200, description="its translation, placed as written")
 
 
 class Hypothesis(BaseModel):
@@ -223,7 +228,7 @@ class Language(BaseModel):
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
 
 
-class JobRequest(RequestBody):
+class JobRequest(WithTerminology):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={"examples": [{"q": ["Ein Hund rennt über die Wiese.", "Zwei Kinder spielen."], "source": "de", "target": "en"}]},

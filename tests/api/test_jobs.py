@@ -275,6 +275,20 @@ def test_a_text_at_fault_comes_back_as_it_is_and_the_job_goes_on(models_dir, tmp
         assert not any("error" in t for i, t in enumerate(result) if i != 6)
 
 
+def test_a_job_takes_a_glossary_as_translate_does(models_dir, tmp_path):
+    with client_for(models_dir, tmp_path) as c:
+        glossary = [{"source": "Hund", "target": "hound"}]
+        body = {"q": ["Ein Hund rennt.", "Eine Katze schläft."], "source": "de", "target": "en", "glossary": glossary, **FAST}
+        want = ready(c).post("/v1/translate", json={**{k: v for k, v in body.items() if k != "q"}, "text": body["q"]}).json()
+        created = c.post("/v1/jobs", json=body)
+        assert created.status_code == 202, created.text
+        wait_for(c, created.json()["id"], lambda s: s["state"] == "done")
+        result = c.get(f"/v1/jobs/{created.json()['id']}/result").json()["translations"]
+        assert [t["text"] for t in result] == [t["text"] for t in want["translations"]] and "hound" in result[0]["text"]
+        refused = c.post("/v1/jobs", json={**body, "avoid": ["  "]})  # at submission, as /v1/translate refuses it
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "avoid", refused.text
+
+
 def test_a_job_into_its_own_language_comes_back_as_it_is(models_dir, tmp_path):
     # as /v1/translate and /v1/translate_file answer it; a pair no model serves is still refused when posted
     with client_for(models_dir, tmp_path) as c:

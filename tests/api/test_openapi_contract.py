@@ -8,7 +8,9 @@ server takes. What OpenAPI cannot say is left to the documented 400 on the opera
 only there (EXPECTED_400): which pairs of languages have a model (/v1/attention translates no text to its
 own language, and a job checks its pair when it is submitted), which files a file endpoint reads (the name's extension: a schema has no word for file
 names), LibreTranslate's /translate, whose glossary and avoid extensions come in a form as JSON text (which
-a schema's string cannot describe), and a job's texts, which are checked when the job runs.
+a schema's string cannot describe), a job's texts, which are checked when the job runs, and /v1/translate's
+texts with `source: auto` (in which language a text is) and glossary terms (which characters a model can
+write).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from conftest import running_server
 
 KEY = "contract-key"
 MAX_EXAMPLES = 10
-EXPECTED_400 = ["/v1/attention", "/v1/jobs", "/translate", "/translate_file", "/v1/translate_file", "/v1/jobs/file"]
+EXPECTED_400 = ["/v1/attention", "/v1/jobs", "/translate", "/translate_file", "/v1/translate_file", "/v1/jobs/file", "/v1/translate"]
 POSITIVE = ["2xx", "3xx", "401", "403", "404", "409", "429"]  # schemathesis' default, without 5xx
 # schemathesis' default and 413: a text or list over a limit the schema states (maxLength, maxItems) is refused
 # as too large

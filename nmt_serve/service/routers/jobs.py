@@ -19,7 +19,7 @@ from nmt_serve.service.jobs_files import (
 )
 from nmt_serve.service.jobs_runner import JobRunner
 from nmt_serve.service.jobs_store import DONE
-from nmt_serve.service.pipeline import AUTO, resolve_model
+from nmt_serve.service.pipeline import AUTO, resolve_model, terminology
 from nmt_serve.service.schemas import (
     JobRequest,
     JobResult,
@@ -60,8 +60,11 @@ async def create_job(body: JobRequest, request: Request, state: ServiceState = D
     state.limits.check_job_texts(body.q, "q")
     state.require_ready()
     options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
+    terminology(body.glossary, body.avoid)  # refused now, not in every chunk
+    glossary = [term.model_dump() for term in body.glossary or ()]
     record = await runner_of(request).submit(dict(source=body.source, target=body.target, format=body.format,
-                                                  split_sentences=body.split_sentences), body.q, options)
+                                                  split_sentences=body.split_sentences, glossary=glossary, avoid=body.avoid or []),
+                                             body.q, options)
     return JobStatus.of(record)
 
 
