@@ -308,8 +308,12 @@ def test_env_names_are_real_settings(rendered, variant):
         assert name in fields, f"{name} is not a setting"
     # the values parse as the settings they name
     Settings(**{name[4:].lower(): e["value"] for name, e in variables.items() if "value" in e})
-    # torch's threads follow the pod's CPU limit, which must exist
-    assert variables["NMT_THREADS"]["valueFrom"]["resourceFieldRef"]["resource"] == "limits.cpu"
+    # the pod's CPU limit, which must exist, sizes the engine: on a GPU its torch threads; on a CPU its lanes of
+    # one thread each, which the engine reads from its cgroup (threads from the limit as well: limit x limit threads)
+    if variant.startswith("gpu"):
+        assert variables["NMT_THREADS"]["valueFrom"]["resourceFieldRef"]["resource"] == "limits.cpu"
+    else:
+        assert "NMT_THREADS" not in variables and "NMT_LANES" not in variables
     assert "cpu" in container(docs)["resources"]["limits"]
     if "models" in {v["name"] for v in pod_spec(docs)["volumes"]}:
         assert variables["NMT_MODELS_DIR"]["value"] == "/models"
