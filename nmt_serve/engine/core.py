@@ -33,6 +33,7 @@ The process around it (process.py) moves messages; the tests drive it directly.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import uuid
@@ -157,6 +158,16 @@ def usable_cores() -> int:
 
 def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def is_device_fault(exc: BaseException) -> bool:
+    """A CUDA error other than out of memory (an illegal address, a device-side assert): it breaks the
+    device's context for every call, not one, so it ends the engine process, and the supervisor starts
+    a new one on a fresh context."""
+    if is_out_of_memory(exc):
+        return False
+    accelerator_error = getattr(torch, "AcceleratorError", None)  # torch >= 2.8; before, a RuntimeError that says so
+    return (accelerator_error is not None and isinstance(exc, accelerator_error)) or "CUDA error" in str(exc)
 
 
 class EngineCore:
@@ -336,7 +347,11 @@ class EngineCore:
                 if message.id not in self._reserved and (settled := self.screen(message)) is not None:
                     return settled
                 cost, count, sources = self._reserved.pop(message.id)
-                return self._translate(message, (cost, count, message.priority != INTERACTIVE), sources)
+                reservation = (cost, count, message.priority != INTERACTIVE)
+                try:
+                    return self._translate(message, reservation, sources)
+                except Exception as exc:  # noqa: BLE001 - one call that cannot be taken in fails, not the engine (_call_failed)
+                    return self._call_failed(message.id, exc, "taking in a call failed", reservation)
             finally:
                 self.stats["call_seconds"] += time.perf_counter() - started
         if isinstance(message, Cancel):
@@ -546,6 +561,21 @@ class EngineCore:
         self.stats["failed_calls"] += 1
         return self._drop(call_id, Reply(call_id, error=kind, message=message))
 
+    def _call_failed(self, call_id, exc: Exception, what: str, reservation: tuple[float, int, bool] | None = None) -> list[Reply]:
+        """An error in one call's own work (taking it in, completing one of its texts) fails that call,
+        and the engine serves the others; a device fault is every call's and goes on up (is_device_fault).
+        reservation: the call's admitted work, freed here if the call failed before it was taken in."""
+        if is_device_fault(exc):
+            raise exc
+        log.error("%s", what, exc_info=exc)
+        kind, message = OUT_OF_MEMORY if is_out_of_memory(exc) else FAILED, f"{type(exc).__name__}: {exc}"
+        if call_id in self.calls:
+            return self._fail(call_id, kind, message)
+        if reservation is not None:
+            self._release(reservation)
+        self.stats["failed_calls"] += 1
+        return [Reply(call_id, error=kind, message=message)]
+
     # ------------------------------------------------------------------ steps
     def work(self) -> list[Reply]:
         """Expire calls past their deadline, then for every batch: let waiting sentences join and run
@@ -753,38 +783,46 @@ class EngineCore:
             state = self.calls.get(call_id)
             if state is None:
                 continue
-            translator = self.models[state.message.model]
-            options = state.message.options
-            forced = len(state.message.target_prefix)
-            if not hyps:  # every hypothesis was dropped: scores that are not numbers (weights of NaN)
-                log.error("%s produced no translation (its scores are not numbers)", state.message.model)
-                replies += self._fail(call_id, FAILED, f"the model produced no translation of text {index} (its scores are not numbers)")
-                continue
-            if hyps[0].unmet:  # no hypothesis holds every term: the free translation instead, flagged
-                self._translate_free(key, state, call_id, index)
-                continue
             try:
-                state.results[index] = [self._translation(translator, h, options, state.max_lengths[index], forced,
-                                                          unmet=index in state.unmet, source=state.sources[index]) for h in hyps]
-            except Exception as exc:  # noqa: BLE001 - one text's result that cannot be read fails its call, not the engine
-                log.exception("reading a translation failed")
-                replies += self._fail(call_id, FAILED, f"{type(exc).__name__}: {exc}")
+                completed, counts = self._complete(key, state, call_id, index, hyps)
+            except Exception as exc:  # noqa: BLE001 - one text whose result cannot be completed fails its call, not the engine
+                replies += self._call_failed(call_id, exc, "completing a translation failed")
                 continue
-            state.left -= 1
-            n_src = state.source_tokens[index]
-            n_out = len(hyps[0].tokens) + 1
-            units += Admission.units(1, n_src, n_out, options.beam_size)
-            source, output = source + n_src, output + n_out
-            s["sentences_done"] += 1
-            per_model = self.model_stats[state.message.model]
-            per_model["source_tokens"] += n_src
-            per_model["generated_tokens"] += n_out - 1
-            per_model["sentences"] += 1
-            if state.left == 0:
-                replies += self._drop(call_id, Reply(call_id, value=state.results))
+            replies += completed
+            units, source, output = units + counts[0], source + counts[1], output + counts[2]
         self._count(seconds, units, source, output)
         s["result_seconds"] += time.perf_counter() - finished
         return replies
+
+    def _complete(self, key: tuple, state: _Call, call_id, index: int,
+                  hyps: list[SearchHypothesis]) -> tuple[list[Reply], tuple[float, int, int]]:
+        """One text's search finished: its n-best goes into its call's results (and the call's reply out
+        once it was the last), or the text joins again without its terms; the replies, and the work it
+        completed (decode units, source and output tokens) for the rate."""
+        # a score that is not a number (weights of NaN) is no translation: the eager search drops
+        # such hypotheses itself, the device search's greedy step keeps them
+        hyps = [h for h in hyps if not math.isnan(h.score)]
+        if not hyps:
+            log.error("%s produced no translation (its scores are not numbers)", state.message.model)
+            return self._fail(call_id, FAILED, f"the model produced no translation of text {index} (its scores are not numbers)"), (0, 0, 0)
+        if hyps[0].unmet:  # no hypothesis holds every term: the free translation instead, flagged
+            self._translate_free(key, state, call_id, index)
+            return [], (0, 0, 0)
+        translator = self.models[state.message.model]
+        options = state.message.options
+        forced = len(state.message.target_prefix)
+        state.results[index] = [self._translation(translator, h, options, state.max_lengths[index], forced,
+                                                  unmet=index in state.unmet, source=state.sources[index]) for h in hyps]
+        state.left -= 1
+        n_src = state.source_tokens[index]
+        n_out = len(hyps[0].tokens) + 1
+        self.stats["sentences_done"] += 1
+        per_model = self.model_stats[state.message.model]
+        per_model["source_tokens"] += n_src
+        per_model["generated_tokens"] += n_out - 1
+        per_model["sentences"] += 1
+        replies = self._drop(call_id, Reply(call_id, value=state.results)) if state.left == 0 else []
+        return replies, (Admission.units(1, n_src, n_out, options.beam_size), n_src, n_out)
 
     def _translate_free(self, key: tuple, state: _Call, call_id: str, index: int) -> None:
         """A text whose terms did not fit joins its group's queue again, with the call's avoided terms only."""
@@ -865,7 +903,7 @@ class EngineCore:
                     done += outcome.done
             seconds = time.perf_counter() - started
             spent += seconds
-            if not all(h for _, h in done):
+            if not all(h and not math.isnan(h[0].score) for _, h in done):
                 raise RuntimeError("the model produced no translation of the calibration text (its scores are not numbers)")
             output = sum(len(h[0].tokens) + 1 for _, h in done)
             rate = Admission.units(n * lanes, n * lanes * (len(src) - 1), output, beam) / seconds

@@ -1,8 +1,8 @@
 """The engine process: `python -m nmt_serve.engine.process --config JSON` (started by the supervisor).
 
 It binds two ZeroMQ sockets in the directory it is given: `calls` (ROUTER: calls from any number of
-API processes, replies routed back to the caller) and `status` (PUB: an EngineStatus every
-STATUS_INTERVAL_S, from before the models load until it exits). Then it loads the models and runs
+API processes, replies routed back to the caller) and `status` (PUB: one EngineStatus, not ready, before
+the models load, then one every STATUS_INTERVAL_S once it serves). Then it loads the models and runs
 two threads: the I/O thread (serve_calls) owns the calls socket, answers at once what needs no step
 (refusals by admission, a full queue, expired deadlines) and hands the rest over; the main thread
 takes what was handed over, lets the core run one step of every batch, passes the replies back, and
@@ -115,6 +115,9 @@ def serve_calls(calls: zmq.Socket, replies: zmq.Socket, core, inbox: queue.Queue
 
 
 def run(config: dict) -> int:
+    # named by the supervisor itself: one that died before the engine got this far left it to init (or a
+    # subreaper), whose pid would otherwise pass for the supervisor's and keep the orphan serving nobody
+    supervisor = int(config.get("supervisor_pid") or os.getppid())
     from nmt_serve.engine.core import EngineConfig, EngineCore
     from nmt_serve.engine.loader import choose, load_models, plan_memory
 
@@ -185,7 +188,6 @@ def run(config: dict) -> int:
         log.exception("the models' first runs failed")
         return refuse(f"the first runs of {', '.join(sorted(core.models))} failed: {type(exc).__name__}: {exc}")
     log.info("engine ready: %s (pid %d)", ", ".join(sorted(core.models)), os.getpid())
-    supervisor = os.getppid()
     heartbeat = heartbeat_file(config["socket_dir"])
 
     inbox: queue.Queue = queue.Queue()  # calls screened by the I/O thread, for the core
@@ -228,8 +230,10 @@ def run(config: dict) -> int:
             replies_out.send_multipart([str(reply.id).encode(), dumps(reply)])
         core.stats["io_seconds"] += time.perf_counter() - started
         if now - last_status >= STATUS_INTERVAL_S:
-            publish(core.status())
+            # the heartbeat first: once an API process has heard this engine is ready, its supervisor
+            # can tell that it serves (and kill it should it stop from then on)
             heartbeat.touch()
+            publish(core.status())
             last_status = now
     for call_id in list(core.calls):  # past the grace period
         replies_out.send_multipart([str(call_id).encode(), dumps(Reply(call_id, error=SHUTTING_DOWN, message="the engine shut down"))])
@@ -245,7 +249,7 @@ def run(config: dict) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nmt_serve.engine.process", description=__doc__)
-    parser.add_argument("--config", required=True, help="JSON object: the engine's settings and socket_dir")
+    parser.add_argument("--config", required=True, help="JSON object: the engine's settings, socket_dir and supervisor_pid")
     args = parser.parse_args(argv)
     config = json.loads(args.config)
     logging.basicConfig(level=str(config.get("log_level", "info")).upper(),

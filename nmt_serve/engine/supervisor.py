@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -35,7 +36,8 @@ class EngineSupervisor:
     def __init__(self, config: dict, *, on_exit: Callable[[int], None] | None = None):
         """config: the engine's settings (see process.py); on_exit(code) hears every engine exit."""
         self.socket_dir = tempfile.mkdtemp(prefix="nmt-engine-")  # private (0700): only this user reaches the sockets
-        self.config = dict(config, socket_dir=self.socket_dir)
+        # supervisor_pid: the engine exits once its parent is no longer this process (process.py)
+        self.config = dict(config, socket_dir=self.socket_dir, supervisor_pid=os.getpid())
         self.on_exit = on_exit
         self.heartbeat_timeout_s = float(config.get("engine_heartbeat_timeout_s") or 30.0)
         self.process: subprocess.Popen | None = None

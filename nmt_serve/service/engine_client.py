@@ -7,9 +7,10 @@ Cancelling the coroutine (timeout, client gone) tells the engine to drop the cal
 The engine's status (readiness, models, statistics for /metrics) arrives a few times a second on a
 SUB socket. The engine that held the waiting calls is gone when its process (the status names it) has
 exited, which is checked every WATCH_INTERVAL_S, when a status comes from a new incarnation, or when
-none came for `heartbeat_timeout_s` (a live process that stopped answering: stuck): the calls fail at
-once with 503 rather than wait for their deadline. A live engine that is only slow (starved of CPU by
-its neighbours, inside a long step) is not taken for a dead one.
+none came for `heartbeat_timeout_s` from an engine that serves (a live process that stopped answering:
+stuck, which its supervisor kills and restarts): the calls fail at once with 503 rather than wait for
+their deadline. A live engine that is only slow (starved of CPU by its neighbours, inside a long step)
+is not taken for a dead one, nor is one still loading its models.
 """
 from __future__ import annotations
 
@@ -183,7 +184,9 @@ class EngineConnection:
             if self.status is not None and self.last_status_at and not process_exists(self.status.pid):
                 log.error("the engine process (pid %d) exited", self.status.pid)
                 self.engine_lost(f"the engine process (pid {self.status.pid}) exited", down=True)
-            if self.status is not None and not self.alive and self.last_status_at:
+            # only an engine that serves sends statuses steadily: one loading its models (minutes for a
+            # large one) sent one status before it began, and is neither stuck nor killed for silence
+            if self.status is not None and self.status.ready and not self.alive and self.last_status_at:
                 # counted once: its supervisor now kills it, and that exit is the same loss
                 log.error("no status from the engine for %.1fs", time.monotonic() - self.last_status_at)
                 self.engine_lost("the engine stopped answering", down=True)

@@ -211,10 +211,12 @@ def test_out_of_memory_in_a_step_fails_its_batch_and_the_engine_goes_on(translat
 
 
 @pytest.mark.parametrize("beam", [1, 2])
-def test_a_model_that_gives_no_translation_fails_its_call_not_the_engine(translator, tiny_checkpoint, beam):
-    """Weights of NaN: every hypothesis scores NaN and the search keeps none. With admission off
-    nothing screened the model at start-up, so the call's completion meets an empty n-best."""
-    broken = Translator.load(tiny_checkpoint, device="cpu")
+@pytest.mark.parametrize("step_mode", ["eager", "static"])
+def test_a_model_that_gives_no_translation_fails_its_call_not_the_engine(translator, tiny_checkpoint, beam, step_mode):
+    """Weights of NaN: every hypothesis scores NaN; the eager search keeps none, the static decoder's
+    greedy step keeps them with their NaN scores. With admission off nothing screened the model at
+    start-up, so the call's completion meets an n-best with no translation in it."""
+    broken = Translator.load(tiny_checkpoint, device="cpu", step_mode=step_mode, static_rows=64, static_length=64, warmup=False)
     with torch.no_grad():
         for p in broken.model.parameters():
             p.fill_(float("nan"))
@@ -225,6 +227,57 @@ def test_a_model_that_gives_no_translation_fails_its_call_not_the_engine(transla
     assert texts_of(run(core, call(3, ["Eine Katze"], beam=beam))[3])
     with pytest.raises(RuntimeError, match="no translation of the calibration text"):  # admission on: refused at start-up
         EngineCore({"broken": broken}, EngineConfig()).calibrate()
+
+
+def test_a_call_that_cannot_be_taken_in_fails_alone_and_the_engine_goes_on(translator, tiny_checkpoint, monkeypatch):
+    """Taking a call in can fail for that call alone (here the search of another model cannot be made:
+    out of memory): that call fails, its admitted work is freed, and the engine serves the others. A
+    fault of the device itself (a CUDA error) is every call's: it still ends the engine process, whose
+    supervisor starts a new one."""
+    other = Translator.load(tiny_checkpoint, device="cpu")
+    core = EngineCore({"de-en": translator, "other": other}, EngineConfig())
+    core.admission.rate = 1e9
+    fault = {"error": torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")}
+    new_search = core._new_search
+
+    def fails_for_other(model_id, beam, kind):
+        if model_id == "other":
+            raise fault["error"]
+        return new_search(model_id, beam, kind)
+
+    monkeypatch.setattr(core, "_new_search", fails_for_other)
+    replies = run(core, dataclasses.replace(call(1, GERMAN[:2]), model="other"), call(2, ["Ein Hund"]))
+    assert replies[1].error == OUT_OF_MEMORY, replies[1]
+    assert texts_of(replies[2])
+    assert not core.calls and core.admission.pending == 0 and core._queued_sentences == 0
+    assert texts_of(run(core, call(3, ["Eine Katze"]))[3])
+    fault["error"] = RuntimeError("CUDA error: an illegal memory access was encountered")
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        core.handle(dataclasses.replace(call(4, ["Hallo"]), model="other"))
+
+
+def test_a_text_whose_result_cannot_be_completed_fails_its_call_not_the_engine(translator, tiny_checkpoint, monkeypatch):
+    """What follows a finished search belongs to its call: here a text whose term did not fit is to be
+    translated again without it, and making that search's constraints fails. Only that call fails;
+    the call beside it and later calls are served."""
+    other = Translator.load(tiny_checkpoint, device="cpu")
+    lexical_constraints = other.lexical_constraints
+
+    def fails_without_terms(terms, avoid, n):
+        if terms is None:  # the text again, with the avoided terms only (EngineCore._translate_free)
+            raise RuntimeError("no constraints today")
+        return lexical_constraints(terms, avoid, n)
+
+    monkeypatch.setattr(other, "lexical_constraints", fails_without_terms)
+    core = EngineCore({"de-en": translator, "other": other}, EngineConfig(admission=False))
+    # a long term in 3 tokens: no hypothesis holds it
+    unfit = dataclasses.replace(call(1, ["Hallo"], beam=4, max_length=3), model="other",
+                                terms=[["supercalifragilistic expialidocious"]])
+    replies = run(core, unfit, call(2, ["Ein Hund"], beam=4))
+    assert replies[1].error == FAILED and "no constraints today" in replies[1].message
+    assert texts_of(replies[2])
+    assert not core.calls
+    assert texts_of(run(core, call(3, ["Eine Katze"], beam=4))[3])
 
 
 def test_batching_off_runs_one_call_at_a_time(any_translator):
@@ -399,6 +452,40 @@ def test_an_engine_whose_api_process_was_killed_exits(models_dir):
         assert not Path(socket_dir).exists()
 
 
+def test_an_engine_whose_supervisor_died_while_it_loaded_exits(models_dir, tmp_path):
+    """The process that started the engine dies before the engine has loaded its models (here: at once,
+    before the engine's interpreter is up): once it serves, the engine finds its supervisor gone and
+    exits, its socket directory removed, rather than serve nobody for ever."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    start = ("import json, os, sys; from nmt_serve.engine.supervisor import EngineSupervisor; "
+             "s = EngineSupervisor(dict(models_dir=sys.argv[1], device='cpu')); s._spawn(); "
+             "open(sys.argv[2], 'w').write(json.dumps([s.pid, s.socket_dir])); os._exit(0)")
+    started = tmp_path / "engine.json"
+    subprocess.run([sys.executable, "-c", start, str(models_dir), str(started)], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    engine, socket_dir = json.loads(started.read_text())
+
+    def running() -> bool:
+        try:
+            return Path(f"/proc/{engine}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    try:
+        deadline = time.time() + 90
+        while running():
+            assert time.time() < deadline, "the orphaned engine is still running"
+            time.sleep(0.2)
+        assert not Path(socket_dir).exists()  # it loaded, then left as an engine whose supervisor is gone does
+    finally:
+        if running():
+            os.kill(engine, signal.SIGKILL)
+
+
 def test_a_live_engine_that_answers_nothing_for_seconds_is_not_taken_for_dead(models_dir):
     """A stopped engine (SIGSTOP: as starved of CPU as it can be) sends no status for 4 s, longer than
     the 3 s after which the service used to call it lost; the waiting request is answered once it
@@ -420,24 +507,31 @@ def test_a_live_engine_that_answers_nothing_for_seconds_is_not_taken_for_dead(mo
         assert "nmt_engine_restarts_total 0.0" in urllib.request.urlopen(base + "/metrics").read().decode()
 
 
-def test_a_stuck_engine_is_killed_and_restarted(models_dir):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_stuck_engine_is_killed_and_restarted(models_dir, workers):
     """A stopped engine (SIGSTOP: no handler runs, as in a deadlock) that stays silent past the heartbeat
-    timeout is killed by its supervisor and a new one serves."""
+    timeout is killed by its supervisor and a new one serves: in the API process, and with several
+    API workers in their parent (which reads no status)."""
     port = free_port()
-    with running_server(models_dir, "--engine-heartbeat-timeout-s", "2", port=port) as base:
-        [api] = processes(b"-m\0nmt_serve.service", f"{port}".encode())
-        [engine] = processes(b"nmt_serve.engine.process", parent=api)
+    with running_server(models_dir, "--engine-heartbeat-timeout-s", "2", "--workers", str(workers), port=port) as base:
+        [supervisor] = [p for p in processes(b"-m\0nmt_serve.service", f"{port}".encode())
+                        if processes(b"nmt_serve.engine.process", parent=p)]
+        [engine] = processes(b"nmt_serve.engine.process", parent=supervisor)
         os.kill(engine, signal.SIGSTOP)
-        deadline = time.time() + 90
-        while processes(b"nmt_serve.engine.process", parent=api) in ([engine], []):
-            assert time.time() < deadline, "the stopped engine was not replaced"
-            time.sleep(0.2)
-        assert not Path(f"/proc/{engine}").exists() or Path(f"/proc/{engine}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-        while post_json(base + "/health/ready", None)[0] != 200:
-            assert time.time() < deadline, "the new engine did not become ready"
-            time.sleep(0.1)
-        assert post_json(base + "/v1/translate", {"text": "Hallo", "max_length": 5})[0] == 200
-        assert "nmt_engine_restarts_total 1.0" in urllib.request.urlopen(base + "/metrics").read().decode()
+        try:
+            deadline = time.time() + 90
+            while processes(b"nmt_serve.engine.process", parent=supervisor) in ([engine], []):
+                assert time.time() < deadline, "the stopped engine was not replaced"
+                time.sleep(0.2)
+            assert not Path(f"/proc/{engine}").exists() or Path(f"/proc/{engine}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+            while post_json(base + "/health/ready", None)[0] != 200:
+                assert time.time() < deadline, "the new engine did not become ready"
+                time.sleep(0.1)
+            assert post_json(base + "/v1/translate", {"text": "Hallo", "max_length": 5})[0] == 200
+            assert "nmt_engine_restarts_total 1.0" in urllib.request.urlopen(base + "/metrics").read().decode()
+        finally:  # should it still be there, the stopped engine would hold up the server's shutdown
+            if engine in processes(b"nmt_serve.engine.process", parent=supervisor):
+                os.kill(engine, signal.SIGKILL)
 
 
 def test_the_connection_notices_an_exited_engine_process_at_once():
@@ -470,6 +564,38 @@ def test_the_connection_notices_an_exited_engine_process_at_once():
     took, connection = asyncio.run(scenario())
     assert took < 60 / 4 and connection.losses == 1 and not connection.ready  # the watch, not the heartbeat
     assert EngineStatus("y", True).pid == os.getpid()  # made in this process, it names this process
+
+
+def test_the_heartbeat_holds_an_engine_that_serves_not_one_that_loads_its_models():
+    """An engine loading its models sent one status (not ready) and then none for as long as loading
+    takes (minutes for a large model): it is not stuck, so not lost, whereas an engine that served
+    and went as silent is."""
+    import asyncio
+
+    from nmt_serve.engine.protocol import EngineStatus
+    from nmt_serve.service.engine_client import WATCH_INTERVAL_S, EngineConnection, EngineUnavailable
+
+    async def scenario():
+        connections, waiting = {}, {}
+        for name, ready in (("loading", False), ("serving", True)):  # both silent for 10 s, past the 0.5 s timeout
+            connection = EngineConnection(f"inproc://{name}-calls", f"inproc://{name}-status", heartbeat_timeout_s=0.5)
+            connection.status, connection.last_status_at = EngineStatus(name, ready), time.monotonic() - 10
+            waiting[name] = connection._pending["call"] = asyncio.get_running_loop().create_future()
+            connections[name] = connection
+        # the loading engine's watch first: each of its checks comes before the serving engine's
+        watches = [asyncio.create_task(connections[name]._watch()) for name in ("loading", "serving")]
+        try:
+            with pytest.raises(EngineUnavailable, match="stopped answering"):
+                await asyncio.wait_for(waiting["serving"], 30)
+            await asyncio.sleep(4 * WATCH_INTERVAL_S)  # a few more checks of the loading one
+        finally:
+            for watch in watches:
+                watch.cancel()
+        return connections, waiting
+
+    connections, waiting = asyncio.run(scenario())
+    assert connections["serving"].losses == 1 and not connections["serving"].ready
+    assert connections["loading"].losses == 0 and not waiting["loading"].done()
 
 
 def test_the_io_thread_answers_what_needs_no_step_while_the_main_thread_is_busy(translator):
