@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 MODEL ?= checkpoints/de-en
 DATA ?= ../shared/data/multi30k
 
-.PHONY: setup serve test translate evaluate bench clean
+.PHONY: setup serve test translate evaluate bench clean help
 
 setup: $(VENV)/.installed
 
@@ -50,3 +50,10 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+help:
+	@echo "make setup | serve [ARGS=...] | test | translate | evaluate | bench | clean"
+	@echo "  MODEL=DIR    the checkpoint of translate and evaluate (default $(MODEL))"
+	@echo "  SRC=L TGT=L  their languages: by default the model's own; a multilingual model (config.json: mul) needs them,"
+	@echo "               passed on as --source-lang/--target-lang: make evaluate MODEL=checkpoints/multi30k SRC=de TGT=en"
+	@echo "  DATA=DIR     evaluate's Multi30k (test_2016_flickr.SRC.gz and .TGT.gz; default $(DATA))"

@@ -27,6 +27,8 @@ from nmt_serve.cli.common import (
     user_errors,
 )
 from nmt_serve.inference.translator import Translator
+from nmt_serve.network.checkpoint import CheckpointInfo
+from nmt_serve.text.language_codes import iso_aliases
 from nmt_serve.training.data import read_lines
 
 
@@ -72,18 +74,49 @@ def evaluate(translator: Translator, sources: list[str], references: list[str], 
     }
 
 
-def pivot_problem(first: Translator, second: Translator, source: str | None, target: str | None, pivot: str) -> str | None:
-    """Why translating source -> pivot with `first` and pivot -> target with `second` is no pivot (one
-    line), or None. A language left out is the model's own where it has one direction."""
-    source = source or (first.directions[0].split("-")[0] if len(first.directions) == 1 else None)
-    target = target or (second.directions[0].split("-")[1] if len(second.directions) == 1 else None)
-    if pivot in (source, target):
-        return f"--pivot {pivot}: the {'source' if pivot == source else 'target'} language itself: there is nothing to pivot through"
-    if not any(d.endswith(f"-{pivot}") and (source is None or d.startswith(f"{source}-")) for d in first.directions):
-        return f"--pivot {pivot}: --model does not translate {source or 'the source'} into {pivot} (it serves {', '.join(first.directions)})"
-    if not any(d.startswith(f"{pivot}-") and (target is None or d.endswith(f"-{target}")) for d in second.directions):
+def served(info: CheckpointInfo) -> str:
+    """What a model serves, in a line: a many-to-many model (NLLB-200's 40000 directions) by its languages."""
+    if info.language_codes:
+        return f"its languages are {', '.join(info.language_codes)}"
+    return f"it serves {', '.join(info.served())}"
+
+
+def model_code(info: CheckpointInfo, language: str | None) -> str | None:
+    """The model's own code of a language, which may be named by ISO 639-1 too (de for NLLB's deu_Latn)."""
+    if language and info.language_codes:
+        return iso_aliases(info.language_codes).get(language, language)
+    return language
+
+
+def serves(info: CheckpointInfo, source: str | None, target: str | None) -> bool:
+    """Whether the model translates source into target, a language left None being any."""
+    return any((source is None or s == source) and (target is None or t == target)
+               for s, _, t in (d.partition("-") for d in info.served()))
+
+
+def route_problem(first: CheckpointInfo, second: CheckpointInfo, source: str | None, target: str | None,
+                  pivot: str | None) -> str | None:
+    """Why `first` cannot translate source into target, or with a pivot, `first` source into pivot and
+    `second` pivot into target (one line), or None. A language left out is any the model serves."""
+    if not pivot:
+        if serves(first, model_code(first, source), model_code(first, target)):
+            return None
+        route = f"{source}->{target}" if source and target else f"from {source}" if source else f"into {target}"
+        return f"--model does not translate {route}; {served(first)}"
+    # a language left out is the model's own where it has one direction
+    if source is None and len(first.served()) == 1:
+        source = first.served()[0].partition("-")[0]
+    if target is None and len(second.served()) == 1:
+        target = second.served()[0].partition("-")[2]
+    if model_code(first, pivot) == model_code(first, source):
+        return f"--pivot {pivot}: the source language itself: there is nothing to pivot through"
+    if model_code(second, pivot) == model_code(second, target):
+        return f"--pivot {pivot}: the target language itself: there is nothing to pivot through"
+    if not serves(first, model_code(first, source), model_code(first, pivot)):
+        return f"--pivot {pivot}: --model does not translate {source or 'the source'} into {pivot} ({served(first)})"
+    if not serves(second, model_code(second, pivot), model_code(second, target)):
         model = "--second-model" if second is not first else "--model (give --second-model for the second hop)"
-        return f"--pivot {pivot}: {model} does not translate {pivot} into {target or 'the target'} (it serves {', '.join(second.directions)})"
+        return f"--pivot {pivot}: {model} does not translate {pivot} into {target or 'the target'} ({served(second)})"
     return None
 
 
@@ -103,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     # every input checked before the model loads and the test set is translated, the slow parts
-    check_model(parser, args.model)
+    info = check_model(parser, args.model)
     check_files(parser, {"--src": args.src, "--ref": args.ref})
     texts = []
     for flag, path in (("--src", args.src), ("--ref", args.ref)):
@@ -117,15 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         with user_errors(parser, OSError):
             open(args.output, "w").close()
-    if args.second_model:
-        check_model(parser, args.second_model)
+    if args.second_model and not args.pivot:
+        fail(parser, f"--second-model {args.second_model}: it translates the pivot's second hop: give --pivot")
+    second_info = check_model(parser, args.second_model) if args.second_model else info
+    if problem := route_problem(info, second_info, args.source_lang, args.target_lang, args.pivot):
+        fail(parser, problem)
     translator = load_translator(parser, args)
     second = None
     if args.second_model:
         with user_errors(parser, ValueError, RuntimeError, about=f"--second-model {args.second_model}"):
             second = Translator.load(args.second_model, device=translator.device, dtype=translator.dtype)
-    if args.pivot and (problem := pivot_problem(translator, second or translator, args.source_lang, args.target_lang, args.pivot)):
-        fail(parser, problem)
     with user_errors(parser, ValueError):  # a source or target language the model does not serve
         report = evaluate(translator, sources, references, beam_size=args.beam_size, batch_size=args.batch_size,
                           target_lang=args.target_lang, pivot=args.pivot, second=second, source_lang=args.source_lang)

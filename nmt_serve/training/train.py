@@ -173,6 +173,11 @@ class TrainConfig:
         if "adam_betas" in values:
             values["adam_betas"] = tuple(values["adam_betas"])
         cfg = cls(**values)
+        for name, least in LEAST.items():
+            value = getattr(cfg, name)
+            if not value >= least or (name in FRACTIONS and not value < 1):  # `not >=`: NaN is out of range too
+                flag = "--" + name.replace("_", "-")
+                fail(parser, f"{flag} {value}: expected {'a number from 0 to below 1' if name in FRACTIONS else f'at least {least}'}")
         if cfg.languages:
             with user_errors(parser, ValueError):
                 languages = parse_languages(cfg.languages)
@@ -203,8 +208,6 @@ class TrainConfig:
             fail(parser, "--lr-schedule linear ends at --max-steps: give it")
         if (cfg.grow_encoder_layers or cfg.grow_decoder_layers) and not cfg.init_from:
             fail(parser, "--grow-encoder-layers/--grow-decoder-layers grow the --init-from checkpoint: give it")
-        if cfg.multiway_weight < 0:
-            fail(parser, f"--multiway-weight {cfg.multiway_weight}: expected a number >= 0")
         if cfg.init_from:
             check_files(parser, {"--init-from": str(Path(cfg.init_from) / "config.json")})
             if cfg.spm_model:
@@ -216,7 +219,7 @@ class TrainConfig:
         if cfg.export_dtype not in EXPORT_DTYPES:
             fail(parser, f"--export-dtype {cfg.export_dtype}: expected {', '.join(EXPORT_DTYPES)}")
         if cfg.export_only and not (Path(cfg.run_dir) / "state.pt").is_file():
-            fail(parser, f"--export-only: no training state in --run-dir {cfg.run_dir} to export (state.pt)")
+            fail(parser, f"--export-only: no checkpoint in {cfg.run_dir} to export (no state.pt: it was never trained)")
         with user_errors(parser, AssertionError):  # ModelConfig's checks (d_model divisible by n_heads, ...)
             ModelConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, activation=cfg.activation,
                         norm_placement=cfg.norm_placement)
@@ -224,6 +227,17 @@ class TrainConfig:
 
 
 EXPORT_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+# The least value of each numeric field (flag or --config key). Below it a run divides by zero (warmup_steps,
+# n_heads), indexes an empty list (keep_best), hands sentencepiece a size it cannot train (vocab_size) or trains
+# nothing and exports the untrained model (max_epochs); the rest count or scale something that cannot be negative.
+LEAST = {
+    **dict.fromkeys(("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_tokens",
+                     "warmup_steps", "max_epochs", "keep_best"), 1),
+    **dict.fromkeys(("max_sentence_tokens", "max_steps", "validate_every", "valid_max_sentences", "average_best", "threads",
+                     "pair_valid_lines", "grow_encoder_layers", "grow_decoder_layers", "multiway_weight", "max_minutes",
+                     "save_every_minutes", "clip_norm", "dropout", "attention_dropout", "label_smoothing"), 0),
+}
+FRACTIONS = ("dropout", "attention_dropout", "label_smoothing")  # probabilities: also below 1
 CONFIG_TYPES = {"int": "an integer", "float": "a number", "str": "a string", "tuple[float, float]": "two numbers"}
 
 
@@ -237,6 +251,23 @@ def config_value_fits(value, kind: str) -> bool:
     if kind == "str":
         return isinstance(value, str)
     return isinstance(value, list) and len(value) == 2 and all(config_value_fits(v, "float") for v in value)
+
+
+def vocab_size_error(exc: RuntimeError, vocab_size: int) -> ValueError | None:
+    """sentencepiece's refusal of a vocabulary size as a one-line error naming the size it would take (the
+    limits depend on the text: its distinct characters, and for unigram and word models its distinct pieces),
+    or None for any other failure."""
+    message = str(exc)
+    if "Vocabulary size too high" in message:  # "... Please set it to a value <= 1677."
+        limit = re.search(r"<= ?(\d+)", message)
+        return ValueError(f"--vocab-size {vocab_size}: too large for this training text"
+                          + (f" (at most {limit.group(1)})" if limit else ""))
+    if "Vocabulary size is smaller than required_chars" in message:  # "... 10 vs 66. ..."
+        limit = re.search(r"\d+ vs (\d+)", message)
+        return ValueError(f"--vocab-size {vocab_size}: too small for this training text"
+                          + (f" (at least {limit.group(1)}: a piece for each of its characters and the special tokens)"
+                             if limit else ""))
+    return None
 
 
 def has_text(path: str) -> bool:
@@ -366,12 +397,10 @@ class Trainer:
                 tags = [target_tag(lang) for lang in self.languages]
                 try:
                     train_sentencepiece([scratch], self.run_dir / "spm", cfg.vocab_size, cfg.spm_type, user_defined_symbols=tags)
-                except RuntimeError as exc:  # sentencepiece's own words name the limit: "Please set it to a value <= N"
-                    limit = re.search(r"<= ?(\d+)", str(exc))
-                    if "Vocabulary size too high" not in str(exc):
+                except RuntimeError as exc:
+                    if (error := vocab_size_error(exc, cfg.vocab_size)) is None:
                         raise
-                    raise SystemExit(f"nmt-train: error: --vocab-size {cfg.vocab_size}: too large for this training text"
-                                     + (f" (at most {limit.group(1)})" if limit else "")) from None
+                    raise error from None
                 finally:
                     scratch.unlink()
                 say(f"tokenizer: trained {cfg.spm_type} vocab {cfg.vocab_size} in {time.time() - t0:.0f}s")
@@ -420,6 +449,10 @@ class Trainer:
             vsrc, vtgt = vsrc[:n], vtgt[:n]
             self.valid_sets = {"-".join(self.directions[0]): (tokenize_parallel(vsrc, vtgt, self.tokenizer, self.tokenizer, drop_empty=False), vtgt)}
         self.valid = concatenate([data for data, _ in self.valid_sets.values()])
+        if not len(self.train):  # else every epoch passes without a step and the untrained model is exported
+            files = f"--train-data {cfg.train_data}" if self.languages else f"--train-src {cfg.train_src} and --train-tgt {cfg.train_tgt}"
+            raise ValueError(f"{files}: no training pairs: each line pair has an empty side or one longer than "
+                             f"--max-sentence-tokens {cfg.max_sentence_tokens}")
         say(
             f"data: {len(self.train)} training pairs ({self.train.num_target_tokens()} target tokens) in "
             f"{len(self.directions)} direction(s), {len(self.valid)} validation pairs"
@@ -432,7 +465,7 @@ class Trainer:
             return
         state = torch.load(state_path, map_location=self.device, weights_only=False)
         if state["model_config"] != self.model_config.to_dict():
-            raise SystemExit(f"{state_path} was saved with another model config; use a fresh --run-dir")
+            raise ValueError(f"{state_path} was saved with another model config; use a fresh --run-dir")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
@@ -668,9 +701,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = TrainConfig.build_parser()
     require_eval_extra(parser)
     cfg = TrainConfig.from_args(argv, parser)
-    with user_errors(parser, ValueError):  # training or validation sides of different lengths
+    # ValueError: training or validation sides of different lengths, no training pairs, a vocabulary size
+    # sentencepiece refuses, a run directory of another model
+    with user_errors(parser, ValueError):
         trainer = Trainer(cfg)
     if cfg.export_only:
+        if not trainer.step:  # a state saved before the first step: exporting would ship the initial weights
+            fail(parser, f"--export-only: no checkpoint in {cfg.run_dir} to export (it stopped before its first training step)")
         trainer.export()
     else:
         trainer.run()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -200,10 +201,107 @@ def test_train_refuses_before_training_what_would_fail_later(tmp_path, capsys):
         (tmp_path / "config.json").write_text(json.dumps({key: value}))
         main_error(capsys, train, ["--config", str(tmp_path / "config.json"), *args(), *run_dir], "nmt-train", key, expected)
     assert not (tmp_path / "run").exists()  # every one found before anything was created
-    with pytest.raises(SystemExit) as stopped:  # known only once sentencepiece has read the text
-        train.main([*args(), "--vocab-size", "50000", *run_dir])
-    assert str(stopped.value.code).startswith("nmt-train: error: --vocab-size 50000: too large for this training text (at most ")
+    # known only once sentencepiece has read the text: its limits, both ways, in one line
+    main_error(capsys, train, [*args(), "--vocab-size", "50000", *run_dir], "nmt-train",
+               "--vocab-size 50000: too large for this training text (at most ")
+    main_error(capsys, train, [*args(), "--vocab-size", "10", *run_dir], "nmt-train",
+               "--vocab-size 10: too small for this training text (at least ")
     assert not (tmp_path / "run" / "spm_input.txt").exists()
+
+
+TRAIN_DATA = [a for flag, name in (("--train-src", "train300.de"), ("--train-tgt", "train300.en"),
+                                   ("--valid-src", "val40.de"), ("--valid-tgt", "val40.en"))
+              for a in (flag, str(ROOT / "tests" / "fixtures" / name))]
+TINY_MODEL = ["--vocab-size", "300", "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--n-encoder-layers", "1",
+              "--n-decoder-layers", "1", "--max-tokens", "600", "--device", "cpu"]
+
+
+@pytest.mark.parametrize("flag, value, expected", [
+    ("--warmup-steps", "0", "at least 1"),  # the learning rate divided by it
+    ("--n-heads", "0", "at least 1"),  # d_model % n_heads
+    ("--keep-best", "0", "at least 1"),  # the worst of no best checkpoints
+    ("--max-epochs", "0", "at least 1"),  # no step, and the untrained model exported
+    ("--vocab-size", "0", "at least 1"),
+    ("--max-steps", "-1", "at least 0"),
+    ("--dropout", "1.5", "from 0 to below 1"),
+    ("--label-smoothing", "nan", "from 0 to below 1"),
+])
+def test_train_refuses_impossible_numbers_before_training(tmp_path, capsys, flag, value, expected):
+    run_dir = ["--run-dir", str(tmp_path / "run")]
+    if flag != "--max-steps":
+        run_dir += ["--max-steps", "1"]  # a bound on the run, were one to start
+    main_error(capsys, train, [*TRAIN_DATA, *TINY_MODEL, flag, value, *run_dir], "nmt-train", f"{flag} {value}: expected ", expected)
+    key = flag[2:].replace("-", "_")
+    (tmp_path / "config.json").write_text(json.dumps({key: float(value) if "." in value or value == "nan" else int(value)}))
+    main_error(capsys, train, [*TRAIN_DATA, "--config", str(tmp_path / "config.json"), *run_dir], "nmt-train", flag)
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_refuses_data_with_no_training_pair(tmp_path, capsys):
+    # every pair is longer than the limit: no step would be taken, and the untrained model exported
+    with pytest.raises(SystemExit) as stopped:
+        train.main([*TRAIN_DATA, *TINY_MODEL, "--max-sentence-tokens", "1", "--max-epochs", "1",
+                    "--run-dir", str(tmp_path / "run"), "--output", str(tmp_path / "out")])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err) and err[-1].startswith("nmt-train: error: --train-src "), err
+    assert "no training pairs" in err[-1] and "--max-sentence-tokens 1" in err[-1]
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_export_only_refuses_a_run_that_never_took_a_step(tmp_path, capsys):
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    argv = [*TRAIN_DATA, *TINY_MODEL, "--run-dir", str(run_dir), "--output", str(out), "--export-only", "1"]
+    main_error(capsys, train, argv, "nmt-train", "--export-only", f"no checkpoint in {run_dir} to export")
+    # a run stopped (Ctrl-C, its --max-minutes) before its first step saves a state, of the initial weights
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        trainer = train.Trainer(train.TrainConfig.from_args([*argv[:-2]]))
+        trainer.stop_requested = True
+        trainer.run()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert (run_dir / "state.pt").exists() and trainer.step == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        train.main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"nmt-train: error: --export-only: no checkpoint in {run_dir} to export"), err
+    assert not out.exists()
+
+
+@pytest.fixture
+def nllb_like(tmp_path):
+    """A many-to-many model named by NLLB's codes, which users may call by ISO 639-1 (config only: no weights load)."""
+    config = json.loads((ROOT / "checkpoints" / "multi30k" / "config.json").read_text())
+    config.pop("directions"), config.pop("target_tags", None)
+    config["language_codes"] = {code: code for code in ("deu_Latn", "eng_Latn", "fra_Latn")}
+    (tmp_path / "nllb").mkdir()
+    (tmp_path / "nllb" / "config.json").write_text(json.dumps(config))
+    return str(tmp_path / "nllb")
+
+
+def test_evaluate_refuses_languages_the_model_does_not_serve(capsys, nllb_like):
+    """What make evaluate passes as SRC and TGT: a direction the model lacks is refused, before its weights load."""
+    fixtures = ROOT / "tests" / "fixtures"
+    test_set = ["--src", str(fixtures / "val40.de"), "--ref", str(fixtures / "val40.fr"), "--device", "cpu"]
+    main_error(capsys, evaluate, ["--model", DE_EN, "--source-lang", "fr", *test_set], "nmt-evaluate",
+               "--model does not translate from fr; it serves de-en")
+    main_error(capsys, evaluate, ["--model", str(ROOT / "checkpoints" / "multi30k"), "--source-lang", "es", "--target-lang", "fr",
+                                  *test_set], "nmt-evaluate", "does not translate es->fr")
+    main_error(capsys, evaluate, ["--model", DE_EN, "--second-model", EN_DE, *test_set], "nmt-evaluate", "--second-model", "--pivot")
+    # languages named by ISO 639-1 or the model's codes are the same languages; the list is of languages, not 6 directions
+    main_error(capsys, evaluate, ["--model", nllb_like, "--source-lang", "de", "--target-lang", "fr", "--pivot", "deu_Latn", *test_set],
+               "nmt-evaluate", "--pivot deu_Latn", "source language itself")
+    main_error(capsys, evaluate, ["--model", nllb_like, "--source-lang", "deu_Latn", "--target-lang", "fr", "--pivot", "es", *test_set],
+               "nmt-evaluate", "--pivot es", "does not translate deu_Latn into es (its languages are deu_Latn, eng_Latn, fra_Latn)")
+    main_error(capsys, evaluate, ["--model", nllb_like, "--source-lang", "de", "--target-lang", "es", *test_set],
+               "nmt-evaluate", "does not translate de->es")
+    # a route it has gets as far as loading the weights (which this config-only checkpoint lacks)
+    main_error(capsys, evaluate, ["--model", nllb_like, "--source-lang", "de", "--target-lang", "fr", "--pivot", "en", *test_set],
+               "nmt-evaluate", "model.safetensors")
 
 
 def test_evaluate_refuses_a_pivot_that_is_no_pivot(capsys):
@@ -252,6 +350,20 @@ def test_make_passes_the_languages_of_a_multilingual_model(target):
     assert "--source-lang de --target-lang fr" in proc.stdout, proc.stdout + proc.stderr
     proc = run("make", "-s", "-o", "setup", target, f"PY={sys.executable}", multilingual, "DATA=d")
     assert proc.returncode != 0 and "multilingual: give SRC= and TGT=" in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_make_help_names_the_language_variables():
+    proc = run("make", "-s", "help")
+    assert proc.returncode == 0 and "SRC=L TGT=L" in proc.stdout and "--source-lang/--target-lang" in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_make_evaluate_passes_the_languages_to_a_bilingual_model_too():
+    # SRC and TGT given for the default model are passed on as well, and so checked against it
+    proc = run("make", "-n", "-o", "setup", "evaluate", f"PY={sys.executable}", "DATA=d", "SRC=de", "TGT=en")
+    assert ("--source-lang de --target-lang en --src d/test_2016_flickr.de.gz --ref d/test_2016_flickr.en.gz"
+            in proc.stdout), proc.stdout + proc.stderr
 
 
 def test_scoring_without_the_eval_extra_is_one_line(monkeypatch, capsys):
