@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from nmt_serve.text.word_alignment import complete_alignment
+
 INLINE = frozenset("a abbr b bdi bdo big cite code data dfn em font i kbd mark q s samp small span "
                    "strike strong sub sup time tt u var".split())
 # Void elements that can sit inside a sentence: kept as zero-width anchors instead of splitting it.
@@ -165,21 +167,26 @@ def _decode(raw: str) -> tuple[str, list[str]]:
     return "".join(chars), pieces
 
 
-def _equal_run(a: str, ai: int, b: str, bi: int, limit: int, step: int) -> int:
-    """How many chars (at most `limit`) match between a and b walking from ai/bi by step (+1 or -1)."""
+def _equal_run(a: str, ai: int, b: str, bi: int, limit: int, step: int, words: bool = True) -> int:
+    """How many chars (at most `limit`) match between a and b walking from ai/bi by step (+1 or -1);
+    words=False: only spaces and punctuation (a letter that matches may be part of another word)."""
     n, ai, bi = 0, ai - (step < 0), bi - (step < 0)
     while n < limit and 0 <= ai + step * n < len(a) and 0 <= bi + step * n < len(b) \
-            and a[ai + step * n] == b[bi + step * n]:
+            and a[ai + step * n] == b[bi + step * n] and (words or not a[ai + step * n].isalnum()):
         n += 1
     return n
 
 
 def _proportional(src: str, tgt: str) -> list:
-    """A monotone alignment for when none was given: equal word counts pair up one to one."""
+    """A monotone alignment for when none was given: equal word counts pair up one to one. Every
+    source word gets a target word (the one at its place where the translation is shorter): with no
+    alignment there is no telling that a word was dropped."""
     sw, tw = [m.span() for m in _WORD.finditer(src)], [m.span() for m in _WORD.finditer(tgt)]
-    if not sw:
+    if not sw or not tw:
         return []
-    return [(t, sw[(2 * j + 1) * len(sw) // (2 * len(tw))]) for j, t in enumerate(tw)]
+    pairs = [(t, sw[(2 * j + 1) * len(sw) // (2 * len(tw))]) for j, t in enumerate(tw)]
+    paired = {s for _, s in pairs}
+    return pairs + [(tw[(2 * i + 1) * len(tw) // (2 * len(sw))], s) for i, s in enumerate(sw) if s not in paired]
 
 
 @dataclass
@@ -212,7 +219,10 @@ class Segment:
         pieces = self._pieces[:lead] + self._encode(tr.text) + self._pieces[len(src) - tail:]
         if not self._nodes:
             return "".join(pieces)
-        align = tr.alignment if tr.alignment is not None else _proportional(self.text, tr.text)
+        if tr.alignment is None:
+            align = _proportional(self.text, tr.text)
+        else:
+            align = complete_alignment(self.text, tr.text, tr.alignment, _WORD)
         pairs = [((t0 + lead, t1 + lead), (s0 + lead, s1 + lead)) for (t0, t1), (s0, s1) in align]
         # a word kept as it was (up to case) keeps tags that sit inside it at the same letters
         same = {p: tgt[p[0][0]:p[0][1]].casefold() == src[p[1][0]:p[1][1]].casefold()
@@ -263,21 +273,37 @@ class Segment:
             te = max(x[0][1] - (max(0, x[1][1] - n.end) if same[x] else 0) for x in over)
             # unaligned edge chars inside the element (spaces, punctuation) go with it when equal
             first, last = min(x[1][0] for x in over), max(x[1][1] for x in over)
-            ts -= _equal_run(tgt, ts, src, first, max(0, first - n.start), -1)
-            te += _equal_run(tgt, te, src, last, max(0, n.end - last), 1)
+            ts -= _equal_run(tgt, ts, src, first, max(0, first - n.start), -1, words=False)
+            te += _equal_run(tgt, te, src, last, max(0, n.end - last), 1, words=False)
             return ts, te
 
         def ws(text: str, i: int) -> bool:
             return 0 <= i < len(text) and text[i] in _WS
 
-        def no_words(n: _Node) -> str | None:
-            """The text of an element that holds no words (a footnote mark, a number, a symbol) and no
-            aligned source word wholly: the translation has nothing of it to wrap where the model
-            dropped it, or glued it into a word (`Hund<sup>1</sup>`). None for any other element."""
+        def mark(text: str) -> bool:
+            """A footnote mark, a number, a symbol: at most one letter."""
+            return sum(c.isalpha() for c in text) <= 1
+
+        def unplaced(n: _Node) -> str | None:
+            """The text of a mark the translation has nothing of, which goes in as written: it holds no
+            aligned source word wholly (dropped, or glued into a word: `Hund<sup>1</sup>`, whose
+            translation is the word's). None for anything else: an element of words the model dropped
+            stays, empty, where they stood (written as they were, they would put the source language,
+            or a word twice, into the translation)."""
             text = src[n.start:n.end]
-            if n.anchor or not text.strip(_WS) or any(c.isalpha() for c in text):
+            if n.anchor or not text.strip(_WS) or not mark(text):
                 return None
             return None if any(n.start <= s0 and s1 <= n.end for _, (s0, s1) in pairs) else text
+
+        def fits(n: _Node, a: int, b: int) -> bool:
+            """Whether target chars a..b can be the element's own: not glued to a word on a side where
+            the source sets it apart (the "a" of "apple" is no footnote mark "a")."""
+            return ((0 < n.start and not ws(src, n.start - 1)) or a == 0 or not tgt[a - 1].isalnum()) and (
+                (n.end < len(src) and not ws(src, n.end)) or b == len(tgt) or not tgt[b].isalnum())
+
+        def translated_as(p: int, t: int) -> bool:
+            """Whether target char t stands in a word aligned to the source word holding char p."""
+            return any(t0 <= t < t1 and s0 <= p < s1 for (t0, t1), (s0, s1) in pairs)
 
         def as_written(n: _Node) -> str:
             """The element's markup and text as the source has them."""
@@ -291,14 +317,14 @@ class Segment:
             # source order and clamping keep the tag sequence (hence the tree) as in the source
             out, cur = [], lo
             for n in nodes:
-                kept = no_words(n)
+                kept = unplaced(n)
                 ts, te = (at(n.start),) * 2 if n.anchor or kept is not None else span(n)
                 ts = min(max(ts, cur), hi)
                 te = min(max(te, ts), hi)
-                if kept is not None:  # the translation has its text right there (the model kept "1"): wrap it
-                    if tgt[ts - len(kept):ts] == kept and ts - len(kept) >= cur:
+                if kept is not None:  # the translation has the mark right there (the model kept "1"): wrap it
+                    if tgt[ts - len(kept):ts] == kept and ts - len(kept) >= cur and fits(n, ts - len(kept), ts):
                         ts -= len(kept)
-                    elif tgt[ts:ts + len(kept)] == kept and ts + len(kept) <= hi:
+                    elif tgt[ts:ts + len(kept)] == kept and ts + len(kept) <= hi and fits(n, ts, ts + len(kept)):
                         te = ts + len(kept)
                     else:
                         kept = ""
@@ -310,11 +336,13 @@ class Segment:
                 if n.anchor or kept == "":
                     # content set apart from the words around it in the source stays apart from the
                     # words around it here, side by side, even where the translation has one space
-                    # for both sides, none at an end, or a word where the source had punctuation
-                    if ws(src, n.start - 1) and 0 < ts and not ws(tgt, ts - 1):
+                    # for both sides, none at an end, or a word where the source had punctuation; content
+                    # glued to a word stays glued only to that word's translation
+                    if 0 < ts and not ws(tgt, ts - 1) and (ws(src, n.start - 1) or tgt[ts - 1].isalnum() and (
+                            0 < n.start and src[n.start - 1].isalnum() and not translated_as(n.start - 1, ts - 1))):
                         tag = " " + tag
                     if ts < len(tgt) and not ws(tgt, ts) and (ws(src, n.end) or tgt[ts].isalnum() and not (
-                            n.end < len(src) and src[n.end].isalnum())):
+                            n.end < len(src) and src[n.end].isalnum() and translated_as(n.end, ts))):
                         tag += " "
                 out += [text, tag]
                 cur = te

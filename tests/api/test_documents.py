@@ -125,6 +125,22 @@ def test_docx_comes_back_translated_with_its_formatting(client):
     assert "snow" in footer.lower(), footer
 
 
+def test_a_footnote_mark_glued_to_a_word_stays_in_its_superscript_run(client):
+    """The model translates "Mann" with its mark ("Manna") as the one word "man": the mark stays a
+    mark, after the word, and the word stays plain."""
+    d = docx.Document()
+    p = d.add_paragraph("Ein Mann")
+    p.add_run("a").font.superscript = True
+    p.add_run(" fährt Fahrrad.")
+    source = io.BytesIO()
+    d.save(source)
+    r = translate_file(client, "fussnote.docx", source.getvalue())
+    assert r.status_code == 200, r.text
+    runs = docx.Document(io.BytesIO(r.content)).paragraphs[0].runs
+    assert [x.text for x in runs if x.font.superscript] == ["a"], [x.text for x in runs]
+    assert "man" in "".join(x.text for x in runs if not x.font.superscript).lower(), [x.text for x in runs]
+
+
 def test_pptx_comes_back_translated_with_its_formatting(client):
     source = build_pptx()
     r = translate_file(client, "folien.pptx", source)

@@ -106,6 +106,60 @@ def test_a_formatted_run_left_empty_by_the_alignment_takes_the_nearest_word():
     assert written[1].strip() == "dog" and "".join(written).split() == ["A", "dog", "runs."]
 
 
+def test_a_run_beside_runs_of_one_word_is_refilled_without_emptying_them():
+    # the bold run got nothing, both its neighbours hold one word: the words shift one run along from
+    # the nearest run with two, so every run keeps a word and the text stays as translated
+    p, written = paragraph(("Ein ", "plain"), ("großer", "bold"), (" Hund", "italic"), (" bellt laut.", "plain"))
+    assert p.html == 'Ein <span data-run="0">großer</span><span data-run="1"> Hund</span> bellt laut.'
+    p.write('A <span data-run="0"></span><span data-run="1">dog</span> barks loudly.')
+    assert written == ["A ", "dog", " barks", " loudly."]
+    # across a separator the source had no space at, the moved word keeps the translation's space
+    slots = [("Ein ", "plain", False), ("großer", "bold", False), (" Hund", "italic", False), ("bellt laut.", "plain", True)]
+    written = [""] * len(slots)
+    p = InlineParagraph([TextSlot(t, f, lambda text, i=i: written.__setitem__(i, text), separated)
+                         for i, (t, f, separated) in enumerate(slots)])
+    p.write('A <span data-run="0"></span><span data-run="1">dog</span> barks loudly.')
+    assert written == ["A ", "dog", " barks", "loudly."]
+
+
+def test_a_run_of_one_word_and_none_of_its_own_gives_it_and_a_run_of_punctuation_takes_none():
+    # the colon's run holds the only word beside the empty bold run, which had it in the source
+    p, written = paragraph(("Der ", "plain"), ("Hund", "bold"), (":", "italic"), (" bellt.", "plain"))
+    p.write('The <span data-run="0"></span><span data-run="1">dog:</span> barks.')
+    assert written == ["The ", "dog", ":", " barks."]
+    # a run of punctuation the translation dropped is not given a word (nor a format it never had)
+    p, written = paragraph(("Hund", "plain"), (":", "bold"), (" bellt laut", "plain"))
+    p.write('Dog<span data-run="0"></span> barks loudly')
+    assert written == ["Dog", "", " barks loudly"]
+
+
+def test_a_formatted_run_whose_words_the_translation_dropped_takes_a_neighbour_s_word():
+    # a bold word the model left out: the run is not left empty, it takes the nearest word of a
+    # neighbour that can spare one, and the text is the translation's, whole and in order
+    p, written = paragraph(("Ein ", "plain"), ("sehr", "bold"), (" großer Hund.", "plain"))
+    document = parse_html(p.html)
+    p.write(document.rebuild([AlignedText("A big dog.", [((0, 1), (0, 3)), ((2, 5), (9, 15)), ((6, 10), (16, 21))])]))
+    assert "".join(written) == "A big dog." and written[1].strip()
+
+
+def test_docx_a_footnote_mark_glued_to_a_word_stays_in_its_superscript_run():
+    for mark in ("1", "a"):
+        d = docx.Document()
+        paragraph_ = d.add_paragraph("Ein Mann")
+        paragraph_.add_run(mark).font.superscript = True
+        paragraph_.add_run(" fährt.")
+        source = io.BytesIO()
+        d.save(source)
+
+        def dropped(text: str) -> AlignedText:  # "Manna" (or "Mann1") translated as "man"
+            assert text == f"Ein Mann{mark} fährt."
+            return AlignedText("A man rides.", [((0, 1), (0, 3)), ((2, 5), (4, 9)), ((6, 12), (10, 16))])
+
+        out = docx.Document(io.BytesIO(translate_document(source.getvalue(), "f.docx", translator(dropped))))
+        runs = out.paragraphs[0].runs
+        assert [(r.text, bool(r.font.superscript)) for r in runs] == [("A man", False), (mark, True), (" rides.", False)]
+
+
 # ---------------------------------------------------------------------------------------- .docx
 
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 
 ATTRIBUTE = "data-run"
-_WORD = re.compile(r"\S+")
+# a word from its first letter or digit to its last: punctuation is no word, and stays where it is
+_WORD = re.compile(r"\w(?:\S*\w)?")
 
 
 @dataclass
@@ -90,12 +91,13 @@ class InlineParagraph:
 
     def write(self, translated_html: str) -> None:
         texts = self._distribute(translated_html)
+        # refilled first: a word moved across a separator takes the translation's space along
+        _refill_empty(texts, [bool(_WORD.search(g.text)) for g in self._groups])
         for i, g in enumerate(self._groups):
             if i and g.slots[0].separated:  # beside a separator, the spaces the source had there
                 before, after = self._groups[i - 1].text, g.text
                 texts[i - 1] = texts[i - 1].rstrip() + before[len(before.rstrip()):]
                 texts[i] = after[:len(after) - len(after.lstrip())] + texts[i].lstrip()
-        _refill_empty(texts, [bool(_WORD.search(g.text)) for g in self._groups])
         for g, text in zip(self._groups, texts):
             g.slots[0].write(text)
             for slot in g.slots[1:]:
@@ -121,25 +123,30 @@ class InlineParagraph:
 
 
 def _refill_empty(texts: list[str], had_words: list[bool]) -> None:
-    """A group that had words and got none takes the nearest word of a neighbour that keeps one."""
-    for i, text in enumerate(texts):
-        if not had_words[i] or _WORD.search(text):
+    """A group that had words and got none takes the nearest word beside it. The word comes from the
+    nearest group that can spare one (it keeps a word of its own, or had none to keep), and every group
+    in between passes one word along to the next: a group of a single word ("Hund") keeps one, so no
+    group is emptied to fill another. Only the cuts between groups move: no text is lost, copied or
+    reordered. Where no group can spare a word, the group stays empty."""
+    def count(k: int) -> int:
+        return len(_WORD.findall(texts[k]))
+
+    def spare(k: int) -> bool:
+        return count(k) > 1 or count(k) == 1 and not had_words[k]
+
+    for i in range(len(texts)):
+        if not had_words[i] or count(i):
             continue
-        for j, take_last in ((i - 1, True), (i + 1, False)):
-            if not 0 <= j < len(texts):
-                continue
-            words = list(_WORD.finditer(texts[j]))
-            if len(words) < 2:
-                continue
-            if take_last:
-                cut = words[-1].start()
-                texts[i] = texts[j][cut:] + text
-                texts[j] = texts[j][:cut]
-            else:
-                cut = words[0].end()
-                texts[i] = text + texts[j][:cut]
-                texts[j] = texts[j][cut:]
-            break
+        left = next((j for j in range(i - 1, -1, -1) if spare(j)), None)
+        right = next((j for j in range(i + 1, len(texts)) if spare(j)), None)
+        if left is not None and (right is None or i - left <= right - i):
+            for k in range(left, i):  # each group hands its last word to the next
+                cut = list(_WORD.finditer(texts[k]))[-1].start()
+                texts[k], texts[k + 1] = texts[k][:cut], texts[k][cut:] + texts[k + 1]
+        elif right is not None:
+            for k in range(right, i, -1):  # each group hands its first word to the one before
+                cut = next(_WORD.finditer(texts[k])).end()
+                texts[k - 1], texts[k] = texts[k - 1] + texts[k][:cut], texts[k][cut:]
 
 
 class _SpanReader(HTMLParser):
