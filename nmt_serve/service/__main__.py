@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -80,12 +81,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: --device (NMT_DEVICE) {settings.device}: not usable: {problem}", file=sys.stderr)
         return 2
     if settings.workers > 1:
+        from nmt_serve.service.workers import serve_workers
+
         return serve_workers(settings)
     return serve(settings)
 
 
-def serve(settings: Settings) -> int:
-    """One API process; it starts and supervises the engine process itself (see app.py)."""
+def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int:
+    """One API process. Alone (no sockets), it starts and supervises the engine process itself (see
+    app.py); as one of the workers of workers.py, it serves on the socket its parent bound, in front of
+    the engine its parent runs (the parent, not the worker, stops everything when the models fail to load)."""
+    if sockets is None:
+        # a multiprocess directory inherited from the environment is not this process's: its files
+        # would be summed into this server's metrics (see metrics.py)
+        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     import uvicorn
 
     from nmt_serve.service.app import create_app
@@ -96,7 +105,7 @@ def serve(settings: Settings) -> int:
         if server is not None:
             server.should_exit = True
 
-    app = create_app(settings, on_load_failure=stop_server)
+    app = create_app(settings, on_load_failure=None if sockets else stop_server)
     state = app.state.service
 
     class Server(uvicorn.Server):
@@ -111,86 +120,9 @@ def serve(settings: Settings) -> int:
         timeout_graceful_shutdown=settings.graceful_shutdown_s or None,
     )
     server = Server(config)
-    server.run()
+    server.run(sockets=sockets)
     if state.load_error:
         print(f"error: model loading failed: {state.load_error}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def serve_workers(settings: Settings) -> int:
-    """Several API processes (uvicorn workers) in front of one engine process run from here: the
-    workers read their settings from NMT_* variables and connect to this engine's sockets, and write
-    their metrics where any of them sums them for a scrape (prometheus_client's multiprocess mode)."""
-    import copy
-    import os
-    import shutil
-    import signal
-    import tempfile
-
-    import uvicorn
-    from prometheus_client import multiprocess
-    from uvicorn.config import LOGGING_CONFIG
-    from uvicorn.supervisors import Multiprocess
-
-    from nmt_serve.engine.process import LOAD_FAILED
-    from nmt_serve.engine.supervisor import EngineSupervisor
-
-    class Workers(Multiprocess):
-        """uvicorn's workers, but the listening socket closes in this process at the first SIGTERM or
-        SIGINT: the workers close their copies as they start draining, and a copy left open here
-        would keep taking connections that nobody accepts (they hang instead of being refused)."""
-
-        def handle_term(self) -> None:
-            self._close_sockets()
-            super().handle_term()
-
-        def handle_int(self) -> None:
-            self._close_sockets()
-            super().handle_int()
-
-        def _close_sockets(self) -> None:
-            for sock in self.sockets:
-                sock.close()
-
-        def keep_subprocess_alive(self) -> None:
-            before = {p.pid for p in self.processes}
-            super().keep_subprocess_alive()
-            for pid in before - {p.pid for p in self.processes}:  # a worker died: its in-flight gauge goes with it
-                multiprocess.mark_process_dead(pid)
-
-    failed = {"code": None}
-
-    def on_exit(code: int) -> None:
-        if code == LOAD_FAILED:  # no models: stop the whole server
-            failed["code"] = code
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    supervisor = EngineSupervisor(settings.engine_config(), on_exit=on_exit)
-    supervisor.start()
-    metrics_dir = tempfile.mkdtemp(prefix="nmt-metrics-")
-    try:
-        values = settings.model_dump()
-        values["engine_socket_dir"] = supervisor.socket_dir
-        for name, value in values.items():
-            os.environ[f"NMT_{name.upper()}"] = "" if value is None else str(value)
-        if settings.dtype is None:
-            del os.environ["NMT_DTYPE"]
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # read by the workers' prometheus_client at import
-        # the workers log as a single API process does (uvicorn configures logging in each worker)
-        log_config = copy.deepcopy(LOGGING_CONFIG)
-        log_config["formatters"]["service"] = {"format": LOG_FORMAT}
-        log_config["handlers"]["service"] = {"formatter": "service", "class": "logging.StreamHandler", "stream": "ext://sys.stderr"}
-        log_config["root"] = {"handlers": ["service"], "level": logging.getLevelName(logging.getLogger().level)}
-        config = uvicorn.Config("nmt_serve.service.app:create_app", factory=True, host=settings.host, port=settings.port,
-                                workers=settings.workers, log_level="info", log_config=log_config,
-                                timeout_graceful_shutdown=settings.graceful_shutdown_s or None)
-        Workers(config, sockets=[config.bind_socket()]).run()
-    finally:
-        supervisor.stop(settings.graceful_shutdown_s)
-        shutil.rmtree(metrics_dir, ignore_errors=True)
-    if failed["code"] is not None:
-        print("error: model loading failed; see the engine's log above", file=sys.stderr)
         return 1
     return 0
 

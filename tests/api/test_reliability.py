@@ -2,9 +2,12 @@
 overload, soak, graceful shutdown and start-up faults. Loopback only, every loop bounded."""
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -18,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, free_port, post_json, running_server, wait_until_ready
+from conftest import ROOT, free_port, post_json, processes, running_server, wait_until_ready
 from fastapi.testclient import TestClient
 
 from nmt_serve.service.app import create_app
@@ -387,48 +390,217 @@ def test_graceful_shutdown_finishes_in_flight_requests(models_dir):
             proc.kill()
 
 
-def test_with_several_workers_a_drain_refuses_new_connections_and_finishes_what_runs(models_dir):
-    """SIGTERM to the parent of two API workers while a request is in flight (its body half sent, so it
-    stays in flight for as long as the test wants): a new connection is refused, or answered, never left
-    hanging; the request in flight is then answered and everything exits cleanly."""
+def metric(scraped: str, name: str) -> float | None:
+    """The value of the sample `name` (with its labels, as Prometheus writes them) in a scrape."""
+    for line in scraped.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def scrape(base: str) -> str:
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
+        return r.read().decode()
+
+
+def start_workers(models_dir: Path, log_path: Path, *args: str, workers: int = 2) -> tuple[subprocess.Popen, int]:
+    """`--workers N` as a real process, its output in log_path; returns once every worker is ready. Each
+    logs `ready` (in the service's format) when it is: one worker's readiness says nothing of the
+    others, which take connections from the engine's first status on and answer 503 until their
+    models are in."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu",
-         "--workers", "2", "--graceful-shutdown-s", "60"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(models_dir), "--device", "cpu",
+             "--workers", str(workers), *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )
+    ready = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ INFO service: ready: de-en, en-de$", re.M)
+    deadline = time.time() + 180
+    while len(ready.findall(log_path.read_text())) < workers:
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"the workers did not all become ready: {log_path.read_text()[-3000:]}")
+        time.sleep(0.1)
+    return proc, port
+
+
+def test_with_several_workers_a_drain_is_the_drain_of_one_api_process(models_dir, tmp_path):
+    """SIGTERM to the parent of two API workers while one request waits on the engine (stopped with
+    SIGSTOP before it was sent, so that it stays in flight for as long as the test wants) and another's
+    body is half sent. As with one API process: every connection made after the SIGTERM is answered
+    or refused, none accepted and left hanging; the listening socket closes in every process (the
+    parent's copy too) while the request in flight is held, so the workers drain together, not one
+    after another; the half-sent request, complete only once the socket is closed, gets 503 as a new
+    request would (its worker's readiness went down at the SIGTERM); the request in flight gets 200
+    once the engine runs again; the parent exits 0 once the workers and then the engine have stopped;
+    each worker logs as one API process does."""
+    log_path = tmp_path / "server.log"
+    proc, port = start_workers(models_dir, log_path, "--graceful-shutdown-s", "300", "--request-timeout-s", "600",
+                               "--engine-heartbeat-timeout-s", "600")
     base = f"http://127.0.0.1:{port}"
+    children: list[int] = []
+    engine = None
+    pool = ThreadPoolExecutor(1)
     try:
-        wait_until_ready(base, 120, alive=lambda: proc.poll() is None)
+        children = processes(parent=proc.pid)
+        [engine] = processes(b"nmt_serve.engine.process", parent=proc.pid)
+        os.kill(engine, signal.SIGSTOP)  # the API still takes it for ready: no status is overdue before 600 s
         body = json.dumps({"text": "Hallo", "max_length": 5}).encode()
-        in_flight = socket.create_connection(("127.0.0.1", port), timeout=60)
-        in_flight.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        half_sent = socket.create_connection(("127.0.0.1", port), timeout=60)
+        half_sent.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                           b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
-        time.sleep(0.5)  # the worker has the request (nothing to wait on: a slower worker only shortens the test)
+        running = pool.submit(post_json, base + "/v1/translate", {"text": "Hallo", "max_length": 5}, None, 600)
+        deadline = time.time() + 120
+        # the half-sent request (its app runs once its headers are in), the one running and this scrape,
+        # whichever workers hold them
+        while (metric(scrape(base), "nmt_requests_in_flight") or 0) < 3:
+            assert not running.done(), f"the request ended with the engine stopped: {running.result()}"
+            assert time.time() < deadline, "the requests never reached the workers"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         deadline = time.time() + 60
         while True:  # until the listening socket is closed everywhere; each connection on the way must be answered
             assert time.time() < deadline, "connections were still accepted a minute after SIGTERM"
             try:
-                probe = socket.create_connection(("127.0.0.1", port), timeout=10)
+                probe = socket.create_connection(("127.0.0.1", port), timeout=30)
             except ConnectionRefusedError:
                 break
             with probe:
-                probe.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                probe.sendall(b"GET /health/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 try:
                     probe.recv(1)  # a status line, or the connection closed
                 except TimeoutError:
                     pytest.fail("a connection made during the drain was accepted and never answered")
                 except ConnectionResetError:
                     pass
-            time.sleep(0.2)
-        in_flight.sendall(body[5:])
-        answer = in_flight.recv(65536).decode()
-        assert answer.startswith("HTTP/1.1 200"), answer[:200]
-        assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
+            time.sleep(0.05)
+        assert not running.done(), "the drain did not wait for the request in flight"
+        half_sent.sendall(body[5:])
+        answer = b""
+        try:
+            while chunk := half_sent.recv(65536):  # the answer, then the close (the server is going away)
+                answer += chunk
+        except TimeoutError:
+            pytest.fail("a request completed after the drain began was taken in (it waits on the stopped engine), not refused")
+        answer = answer.decode()
+        assert answer.startswith("HTTP/1.1 503"), answer[:300]
+        assert '"type":"not_ready"' in answer.replace(" ", ""), answer[:300]
+        os.kill(engine, signal.SIGCONT)
+        status, _, translated = running.result(timeout=600)
+        assert status == 200 and len(translated["translations"]) == 1, translated
+        assert proc.wait(timeout=300) == 0
+        logged = log_path.read_text()
+        # each worker logs as one API process does: its own lines in the service's format
+        assert len(re.findall(r"^\d{4}-\d\d-\d\d [\d:,]+ INFO service: ready: de-en, en-de$", logged, re.M)) == 2, logged[-3000:]
     finally:
-        if proc.poll() is None:
+        if engine is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(engine, signal.SIGCONT)
+        if proc.poll() is None:  # failed half way: the parent and what it started go
             proc.kill()
+            proc.wait()
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        pool.shutdown()  # after the kill: the request it runs, if any, has failed
+
+
+def test_with_several_workers_a_killed_parent_takes_its_processes_along(models_dir, tmp_path):
+    """SIGKILL of the parent of two API workers (the OOM killer): its workers and its engine exit too,
+    so that none keeps the port (a new server could not bind it) or answers 503 for want of an engine."""
+    proc, port = start_workers(models_dir, tmp_path / "server.log")
+    children = processes(parent=proc.pid)
+    assert len(children) >= 3  # the engine and the two workers
+
+    def running(pid: int) -> bool:
+        try:  # an exited child of a dead parent may stay a zombie until its new parent reaps it
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    try:
+        proc.kill()
+        proc.wait()
+        deadline = time.time() + 120
+        while left := [pid for pid in children if running(pid)]:
+            assert time.time() < deadline, f"still running two minutes after their parent was killed: {left}"
+            time.sleep(0.1)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=30).close()
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def accepted_by(conn: socket.socket, pids: list[int], timeout: float = 120) -> int:
+    """Which of `pids` accepted the connection `conn`: the one holding its server end (found through
+    Linux's /proc: the socket whose remote port is conn's local port, among the processes' files)."""
+    client, server = conn.getsockname()[1], conn.getpeername()[1]
+    deadline = time.time() + timeout
+    while time.time() < deadline:  # it waits in the listening socket's queue until a worker accepts it
+        ends = set()
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == server and int(fields[2].rsplit(":", 1)[1], 16) == client:
+                ends.add(f"socket:[{fields[9]}]")
+        for pid in pids:
+            with contextlib.suppress(OSError):  # a process or descriptor gone meanwhile
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    with contextlib.suppress(OSError):
+                        if os.readlink(f"/proc/{pid}/fd/{fd}") in ends:
+                            return pid
+        time.sleep(0.05)
+    raise AssertionError(f"none of {pids} accepted the connection from port {client}")
+
+
+def test_several_workers_serve_one_set_of_metrics(models_dir, tmp_path):
+    """/metrics of `--workers 2`, whichever worker answers: the requests of both workers summed, never
+    going back from one scrape to the next, and the engine's families once."""
+    proc, port = start_workers(models_dir, tmp_path / "server.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        # requests on connections each worker is known to hold, so that both count some whatever the
+        # kernel's choice of acceptor (one worker may well take every connection for a while)
+        children = processes(parent=proc.pid)
+        taken: dict[int, int] = {}
+        requests = 0
+        deadline = time.time() + 120
+        while len(taken) < 2 or min(taken.values()) < 3:
+            assert time.time() < deadline, f"connections reached only {taken} (pid: requests)"
+            with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+                worker = accepted_by(conn, children)
+                if taken.get(worker, 0) >= 3:
+                    continue
+                client = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                client.sock = conn  # this very connection, not a new one
+                client.request("POST", "/v1/translate", json.dumps({"text": "Hallo", "max_length": 5}),
+                               {"Content-Type": "application/json", "Connection": "close"})
+                assert client.getresponse().status == 200
+            taken[worker] = taken.get(worker, 0) + 1
+            requests += 1
+        translated = 'nmt_requests_total{endpoint="/v1/translate",status="200"}'
+        scraped = 'nmt_requests_total{endpoint="/metrics",status="200"}'
+        last = {translated: 0.0, scraped: 0.0}
+        done = 0
+        deadline = time.time() + 60
+        while done < 12:  # a request is counted once its response is sent: the last ones may come a little later
+            assert time.time() < deadline, f"the requests were not all counted: {last}"
+            text = scrape(base)
+            values = {name: metric(text, name) or 0.0 for name in last}
+            assert all(values[name] >= last[name] for name in last), f"a counter went back: {last} -> {values}"
+            assert values[translated] <= requests
+            last = values
+            done += values[translated] == requests
+            # one sample each: the engine's families from the worker that answers, the workers' gauges
+            # combined (in flight summed over the live workers, a model's load time the largest), no pid labels
+            for sample in ("nmt_engine_up", "nmt_engine_restarts_total", "nmt_queue_depth", 'nmt_sentences_total{model="de-en"}',
+                           "nmt_requests_in_flight", 'nmt_model_load_seconds{model="de-en"}'):
+                assert len(re.findall(f"^{re.escape(sample)} ", text, re.M)) == 1, (sample, text)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=120)
 
 
 def test_several_workers_metrics_are_summed_over_the_workers(tmp_path):

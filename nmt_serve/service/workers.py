@@ -1,0 +1,151 @@
+"""Several API worker processes in front of one engine process (`--workers N`, N > 1).
+
+The parent (serve_workers) runs the engine's supervisor, binds the listening socket and starts the
+workers, each a uvicorn server on that socket set up as a single API process is (run_worker: the same
+`serve`, its draining flag set at SIGTERM, its logging). They get their settings from the parent,
+connect to the parent's engine, and write their metrics where any of them sums them for a scrape
+(prometheus_client's multiprocess mode, in a private directory removed at exit).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from nmt_serve.service.settings import Settings
+
+log = logging.getLogger("service")
+QUICK_DEATH_S = 10.0  # a worker that exits this soon after it started ...
+RESTART_PAUSE_S = 1.0  # ... is replaced after this pause
+PARENT_CHECK_S = 0.5  # how often a worker checks that its parent lives
+
+
+def run_worker(settings: Settings, sock: socket.socket, metrics_dir: str, log_level: int) -> None:
+    """An API worker process (spawned by serve_workers), set up as a single API process is."""
+    # prometheus_client picks where values live (memory or files) when it is first imported
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    from nmt_serve.service.__main__ import LOG_FORMAT, serve
+
+    logging.basicConfig(level=log_level, format=LOG_FORMAT)
+    threading.Thread(target=exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+    try:
+        sys.exit(serve(settings, [sock]))
+    except KeyboardInterrupt:  # uvicorn raises the SIGINT it drained for again, once it is done
+        pass
+
+
+def exit_with_parent(parent: int) -> None:
+    """A worker whose parent died (SIGKILL, the OOM killer) drains and exits, as at its parent's SIGTERM:
+    left running, it would keep the port, and answer 503 for want of the engine, which exits too."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    log.error("the parent process (pid %d) is gone; stopping", parent)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def serve_workers(settings: Settings) -> int:
+    """Several API processes in front of one engine process run from here. The workers are uvicorn
+    servers on the socket bound here, each as a single API process is (its draining flag set at
+    SIGTERM, its logging), with these settings and this engine's sockets; they write their metrics
+    where any of them sums them for a scrape (prometheus_client's multiprocess mode, in a private
+    directory removed at exit).
+
+    Not uvicorn's own worker supervisor: at SIGTERM or SIGINT the listening socket must close here at
+    once (a copy left open here keeps taking connections that nobody accepts: they hang instead of
+    being refused), and every worker gets SIGTERM at once, so that all of them turn readiness 503,
+    stop accepting and finish what they hold together; the engine stops after the last of them."""
+    import multiprocessing
+    import shutil
+    import tempfile
+    from multiprocessing.connection import wait
+
+    import uvicorn
+    from prometheus_client import multiprocess
+    from uvicorn.config import STARTUP_FAILURE
+
+    from nmt_serve.engine.process import LOAD_FAILED
+    from nmt_serve.engine.supervisor import EngineSupervisor
+
+    # the signal handlers only wake the loop below (a pipe it waits on beside the workers), which does
+    # the work: a handler that ran while a worker was being replaced would miss the new one
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    stop = threading.Event()
+    failure: list[str] = []
+
+    def request_stop(*_) -> None:
+        stop.set()
+        try:
+            os.write(wake_write, b"\0")
+        except BlockingIOError:  # the pipe is full of wake-ups already
+            pass
+
+    def on_engine_exit(code: int) -> None:  # on the supervisor's thread
+        if code == LOAD_FAILED:  # no models: stop the whole server
+            failure.append("model loading failed; see the engine's log above")
+            request_stop()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    supervisor = EngineSupervisor(settings.engine_config(), on_exit=on_engine_exit)
+    supervisor.start()
+    metrics_dir = tempfile.mkdtemp(prefix="nmt-metrics-")
+    workers: list[multiprocessing.process.BaseProcess] = []
+    try:
+        worker_settings = settings.model_copy(update={"engine_socket_dir": supervisor.socket_dir})
+        # bound as uvicorn binds it for its own workers (and logged as a single API process logs it)
+        sock = uvicorn.Config("", host=settings.host, port=settings.port, workers=settings.workers, log_level="info").bind_socket()
+        spawn = multiprocessing.get_context("spawn")
+        level = logging.getLogger().level
+
+        started_at: dict[int, float] = {}
+
+        def start_worker() -> multiprocessing.process.BaseProcess:
+            worker = spawn.Process(target=run_worker, args=(worker_settings, sock, metrics_dir, level), name="nmt-serve-worker")
+            worker.start()
+            started_at[worker.pid] = time.monotonic()
+            return worker
+
+        for _ in range(settings.workers):
+            workers.append(start_worker())
+        log.info("API workers started (pids %s)", ", ".join(str(w.pid) for w in workers))
+        while not stop.is_set():
+            wait([wake_read] + [w.sentinel for w in workers])
+            for i, worker in enumerate(workers):
+                if worker.exitcode is None or stop.is_set():
+                    continue
+                multiprocess.mark_process_dead(worker.pid, metrics_dir)  # its requests in flight went with it
+                if worker.exitcode == STARTUP_FAILURE:  # the app or the socket is broken: another would fail alike
+                    failure.append(f"an API worker (pid {worker.pid}) failed to start")
+                    stop.set()
+                    break
+                log.error("API worker (pid %d) exited with code %s; starting another", worker.pid, worker.exitcode)
+                if time.monotonic() - started_at.pop(worker.pid) < QUICK_DEATH_S:
+                    wait([wake_read], RESTART_PAUSE_S)  # one that dies as it starts is not restarted in a tight loop
+                    if stop.is_set():
+                        break
+                workers[i] = start_worker()
+        sock.close()
+        for worker in workers:
+            if worker.exitcode is None:
+                worker.terminate()  # SIGTERM: it drains as a single API process does
+        for worker in workers:
+            worker.join()
+        log.info("API workers stopped")
+    finally:
+        for worker in workers:  # left by an error above: none keeps serving, or holding the socket
+            if worker.exitcode is None:
+                worker.terminate()
+                worker.join()
+        supervisor.stop(settings.graceful_shutdown_s)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        os.close(wake_read)
+        os.close(wake_write)
+    if failure:
+        print(f"error: {failure[0]}", file=sys.stderr)
+        return 1
+    return 0
