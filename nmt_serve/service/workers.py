@@ -28,7 +28,7 @@ def run_worker(settings: Settings, sock: socket.socket, metrics_dir: str, log_le
     """An API worker process (spawned by serve_workers), set up as a single API process is."""
     # prometheus_client picks where values live (memory or files) when it is first imported
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    from nmt_serve.service.__main__ import LOG_FORMAT, serve
+    from nmt_serve.service.server import LOG_FORMAT, serve
 
     logging.basicConfig(level=log_level, format=LOG_FORMAT)
     threading.Thread(target=exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
