@@ -22,10 +22,10 @@ from nmt_serve.service.deadlines import request_timeout, with_deadline
 from nmt_serve.service.directions import ServedDirection
 from nmt_serve.service.errors import APIError, bad_request
 from nmt_serve.service.state import ServiceState
+from nmt_serve.text import protected_spans
 from nmt_serve.text.entities import unescape_output
 from nmt_serve.text.glossary import GlossaryEntry, Terminology
 from nmt_serve.text.glossary import check as check_glossary
-from nmt_serve.text import protected_spans
 from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
 from nmt_serve.text.language_detection import UNDETERMINED, Detection, language_name
 from nmt_serve.text.quality_flags import SentenceFlags, flags_for, needs_attention_check
