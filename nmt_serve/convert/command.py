@@ -4,12 +4,18 @@
     nmt-convert opus-mt-en-ROMANCE/ checkpoints/opus-en-romance --source-lang en            # marian, >>fr<< ...
     nmt-convert nllb-200-distilled-600M/ checkpoints/nllb-600m --dtype float16          # m2m_100
     nmt-convert mbart-large-50-many-to-many-mmt/ checkpoints/mbart-50                   # mbart
+    nmt-convert mbart-large-50-one-to-many-mmt/ checkpoints/mbart-50-en --source-lang en_XX
 
 The family is read from config.json's `model_type`: marian (OPUS-MT; the pair is in the model's
 name, so name it; one with `>>xx<<` target tokens serves each target they name, the token put
 first in the source), m2m_100 (M2M100 and NLLB-200) and mbart (mBART-50). Many-to-many models serve
 every ordered pair of their language codes (`deu_Latn`, `__de__`, `de_DE`): the source starts with
-its language's code and the translation is forced to start with the target's.
+its language's code and the translation is forced to start with the target's. A model trained on some
+of those pairs only (mBART-50's one-to-many and many-to-one) is served on those: name its sources
+(`--source-lang en_XX`) or its targets (`--target-lang en_XX`), comma-separated.
+
+The converted model is loaded back and translates one sentence before the command succeeds: a
+conversion that exits 0 is one the service can serve.
 """
 from __future__ import annotations
 
@@ -26,7 +32,8 @@ from nmt_serve.convert.fairseq_vocab import (
     language_tokens,
     m2m100_vocab,
 )
-from nmt_serve.convert.huggingface import UnsupportedModel, read_config, read_directory
+from nmt_serve.convert.huggingface import UnsupportedModel, read_config, read_directory, read_json
+from nmt_serve.convert.load_check import checked
 from nmt_serve.convert.m2m_100 import m2m_100_to_model
 from nmt_serve.convert.marian import import_marian
 from nmt_serve.convert.mbart import mbart_to_model
@@ -36,6 +43,7 @@ from nmt_serve.network.checkpoint import (
     read_info,
     save_checkpoint,
 )
+from nmt_serve.text.language_codes import iso_aliases
 
 FAMILIES = ("marian", "m2m_100", "mbart")
 DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -57,11 +65,8 @@ def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None 
     if family == "marian":
         if not source_lang:
             raise UnsupportedModel("a MarianMT (OPUS-MT) model serves the pair in its name: give --source-lang and --target-lang")
-        return import_marian(hf_dir, out_dir, source_lang, target_lang, dtype=DTYPES[dtype])
-    if source_lang or target_lang:
-        raise UnsupportedModel(f"a {family} model serves every pair of its languages: leave out --source-lang/--target-lang")
-    if not (hf_dir / SPM).is_file():
-        raise FileNotFoundError(f"{hf_dir}: missing {SPM}")
+        return checked(out_dir, lambda: import_marian(hf_dir, out_dir, source_lang, target_lang, dtype=DTYPES[dtype]))
+    check_fairseq_tokenizer(hf_dir, family)
     hf_config, hf_state = read_directory(hf_dir)
     if family == "m2m_100" and (hf_dir / VOCAB).is_file():  # M2M100: its own vocab.json, __xx__ tokens
         codes = language_tokens(hf_dir, "m2m100")
@@ -71,15 +76,70 @@ def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None 
         vocab = fairseq_vocab(hf_dir / SPM, codes)
     if max(vocab.values()) >= hf_config["vocab_size"]:
         raise ValueError(f"the tokenizer has ids up to {max(vocab.values())}, past the model's vocab_size {hf_config['vocab_size']}")
+    languages = {language_of(c): c for c in codes}
+    directions = served_pairs(hf_dir, hf_config, list(languages), source_lang, target_lang)
     to_model = m2m_100_to_model if family == "m2m_100" else mbart_to_model
     model = to_model(hf_config, hf_state, unk_id=vocab["<unk>"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / VOCAB).write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    info = CheckpointInfo(
-        model.config, "mul", "mul", SPM, SPM, {"imported_from": family, "source_dir": str(hf_dir)},
-        src_vocab=VOCAB, tgt_vocab=VOCAB, language_codes={language_of(c): c for c in codes},
-    )
-    return save_checkpoint(out_dir, model, info, {SPM: hf_dir / SPM}, dtype=DTYPES[dtype])
+
+    def save() -> Path:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / VOCAB).write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        info = CheckpointInfo(
+            model.config, "mul", "mul", SPM, SPM, {"imported_from": family, "source_dir": str(hf_dir)},
+            src_vocab=VOCAB, tgt_vocab=VOCAB, language_codes=languages, directions=directions,
+        )
+        return save_checkpoint(out_dir, model, info, {SPM: hf_dir / SPM}, dtype=DTYPES[dtype])
+
+    return checked(out_dir, save)
+
+
+MBART_25 = ("MBartTokenizer", "MBartTokenizerFast")
+
+
+def check_fairseq_tokenizer(hf_dir: Path, family: str) -> None:
+    """Refuse a directory whose tokenizer the conversion cannot reproduce, saying what to do."""
+    saved = read_json(hf_dir / "tokenizer_config.json") if (hf_dir / "tokenizer_config.json").is_file() else {}
+    tokenizer_class = read_config(hf_dir).get("tokenizer_class") or saved.get("tokenizer_class")
+    if family == "mbart" and (tokenizer_class in MBART_25 or (hf_dir / "sentence.bpe.model").is_file() and not (hf_dir / SPM).is_file()):
+        # mBART-25 (mbart-large-cc25, mbart-large-en-ro) puts the source's code after </s> and starts the
+        # decoder with the target's code: another layout than mBART-50's, which the conversion makes
+        raise UnsupportedModel(f"{hf_dir} is an mBART-25 model (tokenizer {tokenizer_class or 'sentence.bpe.model'}: the language "
+                               "code after </s>, the decoder started by the target's code); only mBART-50's layout "
+                               "(MBart50Tokenizer) is supported")
+    if not (hf_dir / SPM).is_file():
+        hint = (" (transformers 5 saves only tokenizer.json: copy sentencepiece.bpe.model from the model this one was "
+                "fine-tuned from)") if (hf_dir / "tokenizer.json").is_file() else ""
+        raise FileNotFoundError(f"{hf_dir}: missing {SPM}{hint}")
+
+
+ONE_SIDED = {"one-to-many": "--source-lang", "many-to-one": "--target-lang"}
+
+
+def served_pairs(hf_dir: Path, hf_config: dict, languages: list[str], source_lang: str | None,
+                 target_lang: str | None) -> list[str] | None:
+    """The directions a model with language codes serves: None for every pair of them, else those from the
+    sources or into the targets named (each a code or its ISO 639-1 name)."""
+    if not source_lang and not target_lang:
+        name = f"{hf_dir.resolve().name} {hf_config.get('_name_or_path', '')}"
+        if flag := next((flag for kind, flag in ONE_SIDED.items() if kind in name), None):
+            raise UnsupportedModel(f"{hf_dir} looks like a {next(k for k in ONE_SIDED if k in name)} model, trained on some pairs of "
+                                   f"its languages only: name them with {flag} (for example {flag} en_XX)")
+        return None
+    aliases = iso_aliases(languages)
+
+    def named(flag: str, given: str | None) -> list[str]:
+        if not given:
+            return languages
+        chosen = [aliases.get(x.strip(), x.strip()) for x in given.split(",") if x.strip()]
+        if unknown := [x for x in chosen if x not in languages]:
+            raise UnsupportedModel(f"{flag} {','.join(unknown)}: not among this model's {len(languages)} language codes "
+                                   f"({', '.join(languages[:8])}{', ...' if len(languages) > 8 else ''})")
+        return chosen
+
+    pairs = [f"{s}-{t}" for s in named("--source-lang", source_lang) for t in named("--target-lang", target_lang) if s != t]
+    if not pairs:
+        raise UnsupportedModel("--source-lang and --target-lang leave no pair of two different languages")
+    return pairs
 
 
 def check_output(hf_dir: Path, out_dir: Path) -> None:
@@ -101,9 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nmt-convert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("hf_dir", help="a Hugging Face model directory (config.json, weights, tokenizer files)")
     parser.add_argument("out_dir", help="where to write our checkpoint")
-    parser.add_argument("--source-lang", help="a MarianMT model's source language")
-    parser.add_argument("--target-lang", help="a MarianMT model's target language; a multi-target one's (>>xx<< tokens): "
-                                              "those to serve, comma-separated (default: all)")
+    parser.add_argument("--source-lang", help="a MarianMT model's source language; a model with language codes: the sources "
+                                              "it serves, comma-separated (default: all)")
+    parser.add_argument("--target-lang", help="a MarianMT model's target language; a multi-target one's (>>xx<< tokens) or a "
+                                              "model with language codes: the targets it serves, comma-separated (default: all)")
     parser.add_argument("--dtype", default="float32", help="weights as stored: float32 (default), float16 or bfloat16")
     args = parser.parse_args(argv)
     # OSError: a missing directory or file; ValueError/KeyError: a model the conversion cannot express

@@ -8,16 +8,16 @@ a converted model needs neither transformers nor `tokenizer.json` at run time.
   tokens `__de__` in order (vocabulary size + k).
 
 The language codes come from the model's own `tokenizer_config.json` or `special_tokens_map.json`
-(`additional_special_tokens`), else from the family's standard list as transformers has it.
+(`additional_special_tokens`; `extra_special_tokens` where transformers 5 saved it), else from the
+family's standard list as transformers has it.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import sentencepiece as spm
 
-from nmt_serve.convert.huggingface import reading
+from nmt_serve.convert.huggingface import read_json, reading
 
 FAIRSEQ_SPECIALS = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
 STANDARD_LISTS = {  # family -> where transformers keeps its list (read at conversion time only)
@@ -32,7 +32,10 @@ def language_tokens(hf_dir: Path, family: str) -> list[str]:
     for name in ("tokenizer_config.json", "special_tokens_map.json"):
         path = hf_dir / name
         if path.is_file():
-            tokens = json.loads(path.read_text(encoding="utf-8")).get("additional_special_tokens") or []
+            saved = read_json(path)
+            tokens = saved.get("additional_special_tokens") or saved.get("extra_special_tokens") or []
+            if isinstance(tokens, dict):  # transformers 5 may name them: {"name": token}
+                tokens = list(tokens.values())
             tokens = [t["content"] if isinstance(t, dict) else t for t in tokens]
             if tokens:
                 return tokens
@@ -66,7 +69,7 @@ def fairseq_vocab(spm_file: Path, codes: list[str]) -> dict[str, int]:
 
 def m2m100_vocab(vocab_file: Path, codes: list[str]) -> dict[str, int]:
     """M2M100 ids: vocab.json's, then the language tokens."""
-    vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
+    vocab = dict(read_json(vocab_file))
     size = len(vocab)
     for k, code in enumerate(codes):
         vocab[code] = size + k

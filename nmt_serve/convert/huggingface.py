@@ -55,14 +55,30 @@ def reading(path: Path) -> Iterator[None]:
         raise UnreadableFile(f"{path}: cannot be read ({str(exc).strip() or type(exc).__name__})") from None
 
 
-def read_config(hf_dir: Path) -> dict:
-    """config.json of a Hugging Face model directory, which must be a JSON object."""
-    path = Path(hf_dir) / "config.json"
+class ConfigFile(dict):
+    """A JSON object read from a file: a key it lacks is an error naming the file and the key, where a
+    bare KeyError would say only the key's name."""
+
+    def __init__(self, path: Path, values: dict):
+        super().__init__(values)
+        self.path = path
+
+    def __missing__(self, key):
+        raise UnreadableFile(f"{self.path}: no {key!r}, which this model's conversion needs")
+
+
+def read_json(path: Path) -> ConfigFile:
+    """A JSON object file of a model directory (config.json, tokenizer_config.json, vocab.json)."""
     with reading(path):
-        config = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(config, dict):
+        values = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(values, dict):
         raise UnreadableFile(f"{path}: not a JSON object")
-    return config
+    return ConfigFile(path, values)
+
+
+def read_config(hf_dir: Path) -> ConfigFile:
+    """config.json of a Hugging Face model directory."""
+    return read_json(Path(hf_dir) / "config.json")
 
 
 def read_directory(hf_dir: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -78,8 +94,9 @@ def read_directory(hf_dir: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
             return config, read_weights(hf_dir / name)
         index = hf_dir / f"{name}.index.json"
         if index.is_file():  # large models (NLLB-200 3.3B) come in shards that an index names
-            with reading(index):
-                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            weight_map = read_json(index)["weight_map"]
+            if not isinstance(weight_map, dict):
+                raise UnreadableFile(f"{index}: weight_map is not an object of tensor name -> shard")
             state = {}
             for shard in sorted(set(weight_map.values())):
                 if not (hf_dir / shard).is_file():
@@ -126,6 +143,14 @@ def embedding_tables(hf_state: dict[str, torch.Tensor], family: str):
     if enc is None or dec is None:
         raise KeyError(f"{family} weights lack the token embeddings")
     return enc, dec, hf_state.get("lm_head.weight", dec)
+
+
+def activation_of(hf: dict, default: str) -> str:
+    """Our name of the model's activation function, or UnsupportedModel naming it."""
+    activation = hf.get("activation_function", default)
+    if activation not in ACTIVATION_FROM_HF:
+        raise UnsupportedModel(f"activation {activation!r} is not supported ({', '.join(ACTIVATION_FROM_HF)} are)")
+    return ACTIVATION_FROM_HF[activation]
 
 
 def check_symmetric(hf: dict) -> None:
@@ -177,20 +202,17 @@ def fairseq_config(hf: dict, hf_state: dict[str, torch.Tensor], family: str, unk
     """ModelConfig of a pre-norm model of the fairseq families (M2M100 / NLLB-200, mBART): what they share,
     checked; `layout` is what sets each family apart (positions, embedding norm, logits bias)."""
     check_symmetric(hf)
-    activation = hf.get("activation_function", activation)
-    if activation not in ACTIVATION_FROM_HF:
-        raise UnsupportedModel(f"activation {activation!r} is not supported")
     shared, tied = sharing(hf_state, family)
     if not tied:
         raise UnsupportedModel(f"a {family} output layer not tied to the target embedding is not supported")
-    start = hf.get("decoder_start_token_id")
+    start, bos = hf.get("decoder_start_token_id"), hf.get("bos_token_id")
     return ModelConfig(
         src_vocab_size=hf["vocab_size"], tgt_vocab_size=hf["vocab_size"],
         d_model=hf["d_model"], n_heads=hf["encoder_attention_heads"], d_ff=hf["encoder_ffn_dim"],
         n_encoder_layers=hf["encoder_layers"], n_decoder_layers=hf["decoder_layers"],
         dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
-        activation=ACTIVATION_FROM_HF[activation], norm_placement="pre", max_positions=hf["max_position_embeddings"],
+        activation=activation_of(hf, activation), norm_placement="pre", max_positions=hf["max_position_embeddings"],
         scale_embeddings=bool(hf.get("scale_embedding", scale_embeddings)), share_embeddings=shared, tie_output=True,
-        pad_id=hf["pad_token_id"], unk_id=unk_id, bos_id=hf.get("bos_token_id", 0), eos_id=hf["eos_token_id"],
+        pad_id=hf["pad_token_id"], unk_id=unk_id, bos_id=bos if bos is not None else 0, eos_id=hf["eos_token_id"],
         decoder_start_id=start if start is not None else hf["eos_token_id"], append_eos_to_source=True, **layout,
     )

@@ -23,17 +23,19 @@ from safetensors.torch import save_file
 
 from nmt_serve.cli.common import user_errors
 from nmt_serve.convert.huggingface import (
-    ACTIVATION_FROM_HF,
     UnsupportedModel,
+    activation_of,
     build,
     check_symmetric,
     embedding_tables,
     layer_name_pairs,
     read_directory,
+    read_json,
     reading,
     sharing,
     stack_weights,
 )
+from nmt_serve.convert.load_check import checked
 from nmt_serve.network.checkpoint import (
     CheckpointError,
     CheckpointInfo,
@@ -57,7 +59,7 @@ def config_from_marian(hf: dict, unk_id: int, hf_state: dict[str, torch.Tensor])
         d_model=hf["d_model"], n_heads=hf["encoder_attention_heads"], d_ff=hf["encoder_ffn_dim"],
         n_encoder_layers=hf["encoder_layers"], n_decoder_layers=hf["decoder_layers"],
         dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
-        activation=ACTIVATION_FROM_HF[hf.get("activation_function", "gelu")],
+        activation=activation_of(hf, "gelu"),
         norm_placement="post", positional_layout="halves", max_positions=hf["max_position_embeddings"],
         scale_embeddings=bool(hf.get("scale_embedding", False)), share_embeddings=shared,
         tie_output=tied, final_logits_bias=True,
@@ -159,7 +161,7 @@ def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str, tar
     for name in ("source.spm", "target.spm", "vocab.json"):
         if not (hf_dir / name).is_file():
             raise FileNotFoundError(f"{hf_dir}: missing {name}")
-    src_vocab = json.loads((hf_dir / "vocab.json").read_text(encoding="utf-8"))
+    src_vocab = dict(read_json(hf_dir / "vocab.json"))
     tokens = target_languages(src_vocab)
     targets = target_lang.split(",") if target_lang else sorted(tokens)
     if not tokens and not target_lang:
@@ -222,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     # OSError: a missing directory or file; ValueError/KeyError: a model the conversion cannot express
     with user_errors(parser, CheckpointError, OSError, ValueError, KeyError):
         if args.command == "import":
-            print(import_marian(args.hf_dir, args.out_dir, args.source_lang, args.target_lang))
+            out_dir = Path(args.out_dir)
+            print(checked(out_dir, lambda: import_marian(args.hf_dir, out_dir, args.source_lang, args.target_lang)))
         else:
             print(export_marian(args.our_dir, args.out_dir))
     return 0

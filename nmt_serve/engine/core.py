@@ -225,9 +225,10 @@ class EngineCore:
         """What the API learns of each model; the fixed part is made once (status goes out every 0.1 s)."""
         if self._model_info is None:
             self._model_info = {
-                # a many-to-many model's directions are every pair of its language codes: the codes go, not the pairs
+                # a many-to-many model's directions are every pair of its language codes: the codes go, not the
+                # pairs (unless it serves some of them only)
                 mid: dict(id=mid, source=t.source_lang, target=t.target_lang,
-                          directions=None if t.info.language_codes else t.directions,
+                          directions=t.info.directions if t.info.language_codes else t.directions,
                           target_tags=t.info.target_tags, language_codes=t.info.language_codes, test_bleu=t.test_bleu(), test_scores=t.info.test_scores(), quality_flags=t.info.flag_threshold_table(), parameters=t.num_parameters(), device=str(t.device),
                           dtype=str(t.dtype).removeprefix("torch."), attention=attention_backend(t.device), quantization=t.quantization, step_mode=t.step_mode,
                           n_decoder_layers=t.config.n_decoder_layers, n_encoder_layers=t.config.n_encoder_layers,

@@ -26,12 +26,15 @@ from nmt_serve.text.language_codes import iso_aliases
 
 class InputProcessor:
     def __init__(self, tokenizer: Tokenizer, *, target_lang: str, directions: list[str], target_tags: Mapping[str, str] | None,
-                 append_eos: bool = True, max_positions: int | None = None, language_codes: Mapping[str, str] | None = None):
+                 append_eos: bool = True, max_positions: int | None = None, language_codes: Mapping[str, str] | None = None,
+                 code_pairs: list[str] | None = None):
         """target_lang: a bilingual model's target ("mul" for a multilingual one); directions: "de-en", ...;
         target_tags: {language: its tag piece} of a multilingual model, None for a bilingual one;
-        language_codes: {language: its code's piece} of a fairseq-family model."""
+        language_codes: {language: its code's piece} of a fairseq-family model; code_pairs: the pairs of
+        its codes it serves ("en_XX-de_DE", ...) where it does not serve every pair."""
         self.tokenizer = tokenizer
         self.codes: dict[str, int] = tokenizer.symbol_ids(dict(language_codes)) if language_codes else {}
+        self.code_pairs = set(code_pairs) if self.codes and code_pairs else None
         self.aliases = iso_aliases(self.codes)  # users may name a language by ISO 639-1 ("de" for "deu_Latn")
         self.target_lang = target_lang
         self.append_eos = append_eos
@@ -65,7 +68,11 @@ class InputProcessor:
         (target_lang, if given, must be its own)."""
         if self.codes:
             self._code(target_lang, "target")
-            return [self._code(source_lang, "source")]
+            source = self._code(source_lang, "source")
+            if self.code_pairs is not None and (pair := f"{self.code_of(source_lang)}-{self.code_of(target_lang)}") not in self.code_pairs:
+                raise ValueError(f"this model does not translate {pair}: it serves {', '.join(sorted(self.code_pairs)[:8])}"
+                                 f"{', ...' if len(self.code_pairs) > 8 else ''}")
+            return [source]
         if not self.tags:
             if target_lang not in (None, self.target_lang):
                 raise ValueError(f"this model translates into {self.target_lang!r}, not {target_lang!r}")

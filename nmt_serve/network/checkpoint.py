@@ -46,18 +46,24 @@ class CheckpointInfo:
     # piece put before the source (nmt_serve/training/multiway.py); source_lang and target_lang are then "mul"
     directions: list[str] | None = None
     target_tags: dict[str, str] | None = None
-    # a many-to-many model of the fairseq families (NLLB-200, M2M100, mBART-50): {language: its code's
-    # piece}; the source starts with the source language's code, the target with the target's (forced)
+    # a model of the fairseq families (NLLB-200, M2M100, mBART-50): {language: its code's piece}; the
+    # source starts with the source language's code, the target with the target's (forced). It serves
+    # every pair of them, or `directions` where those are given (mBART-50 one-to-many: en_XX-xx only)
     language_codes: dict[str, str] | None = None
 
     @property
     def multilingual(self) -> bool:
         return bool(self.directions) or bool(self.language_codes)
 
+    def symbols(self) -> list[str]:
+        """The pieces of this model's vocabulary that stand for no text: its language codes or target tags
+        (a model may write one mid-sentence) and the fairseq families' `<mask>`."""
+        return [*(self.language_codes or {}).values(), *(self.target_tags or {}).values(), "<mask>"]
+
     def served(self) -> list[str]:
         """The directions served: "de-en", ... (one for a bilingual model; every ordered pair of a
         model with language codes)."""
-        if self.language_codes:
+        if self.language_codes and not self.directions:
             return [f"{s}-{t}" for s in self.language_codes for t in self.language_codes if s != t]
         return list(self.directions or [f"{self.source_lang}-{self.target_lang}"])
 
@@ -196,7 +202,7 @@ def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32) -
         if vocab_name and not (directory / vocab_name).is_file():
             raise CheckpointError(f"{directory}: missing {side} vocabulary {vocab_name}")
         try:
-            tok = Tokenizer(path, directory / vocab_name if vocab_name else None)
+            tok = Tokenizer(path, directory / vocab_name if vocab_name else None, symbols=info.symbols())
         except (OSError, RuntimeError, ValueError) as e:
             raise CheckpointError(f"{directory}: cannot read {side} tokenizer {name} ({e})") from e
         try:

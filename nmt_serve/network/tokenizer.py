@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Iterable
 from pathlib import Path
 
 import sentencepiece as spm
@@ -20,7 +21,9 @@ class TokenizerMismatch(ValueError):
 
 
 class Tokenizer:
-    def __init__(self, model_file: str | Path, vocab_file: str | Path | None = None):
+    def __init__(self, model_file: str | Path, vocab_file: str | Path | None = None, symbols: Iterable[str] = ()):
+        """symbols: pieces that stand for no text (language codes, target tags, `<mask>`): decode() drops
+        them, as it drops pad, bos and eos."""
         self.model_file = Path(model_file)
         if not self.model_file.is_file():
             raise FileNotFoundError(f"sentencepiece model not found: {self.model_file}")
@@ -39,6 +42,8 @@ class Tokenizer:
             self.unk_id = self.sp.unk_id()
             self.bos_id = self.sp.bos_id()
             self.eos_id = self.sp.eos_id()
+        known = self.vocab if self.vocab is not None else {p: self.sp.piece_to_id(p) for p in symbols}
+        self.silent = {self.pad_id, self.bos_id, self.eos_id} | {known[p] for p in symbols if known.get(p, self.unk_id) != self.unk_id}
 
     @property
     def vocab_size(self) -> int:
@@ -85,9 +90,8 @@ class Tokenizer:
         return ids + [self.eos_id] if add_eos else ids
 
     def decode(self, ids: list[int]) -> str:
-        """Ids -> text; special ids (pad, bos, eos) are dropped."""
-        specials = {self.pad_id, self.bos_id, self.eos_id}
-        kept = [i for i in ids if i not in specials]
+        """Ids -> text; special ids (pad, bos, eos) and symbols are dropped."""
+        kept = [i for i in ids if i not in self.silent]
         if self.vocab is not None:
             return self.sp.decode_pieces(self.pieces(kept))
         return self.sp.decode(kept)

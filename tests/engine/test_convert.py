@@ -237,7 +237,8 @@ def test_nmt_convert_refuses_to_write_over_the_model_or_files_not_ours(nllb_dir,
 
 
 @pytest.mark.parametrize("name, damage", [("model.safetensors", b"\x00" * 64), ("sentencepiece.bpe.model", b"not a model"),
-                                          ("config.json", b"[]")], ids=["weights", "tokenizer", "config"])
+                                          ("config.json", b"[]"), ("tokenizer_config.json", b"{not json")],
+                         ids=["weights", "tokenizer", "config", "tokenizer-config"])
 def test_nmt_convert_names_a_damaged_file(nllb_dir, tmp_path, capsys, name, damage):
     import shutil
 
@@ -250,6 +251,146 @@ def test_nmt_convert_names_a_damaged_file(nllb_dir, tmp_path, capsys, name, dama
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("nmt-convert: error: ") and str(source / name) in err, err
+
+
+def _convert_fails(source, out, capsys, *flags) -> str:
+    """nmt-convert's one-line error for a directory it refuses."""
+    from nmt_serve.convert.command import main as convert_main
+
+    with pytest.raises(SystemExit) as exit_:
+        convert_main([str(source), str(out), *flags])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("nmt-convert: error: "), err
+    return err
+
+
+def _edit_json(path, **changes):
+    values = json.loads(path.read_text())
+    values.update(changes)
+    path.write_text(json.dumps({k: v for k, v in values.items() if v is not None}))
+
+
+@pytest.mark.parametrize("file, changes, needle", [
+    ("config.json", {"d_model": None}, "config.json: no 'd_model'"),
+    ("config.json", {"vocab_size": None}, "config.json: no 'vocab_size'"),
+    ("config.json", {"activation_function": "gelu_new"}, "activation 'gelu_new' is not supported"),
+], ids=["d_model", "vocab_size", "activation"])
+def test_nmt_convert_names_the_file_and_the_key_it_lacks(nllb_dir, tmp_path, capsys, file, changes, needle):
+    import shutil
+
+    source = shutil.copytree(nllb_dir, tmp_path / "hf")
+    _edit_json(source / file, **changes)
+    assert needle in _convert_fails(source, tmp_path / "out", capsys)
+    # a shard index without its map names the index
+    shutil.copytree(nllb_dir, tmp_path / "sharded")
+    (tmp_path / "sharded" / "model.safetensors").rename(tmp_path / "sharded" / "model-00001-of-00001.safetensors")
+    (tmp_path / "sharded" / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}}))
+    assert "model.safetensors.index.json: no 'weight_map'" in _convert_fails(tmp_path / "sharded", tmp_path / "out2", capsys)
+
+
+def test_a_model_bos_token_id_null_converts(nllb_dir, tmp_path):
+    """transformers writes `"bos_token_id": null` for some saved models: fairseq's <s> (0) stands."""
+    import shutil
+
+    from nmt_serve.convert.command import convert
+    from nmt_serve.inference.translator import Translator
+
+    source = shutil.copytree(nllb_dir, tmp_path / "hf")
+    values = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({**values, "bos_token_id": None}))
+    translator = Translator.load(convert(source, tmp_path / "out"), device="cpu")
+    assert translator.config.bos_id == 0
+
+
+def test_decoded_text_has_no_language_codes_or_mask(nllb_dir, tmp_path):
+    """A model may write a language code or <mask> mid-sentence: they stand for no text, as transformers'
+    decode(skip_special_tokens=True) has it."""
+    from nmt_serve.convert.command import convert
+    from nmt_serve.inference.translator import Translator
+
+    translator = Translator.load(convert(nllb_dir, tmp_path / "out"), device="cpu")
+    tokenizer, vocab = translator.tgt_tokenizer, translator.tgt_tokenizer.vocab
+    pieces = translator.inputs.tokenizer.encode("Ein Hund läuft.")
+    ids = [vocab["fra_Latn"], *pieces[:2], vocab["<mask>"], vocab["deu_Latn"], *pieces[2:], vocab["</s>"]]
+    assert tokenizer.decode(ids) == tokenizer.decode(pieces) and "Latn" not in tokenizer.decode(ids)
+    theirs = transformers.NllbTokenizer.from_pretrained(nllb_dir)
+    assert tokenizer.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
+
+
+def test_a_directory_transformers_5_saved(nllb_dir, tmp_path, capsys):
+    """transformers 5 writes the language codes as `extra_special_tokens` and saves tokenizer.json alone:
+    the codes are read there; the missing sentencepiece model is asked for by name, with where to get it."""
+    import shutil
+
+    from nmt_serve.convert.command import convert
+
+    source = shutil.copytree(nllb_dir, tmp_path / "hf")
+    (source / "tokenizer_config.json").write_text(json.dumps({"extra_special_tokens": LANGUAGES, "tokenizer_class": "NllbTokenizer"}))
+    assert convert(source, tmp_path / "out").is_dir()
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["language_codes"] == {c: c for c in LANGUAGES}
+    (source / "sentencepiece.bpe.model").unlink()
+    (source / "tokenizer.json").write_text("{}")
+    err = _convert_fails(source, tmp_path / "out2", capsys)
+    assert "missing sentencepiece.bpe.model" in err and "copy sentencepiece.bpe.model from the model" in err
+
+
+def test_an_mbart_25_model_is_refused_not_served_as_mbart_50(mbart50_dir, tmp_path, capsys):
+    """mBART-25 (mbart-large-en-ro) puts the code after </s> and starts the decoder with the target's code:
+    converted as mBART-50 it would translate nonsense, so it is refused, saying why."""
+    import shutil
+
+    source = shutil.copytree(mbart50_dir, tmp_path / "mbart-large-en-ro")
+    _edit_json(source / "config.json", tokenizer_class="MBartTokenizer")
+    assert "is an mBART-25 model" in _convert_fails(source, tmp_path / "out", capsys)
+    source = shutil.copytree(mbart50_dir, tmp_path / "cc25")  # no tokenizer_class: its sentencepiece file's name says it
+    (source / "sentencepiece.bpe.model").rename(source / "sentence.bpe.model")
+    assert "is an mBART-25 model" in _convert_fails(source, tmp_path / "out", capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_one_to_many_model_serves_its_pairs_only(mbart50_dir, tmp_path, capsys):
+    """mBART-50 one-to-many was trained from English only: converted without naming that it is refused
+    (its name says what it is); with --source-lang it serves en_XX -> each other language, nothing else,
+    in the Translator, in the engine's report and in the service's directions."""
+    import shutil
+
+    from nmt_serve.convert.command import main as convert_main
+    from nmt_serve.inference.translator import Translator
+    from nmt_serve.service.directions import served_directions
+
+    source = shutil.copytree(mbart50_dir, tmp_path / "mbart-large-50-one-to-many-mmt")
+    assert "--source-lang" in _convert_fails(source, tmp_path / "out", capsys)
+    assert "not among this model's 3 language codes" in _convert_fails(source, tmp_path / "out", capsys, "--source-lang", "xx_YY")
+    assert convert_main([str(source), str(tmp_path / "out"), "--source-lang", "en"]) == 0
+    translator = Translator.load(tmp_path / "out", device="cpu")
+    assert sorted(translator.directions) == ["en_XX-de_DE", "en_XX-fr_XX"]
+    assert translator.translate(["A dog."], source_lang="en", target_lang="de", beam_size=1, max_length=4)
+    with pytest.raises(ValueError, match="does not translate de_DE-fr_XX"):
+        translator.translate(["Ein Hund."], source_lang="de", target_lang="fr", beam_size=1, max_length=4)
+    info = {"id": "mbart", "source": "mul", "target": "mul", "directions": translator.info.directions,
+            "language_codes": translator.info.language_codes, "src_tokenizer": str(tmp_path / "out" / translator.info.src_tokenizer),
+            "src_vocab": str(tmp_path / "out" / translator.info.src_vocab)}
+    assert sorted(served_directions([info])) == ["en-de", "en-fr"]
+    # many-to-one: the targets named
+    assert convert_main([str(source), str(tmp_path / "m2o"), "--target-lang", "en_XX"]) == 0
+    assert sorted(Translator.load(tmp_path / "m2o", device="cpu").directions) == ["de_DE-en_XX", "fr_XX-en_XX"]
+
+
+def test_a_conversion_the_loader_refuses_fails_and_leaves_nothing(tmp_path, spm_model, capsys):
+    """A Marian model whose target vocabulary has more ids than the decoder has rows is written, then
+    refused by the loader: nmt-convert fails naming why and removes what it wrote."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_marian import SHAPES, build_hf_marian, marian_vocab
+
+    hf_dir, _ = build_hf_marian(tmp_path, spm_model, 1, SHAPES[1])
+    (hf_dir / "target_vocab.json").write_text(json.dumps(marian_vocab(spm_model, 7, extra=("<x1>", "<x2>"))))
+    capsys.readouterr()
+    err = _convert_fails(hf_dir, tmp_path / "out", capsys, "--source-lang", "de", "--target-lang", "en")
+    assert "the converted model does not load" in err and "target tokenizer" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_nmt_translate_runs_the_converted_model(nllb_dir, tmp_path):
