@@ -3,8 +3,9 @@ client fetches the file from GET /download_file/<id> afterwards), and what each 
 served as (MEDIA_TYPES: every format /translate_file accepts).
 
 The files live in a directory, not in a process's memory: with several API workers the download may
-reach another worker than the upload did, and all of them see the same directory (the engine's socket
-directory: private to this user, removed when the server stops). Each file is one write-then-rename,
+reach another worker than the upload did, and all of them see the same directory: `<jobs_dir>/files`
+where jobs_dir is set (so replicas sharing it share the files too), else the engine's socket directory
+(private to this user, removed when the server stops). Each file is one write-then-rename,
 so a worker never reads half of one; a file expires `ttl_s` after it was stored, and the oldest go
 first when the directory would hold more than `max_bytes`.
 """

@@ -79,7 +79,21 @@ def test_a_file_under_the_threshold_is_translated_in_the_request_as_before(model
         # the same language: nothing to translate, given back at once whatever its size
         r = upload(c, "lang.txt", "\n".join(LINES).encode(), source="en", target="en")
         assert set(r.json()) == {"translatedFileUrl"} and c.get(path_of(r.json()["translatedFileUrl"])).text == "\n".join(LINES)
-    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())  # no job was made
+    assert not (tmp_path / "jobs").exists() or [p.name for p in (tmp_path / "jobs").iterdir()] == ["files"]  # no job was made
+
+
+def test_a_file_translated_in_the_request_downloads_from_another_api_process_on_the_jobs_directory(models_dir, tmp_path):
+    """Replicas share jobs_dir (the chart's jobs.existingClaim): a file translated within the request is kept
+    there too, so a download that reaches another replica finds it, as a job's does."""
+    with lt_client(models_dir, tmp_path) as c:
+        r = upload(ready(c), "kurz.txt", "\n".join(TEXTS[:2]).encode())
+        assert r.status_code == 200 and set(r.json()) == {"translatedFileUrl"}, r.text
+        page = upload(c, "seite.html", f"<html><body><p>{TEXTS[0]}</p></body></html>".encode()).json()["translatedFileUrl"]
+        first = c.get(path_of(r.json()["translatedFileUrl"])).content
+    with lt_client(models_dir, tmp_path) as other:  # another API process (a replica) on the same jobs directory
+        got = ready(other).get(path_of(r.json()["translatedFileUrl"]))
+        assert got.status_code == 200 and got.content == first and 'filename="kurz_en.txt"' in got.headers["content-disposition"]
+        assert other.get(path_of(page)).text.startswith("<html><body><p>")
 
 
 def test_a_larger_file_becomes_a_job_whose_download_waits_for_it(models_dir, tmp_path, monkeypatch):

@@ -28,6 +28,9 @@ KUBE_VERSION = "1.30.0"  # the chart's kubeVersion floor; kubernetes-validate sh
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("keda.sh/v1alpha1", "ScaledObject")}
 
 BASE = {"image": {"registry": "registry.example.com/team"}, "apiKeys": {"existingSecret": "nmt-serve-keys"}}
+# a ReadWriteMany claim for the jobs: more than one replica (or an autoscaler that may make more) needs one
+SHARED_JOBS = {"jobs": {"existingClaim": "nmt-jobs"}}
+REFUSED_WITHOUT_CLAIM = "jobs.existingClaim is required with more than one replica"
 
 
 def merged(*layers: dict) -> dict:
@@ -46,10 +49,11 @@ def merged(*layers: dict) -> dict:
 
 VARIANTS = {
     "cpu": BASE,
-    "gpu": merged(BASE, yaml.safe_load(GPU_VALUES.read_text())),
-    "cpu-autoscaling": merged(BASE, {"autoscaling": {"enabled": True}}),
+    "cpu-two-replicas": merged(BASE, {"replicaCount": 2}, SHARED_JOBS),
+    "gpu": merged(BASE, yaml.safe_load(GPU_VALUES.read_text()), SHARED_JOBS),
+    "cpu-autoscaling": merged(BASE, {"autoscaling": {"enabled": True}}, SHARED_JOBS),
     "gpu-no-autoscaling": merged(BASE, yaml.safe_load(GPU_VALUES.read_text()), {"autoscaling": {"enabled": False}}),
-    "keda": merged(BASE, {"autoscaling": {"enabled": True, "mode": "keda"}}),
+    "keda": merged(BASE, {"autoscaling": {"enabled": True, "mode": "keda"}}, SHARED_JOBS),
     "no-keys": merged(BASE, {"apiKeys": {"enabled": False, "existingSecret": ""}}),
     "servicemonitor-token": merged(BASE, {"metrics": {"scrape": "serviceMonitor",
                                                       "tokenSecret": {"name": "nmt-serve-metrics"}}}),
@@ -227,6 +231,124 @@ def test_settings_the_chart_owns_cannot_be_overridden():
     assert "settings.threads is set by the chart" in render_error(merged(BASE, {"settings": {"threads": 4}}))
 
 
+# --------------------------------------------------------------------------------------------- jobs and replicas
+
+
+def jobs_volume(docs) -> tuple[str | None, dict | None]:
+    """Where the pods mount the volume named `jobs`, and that volume (None, None: no such volume)."""
+    volumes = {v["name"]: v for v in pod_spec(docs)["volumes"]}
+    mounts = {m["name"]: m for m in container(docs)["volumeMounts"]}
+    if "jobs" not in volumes:
+        assert "jobs" not in mounts
+        return None, None
+    return mounts["jobs"]["mountPath"], volumes["jobs"]
+
+
+def test_the_default_is_one_replica_with_its_jobs_in_the_pods_emptydir(rendered, monkeypatch):
+    """One pod: the jobs stay where they were, in the service's default jobs_dir under /tmp, the emptyDir."""
+    import tempfile
+
+    from nmt_serve.service.jobs_store import default_directory
+
+    # the service's default with no NMT_JOBS_DIR: the temporary directory, /tmp in the pod (no TMPDIR set)
+    assert Settings.model_fields["jobs_dir"].default == ""
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.delenv("TMPDIR", raising=False)
+    monkeypatch.delenv("TEMP", raising=False)
+    monkeypatch.delenv("TMP", raising=False)
+    assert default_directory().parent.as_posix() == "/tmp"
+    for variant in ("cpu", "gpu-no-autoscaling", "no-keys", "models-volume"):
+        docs = rendered[variant]
+        assert kinds(docs)["Deployment"]["spec"]["replicas"] == 1, variant
+        variables = env(docs)
+        assert "NMT_JOBS_DIR" not in variables and "NMT_SYNC_FILE_CHARS" not in variables, variant
+        assert jobs_volume(docs) == (None, None), variant
+        assert not {"TMPDIR", "TEMP", "TMP"} & set(variables), variant
+        mounts = {m["mountPath"]: m["name"] for m in container(docs)["volumeMounts"]}
+        assert "emptyDir" in {v["name"]: v for v in pod_spec(docs)["volumes"]}[mounts["/tmp"]]
+    # replicaCount 1 said outright: the same
+    docs = render(merged(BASE, {"replicaCount": 1}))
+    assert jobs_volume(docs) == (None, None) and "NMT_JOBS_DIR" not in env(docs)
+
+
+@pytest.mark.parametrize("values", [
+    {"replicaCount": 2},
+    {"replicaCount": 3, "jobs": {"existingClaim": ""}},
+    {"autoscaling": {"enabled": True}},
+    {"autoscaling": {"enabled": True, "mode": "keda"}},
+    {"autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 2}},
+    {"replicaCount": 5, "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 3}},
+], ids=["two", "three-empty-claim", "hpa", "keda", "hpa-max-2", "hpa-over-replicacount"])
+def test_more_than_one_replica_without_a_shared_jobs_volume_is_refused(values):
+    """Each pod's emptyDir would hold its own jobs: a job made on one pod, polled on another, is 404."""
+    message = render_error(merged(BASE, values))
+    assert REFUSED_WITHOUT_CLAIM in message, message
+    assert "ReadWriteMany" in message and "replicaCount=1" in message
+
+
+def test_the_gpu_values_file_needs_the_shared_claim_for_its_autoscaling():
+    gpu = merged(BASE, yaml.safe_load(GPU_VALUES.read_text()))
+    assert REFUSED_WITHOUT_CLAIM in render_error(gpu)
+    assert "autoscaling.maxReplicas=" in render_error(gpu)
+
+
+def test_an_autoscaler_that_never_goes_past_one_pod_needs_no_claim():
+    docs = render(merged(BASE, {"replicaCount": 4, "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 1}}))
+    assert "replicas" not in kinds(docs)["Deployment"]["spec"]  # the autoscaler's, not replicaCount's 4
+    assert jobs_volume(docs) == (None, None)
+
+
+@pytest.mark.parametrize("variant", ["cpu-two-replicas", "cpu-autoscaling", "keda", "gpu"])
+def test_every_replica_mounts_the_same_claim_where_the_service_keeps_its_jobs(rendered, variant):
+    docs = rendered[variant]
+    deployment = kinds(docs)["Deployment"]
+    if variant == "cpu-two-replicas":
+        assert deployment["spec"]["replicas"] == 2
+    # one pod template for every replica: each pod mounts the one claim, read-write
+    path, volume = jobs_volume(docs)
+    assert volume == {"name": "jobs", "persistentVolumeClaim": {"claimName": "nmt-jobs"}}
+    [mount] = [m for m in container(docs)["volumeMounts"] if m["name"] == "jobs"]
+    assert not mount.get("readOnly") and "subPath" not in mount
+    # ... where the service keeps its jobs (the setting JobStore is made from: app.py, jobs_dir)
+    variables = env(docs)
+    settings = Settings(**{k[4:].lower(): e["value"] for k, e in variables.items() if k.startswith("NMT_") and "value" in e})
+    assert settings.jobs_dir == path == "/jobs"
+    assert not path.startswith("/tmp")  # not inside the per-pod emptyDir, which stays for the engine's sockets
+    # files translated within the request are kept under jobs_dir too (routers/libretranslate.file_store):
+    # nothing needs turning them into jobs
+    assert "NMT_SYNC_FILE_CHARS" not in variables
+
+
+def test_one_replica_with_a_claim_keeps_its_jobs_there():
+    docs = render(merged(BASE, SHARED_JOBS))
+    assert kinds(docs)["Deployment"]["spec"]["replicas"] == 1
+    assert jobs_volume(docs)[0] == env(docs)["NMT_JOBS_DIR"]["value"] == "/jobs"
+    assert "NMT_SYNC_FILE_CHARS" not in env(docs)
+
+
+def test_a_sync_file_chars_of_ones_own_is_passed_on_and_jobs_dir_belongs_to_the_chart():
+    docs = render(merged(BASE, {"replicaCount": 2, "settings": {"sync_file_chars": 5000}}, SHARED_JOBS))
+    assert [e["value"] for e in container(docs)["env"] if e["name"] == "NMT_SYNC_FILE_CHARS"] == ["5000"]
+    assert "settings.jobs_dir is set by the chart" in render_error(merged(BASE, {"settings": {"jobs_dir": "/tmp/j"}}))
+    docs = render(merged(BASE, {"replicaCount": 2, "jobs": {"existingClaim": "nmt-jobs", "mountPath": "/var/lib/nmt/jobs"}}))
+    assert jobs_volume(docs)[0] == env(docs)["NMT_JOBS_DIR"]["value"] == "/var/lib/nmt/jobs"
+
+
+@pytest.mark.parametrize("path", ["/tmp", "/tmp/jobs", "/models", "/", "jobs"])
+def test_the_jobs_mount_path_is_refused_where_it_would_clash(path):
+    message = render_error(merged(BASE, {"replicaCount": 2, "jobs": {"existingClaim": "nmt-jobs", "mountPath": path}}))
+    assert "jobs.mountPath" in message
+
+
+def test_notes_say_where_the_jobs_are():
+    def notes(values):
+        with helm.Chart.load(str(CHART)) as chart:
+            return chart.render(values, name="nmt", namespace="translation")["nmt-serve/templates/NOTES.txt"]
+
+    assert "emptyDir" in notes(BASE)
+    assert "nmt-jobs" in notes(merged(BASE, {"replicaCount": 2}, SHARED_JOBS))
+
+
 def test_graceful_stop(rendered):
     for docs in rendered.values():
         c = container(docs)
@@ -339,6 +461,8 @@ def test_replicas_belong_to_the_autoscaler(rendered):
         scaled = "HorizontalPodAutoscaler" in objects or "ScaledObject" in objects
         assert ("replicas" not in objects["Deployment"]["spec"]) == scaled, name
         assert scaled == (name in {"gpu", "cpu-autoscaling", "keda"}), name
+        if not scaled:
+            assert objects["Deployment"]["spec"]["replicas"] == (2 if name == "cpu-two-replicas" else 1), name
 
 
 def test_autoscaler_scales_on_a_metric_the_service_exposes(rendered):

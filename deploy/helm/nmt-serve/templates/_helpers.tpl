@@ -39,3 +39,35 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "nmt.terminationGrace" -}}
 {{- add (int .Values.lifecycle.preStopSleepSeconds) (int .Values.lifecycle.gracefulShutdownSeconds) (int .Values.lifecycle.terminationMarginSeconds) -}}
 {{- end -}}
+
+{{/* The most pods the Deployment is asked for: the autoscaler's maximum, else replicaCount. */}}
+{{- define "nmt.maxReplicas" -}}
+{{- if .Values.autoscaling.enabled -}}
+{{- int .Values.autoscaling.maxReplicas -}}
+{{- else -}}
+{{- int .Values.replicaCount -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Jobs live in one directory per job (nmt_serve/service/jobs_store.py), under /tmp (the pod's emptyDir)
+     unless jobs.existingClaim names a shared volume: more than one pod without it would answer 404 for
+     the jobs another pod made. Renders nothing; fails on what cannot work. */}}
+{{- define "nmt.checkJobs" -}}
+{{- $replicas := include "nmt.maxReplicas" . | int -}}
+{{- $claim := .Values.jobs.existingClaim -}}
+{{- if and (gt $replicas 1) (not $claim) -}}
+{{- $asked := ternary (printf "autoscaling.maxReplicas=%d" $replicas) (printf "replicaCount=%d" $replicas) .Values.autoscaling.enabled -}}
+{{- fail (printf "jobs.existingClaim is required with more than one replica (%s): jobs (POST /v1/jobs, /translate_file downloads) are kept on disk, and in each pod's own emptyDir a job made on one pod is 404 on the others. Create a ReadWriteMany PersistentVolumeClaim (NFSv4, CephFS, ...; locks must hold across nodes; writable by uid 10001) and name it in jobs.existingClaim, or run one replica (replicaCount=1, autoscaling.enabled=false). See values.yaml, jobs." $asked) -}}
+{{- end -}}
+{{- if $claim -}}
+{{- $path := .Values.jobs.mountPath | toString -}}
+{{- if or (not (hasPrefix "/" $path)) (eq (trimSuffix "/" $path) "" "/tmp" "/models" "/etc/nmt/api-keys") (hasPrefix "/tmp/" $path) (hasPrefix "/models/" $path) -}}
+{{- fail (printf "jobs.mountPath %q: an absolute path of its own is needed, not /, /tmp (the pod's emptyDir, with the engine's sockets) or /models" $path) -}}
+{{- end -}}
+{{- /* against a live cluster (helm install/upgrade; `helm template` sees no cluster): a claim that exists must let every pod mount it */ -}}
+{{- $pvc := lookup "v1" "PersistentVolumeClaim" .Release.Namespace $claim -}}
+{{- if and $pvc (gt $replicas 1) (not (has "ReadWriteMany" ($pvc.spec.accessModes | default list))) -}}
+{{- fail (printf "jobs.existingClaim %s has access modes %v: more than one replica needs ReadWriteMany (pods on other nodes could not mount it)" $claim $pvc.spec.accessModes) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
