@@ -67,6 +67,7 @@ from nmt_serve.inference.attention import attention_backend
 from nmt_serve.inference.continuous import ContinuousSearch, Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
 from nmt_serve.inference.device_search import DeviceSearch
+from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.search import (
     CONSTRAINED_MIN_BEAM,
     EMPTY,
@@ -117,8 +118,12 @@ class _Call:
     source_tokens: list[int]  # per text, eos excluded (0 for empty texts)
     max_lengths: list[int] = field(default_factory=list)  # per text, tokens it may generate (eos included)
     groups: set = field(default_factory=set)  # the keys of the groups its sentences run in
-    unmet: set = field(default_factory=set)  # texts whose terms did not fit: translated again without them
+    unmet: set = field(default_factory=set)  # texts whose terms did not fit: their free translation goes, flagged
     sources: list = field(default_factory=list)  # per text its encoder ids (None: empty)
+    lexical: list = field(default_factory=list)  # per text its LexicalConstraints (None: free)
+    # texts with terms, translated free first (search.constrained_search): their free n-best, kept for
+    # when the terms cannot be placed
+    free: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -378,19 +383,34 @@ class EngineCore:
         self.calls[call.id] = state
         search_options = SearchOptions(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses,
                                        max_length=options.max_length, length_penalty=options.length_penalty)
-        lexical = translator.lexical_constraints(call.terms, call.avoid, len(sources))
+        state.lexical = translator.lexical_constraints(call.terms, call.avoid, len(sources))
         limits = self._length_limits(translator, [sources[i] for i in todo], search_options)
         state.max_lengths = [0] * len(sources)
         for i, limit in zip(todo, limits):
             state.max_lengths[i] = limit
-            sentence = Sentence((call.id, i), sources[i], limit, options.length_penalty, options.num_hypotheses,
-                                tuple(call.target_prefix), lexical[i], self._attention_span(translator, options, sources[i]))
-            # dynamic beam allocation needs beams, so a greedy call's constrained sentences run beam search
-            beam = max(options.beam_size, CONSTRAINED_MIN_BEAM) if lexical[i] else options.beam_size
-            key, group = self._group_for(call.model, beam, sentence, background=call.priority != INTERACTIVE)
-            state.groups.add(key)
-            (group.background if call.priority != INTERACTIVE else group.waiting).append((call.id, i, sentence))
+            # terms are placed only where the model does not write them itself: free first (its avoided terms only)
+            self._join(state, i, terms=False)
         return []
+
+    def _join(self, state: _Call, index: int, terms: bool) -> None:
+        """A text joins the queue of its group: with its terms, or with its avoided terms only."""
+        call, translator = state.message, self.models[state.message.model]
+        lexical = state.lexical[index]
+        if lexical and not terms:
+            lexical = LexicalConstraints(avoid=lexical.avoid) if lexical.avoid else None
+        sentence = Sentence((call.id, index), state.sources[index], state.max_lengths[index], call.options.length_penalty,
+                            call.options.num_hypotheses, tuple(call.target_prefix), lexical,
+                            self._attention_span(translator, call.options, state.sources[index]))
+        # dynamic beam allocation needs beams, so a greedy call's constrained sentences run beam search
+        beam = max(call.options.beam_size, CONSTRAINED_MIN_BEAM) if lexical else call.options.beam_size
+        background = call.priority != INTERACTIVE
+        key, group = self._group_for(call.model, beam, sentence, background=background)
+        state.groups.add(key)
+        entry = (call.id, index, sentence)
+        if terms:  # it has waited its turn once already
+            group.waiting.appendleft(entry)
+        else:
+            (group.background if background else group.waiting).append(entry)
 
     # ------------------------------------------------------------------ searches
     def _group_for(self, model_id: str, beam: int, sentence: Sentence, background: bool = False) -> tuple[tuple, _Group]:
@@ -806,9 +826,18 @@ class EngineCore:
         if not hyps:
             log.error("%s produced no translation (its scores are not numbers)", state.message.model)
             return self._fail(call_id, FAILED, f"the model produced no translation of text {index} (its scores are not numbers)"), (0, 0, 0)
-        if hyps[0].unmet:  # no hypothesis holds every term: the free translation instead, flagged
-            self._translate_free(key, state, call_id, index)
-            return [], (0, 0, 0)
+        lexical = state.lexical[index] if state.lexical else None
+        if lexical and lexical.include:
+            if index not in state.free:  # its free translation: done if it has the terms, else kept
+                if lexical.holds(hyps[0].tokens):
+                    state.free[index] = None
+                else:
+                    state.free[index] = hyps
+                    self._join(state, index, terms=True)
+                    return [], (0, 0, 0)
+            elif hyps[0].unmet:  # no hypothesis holds every term: the free translation instead, flagged
+                state.unmet.add(index)
+                hyps = state.free[index]
         translator = self.models[state.message.model]
         options = state.message.options
         forced = len(state.message.target_prefix)
@@ -824,16 +853,6 @@ class EngineCore:
         per_model["sentences"] += 1
         replies = self._drop(call_id, Reply(call_id, value=state.results)) if state.left == 0 else []
         return replies, (Admission.units(1, n_src, n_out, options.beam_size), n_src, n_out)
-
-    def _translate_free(self, key: tuple, state: _Call, call_id: str, index: int) -> None:
-        """A text whose terms did not fit joins its group's queue again, with the call's avoided terms only."""
-        call = state.message
-        state.unmet.add(index)
-        [lexical] = self.models[call.model].lexical_constraints(None, call.avoid, 1)
-        sentence = Sentence((call_id, index), state.sources[index], state.max_lengths[index], call.options.length_penalty,
-                            call.options.num_hypotheses, tuple(call.target_prefix), lexical,
-                            self._attention_span(self.models[call.model], call.options, state.sources[index]))
-        self.groups[key].waiting.appendleft((call_id, index, sentence))
 
     @staticmethod
     def _attention_span(translator: Translator, options: DecodeOptions, source: list[int]) -> tuple[int, int] | None:

@@ -38,6 +38,7 @@ from nmt_serve.inference.search import (
     SearchOptions,
     banned_tokens,
     check_deadline,
+    constrained_search,
     max_lengths_for,
     normalize,
     ranking,
@@ -531,18 +532,14 @@ class DeviceSearch:
     def search(self, src: torch.Tensor, options: SearchOptions, deadline: float | None = None,
                constraints: list[LexicalConstraints | None] | None = None) -> list[list[SearchHypothesis]]:
         """src (B, S) right-padded ids -> per sentence the n-best hypotheses, as search.generate;
-        constraints as there (search.constrained_search: at least CONSTRAINED_MIN_BEAM beams, and a
-        sentence whose terms no hypothesis met is searched again with its avoided sequences only)."""
-        if constraints is None or not any(constraints):
+        constraints as there (search.constrained_search: free first, then the sentences that lack a term
+        with their terms, at least CONSTRAINED_MIN_BEAM beams)."""
+        def search(src, options, deadline, constraints):
+            if constraints is not None and any(constraints):
+                return self._search(src, replace(options, beam_size=max(options.beam_size, CONSTRAINED_MIN_BEAM)), deadline, constraints)
             return self._search(src, options, deadline, None)
-        options = replace(options, beam_size=max(options.beam_size, CONSTRAINED_MIN_BEAM))
-        results = self._search(src, options, deadline, constraints)
-        unmet = [i for i, (hyps, c) in enumerate(zip(results, constraints)) if c is not None and c.include and hyps[0].unmet]
-        if unmet:
-            free = [LexicalConstraints(avoid=constraints[i].avoid) if constraints[i].avoid else None for i in unmet]
-            for i, hyps in zip(unmet, self.search(src[unmet], options, deadline, free)):
-                results[i] = [replace(h, unmet=True) for h in hyps]
-        return results
+
+        return constrained_search(search, src, options, deadline, constraints)
 
     def _search(self, src: torch.Tensor, options: SearchOptions, deadline: float | None,
                 constraints: list[LexicalConstraints | None] | None) -> list[list[SearchHypothesis]]:

@@ -89,6 +89,17 @@ class LexicalConstraints:
                     found.append(seq[0])
         return list(dict.fromkeys(found))
 
+    def holds(self, tokens: list[int]) -> bool:
+        """Whether a translation already has every term, each as whole words (not followed by a piece that
+        continues its last word): then the model wrote them itself and needs no constraint."""
+        n = len(tokens)
+        for seq in self.include:
+            m = len(seq)
+            if not any(tuple(tokens[i : i + m]) == seq and (i + m == n or self.continuations is None or not bool(self.continuations[tokens[i + m]]))
+                       for i in range(n - m + 1)):
+                return False
+        return True
+
     def banned(self, tokens: list[int]) -> list[int]:
         """Tokens that would complete an avoided sequence after `tokens` (the hypothesis so far)."""
         found = []
