@@ -150,9 +150,14 @@ class DeviceConstraints:
         j = self.tail[:Lc]
         written = history.gather(1, (pos[:, None, None] - length[:, :, None] + j).clamp(0, T - 1).view(B, -1)).view(B, -1, Lc)
         ends_term = ((written == terms) | (j >= length[:, :, None])).all(-1) & (pos[:, None] >= length) & (length > 0)
-        lp.masked_fill_((ends_term.any(-1) & self.whole_words[group])[:, None] & self.continuations, -math.inf)
+        ban = (ends_term.any(-1) & self.whole_words[group])[:, None] & self.continuations  # (B, V)
+        # ... but the next piece of a term not yet written: a term nested in another ("zebra", "zebras") goes on into it
+        progress = self.progress[:B, : length.size(1)]
+        next_piece = terms.gather(2, progress.clamp(max=Lc - 1)[:, :, None]).squeeze(2)  # (B, terms)
+        exempt = torch.zeros(B, V + 1, dtype=torch.bool, device=lp.device).scatter_(1, torch.where(progress < length, next_piece, V), True)
+        lp.masked_fill_(ban & ~exempt[:, :V], -math.inf)
         # eos only once every term is in, or at the length limit
-        met = (self.progress[:B, : length.size(1)] >= length).all(-1)
+        met = (progress >= length).all(-1)
         lp[:, eos].masked_fill_(~met & (pos + 1 < max_len), -math.inf)
 
     def choose(self, candidates: torch.Tensor, top_scores: torch.Tensor, top_index: torch.Tensor, alive: torch.Tensor,
@@ -193,13 +198,17 @@ class DeviceConstraints:
         met_all = beam_met.gather(1, beam)
         ended = valid & is_eos & live & (self.first_k[:M] | (self.has_terms[:G, None] & met_all)) & alive[:, None]
 
-        # each candidate's progress after its token: a term met stays met, a match goes on, a broken one
-        # starts over (at 1 where the token begins the term)
+        # each candidate's progress after its token (LexicalConstraints.advance): a closed term stays met, a
+        # term just written is closed by a word start and broken by a continuation, a match goes on, a
+        # broken one starts over (at 1 where the token begins the term)
         before = progress.gather(1, beam[:, :, None].expand(-1, -1, C))  # (G, M, C)
         t = token[:, :, None]
-        after = torch.where(before >= length[:, None, :], before,
-                            torch.where(self._term_token(before, G) == t, before + 1, (first_token == t).long()))
-        bank = after.sum(-1)  # term tokens matched
+        restart = (first_token == t).long()
+        span = length[:, None, :]
+        after = torch.where(before > span, before,
+                            torch.where(before == span, torch.where(self.continuations[token][:, :, None] & self.whole_words[:G, None, None], restart, span + 1),
+                                        torch.where(self._term_token(before, G) == t, before + 1, restart)))
+        bank = torch.minimum(after, span).sum(-1)  # term tokens matched
 
         banked = valid & ~is_eos & live
         spare = valid & ~is_eos & ~live

@@ -11,6 +11,10 @@ into banks by the number of constraint tokens they have matched, and the K beams
 from the banks, most progress first, best score first within a bank: a beam slot goes to progress on
 the terms even where its score is lower, and free hypotheses are not crowded out either.
 
+A term counts as a whole word: right after it, pieces that continue its last word are banned, except
+the next piece of another term it is nested in ("zebra", "zebras"), which goes on into that term and
+breaks the shorter one as a word (its progress says whether the word is still open: Progress).
+
 A hypothesis may end (eos) only when every positive constraint is met, except at its length limit,
 where eos is forced and it ends unmet: the caller then translates the sentence again without the
 positive constraints and says so (`unmet`): the best free translation and a flag, never an error.
@@ -29,7 +33,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-Progress = tuple[int, ...]  # per positive constraint: tokens of it matched so far
+# per positive constraint: tokens of it matched so far; len(term): just written, its word still open (a
+# piece that continues the word breaks it); len(term) + 1: written as a whole word (closed)
+Progress = tuple[int, ...]
 OWN_BEST = 2  # each beam's own best continuations among a constrained sentence's candidates (Post & Vilar 2018)
 
 
@@ -60,11 +66,18 @@ class LexicalConstraints:
 
     def advance(self, progress: Progress, token: int) -> Progress:
         """The progress after `token`. A partial match that the token breaks starts again (from 1 when
-        the token begins the constraint anew); a met constraint stays met."""
+        the token begins the constraint anew); a term just written is closed by a piece that starts a
+        word and broken by one that continues its last word (which only another term's next piece may
+        be: mask_lexical bans the others); a closed one stays met."""
         out = []
         for seq, done in zip(self.include, progress):
-            if done == len(seq):
+            if done > len(seq):
                 out.append(done)
+            elif done == len(seq):
+                if self.continuations is not None and bool(self.continuations[token]):
+                    out.append(1 if seq[0] == token else 0)
+                else:
+                    out.append(done + 1)
             elif seq[done] == token:
                 out.append(done + 1)
             else:
@@ -73,10 +86,11 @@ class LexicalConstraints:
 
     def met(self, progress: Progress) -> int:
         """Constraint tokens matched: the hypothesis's bank."""
-        return sum(progress)
+        return sum(min(done, len(seq)) for seq, done in zip(self.include, progress))
 
     def all_met(self, progress: Progress) -> bool:
-        return all(done == len(seq) for seq, done in zip(self.include, progress))
+        """Every term written (eos closes the last word, so a term just written counts)."""
+        return all(done >= len(seq) for seq, done in zip(self.include, progress))
 
     def wanted(self, progress: Progress) -> list[int]:
         """The tokens that advance an unmet constraint (its next token; its first, too, where a partial
@@ -157,7 +171,7 @@ def choose_constrained(constraints: LexicalConstraints, progress: list[Progress]
 def mask_lexical(lp: torch.Tensor, lexical: list[LexicalConstraints | None], progress: list[list[Progress]],
                  history: Callable[[int], list[int]], K: int, at_max: list[bool], eos: int) -> None:
     """lp (N*K, V) in place: avoided sequences' last tokens banned, word continuations right after a
-    term, and eos while positive constraints are unmet (except at the length limit, where eos is the
+    term (but those that go on into another term), and eos while positive constraints are unmet (except at the length limit, where eos is the
     one choice). lexical, progress, at_max: per group of K rows (None: a free sentence, or an empty
     group); history(row): the row's tokens so far."""
     rows: list[int] = []
@@ -175,14 +189,20 @@ def mask_lexical(lp: torch.Tensor, lexical: list[LexicalConstraints | None], pro
             if lex.continuations is not None and lex.include:
                 tail = history(row)
                 if any(len(tail) >= len(seq) and tuple(tail[-len(seq):]) == seq for seq in lex.include):
-                    whole_words.append(row)
+                    # a term nested in another ("zebra", "zebras") may go on into it
+                    whole_words.append((row, [seq[done] for seq, done in zip(lex.include, progress[b][k]) if done < len(seq)]))
             if not at_max[b] and not lex.all_met(progress[b][k]):
                 rows.append(row)
                 tokens.append(eos)
     if rows:
         lp[torch.tensor(rows, device=lp.device), torch.tensor(tokens, device=lp.device)] = -math.inf
-    for row in whole_words:
-        lp[row].masked_fill_(next(lex.continuations for lex in lexical if lex and lex.continuations is not None), -math.inf)
+    if whole_words:
+        continuations = next(lex.continuations for lex in lexical if lex and lex.continuations is not None)
+        for row, exempt in whole_words:
+            kept = lp[row, exempt].clone() if exempt else None
+            lp[row].masked_fill_(continuations, -math.inf)
+            if exempt:
+                lp[row, exempt] = kept
 
 
 def constraint_candidates(candidates: torch.Tensor, lexical: list[LexicalConstraints | None], progress: list[list[Progress]],

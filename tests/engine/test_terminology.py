@@ -113,6 +113,22 @@ def test_a_term_the_model_writes_anyway_leaves_its_translation_as_it_is():
     assert not any(nbest[0].constraint_unmet for nbest in reply.value)
 
 
+@pytest.mark.parametrize("step_mode", ["eager", "static"])
+def test_two_terms_one_nested_in_the_other_are_both_placed_as_whole_words(step_mode):
+    """"zebra" and "zebras": once "zebra" is written, the piece "s" both breaks it as a word and goes on
+    into "zebras". Before, the whole-word rule banned that piece, so neither was placed (the free
+    translation, flagged). The eager search and the device search's step program alike."""
+    from conftest import ROOT
+
+    translator = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu", step_mode=step_mode)
+    cases = [("Ein Zebra und zwei Zebras stehen auf der Wiese.", ["zebra", "zebras"]),
+             ("Ein Hund liegt vor der Hundehütte.", ["doghouse", "dog"])]
+    for text, terms in cases:
+        [result] = translator.translate([text], source_lang="de", target_lang="en", beam_size=4, terms=[terms])
+        words = result.text.rstrip(".").split()
+        assert not result.hypotheses[0].constraint_unmet and all(term in words for term in terms), (result.text, terms)
+
+
 def test_a_term_that_does_not_fit_gives_the_free_translation_flagged(translator):
     free = run(translator, beam=4, max_length=3)
     out = run(translator, terms=[["supercalifragilistic expialidocious"], [], [], []], beam=4, max_length=3)

@@ -19,7 +19,31 @@ def test_progress_follows_matches_restarts_and_stays_met():
     assert p == (2, 0) and c.met(p) == 2 and c.wanted(p) == [7, 5, 9]
     assert c.advance(p, 5) == (1, 0)  # broken, and the token starts the term anew
     p = c.advance(c.advance(p, 7), 9)
-    assert c.all_met(p) and c.advance(p, 1) == p and c.wanted(p) == []
+    assert p == (4, 1) and c.all_met(p) and c.met(p) == 4 and c.wanted(p) == []  # (9,): written, its word still open
+    closed = c.advance(p, 1)
+    assert closed == (4, 2) and c.advance(closed, 5) == closed
+
+
+def test_a_term_nested_in_another_goes_on_into_it_and_only_a_whole_word_counts():
+    """"zebra" (5, 6) and "zebras" (5, 6, 8), 8 continuing a word: after 5 6 the continuations are banned
+    but 8, which goes on into the longer term and breaks the shorter one; a word start closes a term."""
+    import math
+
+    import torch
+
+    from nmt_serve.inference.lexical_constraints import mask_lexical
+
+    continuations = torch.zeros(12, dtype=torch.bool)
+    continuations[[8, 10]] = True
+    c = LexicalConstraints(include=((5, 6), (5, 6, 8)), continuations=continuations)
+    p = c.advance(c.advance(c.start(), 5), 6)
+    assert p == (2, 2) and c.all_met(p) is False
+    lp = torch.zeros(1, 12)
+    mask_lexical(lp, [c], [[p]], lambda row: [5, 6], 1, [False], eos=0)
+    assert lp[0, 10] == -math.inf and lp[0, 8] == 0 and lp[0, 0] == -math.inf  # 10 banned, 8 allowed, eos not yet
+    into = c.advance(p, 8)
+    assert into == (0, 3) and c.advance(into, 3) == (0, 4)  # "zebras" written: "zebra" is not, as a word
+    assert c.advance(p, 3) == (3, 0) and not c.all_met(c.advance(p, 3))  # "zebra" closed, "zebras" broken
 
 
 def test_avoided_sequences_ban_their_last_token_after_the_others():
