@@ -322,9 +322,12 @@ class Translator:
         return results  # type: ignore[return-value]
 
     def lexical_constraints(self, terms: Sequence[Sequence[str]] | None, avoid: Sequence[str], n: int) -> list[LexicalConstraints | None]:
-        """Per text, its terms and the avoided ones as target token ids (None: free)."""
+        """Per text, its terms and the avoided ones as target token ids (None: free). An avoided term is
+        avoided in any case a sentence may write it: as given, lower case, capitalized (first in a
+        sentence) and upper case, each its own token sequence ("Dog" is not "dog" to the model)."""
         encode = self.tgt_tokenizer.encode
-        avoided = tuple(ids for ids in (tuple(encode(t)) for t in avoid) if ids)
+        forms = dict.fromkeys(f for t in avoid for f in (t, t.lower(), t[:1].upper() + t[1:], t[:1].upper() + t[1:].lower(), t.upper()))
+        avoided = tuple(dict.fromkeys(ids for ids in (tuple(encode(t)) for t in forms) if ids))
         out: list[LexicalConstraints | None] = []
         for text_terms in terms if terms is not None else [()] * n:
             include = tuple(dict.fromkeys(ids for ids in (tuple(encode(t)) for t in text_terms) if ids))

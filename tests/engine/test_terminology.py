@@ -129,6 +129,22 @@ def test_two_terms_one_nested_in_the_other_are_both_placed_as_whole_words(step_m
         assert not result.hypotheses[0].constraint_unmet and all(term in words for term in terms), (result.text, terms)
 
 
+def test_an_avoided_term_is_avoided_in_any_case():
+    """"Dog" is one token to the model and "dog" another: an avoided term is avoided as given, in lower
+    case, capitalized and in upper case. Before, avoid=["Dog"] left "A dog runs ..." as it was."""
+    from conftest import ROOT
+
+    translator = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu")
+    texts = ["Ein Hund rennt über die Wiese.", "Der Hund schläft."]
+    free = translator.translate(texts, source_lang="de", target_lang="en", beam_size=4)
+    assert [r.text.split()[:2] for r in free] == [["A", "dog"], ["The", "dog"]]
+    for avoid in (["Dog"], ["DOG"], ["dog"]):
+        out = translator.translate(texts, source_lang="de", target_lang="en", beam_size=4, avoid=avoid)
+        assert not any(w.lower().strip(".") == "dog" for r in out for w in r.text.split()), (avoid, [r.text for r in out])
+    out = translator.translate(texts, source_lang="de", target_lang="en", beam_size=4, avoid=["THE DOG"])
+    assert out[1].text.split()[:2] != ["The", "dog"] and out[0].text == free[0].text
+
+
 def test_a_term_that_does_not_fit_gives_the_free_translation_flagged(translator):
     free = run(translator, beam=4, max_length=3)
     out = run(translator, terms=[["supercalifragilistic expialidocious"], [], [], []], beam=4, max_length=3)
