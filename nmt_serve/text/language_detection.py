@@ -1,7 +1,7 @@
 """Which language a text is in, offline (lingua ships its n-gram models inside the wheel).
 
 Two lingua detectors, built once per set of served source languages (`detector_for` is cached, so each
-API worker process holds one pair):
+API worker process holds one pair), and py3langid as a second opinion before a text is called unserved:
 
 - `detect()`: high-accuracy mode (1- to 5-gram models) over the served languages only. Among few
   languages those models are what tells short texts apart: over de/en/fr/cs, low-accuracy mode (trigrams
@@ -32,6 +32,37 @@ verdict (named rightly or UNDETERMINED), nothing, or a served guess below SURE_C
 before (13 unserved greetings and short sentences given de or en at 0.52-0.96, the Spanish sentence called
 Romanian, "Hallo" English at 0.87), 65 of 66 after ("Hallo" still English, now at 0.14).
 
+A second opinion before a text is called unserved: lingua alone refused short everyday English. "A man
+and a dog run in the park." came out UNDETERMINED (0.83) with de/en/fr/cs served: the wide detector says
+Danish 0.78, and even the high-accuracy detector over de/en/fr/cs/da ties Danish 0.321 and English 0.320.
+So before identify() names an unserved language or answers UNDETERMINED it asks py3langid (0.4.0, a
+maintained fork of langid.py: naive Bayes over byte n-grams, 140 languages, trained on other texts than
+lingua's; its model is in the wheel): when that ranks a served language first (strictly before the
+next), identify() answers None and detect() picks among the served languages (for that sentence: English,
+0.88 from py3langid). py3langid is asked over all of its languages, not only over WIDE and the served ones:
+restricted, it gave the same answers for texts in served languages, but let through, as a served language,
+1 (de/en served) and 5 (de/en/fr/cs) of 22 short sentences in languages outside WIDE (Welsh, Slovene,
+Croatian, Latvian, Maltese; Catalan, Luxembourgish and the others stayed refused) that it names rightly
+when it sees all of them. Texts in a served language refused as unserved (kind "unserved" in the tests'
+verdict), before and after, with the first N sentences of Multi30k's test_2016_flickr (image captions,
+3-34 words; read from the shared data, not in the repository) and tests/fixtures/everyday_sentences.tsv:
+
+| served      | texts                                   | refused before               | after  |
+|-------------|-----------------------------------------|------------------------------|--------|
+| de, en      | Multi30k en, de: 100 each               | 1 (de)                       | 0      |
+| de, en      | Multi30k en, de: 1000 each              | 19 (15 en, 4 de)             | 0      |
+| de,en,fr,cs | Multi30k en, de, fr, cs: 100 each       | 4 (1 de, 3 cs)               | 1 (cs) |
+| de,en,fr,cs | Multi30k en, de, fr, cs: 1000 each      | 30 (13 en, 4 de, 4 fr, 9 cs) | 1 (cs) |
+| de, en      | everyday_sentences.tsv: 20 en, 20 de    | 3 (2 en, 1 de)               | 0      |
+| de,en,fr,cs | everyday_sentences.tsv: 20 en, 20 de    | 3 (2 en, 1 de)               | 0      |
+
+(the one left: "Muž griluje vzadu na dvorku.", which py3langid calls Slovak 0.33, Czech 0.27). Texts no
+model serves stayed refused as often as before: with de/en served, 1949 of the 2000 fr and cs Multi30k
+sentences (195 of the first 200), 12 of the 26 unserved texts of tests/fixtures/language_detection.tsv,
+all 15 unserved sentences of everyday_sentences.tsv (also with de/en/fr/cs served), and 35 of 41 short
+sentences in 31 unserved languages written for the measurement (33 of 41 with de/en/fr/cs served);
+language_detection.tsv still scores 65 of 66 (with de/en and with de/en/fr/cs served).
+
 Measured on the 2-core CPU machine this was written on, shared with other work (load average about 5,
 so the load times varied by 2x between runs), lingua-language-detector 2.1.1; RSS of one Python
 process, both detectors:
@@ -49,6 +80,14 @@ chosen: the whole cost is paid once, when `detector_for` builds the pair (best w
 known, before readiness, so that no request waits for it), where lazy loading costs about the same
 memory and stalls the event loop again whenever a text brings a language or script whose models are
 not loaded yet.
+
+py3langid (0.4.0) adds, measured on a 2-core machine (load average about 2): 0.5-0.6 s to building the
+detectors, and about 100 MB RSS (its model alone holds 74 MB: 28 MB of n-gram weights, 39 MB of its
+tokenizer's automaton), once per process: its model is loaded once and shared by every detector (`_langid`), where lingua's are
+per detector (de/en served: +88-89 MB before, +187-188 MB after; de/en/fr/cs: +169-207 MB before,
++267-299 MB after). identify() on texts of 5-80 characters: 0.10-0.14 ms median before and after over
+120 texts (both fixture files); over the 35-40 of them in unserved languages (those that reach the
+second opinion), 0.12-0.14 ms median before, 0.20-0.24 ms after.
 """
 from __future__ import annotations
 
@@ -59,6 +98,7 @@ from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     from lingua import ConfidenceValue, Language
+    from py3langid.langid import LanguageIdentifier
 
 log = logging.getLogger("nmt_serve.text.language_detection")
 
@@ -75,6 +115,8 @@ NAMING_MIN_LETTERS = 20
 # ("¿Dónde está la biblioteca? Necesito un libro.", 36 letters: Romanian 0.91, Spanish 0.07), so such a
 # text is "in a language no model serves" (UNDETERMINED) without a name
 NAMING_SURE_LETTERS = 40
+# py3langid's codes where they differ from lingua's ISO 639-1 ones (Norwegian Bokmål)
+LANGID_CODES = {"nb": "no"}
 UNDETERMINED = "und"  # ISO 639-2's "undetermined": not a served language, not sure which
 # below this a detection is a guess ("not sure"): a short text the wider view gives to other languages
 # ("Hallo": English 0.87 among de/en, but Finnish 0.52 and English 0.11 among all)
@@ -130,6 +172,15 @@ def _ranked(values: list[ConfidenceValue]) -> list[Detection]:
     return [Detection(_code(v.language), float(v.value)) for v in values if v.value > 0]
 
 
+@lru_cache(maxsize=1)
+def _langid() -> LanguageIdentifier:
+    """py3langid's model (in its wheel), loaded once per process and shared by every detector: it is
+    never restricted (set_languages), so one copy serves any set of served languages."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
 class LanguageDetector:
     def __init__(self, served: Iterable[str]):
         from lingua import LanguageDetectorBuilder
@@ -144,6 +195,9 @@ class LanguageDetector:
                         if languages else None)
         wide = {lingua_language(c) for c in WIDE} | set(languages)
         self._wide = LanguageDetectorBuilder.from_languages(*wide).with_low_accuracy_mode().with_preloaded_language_models().build()
+        self._second = _langid()
+        # the served languages under py3langid's codes ("nb" is its "no"); one it does not know is never its answer
+        self._second_served = frozenset(LANGID_CODES.get(c, c) for c in self.served) & set(self._second.labels)
 
     def _among_served(self, sample: str) -> list[Detection]:
         """The high-accuracy detector's view: which served language, if it is one (sums to 1)."""
@@ -151,6 +205,13 @@ class LanguageDetector:
 
     def _wide_view(self, sample: str) -> list[Detection]:
         return _ranked(self._wide.compute_language_confidence_values(sample))
+
+    def _second_opinion_served(self, sample: str) -> bool:
+        """Whether py3langid (naive Bayes over byte n-grams, trained on other texts than lingua's models)
+        ranks a served language first among all of its 140 languages (strictly: a tie, or a text without
+        any of its features, where every language scores the same, is no served answer)."""
+        first, second = self._second.rank(sample)[:2]
+        return first[0] in self._second_served and first[1] > second[1]
 
     def detect(self, text: str) -> list[Detection]:
         """The served languages the text may be in, best first; empty when the text has nothing to tell
@@ -182,6 +243,10 @@ class LanguageDetector:
             return None
         # with one served language its detector is certain of any text, so it cannot contradict
         if len(self.served) > 1 and served and served[0].confidence >= SERVED_CERTAIN:
+            return None
+        # nor when a second, independent detector puts a served language first ("A man and a dog run in the
+        # park.": lingua's wide detector says Danish 0.78, py3langid English 0.88)
+        if self._second_opinion_served(sample):
             return None
         if found.confidence >= NAMING_CONFIDENCE and letters >= NAMING_SURE_LETTERS:
             return found

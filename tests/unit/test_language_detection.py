@@ -175,3 +175,32 @@ def test_the_cases_from_the_issue(de_en):
     best = de_en.detect("Hallo")[0]
     assert best.language == "de" or best.confidence < SURE_CONFIDENCE, best
     # (a longer Spanish text is named: test_identify_names_languages_no_model_serves)
+
+
+EVERYDAY = [tuple(line.split("\t")) for line in (FIXTURES / "everyday_sentences.tsv").read_text(encoding="utf-8").splitlines()
+            if line and not line.startswith("#")]
+
+
+def test_short_everyday_sentences_are_not_called_unserved(de_en, four):
+    """20 English and 20 German caption-like sentences (tests/fixtures/everyday_sentences.tsv): none may be refused
+    as unserved. lingua alone called three of them UNDETERMINED ("A man and a dog run in the park.": its wide
+    detector says Danish 0.78); py3langid's second opinion (English 0.88) lets them through to detect()."""
+    served = [(label, text) for label, text in EVERYDAY if label in ("de", "en")]
+    assert len(served) == 40
+    assert four.identify("A man and a dog run in the park.") is None  # was UNDETERMINED (0.83)
+    assert four.detect("A man and a dog run in the park.")[0].language == "en"
+    for detector in (de_en, four):
+        wrong = [(label, text, verdict(detector, text)) for label, text in served]
+        wrong = [w for w in wrong if w[2][:2] != ("served", w[0])]
+        assert not wrong, (detector.served, wrong)
+
+
+def test_short_everyday_sentences_in_unserved_languages_are_still_refused(de_en, four):
+    """The second opinion lets through only what it puts in a served language: the same kind of sentences in
+    12 unserved languages (Danish, Spanish, Italian, Dutch, Swedish, Norwegian, ...) stay unserved."""
+    unserved = [(label, text) for label, text in EVERYDAY if label not in ("de", "en")]
+    assert len(unserved) == 15
+    for detector in (de_en, four):
+        wrong = [(label, text, verdict(detector, text)) for label, text in unserved]
+        wrong = [w for w in wrong if w[2][0] != "unserved"]
+        assert not wrong, (detector.served, wrong)
