@@ -65,9 +65,10 @@ class Settings(BaseSettings):
                                              "it in the engine: borderline: for sentences whose score is "
                                              "between low_confidence's threshold and -0.4 (about a third of in-domain ones); "
                                              "all: for every sentence; off: never (only /v1/translate checks, and not in jobs)")
-    language_detection: bool = Field(True, description="source \"auto\" and /detect (lingua's detectors, built before readiness: "
-                                                       "seconds and some 100 MB per API worker); false: a request must name its "
-                                                       "source language (\"auto\" and /detect answer 400), and lingua is not loaded")
+    language_detection: bool = Field(True, description="source \"auto\" and /detect (lingua's detectors and py3langid's second "
+                                                       "opinion, built before readiness: seconds and some 200 MB per API worker); false: "
+                                                       "a request must name its source language (\"auto\" and /detect answer 400), and "
+                                                       "neither is loaded")
     max_beam_size: int = Field(8, ge=1)
     max_output_length: int = Field(512, ge=1, description="upper bound for max_length in a request")
     request_timeout_s: float = Field(30.0, gt=0, description="a request still waiting after this gets 504")
