@@ -120,7 +120,9 @@ def served_pairs(hf_dir: Path, hf_config: dict, languages: list[str], source_lan
     """The directions a model with language codes serves: None for every pair of them, else those from the
     sources or into the targets named (each a code or its ISO 639-1 name)."""
     if not source_lang and not target_lang:
-        name = f"{hf_dir.resolve().name} {hf_config.get('_name_or_path', '')}"
+        # the directory's path (a Hugging Face cache keeps the name a level up: models--facebook--mbart-...
+        # /snapshots/<hash>) or the name the config was saved under
+        name = f"{hf_dir.resolve()} {hf_config.get('_name_or_path', '')}"
         if flag := next((flag for kind, flag in ONE_SIDED.items() if kind in name), None):
             raise UnsupportedModel(f"{hf_dir} looks like a {next(k for k in ONE_SIDED if k in name)} model, trained on some pairs of "
                                    f"its languages only: name them with {flag} (for example {flag} en_XX)")

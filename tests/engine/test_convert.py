@@ -360,6 +360,9 @@ def test_a_one_to_many_model_serves_its_pairs_only(mbart50_dir, tmp_path, capsys
 
     source = shutil.copytree(mbart50_dir, tmp_path / "mbart-large-50-one-to-many-mmt")
     assert "--source-lang" in _convert_fails(source, tmp_path / "out", capsys)
+    # as the Hugging Face cache lays it out, the name a level up
+    cached = shutil.copytree(mbart50_dir, tmp_path / "models--facebook--mbart-large-50-many-to-one-mmt" / "snapshots" / "0123abc")
+    assert "--target-lang" in _convert_fails(cached, tmp_path / "out", capsys)
     assert "not among this model's 3 language codes" in _convert_fails(source, tmp_path / "out", capsys, "--source-lang", "xx_YY")
     assert convert_main([str(source), str(tmp_path / "out"), "--source-lang", "en"]) == 0
     translator = Translator.load(tmp_path / "out", device="cpu")
