@@ -209,11 +209,12 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
         scored = replace(options, return_scores=True, return_source_entropy=check != "off", return_alignment=aligning)
         served = {t.model.id: t.model for t in prepared if t.model is not None}
         terms = terminology or Terminology()
+        sentence_terms = {m: terms.terms_for(sentence_texts[m]) for m in ids}
         results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout,
                                                                         served[m].target_prefix, priority,
-                                                                        terms=terms.terms_for(sentence_texts[m]), avoid=terms.avoid)
+                                                                        terms=sentence_terms[m], avoid=terms.avoid)
                                                        for m in ids))))
-        results = {m: _cleaned(hyps, sentence_texts[m], served[m].inputs.tokenizer) for m, hyps in results.items()}
+        results = {m: _cleaned(hyps, sentence_texts[m], served[m].inputs.tokenizer, sentence_terms[m]) for m, hyps in results.items()}
         attention = await _attention(engine, prepared, batches, sentence_texts, results, timeout, check)
         return results, attention
 
@@ -238,20 +239,22 @@ def terminology(glossary: list | None, avoid: list[str] | None) -> Terminology |
     return Terminology(entries, avoided)
 
 
-def _cleaned(hyps: list[list[EngineHypothesis]], sources: list[str], tokenizer: Tokenizer) -> list[list[EngineHypothesis]]:
+def _cleaned(hyps: list[list[EngineHypothesis]], sources: list[str], tokenizer: Tokenizer,
+             terms: list[list[str]] | None = None) -> list[list[EngineHypothesis]]:
     """The models' outputs with the source's characters the tokenizer has no piece for put back where
     the model wrote <unk> (network/tokenizer.restore_unknowns), and the character references they
-    learned from their data (`&amp;`) decoded once (text/entities.py), before alignment and reassembly."""
-    def clean(h: EngineHypothesis, src: str) -> EngineHypothesis:
+    learned from their data (`&amp;`) decoded once (text/entities.py), before alignment and reassembly;
+    terms: per sentence its glossary targets, whose references are the user's, as the source's are."""
+    def clean(h: EngineHypothesis, src: str, own: list[str]) -> EngineHypothesis:
         text = h.text
         if UNKNOWN_MARK in text:
             text = restore_unknowns(text, tokenizer.unknown_spans(src))
         if "&" in text:
-            text = unescape_output(src, text)
+            text = unescape_output("\n".join([src, *own]), text)
         # what the search kept of its attention was of the text before: the attention of this one is asked for
         return h if text == h.text else replace(h, text=text, source_entropy=None, alignment=None)
 
-    return [[clean(h, src) for h in nbest] for nbest, src in zip(hyps, sources)]
+    return [[clean(h, src, own) for h in nbest] for nbest, src, own in zip(hyps, sources, terms or [[]] * len(sources))]
 
 
 def _as_is(text: _Text, options: DecodeOptions) -> TextResult:

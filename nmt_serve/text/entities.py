@@ -4,7 +4,8 @@ Multi30k's English side holds `&amp;` where its captions had `&`, so the shipped
 write "Tom &amp; Jerry" for "Tom & Jerry": in text format that `&amp;` is wrong, and in HTML format the
 markup layer escapes the `&` of it again ("&amp;amp;"). The output is therefore decoded once, as
 html.unescape decodes, before it is put back into a text or a document; a reference that the source
-sentence itself holds as written (a text about HTML: "write &amp; for &") is the user's, and stays.
+sentence itself holds as written (a text about HTML: "write &amp; for &") is the user's, and stays, as is
+one in a glossary target that applies to the sentence (service/pipeline.py passes both).
 """
 from __future__ import annotations
 

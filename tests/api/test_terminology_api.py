@@ -27,6 +27,22 @@ def test_a_glossary_entry_applies_where_its_source_term_occurs_inflected(client)
     assert first == free.json()["translations"][0]["text"]  # no term in it: translated as without a glossary
 
 
+def test_a_glossary_target_is_written_as_given_even_where_it_looks_like_an_entity(tmp_path):
+    """The output's character references are decoded once (the shipped models learned `&amp;` from their data),
+    but a glossary's target is the user's, as the source is: "&amp;" asked for stays "&amp;", not "&"."""
+    from conftest import ROOT
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "debian-multi30k").symlink_to(ROOT / "checkpoints" / "debian-multi30k")
+    with make_client(tmp_path / "models") as c:
+        wait_ready(c, timeout=120)
+        for target in ("&amp;", "R&amp;D"):
+            r = c.post("/v1/translate", json={"text": "Zwei Hunde spielen im Schnee.", "source": "de", "target": "en",
+                                              "glossary": [{"source": "Hunde", "target": target}]})
+            assert r.status_code == 200, r.text
+            assert target in r.json()["translations"][0]["text"], r.text
+
+
 def test_a_term_that_cannot_fit_is_flagged_not_an_error(client):
     r = client.post("/v1/translate", json={"text": GERMAN[1], "source": "de", "target": "en", "beam_size": 2, "max_length": 2,
                                            "glossary": [{"source": "Hunde", "target": "very many different words"}]})
