@@ -257,20 +257,20 @@ def test_a_call_that_cannot_be_taken_in_fails_alone_and_the_engine_goes_on(trans
 
 
 def test_a_text_whose_result_cannot_be_completed_fails_its_call_not_the_engine(translator, tiny_checkpoint, monkeypatch):
-    """What follows a finished search belongs to its call: here a text whose term did not fit is to be
-    translated again without it, and making that search's constraints fails. Only that call fails;
-    the call beside it and later calls are served."""
+    """What follows a finished search belongs to its call: here a text with a term, translated free first
+    without it, is to join again with its term, and that fails. Only that call fails; the call beside it
+    and later calls are served."""
     other = Translator.load(tiny_checkpoint, device="cpu")
-    lexical_constraints = other.lexical_constraints
-
-    def fails_without_terms(terms, avoid, n):
-        if terms is None:  # the text again, with the avoided terms only (EngineCore._translate_free)
-            raise RuntimeError("no constraints today")
-        return lexical_constraints(terms, avoid, n)
-
-    monkeypatch.setattr(other, "lexical_constraints", fails_without_terms)
     core = EngineCore({"de-en": translator, "other": other}, EngineConfig(admission=False))
-    # a long term in 3 tokens: no hypothesis holds it
+    join = core._join
+
+    def fails_with_terms(state, index, terms):
+        if terms:  # the text again, with its terms (its free translation lacks them)
+            raise RuntimeError("no constraints today")
+        return join(state, index, terms)
+
+    monkeypatch.setattr(core, "_join", fails_with_terms)
+    # a long term that the free translation of a random model does not hold
     unfit = dataclasses.replace(call(1, ["Hallo"], beam=4, max_length=3), model="other",
                                 terms=[["supercalifragilistic expialidocious"]])
     replies = run(core, unfit, call(2, ["Ein Hund"], beam=4))
