@@ -27,7 +27,8 @@ from nmt_serve.service.state import ServiceState
 log = logging.getLogger("service")
 
 
-def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | None) -> Callable[[EngineStatus], None]:
+def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | None,
+                  on_ready: Callable[[], None] | None = None) -> Callable[[EngineStatus], None]:
     """What the API process learns from each engine status: models, load failure, statistics."""
     seen = {"incarnation": None, "failed": False}
 
@@ -56,6 +57,8 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
             for m in status.models:
                 state.metrics.model_load_seconds.labels(model=m["id"]).set(m.get("load_seconds", 0.0))
             log.info("ready: %s", ", ".join(sorted(state.models)))
+            if on_ready:
+                on_ready()
 
     return on_status
 
@@ -66,7 +69,8 @@ def start_engine(settings: Settings, on_exit: Callable[[int], None] | None = Non
     return supervisor
 
 
-def create_app(settings: Settings | None = None, on_load_failure: Callable[[], None] | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, on_load_failure: Callable[[], None] | None = None,
+               on_ready: Callable[[], None] | None = None) -> FastAPI:
     state = ServiceState(settings or Settings())
 
     @asynccontextmanager
@@ -85,7 +89,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
             state.supervisor = start_engine(s, engine_exited)
             calls, status = state.supervisor.addresses
         connection = EngineConnection(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,
-                              on_status=follow_status(state, on_load_failure))
+                              on_status=follow_status(state, on_load_failure, on_ready))
         await connection.start()
         state.engine = EngineClient(connection)
         state.metrics.engine.liveness = lambda: (connection.ready, connection.losses)

@@ -3,18 +3,22 @@ one of the workers of workers.py, on the socket their parent bound."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
+from collections.abc import Callable
 
 from nmt_serve.service.settings import Settings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+RETIRE = signal.SIGUSR1  # to one of several workers: stop taking connections, finish what it holds
 
 
-def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int:
+def serve(settings: Settings, sockets: list[socket.socket] | None = None, on_ready: Callable[[], None] | None = None) -> int:
     """One API process. Alone (no sockets), it starts and supervises the engine process itself (see
     app.py); as one of the workers of workers.py, it serves on the socket its parent bound, in front of
-    the engine its parent runs (the parent, not the worker, stops everything when the models fail to load)."""
+    the engine its parent runs (the parent, not the worker, stops everything when the models fail to load).
+    on_ready: called when it is ready (the models it serves known), each time it becomes so."""
     if sockets is None:
         # a multiprocess directory inherited from the environment is not this process's: its files
         # would be summed into this server's metrics (see metrics.py)
@@ -29,7 +33,7 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
         if server is not None:
             server.should_exit = True
 
-    app = create_app(settings, on_load_failure=None if sockets else stop_server)
+    app = create_app(settings, on_load_failure=None if sockets else stop_server, on_ready=on_ready)
     state = app.state.service
 
     class Server(uvicorn.Server):
@@ -44,6 +48,10 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
         timeout_graceful_shutdown=settings.graceful_shutdown_s or None,
     )
     server = Server(config)
+    if sockets is not None:
+        # retired by its parent (SIGHUP, SIGTTOU) while its siblings go on: it stops accepting and finishes
+        # what it holds, serving it (the engine stays), where a drain of the whole server refuses new work
+        signal.signal(RETIRE, lambda *_: setattr(server, "should_exit", True))
     server.run(sockets=sockets)
     if state.load_error:
         print(f"error: model loading failed: {state.load_error}", file=sys.stderr)

@@ -534,6 +534,63 @@ def test_with_several_workers_a_killed_parent_takes_its_processes_along(models_d
                 os.kill(pid, signal.SIGKILL)
 
 
+def test_with_several_workers_sighup_replaces_them_and_ttin_ttou_change_how_many(models_dir, tmp_path):
+    """As uvicorn's and gunicorn's supervisors take them: SIGHUP replaces every worker, one after another,
+    each old one draining once its replacement is ready, while requests go on being answered 200;
+    SIGTTIN adds a worker, SIGTTOU retires one (never the last); SIGTERM then stops all as before.
+    Before, SIGHUP's default action ended the parent on the spot, and TTIN/TTOU stopped it."""
+    log_path = tmp_path / "server.log"
+    proc, port = start_workers(models_dir, log_path)
+    base = f"http://127.0.0.1:{port}"
+
+    def workers() -> list[int]:
+        return sorted(processes(b"spawn_main", b"--multiprocessing-fork", parent=proc.pid))
+
+    def until(check, what: str) -> None:
+        deadline = time.time() + 120
+        while not check():
+            assert proc.poll() is None, f"the server exited: {log_path.read_text()[-3000:]}"
+            assert time.time() < deadline, f"{what}: {log_path.read_text()[-3000:]}"
+            time.sleep(0.1)
+
+    statuses: list[int] = []
+    done = threading.Event()
+
+    def requests() -> None:
+        while not done.is_set():
+            statuses.append(post_json(base + "/v1/translate", {"text": "Hallo", "max_length": 5}, None, 120)[0])
+
+    try:
+        before = workers()
+        assert len(before) == 2
+        load = threading.Thread(target=requests)
+        load.start()
+        until(lambda: len(statuses) >= 2, "no request answered")
+        proc.send_signal(signal.SIGHUP)
+        until(lambda: "API workers replaced" in log_path.read_text() and len(workers()) == 2 and not set(workers()) & set(before),
+              "the workers were not replaced")
+        answered = len(statuses)
+        until(lambda: len(statuses) >= answered + 2, "no request answered by the new workers")
+        done.set()
+        load.join()
+        assert set(statuses) == {200}, statuses
+        proc.send_signal(signal.SIGTTIN)
+        until(lambda: len(workers()) == 3, "SIGTTIN added no worker")
+        for _ in range(3):
+            proc.send_signal(signal.SIGTTOU)
+            time.sleep(0.5)
+        until(lambda: len(workers()) == 1, "SIGTTOU did not retire down to one worker")
+        assert "SIGTTOU ignored: the last API worker stays" in log_path.read_text()
+        assert post_json(base + "/v1/translate", {"text": "Hallo", "max_length": 5}, None, 120)[0] == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        done.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def accepted_by(conn: socket.socket, pids: list[int], timeout: float = 120) -> int:
     """Which of `pids` accepted the connection `conn`: the one holding its server end (found through
     Linux's /proc: the socket whose remote port is conn's local port, among the processes' files)."""
