@@ -5,10 +5,12 @@
     nmt-convert nllb-200-distilled-600M/ checkpoints/nllb-600m --dtype float16          # m2m_100
     nmt-convert mbart-large-50-many-to-many-mmt/ checkpoints/mbart-50                   # mbart
     nmt-convert mbart-large-50-one-to-many-mmt/ checkpoints/mbart-50-en --source-lang en_XX
+    nmt-convert mbart-large-en-ro/ checkpoints/mbart-en-ro --source-lang en --target-lang ro   # mbart, mBART-25
 
 The family is read from config.json's `model_type`: marian (OPUS-MT; the pair is in the model's
 name, so name it; one with `>>xx<<` target tokens serves each target they name, the token put
-first in the source), m2m_100 (M2M100 and NLLB-200) and mbart (mBART-50). Many-to-many models serve
+first in the source), m2m_100 (M2M100 and NLLB-200) and mbart (mBART-50; mBART-25's fine-tunes, as
+mbart-large-en-ro, serve their one pair: name it, mbart_25.py). Many-to-many models serve
 every ordered pair of their language codes (`deu_Latn`, `__de__`, `de_DE`): the source starts with
 its language's code and the translation is forced to start with the target's. A model trained on some
 of those pairs only (mBART-50's one-to-many and many-to-one) is served on those: name its sources
@@ -32,11 +34,12 @@ from nmt_serve.convert.fairseq_vocab import (
     language_tokens,
     m2m100_vocab,
 )
-from nmt_serve.convert.huggingface import UnsupportedModel, read_config, read_directory, read_json
+from nmt_serve.convert.huggingface import UnsupportedModel, read_config, read_directory
 from nmt_serve.convert.load_check import checked
 from nmt_serve.convert.m2m_100 import m2m_100_to_model
 from nmt_serve.convert.marian import import_marian
 from nmt_serve.convert.mbart import mbart_to_model
+from nmt_serve.convert.mbart_25 import import_mbart_25, is_mbart_25
 from nmt_serve.network.checkpoint import (
     CheckpointError,
     CheckpointInfo,
@@ -66,7 +69,9 @@ def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None 
         if not source_lang:
             raise UnsupportedModel("a MarianMT (OPUS-MT) model serves the pair in its name: give --source-lang and --target-lang")
         return checked(out_dir, lambda: import_marian(hf_dir, out_dir, source_lang, target_lang, dtype=DTYPES[dtype]))
-    check_fairseq_tokenizer(hf_dir, family)
+    if family == "mbart" and is_mbart_25(hf_dir):
+        return checked(out_dir, lambda: import_mbart_25(hf_dir, out_dir, source_lang, target_lang, dtype=DTYPES[dtype]))
+    check_fairseq_tokenizer(hf_dir)
     hf_config, hf_state = read_directory(hf_dir)
     if family == "m2m_100" and (hf_dir / VOCAB).is_file():  # M2M100: its own vocab.json, __xx__ tokens
         codes = language_tokens(hf_dir, "m2m100")
@@ -93,19 +98,8 @@ def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None 
     return checked(out_dir, save)
 
 
-MBART_25 = ("MBartTokenizer", "MBartTokenizerFast")
-
-
-def check_fairseq_tokenizer(hf_dir: Path, family: str) -> None:
+def check_fairseq_tokenizer(hf_dir: Path) -> None:
     """Refuse a directory whose tokenizer the conversion cannot reproduce, saying what to do."""
-    saved = read_json(hf_dir / "tokenizer_config.json") if (hf_dir / "tokenizer_config.json").is_file() else {}
-    tokenizer_class = read_config(hf_dir).get("tokenizer_class") or saved.get("tokenizer_class")
-    if family == "mbart" and (tokenizer_class in MBART_25 or (hf_dir / "sentence.bpe.model").is_file() and not (hf_dir / SPM).is_file()):
-        # mBART-25 (mbart-large-cc25, mbart-large-en-ro) puts the source's code after </s> and starts the
-        # decoder with the target's code: another layout than mBART-50's, which the conversion makes
-        raise UnsupportedModel(f"{hf_dir} is an mBART-25 model (tokenizer {tokenizer_class or 'sentence.bpe.model'}: the language "
-                               "code after </s>, the decoder started by the target's code); only mBART-50's layout "
-                               "(MBart50Tokenizer) is supported")
     if not (hf_dir / SPM).is_file():
         hint = (" (transformers 5 saves only tokenizer.json: copy sentencepiece.bpe.model from the model this one was "
                 "fine-tuned from)") if (hf_dir / "tokenizer.json").is_file() else ""

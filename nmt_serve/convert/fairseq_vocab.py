@@ -23,6 +23,7 @@ FAIRSEQ_SPECIALS = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
 STANDARD_LISTS = {  # family -> where transformers keeps its list (read at conversion time only)
     "nllb": ("transformers.models.nllb.tokenization_nllb", None),
     "mbart50": ("transformers.models.mbart50.tokenization_mbart50", None),
+    "mbart25": ("transformers.models.mbart.tokenization_mbart", None),
     "m2m100": ("transformers.models.m2m_100.tokenization_m2m_100", "m2m100"),
 }
 

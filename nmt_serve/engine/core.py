@@ -238,7 +238,8 @@ class EngineCore:
                           dtype=str(t.dtype).removeprefix("torch."), attention=attention_backend(t.device), quantization=t.quantization, step_mode=t.step_mode,
                           n_decoder_layers=t.config.n_decoder_layers, n_encoder_layers=t.config.n_encoder_layers,
                           n_heads=t.config.n_heads, max_positions=t.config.max_positions,
-                          append_eos_to_source=t.config.append_eos_to_source, **self.model_meta.get(mid, {}))
+                          append_eos_to_source=t.config.append_eos_to_source, source_suffix=t.info.source_suffix,
+                          **self.model_meta.get(mid, {}))
                 for mid, t in self.models.items()
             }
         # static decoders' graphs are captured as buckets are first used: their memory can grow

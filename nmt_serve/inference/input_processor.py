@@ -9,7 +9,8 @@ and checks them against the model), the offline Translator and the benchmarks. I
   (`<2fr> A dog runs .</s>`), a bilingual model takes none (and only its own target); a model of the
   fairseq families (NLLB-200, M2M100, mBART-50) starts the source with the source language's code
   (`deu_Latn Ein Hund .</s>`) and its target with the target language's code (`target_prefix`);
-- eos, appended where the model was trained with it (`append_eos_to_source`);
+- eos, appended where the model was trained with it (`append_eos_to_source`), and after it the model's
+  source suffix where it has one (mBART-25: `pieces </s> en_XX`, the source language's code last);
 - the length limit: at most `max_positions` ids reach the encoder.
 
 `tokens()` is what crosses the process boundary (tag first, eos excluded: what the API's limits count);
@@ -27,14 +28,16 @@ from nmt_serve.text.language_codes import iso_aliases
 class InputProcessor:
     def __init__(self, tokenizer: Tokenizer, *, target_lang: str, directions: list[str], target_tags: Mapping[str, str] | None,
                  append_eos: bool = True, max_positions: int | None = None, language_codes: Mapping[str, str] | None = None,
-                 code_pairs: list[str] | None = None):
+                 code_pairs: list[str] | None = None, source_suffix: list[str] | None = None):
         """target_lang: a bilingual model's target ("mul" for a multilingual one); directions: "de-en", ...;
         target_tags: {language: its tag piece} of a multilingual model, None for a bilingual one;
         language_codes: {language: its code's piece} of a fairseq-family model; code_pairs: the pairs of
-        its codes it serves ("en_XX-de_DE", ...) where it does not serve every pair."""
+        its codes it serves ("en_XX-de_DE", ...) where it does not serve every pair; source_suffix: the pieces
+        after the source's eos (mBART-25's source language code)."""
         self.tokenizer = tokenizer
         self.codes: dict[str, int] = tokenizer.symbol_ids(dict(language_codes)) if language_codes else {}
         self.code_pairs = set(code_pairs) if self.codes and code_pairs else None
+        self.suffix: list[int] = list(tokenizer.symbol_ids(dict(enumerate(source_suffix))).values()) if source_suffix else []
         self.aliases = iso_aliases(self.codes)  # users may name a language by ISO 639-1 ("de" for "deu_Latn")
         self.target_lang = target_lang
         self.append_eos = append_eos
@@ -96,12 +99,17 @@ class InputProcessor:
         return self.prefix(target_lang, source_lang) + pieces if pieces else []
 
     def source_ids(self, tokens: list[int]) -> list[int]:
-        """tokens() -> the ids the encoder reads: eos appended if the model wants it, the length checked
-        (ValueError past max_positions)."""
-        ids = tokens + [self.tokenizer.eos_id] if self.append_eos else list(tokens)
+        """tokens() -> the ids the encoder reads: eos appended if the model wants it, then its suffix, the
+        length checked (ValueError past max_positions)."""
+        ids = (tokens + [self.tokenizer.eos_id] if self.append_eos else list(tokens)) + self.suffix
         if self.max_positions is not None and len(ids) > self.max_positions:
             raise ValueError(f"source has {len(ids)} tokens; this model accepts at most {self.max_positions}")
         return ids
+
+    def own_span(self, source_length: int) -> tuple[int, int]:
+        """Positions [first, last) of a source's own pieces among source_length encoder ids: its language tag
+        or code, eos and suffix left out."""
+        return 1 if self.multilingual else 0, source_length - (1 if self.append_eos else 0) - len(self.suffix)
 
     def encode(self, text: str, target_lang: str | None = None, source_lang: str | None = None) -> list[int]:
         """Text -> the encoder's ids (tokens() then source_ids())."""

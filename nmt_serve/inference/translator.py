@@ -140,7 +140,7 @@ class Translator:
         self.tgt_tokenizer = tgt_tokenizer
         self.inputs = InputProcessor(src_tokenizer, target_lang=info.target_lang, directions=info.served(),
                                      target_tags=(info.target_tags or {}) if info.directions and not info.language_codes else None,
-                                     language_codes=info.language_codes, code_pairs=info.directions,
+                                     language_codes=info.language_codes, code_pairs=info.directions, source_suffix=info.source_suffix,
                                      append_eos=self.config.append_eos_to_source, max_positions=self.config.max_positions)
         if warmup and self.uses_static_decoder and self.static_rows:  # the device search reads the inputs (a forced first token or not)
             self.device_search().warmup(beam_sizes=(1, 4))

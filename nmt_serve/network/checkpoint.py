@@ -50,6 +50,9 @@ class CheckpointInfo:
     # source starts with the source language's code, the target with the target's (forced). It serves
     # every pair of them, or `directions` where those are given (mBART-50 one-to-many: en_XX-xx only)
     language_codes: dict[str, str] | None = None
+    # pieces after the source's eos: mBART-25's source language code (`pieces </s> en_XX`), its decoder
+    # started by the target's (config.decoder_start_id)
+    source_suffix: list[str] | None = None
 
     @property
     def multilingual(self) -> bool:
@@ -58,7 +61,8 @@ class CheckpointInfo:
     def symbols(self) -> list[str]:
         """The pieces of this model's vocabulary that stand for no text: its language codes or target tags
         (a model may write one mid-sentence) and the fairseq families' `<mask>`."""
-        return [*(self.language_codes or {}).values(), *(self.target_tags or {}).values(), "<mask>"]
+        return [*(self.language_codes or {}).values(), *(self.target_tags or {}).values(), "<mask>",
+                *self.metadata.get("symbols", [])]
 
     def served(self) -> list[str]:
         """The directions served: "de-en", ... (one for a bilingual model; every ordered pair of a
@@ -144,6 +148,7 @@ def save_checkpoint(
         **({"src_vocab": info.src_vocab, "tgt_vocab": info.tgt_vocab} if info.src_vocab or info.tgt_vocab else {}),
         **({"directions": info.directions, "target_tags": info.target_tags} if info.directions else {}),
         **({"language_codes": info.language_codes} if info.language_codes else {}),
+        **({"source_suffix": info.source_suffix} if info.source_suffix else {}),
         "model": info.config.to_dict(),
         "metadata": info.metadata,
     }
@@ -178,6 +183,7 @@ def read_info(directory: str | Path) -> CheckpointInfo:
             directions=payload.get("directions"),
             target_tags=payload.get("target_tags"),
             language_codes=payload.get("language_codes"),
+            source_suffix=payload.get("source_suffix"),
         )
     except (KeyError, TypeError, ValueError, AssertionError) as e:
         raise CheckpointError(f"{config_path}: invalid model config ({e})") from e

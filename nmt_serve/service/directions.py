@@ -93,7 +93,7 @@ def served_directions(infos: list[dict]) -> dict[str, ServedDirection]:
         inputs = InputProcessor(Tokenizer(info["src_tokenizer"], info.get("src_vocab")), target_lang=info["target"],
                                 directions=directions, target_tags=info.get("target_tags"),
                                 append_eos=info.get("append_eos_to_source", True), max_positions=info.get("max_positions"),
-                                language_codes=codes, code_pairs=info.get("directions"))
+                                language_codes=codes, code_pairs=info.get("directions"), source_suffix=info.get("source_suffix"))
         if codes:  # every pair of its languages (or those it serves), each by its ISO 639-1 name where it has one
             names = public_names(inputs)
             pairs = [d.split("-", 1) for d in info.get("directions") or []] or [(s, t) for s in names for t in names if s != t]

@@ -334,18 +334,48 @@ def test_a_directory_transformers_5_saved(nllb_dir, tmp_path, capsys):
     assert "missing sentencepiece.bpe.model" in err and "copy sentencepiece.bpe.model from the model" in err
 
 
-def test_an_mbart_25_model_is_refused_not_served_as_mbart_50(mbart50_dir, tmp_path, capsys):
-    """mBART-25 (mbart-large-en-ro) puts the code after </s> and starts the decoder with the target's code:
-    converted as mBART-50 it would translate nonsense, so it is refused, saying why."""
+def test_an_mbart_25_model_serves_its_pair_as_generate_does(mbart50_dir, tmp_path, capsys):
+    """mBART-25 (mbart-large-en-ro, cc25 fine-tunes; MBartTokenizer): the source is `pieces </s> de_DE`, the
+    decoder starts with the target's code (config.json's decoder_start_token_id), greedy equal to generate's.
+    Its file is sentence.bpe.model; the pair must be named, and a target other than the one config.json
+    starts with is refused. Before, such a model was converted as mBART-50 and translated otherwise."""
     import shutil
 
-    source = shutil.copytree(mbart50_dir, tmp_path / "mbart-large-en-ro")
-    _edit_json(source / "config.json", tokenizer_class="MBartTokenizer")
-    assert "is an mBART-25 model" in _convert_fails(source, tmp_path / "out", capsys)
-    source = shutil.copytree(mbart50_dir, tmp_path / "cc25")  # no tokenizer_class: its sentencepiece file's name says it
+    from nmt_serve.convert.command import main as convert_main
+    from nmt_serve.inference.translator import Translator
+
+    source = shutil.copytree(mbart50_dir, tmp_path / "mbart-large-de-fr")
     (source / "sentencepiece.bpe.model").rename(source / "sentence.bpe.model")
-    assert "is an mBART-25 model" in _convert_fails(source, tmp_path / "out", capsys)
-    assert not (tmp_path / "out").exists()
+    fr = 300 + 1 + 2  # fairseq ids: 300 pieces + 1, then de_DE, en_XX, fr_XX
+    _edit_json(source / "config.json", tokenizer_class="MBartTokenizer", decoder_start_token_id=fr)
+    hf = transformers.MBartForConditionalGeneration.from_pretrained(source).eval()
+    capsys.readouterr()
+    assert "give --source-lang and --target-lang" in _convert_fails(source, tmp_path / "out", capsys)
+    assert "its target is fr_XX, not en_XX" in _convert_fails(source, tmp_path / "out", capsys, "--source-lang", "de", "--target-lang", "en")
+    assert convert_main([str(source), str(tmp_path / "out"), "--source-lang", "de", "--target-lang", "fr"]) == 0
+    capsys.readouterr()
+    translator = Translator.load(tmp_path / "out", device="cpu")
+    vocab = translator.inputs.tokenizer.vocab
+    assert translator.directions == ["de-fr"] and translator.config.decoder_start_id == vocab["fr_XX"] == fr
+    text = "Ein Hund läuft über die Wiese."
+    src = translator.encode_source(text, "fr")
+    assert src[-2:] == [vocab["</s>"], vocab["de_DE"]] and vocab["de_DE"] not in src[:-2]
+    with torch.no_grad():
+        expected = hf.generate(torch.tensor([src]), decoder_start_token_id=fr, num_beams=1, do_sample=False, max_new_tokens=12,
+                               suppress_tokens=[0, 1, fr], forced_eos_token_id=2)[0].tolist()
+    [result] = translator.translate([text], target_lang="fr", beam_size=1, max_length=12)
+    assert result.hypotheses[0].tokens == translator.tgt_tokenizer.pieces([i for i in expected[1:] if i != vocab["</s>"]])
+    # the codes stand for no text, should the model write one
+    assert translator.tgt_tokenizer.decode([vocab["en_XX"], *translator.inputs.tokenizer.encode("Hund")]) == "Hund"
+    # the engine's own-pieces span leaves out </s> and the code after it
+    assert translator.inputs.own_span(len(src)) == (0, len(src) - 2)
+    from test_service import make_client, wait_ready  # the service: the API process's tokens and the engine's suffix
+
+    with make_client(tmp_path / "out", engine_heartbeat_timeout_s=10) as client:
+        wait_ready(client, timeout=120)
+        r = client.post("/v1/translate", json={"text": text, "source": "de", "target": "fr", "beam_size": 1, "max_length": 12,
+                                               "split_sentences": False})
+        assert r.status_code == 200 and r.json()["translations"][0]["text"] == result.text, r.text
 
 
 def test_a_one_to_many_model_serves_its_pairs_only(mbart50_dir, tmp_path, capsys):
