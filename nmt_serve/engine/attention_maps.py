@@ -40,7 +40,8 @@ def source_entropy(translator: Translator, maps: AttentionMaps) -> float:
 
 def own_pieces(translator: Translator, source_length: int) -> tuple[int, int]:
     """Source positions [first, last) of a source's own pieces: its language tag or code, </s> and suffix left out."""
-    return translator.inputs.own_span(source_length)
+    inputs = translator.inputs
+    return 1 if inputs.multilingual else 0, source_length - (1 if inputs.append_eos else 0) - len(inputs.suffix)
 
 
 def searched_entropy(entropies: list[float], span: tuple[int, int]) -> float:

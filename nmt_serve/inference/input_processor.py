@@ -106,11 +106,6 @@ class InputProcessor:
             raise ValueError(f"source has {len(ids)} tokens; this model accepts at most {self.max_positions}")
         return ids
 
-    def own_span(self, source_length: int) -> tuple[int, int]:
-        """Positions [first, last) of a source's own pieces among source_length encoder ids: its language tag
-        or code, eos and suffix left out."""
-        return 1 if self.multilingual else 0, source_length - (1 if self.append_eos else 0) - len(self.suffix)
-
     def encode(self, text: str, target_lang: str | None = None, source_lang: str | None = None) -> list[int]:
         """Text -> the encoder's ids (tokens() then source_ids())."""
         return self.source_ids(self.prefix(target_lang, source_lang) + self.tokenizer.encode(text))

@@ -368,7 +368,9 @@ def test_an_mbart_25_model_serves_its_pair_as_generate_does(mbart50_dir, tmp_pat
     # the codes stand for no text, should the model write one
     assert translator.tgt_tokenizer.decode([vocab["en_XX"], *translator.inputs.tokenizer.encode("Hund")]) == "Hund"
     # the engine's own-pieces span leaves out </s> and the code after it
-    assert translator.inputs.own_span(len(src)) == (0, len(src) - 2)
+    from nmt_serve.engine.attention_maps import own_pieces
+
+    assert own_pieces(translator, len(src)) == (0, len(src) - 2)
     from test_service import make_client, wait_ready  # the service: the API process's tokens and the engine's suffix
 
     with make_client(tmp_path / "out", engine_heartbeat_timeout_s=10) as client:

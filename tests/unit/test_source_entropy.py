@@ -11,8 +11,8 @@ import torch
 from nmt_serve.engine.attention_maps import source_entropy
 from nmt_serve.inference.translator import AttentionMaps
 
-MULTILINGUAL = SimpleNamespace(inputs=SimpleNamespace(multilingual=True, append_eos=True))  # <2en> pieces </s>
-BILINGUAL = SimpleNamespace(inputs=SimpleNamespace(multilingual=False, append_eos=True))  # pieces </s>
+MULTILINGUAL = SimpleNamespace(inputs=SimpleNamespace(multilingual=True, append_eos=True, suffix=[]))  # <2en> pieces </s>
+BILINGUAL = SimpleNamespace(inputs=SimpleNamespace(multilingual=False, append_eos=True, suffix=[]))  # pieces </s>
 
 
 def maps(rows: list[list[float]], layers: int = 2, heads: int = 3) -> AttentionMaps:
