@@ -8,6 +8,11 @@ gives back the file's bytes with every unit translated in place and everything e
 One module per format family: `word.py` (.docx, python-docx), `presentation.py` (.pptx,
 python-pptx), both through `office_open_xml.py`; `open_document.py` (.odt, .odp) and `epub.py`
 (.epub), zip and lxml; `inline_runs.py` turns a paragraph's runs into inline HTML and back.
+
+Before any of them reads a file, its zip container is checked (`document.open_zip`: what it expands
+to, and every member read through once: encrypted, damaged or forged members refused), and so is a
+.docx's or .pptx's main part (`office_open_xml.check_main_part`: a .docm, a template or a workbook
+renamed is named, not translated). Whatever cannot be read is a DocumentError that says why.
 """
 from __future__ import annotations
 
@@ -58,7 +63,11 @@ def read_document(data: bytes, filename: str) -> Document:
         raise DocumentError(f"{extension or 'no extension'} is not a document format; supported: {', '.join(FORMATS)}")
     try:
         if extension in (".docx", ".pptx"):
-            open_zip(data).close()  # the container and its size checked before the library unpacks every part
+            from nmt_serve.text.documents.office_open_xml import check_main_part
+
+            # the container, its size and its main part checked before the library unpacks every part
+            with open_zip(data) as archive:
+                check_main_part(archive, extension)
         return _reader(extension)(data)
     except DocumentError as exc:
         raise DocumentError(f"the file cannot be read as {extension}: {exc}") from exc

@@ -9,7 +9,9 @@ they like in between.
 from __future__ import annotations
 
 import io
+import struct
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -47,16 +49,55 @@ class Document:
         return self._save()
 
 
+# an OLE compound file (CFB): a password-protected Office file (its encrypted package inside), or a
+# legacy binary one (.doc, .ppt, .xls)
+_CFB_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_ENCRYPTED_PACKAGE = "EncryptionInfo".encode("utf-16-le")  # the stream name, as the CFB directory holds it
+# what OOXML, ODF and EPUB containers may use (their specifications name no other)
+_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
+_CHUNK = 1 << 20
+
+
 def open_zip(data: bytes, max_unpacked_bytes: int = MAX_UNPACKED_BYTES) -> zipfile.ZipFile:
-    """The document's zip container, refused when it is none or would expand past the limit."""
+    """The document's zip container, refused when it is none or would expand past the limit. Every
+    member is read through once here, a mebibyte at a time: one that is encrypted, compressed by a
+    method these formats do not use, damaged (its CRC), or that holds more than its header says (the
+    header is what the limit counts; read whole, zipfile inflates a member in one call: gigabytes for
+    a forged header) is refused now, before any library or the translation reads it."""
+    if data.startswith(_CFB_SIGNATURE):
+        if _ENCRYPTED_PACKAGE in data:
+            raise DocumentError("it is password-protected (encrypted): remove the password and send it again")
+        raise DocumentError("it is a legacy binary Office file (.doc, .ppt, .xls) or another OLE file, not a zip "
+                            "container: save it in the current format")
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError) as exc:
+    except (zipfile.BadZipFile, ValueError, EOFError, struct.error) as exc:
         raise DocumentError("it is not a zip container") from exc
+    except NotImplementedError as exc:  # a zip "version" zipfile does not read: a damaged directory
+        raise DocumentError(f"it is a zip container that cannot be read ({exc})") from exc
     unpacked = sum(info.file_size for info in archive.infolist())
     if unpacked > max_unpacked_bytes:
         raise DocumentError(f"it expands to {unpacked} bytes; the limit is {max_unpacked_bytes}")
+    for info in archive.infolist():
+        _check_member(archive, info)
     return archive
+
+
+def _check_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+    name = info.filename
+    if info.flag_bits & 0x1:
+        raise DocumentError(f"its part {name} is encrypted (password-protected)")
+    if info.compress_type not in _METHODS:
+        raise DocumentError(f"its part {name} uses compression method {info.compress_type}; "
+                            f"these formats use only {' and '.join(_METHODS.values())}")
+    # read in chunks, zipfile inflates a chunk's worth at a time and stops at the size the header says (a
+    # forged one then fails the CRC check); read() whole would inflate all of it in one call
+    try:
+        with archive.open(info) as member:
+            while member.read(_CHUNK):
+                pass
+    except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, ValueError, EOFError) as exc:
+        raise DocumentError(f"its part {name} is damaged ({exc})") from exc
 
 
 def rewrite_zip(archive: zipfile.ZipFile, replaced: dict[str, bytes]) -> bytes:
@@ -66,5 +107,9 @@ def rewrite_zip(archive: zipfile.ZipFile, replaced: dict[str, bytes]) -> bytes:
     with zipfile.ZipFile(out, "w") as new:
         for info in archive.infolist():
             data = replaced.get(info.filename)
-            new.writestr(info, archive.read(info) if data is None else data, compress_type=info.compress_type)
+            try:
+                data = archive.read(info) if data is None else data
+            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:  # open_zip read it through
+                raise DocumentError(f"its part {info.filename} cannot be read ({exc})") from exc
+            new.writestr(info, data, compress_type=info.compress_type)
     return out.getvalue()

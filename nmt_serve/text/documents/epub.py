@@ -1,6 +1,7 @@
 """EPUB books (.epub): the zip container read and rewritten with lxml; every XHTML content document
 of the package (chapters, the EPUB 3 navigation document) translated block by block, and the
-labels of the EPUB 2 table of contents (toc.ncx).
+title and labels of the EPUB 2 table of contents (toc.ncx; not its author's name). A book whose
+content documents are encrypted (DRM, as META-INF/encryption.xml lists them) is refused as such.
 
 A unit is a run of inline content inside a block element (`<p>`, `<li>`, `<h1>`, `<td>`...): the
 block's text, or a nested block's tail, with the inline elements that follow up to the next block.
@@ -36,6 +37,7 @@ XHTML = "http://www.w3.org/1999/xhtml"
 CONTAINER = "urn:oasis:names:tc:opendocument:xmlns:container"
 OPF = "http://www.idpf.org/2007/opf"
 NCX = "http://www.daisy.org/z3986/2005/ncx/"
+XMLENC = "http://www.w3.org/2001/04/xmlenc#"
 
 BLOCK = frozenset(
     ["html", "head", "title", "body", "div", "p", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li", "dl", "dt", "dd", "table", "thead", "tbody", "tfoot", "tr", "td", "th", "caption", "figure", "figcaption", "blockquote", "section", "article", "aside", "header", "footer", "nav", "main", "address", "hr", "form", "fieldset", "legend", "details", "summary", "center", "menu", "hgroup"])
@@ -59,7 +61,8 @@ class _InlineRun:
     @property
     def text(self) -> str:
         lead = (self.after.tail if self.after is not None else self.parent.text) or ""
-        return lead + "".join("".join(c.itertext()) + (c.tail or "") for c in self.children)
+        # a comment or a processing instruction among them has no text of its own, only its tail
+        return lead + "".join(("".join(c.itertext()) if isinstance(c.tag, str) else "") + (c.tail or "") for c in self.children)
 
     def write(self, translated_html: str) -> None:
         try:
@@ -126,19 +129,48 @@ def _plain(el: etree._Element) -> InlineParagraph:
 
 def _parse(data: bytes) -> etree._ElementTree:
     """The document as a tree (so its DOCTYPE is kept). EPUB 2 books may use HTML's named entities
-    (`&nbsp;`), which XML knows only from the DTD, never loaded here: they become numeric references."""
+    (`&nbsp;`), which XML knows only from the DTD, never loaded here: without a DTD to name they are
+    an error, and become numeric references; under a DOCTYPE that names one (XHTML 1.1's, as EPUB 2
+    books have it) the parser keeps them as entity nodes, which become their characters."""
     try:
-        return etree.parse(io.BytesIO(data), _PARSER)
+        tree = etree.parse(io.BytesIO(data), _PARSER)
     except etree.XMLSyntaxError:
         named = re.sub(rb"&([A-Za-z][A-Za-z0-9]{1,31});", _numeric, data)
         if named == data:
             raise
-        return etree.parse(io.BytesIO(named), _PARSER)
+        tree = etree.parse(io.BytesIO(named), _PARSER)
+    _resolve_entities(tree.getroot())
+    return tree
+
+
+def _resolve_entities(root: etree._Element) -> None:
+    """Each reference to an HTML named entity replaced by its character, in the text it sits in (one
+    the DTD alone could define stays a node: it rides along as markup)."""
+    for entity in list(root.iter(etree.Entity)):
+        code = name2codepoint.get(entity.name)
+        if code is None or entity.name in ("amp", "lt", "gt", "quot", "apos"):
+            continue
+        text, parent, previous = chr(code) + (entity.tail or ""), entity.getparent(), entity.getprevious()
+        if previous is not None:
+            previous.tail = (previous.tail or "") + text
+        else:
+            parent.text = (parent.text or "") + text
+        parent.remove(entity)
 
 
 def _numeric(m: re.Match) -> bytes:
     code = name2codepoint.get(m.group(1).decode())
     return m.group() if code is None or m.group(1) in (b"amp", b"lt", b"gt", b"quot", b"apos") else b"&#%d;" % code
+
+
+def _encrypted_members(archive) -> set[str]:
+    """The members META-INF/encryption.xml lists as encrypted (DRM; obfuscated fonts are listed too,
+    and are no text)."""
+    try:
+        root = etree.fromstring(archive.read("META-INF/encryption.xml"), SAFE_PARSER)
+    except etree.XMLSyntaxError:
+        return set()
+    return {posixpath.normpath(unquote(ref.get("URI", ""))) for ref in root.iter(f"{{{XMLENC}}}CipherReference")}
 
 
 def read_epub(data: bytes) -> Document:
@@ -151,6 +183,7 @@ def read_epub(data: bytes) -> Document:
         raise DocumentError("it is not an EPUB (no readable META-INF/container.xml or package document)") from exc
     base = posixpath.dirname(opf_path)
     names = set(archive.namelist())
+    encrypted = _encrypted_members(archive) if "META-INF/encryption.xml" in names else set()
     trees: dict[str, etree._ElementTree] = {}
     units = []
     for item in opf.iter(f"{{{OPF}}}item"):
@@ -158,13 +191,17 @@ def read_epub(data: bytes) -> Document:
         kind = item.get("media-type")
         if name not in names or kind not in ("application/xhtml+xml", "application/x-dtbncx+xml"):
             continue
+        if name in encrypted:
+            raise DocumentError(f"it is protected by DRM ({name} is encrypted): only a book without DRM can be translated")
         try:
             tree = _parse(archive.read(name))
         except etree.XMLSyntaxError as exc:
             raise DocumentError(f"{name} in the book is not well-formed XHTML ({exc})") from exc
         trees[name] = tree
         if kind == "application/x-dtbncx+xml":
-            units += [_plain(t) for t in tree.getroot().iter(f"{{{NCX}}}text") if (t.text or "").strip()]
+            # the title and the labels; not the author's name (docAuthor)
+            units += [_plain(t) for t in tree.getroot().iter(f"{{{NCX}}}text") if (t.text or "").strip()
+                      and t.getparent().tag != f"{{{NCX}}}docAuthor"]
         else:
             units += inline_runs(tree.getroot())
 

@@ -6,19 +6,30 @@ revision ids) and, in Word, by the hyperlink it sits in.
 The walk goes into containers (hyperlinks, insertions, content controls, smart tags) and treats
 anything else inside a paragraph that is not a run as a separator (line breaks, tabs, fields,
 footnote and comment marks, drawings): it stays in place. Zero-width markers (bookmarks, comment
-ranges, proofing marks) are neither. A nested paragraph (a text box inside a run) is a paragraph of
-its own. Fields are computed text: their results are left alone (Word recomputes page numbers,
-dates and tables of contents), except a HYPERLINK field's, whose text is the author's.
+ranges, proofing marks) are neither; so is an optional hyphen (`w:softHyphen`, inside a word), which
+a translated paragraph drops. A nested paragraph (a text box inside a run) is a paragraph of its
+own. Fields (`w:fldChar` ... `w:fldChar`, or one `w:fldSimple`) are computed text: their results
+are left alone (page numbers, dates: Word recomputes them), except a HYPERLINK field's, whose text
+is the author's, and a table of contents' (TOC: the headings' text, translated as they are; its page
+numbers are PAGEREF fields, left alone). A field may span paragraphs, as a table of contents does:
+its state carries from one to the next.
+
+`check_main_part` tells a .docx or .pptx from another Office file renamed to it (a .docm, a
+template, a workbook) before python-docx or python-pptx opens it.
 """
 from __future__ import annotations
 
 import copy
 import io
+import posixpath
+import re
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lxml import etree
 
+from nmt_serve.text.documents.document import DocumentError
 from nmt_serve.text.documents.inline_runs import InlineParagraph, TextSlot
 
 WORD_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -78,19 +89,33 @@ def _writer(t: etree._Element):
     return write
 
 
+# fields whose result is the author's text, translated: a link's, and a table of contents' (the
+# headings' text; the page numbers in it are PAGEREF fields of their own, left alone)
+_TEXT_FIELDS = {"HYPERLINK", "TOC"}
+_FIELD_NAME = re.compile(r"\s*([A-Za-z]+)")
+
+
 class _Field:
     def __init__(self) -> None:
         self.instruction, self.in_result = "", False
 
     @property
     def skipped(self) -> bool:
-        return self.in_result and not self.instruction.strip().upper().startswith("HYPERLINK")
+        return self.in_result and not _is_text_field(self.instruction)
 
 
-def paragraph_slots(p: etree._Element, dialect: Dialect) -> list[TextSlot]:
+def _is_text_field(instruction: str) -> bool:
+    name = _FIELD_NAME.match(instruction)
+    return name is not None and name.group(1).upper() in _TEXT_FIELDS
+
+
+def paragraph_slots(p: etree._Element, dialect: Dialect, fields: list[_Field] | None = None) -> list[TextSlot]:
+    """The paragraph's text slots. fields: the complex fields open where it starts (one may span
+    paragraphs, as a table of contents does), updated as its runs open and close them."""
     slots: list[TextSlot] = []
     separated = [False]
-    fields: list[_Field] = []
+    fields = [] if fields is None else fields
+    soft_hyphens: list[etree._Element] = []
     run_tag, t_tag, p_tag = dialect.tag("r"), dialect.tag("t"), dialect.tag("p")
 
     def walk(el: etree._Element, link: etree._Element | None) -> None:
@@ -104,6 +129,11 @@ def paragraph_slots(p: etree._Element, dialect: Dialect) -> list[TextSlot]:
                 separated[0] = True
             elif local in dialect.containers:
                 walk(child, child if local == dialect.hyperlink else link)
+            elif local == "fldSimple" and _is_text_field(child.get(dialect.tag("instr")) or "") \
+                    and not any(f.skipped for f in fields):
+                separated[0] = True  # a field in one element: its result is the author's text, as a link's
+                walk(child, child)
+                separated[0] = True
             elif local not in dialect.markers:
                 separated[0] = True
 
@@ -128,18 +158,41 @@ def paragraph_slots(p: etree._Element, dialect: Dialect) -> list[TextSlot]:
                 separated[0] = True
             elif local == "instrText" and fields:
                 fields[-1].instruction += child.text or ""
+            elif local == "softHyphen":
+                if not any(f.skipped for f in fields):
+                    soft_hyphens.append(child)
             elif local not in dialect.run_markers:
                 separated[0] = True
 
     walk(p, None)
+    if soft_hyphens and slots:
+        slots[0].write = _dropping(soft_hyphens, slots[0].write)
     return slots
 
 
+def _dropping(elements: list[etree._Element], write: Callable[[str], None]) -> Callable[[str], None]:
+    """The slot's writer, which also takes the elements out of the paragraph (its source words'
+    optional hyphens: the translation's words break where the target language does)."""
+    def drop_and_write(text: str) -> None:
+        for el in elements:
+            if el.getparent() is not None:
+                el.getparent().remove(el)  # a soft hyphen has no tail (it sits in a run, as text does in w:t)
+        write(text)
+
+    return drop_and_write
+
+
 def paragraphs(root: etree._Element, dialect: Dialect) -> list[InlineParagraph]:
-    """Every paragraph in the part with text to translate (text boxes and table cells included)."""
+    """Every paragraph in the part with text to translate (text boxes and table cells included). A
+    complex field open at a paragraph's end stays open in the next (a table of contents, an index),
+    where the part's fields are balanced (each begun one ends): its result is then the same kind of
+    text in every paragraph it covers."""
     out = []
+    char = dialect.tag("fldChar"), dialect.tag("fldCharType")
+    kinds = [el.get(char[1]) for el in root.iter(char[0])]
+    fields: list[_Field] | None = [] if kinds.count("begin") == kinds.count("end") else None
     for p in root.iter(dialect.tag("p")):
-        slots = paragraph_slots(p, dialect)
+        slots = paragraph_slots(p, dialect, fields)
         if any(s.text.strip() for s in slots):
             out.append(InlineParagraph(slots))
     return out
@@ -176,3 +229,65 @@ def package_writer(package, stored: list[tuple[object, etree._Element]]) -> Call
 def plain_text_unit(el: etree._Element) -> InlineParagraph:
     """An element whose text is all it has (a legacy PowerPoint comment), as a unit."""
     return InlineParagraph([TextSlot(el.text or "", None, _writer(el))])
+
+
+_WML = "application/vnd.openxmlformats-officedocument.wordprocessingml."
+_PML = "application/vnd.openxmlformats-officedocument.presentationml."
+MAIN_PARTS = {".docx": _WML + "document.main+xml", ".pptx": _PML + "presentation.main+xml"}
+# what an Office file renamed to .docx or .pptx is, by its main part's content type (Office itself
+# refuses a file whose name and main part disagree: it is answered here rather than translated)
+_KINDS = {  # content type -> (what it is, its extension)
+    _WML + "document.main+xml": ("a Word document", ".docx"),
+    _WML + "template.main+xml": ("a Word template", ".dotx"),
+    "application/vnd.ms-word.document.macroEnabled.main+xml": ("a Word document with macros", ".docm"),
+    "application/vnd.ms-word.template.macroEnabledTemplate.main+xml": ("a Word template with macros", ".dotm"),
+    _PML + "presentation.main+xml": ("a PowerPoint presentation", ".pptx"),
+    _PML + "slideshow.main+xml": ("a PowerPoint show", ".ppsx"),
+    _PML + "template.main+xml": ("a PowerPoint template", ".potx"),
+    "application/vnd.ms-powerpoint.presentation.macroEnabled.main+xml": ("a PowerPoint presentation with macros", ".pptm"),
+    "application/vnd.ms-powerpoint.slideshow.macroEnabled.main+xml": ("a PowerPoint show with macros", ".ppsm"),
+    "application/vnd.ms-powerpoint.template.macroEnabled.main+xml": ("a PowerPoint template with macros", ".potm"),
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml": ("an Excel workbook", ".xlsx"),
+    "application/vnd.ms-excel.sheet.macroEnabled.main+xml": ("an Excel workbook with macros", ".xlsm"),
+}
+_OFFICE_DOCUMENT = "/officeDocument"  # the end of the package relationship's type that names the main part
+_STRICT = "http://purl.oclc.org/ooxml/"  # ISO 29500 Strict's namespaces (python-docx and python-pptx read Transitional)
+
+
+def check_main_part(archive: zipfile.ZipFile, extension: str) -> None:
+    """The package's main part is there and is what the extension says (.docx: a Word document, not a
+    .docm or a template renamed); DocumentError naming what it is otherwise."""
+    members = {name.lower(): name for name in archive.namelist()}
+
+    def read(name: str) -> etree._Element:
+        member = members.get(name.lower())
+        if member is None:
+            raise DocumentError(f"it is not an Office Open XML package (no {name})")
+        return etree.fromstring(archive.read(member), SAFE_PARSER)
+
+    types, rels = read("[Content_Types].xml"), read("_rels/.rels")
+    main = next((r for r in rels if isinstance(r.tag, str) and (r.get("Type") or "").endswith(_OFFICE_DOCUMENT)
+                 and r.get("TargetMode") != "External"), None)
+    target = main.get("Target") if main is not None else None
+    if not target:
+        raise DocumentError("it names no main document part (_rels/.rels)")
+    if main.get("Type").startswith(_STRICT):
+        raise DocumentError(f"it is saved as Strict Open XML, which is not read here: save it as {extension} "
+                            f"(not \"Strict Open XML\") to translate it")
+    part = posixpath.normpath("/" + target.lstrip("/"))
+    if part.lstrip("/").lower() not in members:
+        raise DocumentError(f"its main document part {part} is missing")
+    content_type = next((t.get("ContentType") for t in types if etree.QName(t).localname == "Override"
+                         and (t.get("PartName") or "").lower() == part.lower()), None)
+    if content_type is None:
+        ext = posixpath.splitext(part)[1].lstrip(".").lower()
+        content_type = next((t.get("ContentType") for t in types if etree.QName(t).localname == "Default"
+                             and (t.get("Extension") or "").lower() == ext), None)
+    if content_type != MAIN_PARTS[extension]:
+        expected = "{} ({})".format(*_KINDS[MAIN_PARTS[extension]])
+        if content_type not in _KINDS:
+            raise DocumentError(f"it is not {expected}: its main part is {content_type or 'of no known type'}")
+        kind, kind_extension = _KINDS[content_type]
+        advice = (f"send it named {kind_extension}" if kind_extension in MAIN_PARTS
+                  else f"save it as {extension} to translate it" if kind.split()[1] == expected.split()[1] else "")
+        raise DocumentError(f"it is {kind} ({kind_extension}), not {expected}" + (f": {advice}" if advice else ""))

@@ -1,7 +1,8 @@
 """OpenDocument text and presentations (.odt, .odp): the zip container read and rewritten with lxml,
 every paragraph (`text:p`, `text:h`) of content.xml translated in place (body, tables, lists, frames,
 slides, speaker notes, footnotes and comments: each of those holds paragraphs of its own), and those
-of the headers and footers in styles.xml.
+of the headers and footers in styles.xml. A password-protected document (its manifest lists
+encryption data) is refused as such.
 
 Not odfpy: its last release is from 2020, its DOM rebuilds and reserializes every part it loads,
 and its text API joins a paragraph's spans into one string (the formatting of a run inside a
@@ -26,6 +27,7 @@ TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 STYLE = "urn:oasis:names:tc:opendocument:xmlns:style:1.0"
 PRESENTATION = "urn:oasis:names:tc:opendocument:xmlns:presentation:1.0"
 XLINK = "http://www.w3.org/1999/xlink"
+MANIFEST = "urn:oasis:names:tc:opendocument:xmlns:manifest:1.0"
 MEDIA_TYPES = {".odt": "application/vnd.oasis.opendocument.text", ".odp": "application/vnd.oasis.opendocument.presentation"}
 
 _CONTAINERS = {f"{{{TEXT}}}{n}" for n in ("span", "a", "meta", "ruby-base")}
@@ -80,6 +82,15 @@ def _plain(el: etree._Element) -> InlineParagraph:
     return InlineParagraph([TextSlot(el.text, None, _setter(el, "text"))])
 
 
+def _encrypted(manifest: bytes) -> bool:
+    """Whether the manifest says its members are encrypted (a password-protected document)."""
+    try:
+        root = etree.fromstring(manifest, SAFE_PARSER)
+    except etree.XMLSyntaxError:
+        return False  # a damaged manifest: the content tells
+    return next(root.iter(f"{{{MANIFEST}}}encryption-data"), None) is not None
+
+
 def read_open_document(data: bytes, extension: str) -> Document:
     archive = open_zip(data)
     names = set(archive.namelist())
@@ -87,6 +98,8 @@ def read_open_document(data: bytes, extension: str) -> Document:
         raise DocumentError("it is not an OpenDocument (no content.xml)")
     if "mimetype" in names and archive.read("mimetype").decode("ascii", "replace").strip() != MEDIA_TYPES[extension]:
         raise DocumentError(f"it is not an OpenDocument {'text' if extension == '.odt' else 'presentation'}")
+    if "META-INF/manifest.xml" in names and _encrypted(archive.read("META-INF/manifest.xml")):
+        raise DocumentError("it is password-protected (encrypted): remove the password and send it again")
     roots = {"content.xml": etree.fromstring(archive.read("content.xml"), SAFE_PARSER)}
     if "styles.xml" in names:
         roots["styles.xml"] = etree.fromstring(archive.read("styles.xml"), SAFE_PARSER)

@@ -1,11 +1,13 @@
 """Word documents (.docx) through python-docx: the body, headers, footers, footnotes, endnotes and
 comments, each paragraph translated in place (tables, text boxes and nested tables included, as
-they are paragraphs too).
+they are paragraphs too), and the DrawingML text of its charts (titles, axis titles) and SmartArt.
 
 python-docx models the body, headers, footers and comments; the rest of the package (footnotes,
-endnotes) it keeps as bytes, which are parsed here and written back. Runs are changed only in
-their text (`w:t`): python-docx's `Run.text` setter would also drop a run's tabs, breaks, drawings
-and footnote marks.
+endnotes, charts, diagrams) it keeps as bytes, which are parsed here and written back. Runs are
+changed only in their text (`w:t`): python-docx's `Run.text` setter would also drop a run's tabs,
+breaks, drawings and footnote marks. A translated paragraph loses its optional hyphens
+(`w:softHyphen`): they mark where the source's words may break, and would split the words sent to
+translation.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import docx
 
 from nmt_serve.text.documents.document import Document
 from nmt_serve.text.documents.office_open_xml import (
+    DRAWING,
     WORD,
     package_writer,
     paragraphs,
@@ -24,20 +27,22 @@ from nmt_serve.text.documents.office_open_xml import (
 _WML = "application/vnd.openxmlformats-officedocument.wordprocessingml."
 # the parts whose text a reader sees (not styles, settings or the glossary's building blocks)
 STORIES = frozenset({
-    _WML + "document.main+xml", _WML + "template.main+xml", "application/vnd.ms-word.document.macroEnabled.main+xml",
-    "application/vnd.ms-word.template.macroEnabledTemplate.main+xml",
+    _WML + "document.main+xml",  # the only main part python-docx opens (a .docm or .dotx is refused before)
     _WML + "header+xml", _WML + "footer+xml", _WML + "footnotes+xml", _WML + "endnotes+xml", _WML + "comments+xml",
 })
+_DRAWINGML = "application/vnd.openxmlformats-officedocument.drawingml."
+# parts of DrawingML paragraphs (a:p), as in a presentation: charts and SmartArt (its data and its drawing)
+DRAWINGS = frozenset({_DRAWINGML + "chart+xml", _DRAWINGML + "diagramData+xml", "application/vnd.ms-office.drawingml.diagramDrawing+xml"})
 
 
 def read_docx(data: bytes) -> Document:
     document = docx.Document(io.BytesIO(data))
     units, stored = [], []
     for part in document.part.package.iter_parts():
-        if part.content_type not in STORIES:
+        if part.content_type not in STORIES and part.content_type not in DRAWINGS:
             continue
         root, as_bytes = part_root(part)
-        found = paragraphs(root, WORD)
+        found = paragraphs(root, WORD if part.content_type in STORIES else DRAWING)
         units += found
         if as_bytes and found:
             stored.append((part, root))
