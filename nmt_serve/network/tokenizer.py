@@ -80,7 +80,7 @@ class Tokenizer:
     def encode(self, text: str, add_eos: bool = False) -> list[int]:
         """Text -> ids. Empty or whitespace-only text gives [] (plus eos when asked); unknown
         characters become unk_id."""
-        text = plain_fractions(text.strip())
+        text = plain_fractions(text.strip().translate(_INVISIBLE))
         if not text:
             ids = []
         elif self.vocab is not None:
@@ -100,7 +100,7 @@ class Tokenizer:
         """The characters of a text this tokenizer has no piece for, as the runs it encodes to <unk>,
         in order: what restore_unknowns puts back into a translation (a model trained on captions has
         no `+`, `{` or `~`)."""
-        text = plain_fractions(text.strip())
+        text = plain_fractions(text.strip().translate(_INVISIBLE))
         if not text or self.unk_id < 0:
             return []
         if self.vocab is not None:
@@ -142,6 +142,10 @@ def train_sentencepiece(
 
 # NFKC, which sentencepiece applies, writes "1½" as "11⁄2" with a fraction slash that the models have no
 # piece for: the translation read "112". Written out first, a fraction keeps its value.
+# characters that show nothing and mean nothing to a translation: a soft hyphen (a hint where a word may
+# break: "Fahr\u00adrad" would reach the model as "Fahr <unk> rad" and its <unk> come back as a stray
+# soft hyphen), a word joiner, a zero-width no-break space (a byte-order mark); they are left out
+_INVISIBLE = str.maketrans("", "", "\u00ad\u2060\ufeff")
 _FRACTION = re.compile(r"(\d?)([\u00bc-\u00be\u2150-\u215e\u2189])")
 
 

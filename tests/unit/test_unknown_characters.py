@@ -28,6 +28,19 @@ def test_a_vulgar_fraction_keeps_its_value():
     assert tok.unknown_spans("1½ und ⅞") == []
 
 
+def test_invisible_characters_are_left_out():
+    """A soft hyphen ("Fahr\u00adrad", where a word may break), a word joiner and a byte-order mark show
+    nothing: the model reads the word whole. Before, "Fahr\u00adrad" reached it as "Fahr <unk> rad", and
+    the shipped model wrote "A man is riding a\u00ad bike on the street." (its <unk> put back)."""
+    tok = Tokenizer(CAPTIONS_SPM)
+    assert tok.encode("Ein Fahr\u00adrad") == tok.encode("Ein Fahrrad") == tok.encode("\ufeffEin Fahr\u2060rad")
+    assert tok.unknown_spans("Fahr\u00adrad") == []
+    translator = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu")
+    [hyphenated, plain] = translator.translate(["Ein Mann fährt Fahr\u00adrad auf der Straße.", "Ein Mann fährt Fahrrad auf der Straße."],
+                                               source_lang="de", target_lang="en")
+    assert hyphenated.text == plain.text and "\u00ad" not in hyphenated.text
+
+
 @pytest.mark.parametrize("translation, spans, expected", [
     (f"GTK {UNKNOWN_MARK} 3 data", ["+"], "GTK+3 data"),
     (f"a  {UNKNOWN_MARK}  b", ["~"], "a ~ b"),  # the text's own spaces stay
