@@ -145,8 +145,9 @@ async def _translate_units(state: ServiceState, request: Request, texts: list[st
 
     async def group(i: int):
         async with running:
+            # the document's limit was checked (check_document): a paragraph past max_chars_per_text is its text
             return await translate_texts(state, request, source=source, target=target, texts=texts[i:i + size],
-                                         options=options, param=param, format="html")
+                                         options=options, param=param, format="html", checked=True)
 
     tasks = [asyncio.ensure_future(group(i)) for i in range(0, len(texts), size)]
     try:

@@ -172,8 +172,10 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
 async def translate_texts(state: ServiceState, request: Request | None, *, source: str, target: str, texts: list[str],
                           options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True,
                           upstream_fallbacks: bool = False, terminology: Terminology | None = None,
-                          attention_check: bool = False) -> list[TextResult]:
+                          attention_check: bool = False, checked: bool = False) -> list[TextResult]:
     """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError.
+    checked: the caller has checked the texts against its own limits (a document's paragraphs: max_document_chars
+    in all, where max_chars_per_text would refuse one long paragraph).
     terminology: glossary entries applied where their source terms occur, and terms to avoid (text/glossary.py).
     upstream_fallbacks: LibreTranslate's answers for source == target and undetectable texts (resolve_model).
     attention_check: the caller shows the flags, so the `detached` check runs as the attention_check
@@ -189,7 +191,8 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
         if state.settings.admission and (refusal := engine.refusal(timeout, state.settings.admission_margin)):
             state.metrics.refused_early.inc()
             raise refusal
-        state.limits.check_texts(texts, param)
+        if not checked:
+            state.limits.check_texts(texts, param)
     prepare = lambda: _prepare(state, source, target, texts, param, format, split_sentences, upstream_fallbacks)  # noqa: E731
     # cutting, parsing and tokenizing a long text takes tens of milliseconds (a 20,000-character page:
     # ~80 ms): on a thread, so that health probes and other requests are answered meanwhile

@@ -335,3 +335,36 @@ def test_a_forged_zip_header_is_refused_before_it_is_inflated(client):
     # read a chunk at a time, zipfile stops at the header's size, where the CRC fails
     assert re.search(r"word/styles\.xml is damaged", message), message
     assert peak < 32 << 20, f"{peak >> 20} MiB allocated to refuse it"
+
+
+def test_a_paragraph_longer_than_one_text_may_be_is_translated_within_the_documents_limit(tmp_path):
+    """A document's limit is max_document_chars over all its paragraphs: one paragraph past
+    max_chars_per_text (here 300 characters, the document's 420) is its text, not a 413 "text 0 has ..."."""
+    import time
+
+    from fastapi.testclient import TestClient
+    from test_documents import ROOT
+
+    from nmt_serve.service.app import create_app
+    from nmt_serve.service.settings import Settings
+
+    long = " ".join(["Ein Mann fährt Fahrrad auf der Straße."] * 11)
+    assert 300 < len(long) < 500
+    d = docx.Document()
+    d.add_paragraph(long)
+    data = io.BytesIO()
+    d.save(data)
+    settings = Settings(models_dir=str(ROOT / "checkpoints"), device="cpu", max_chars_per_text=300, max_document_chars=500)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        deadline = time.time() + 120
+        while c.get("/health/ready").status_code != 200:
+            assert time.time() < deadline, "the shipped models did not load"
+            time.sleep(0.05)
+        r = translate_file(c, "lang.docx", data.getvalue())
+        assert r.status_code == 200, r.text
+        [paragraph] = [p.text for p in docx.Document(io.BytesIO(r.content)).paragraphs if p.text]
+        assert paragraph.count("bicycle") + paragraph.count("bike") == 11, paragraph
+        d.add_paragraph(long)  # two: past max_document_chars, that limit still holds
+        data = io.BytesIO()
+        d.save(data)
+        assert "max_document_chars" in our_error(translate_file(c, "zwei.docx", data.getvalue()), 413, "request_too_large")
