@@ -133,7 +133,7 @@ async def translate_uploaded(state: ServiceState, request: Request, file: Upload
             return file.data  # already in the target language
     translations = await _translate_units(state, request, document.texts, source, target, options, param)
     try:
-        return await asyncio.to_thread(document.write, translations)
+        return await asyncio.to_thread(document.write, translations, state.language(target))
     except (DocumentError, ValueError) as exc:
         raise bad_request(f"the document could not be written back: {exc}", param) from None
 

@@ -368,3 +368,62 @@ def test_a_paragraph_longer_than_one_text_may_be_is_translated_within_the_docume
         data = io.BytesIO()
         d.save(data)
         assert "max_document_chars" in our_error(translate_file(c, "zwei.docx", data.getvalue()), 413, "request_too_large")
+
+
+def test_a_translated_document_says_it_is_in_the_target_language(client):
+    """Where a file names its text's language (spell checking, hyphenation and reading aloud go by it), the
+    translation names the target's: Word's w:lang (runs and style defaults), PowerPoint's run `lang`,
+    OpenDocument's fo:language / fo:country, EPUB's dc:language and its pages' lang. Before, a German
+    document translated into English still said de-DE, and was spell-checked as German."""
+    from document_files import odf
+
+    word = docx.Document()
+    word.styles["Normal"].element.get_or_add_rPr()
+    paragraph = word.add_paragraph("Ein Mann fährt Fahrrad.")
+    for rpr in [word.styles["Normal"].element.rPr, paragraph.runs[0]._r.get_or_add_rPr()]:
+        lang = etree.SubElement(rpr, f"{{{W}}}lang")
+        lang.set(f"{{{W}}}val", "de-DE")
+        lang.set(f"{{{W}}}eastAsia", "zh-CN")  # another script's language stays
+    data = io.BytesIO()
+    word.save(data)
+    r = translate_file(client, "brief.docx", data.getvalue())
+    assert r.status_code == 200, r.text
+    package = zipfile.ZipFile(io.BytesIO(r.content))
+    for member in ("word/document.xml", "word/styles.xml"):
+        langs = [(el.get(f"{{{W}}}val"), el.get(f"{{{W}}}eastAsia")) for el in etree.fromstring(package.read(member)).iter(f"{{{W}}}lang")]
+        assert {val for val, _ in langs} == {"en"} and ("en", "zh-CN") in langs, (member, langs)
+
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Ein Mann fährt Fahrrad."
+    slide.shapes.title.text_frame.paragraphs[0].runs[0]._r.get_or_add_rPr().set("lang", "de-DE")
+    data = io.BytesIO()
+    deck.save(data)
+    r = translate_file(client, "folien.pptx", data.getvalue())
+    assert r.status_code == 200, r.text
+    [run] = pptx.Presentation(io.BytesIO(r.content)).slides[0].shapes.title.text_frame.paragraphs[0].runs
+    assert run._r.rPr.get("lang") == "en"
+
+    styles = ('<office:styles><style:style style:name="Standard" style:family="paragraph"><style:text-properties '
+              'fo:language="de" fo:country="DE"/></style:style></office:styles>')
+    r = translate_file(client, "text.odt", odf("application/vnd.oasis.opendocument.text",
+                                                "<office:body><office:text><text:p>Ein Mann fährt Fahrrad.</text:p></office:text></office:body>",
+                                                styles))
+    assert r.status_code == 200, r.text
+    [props] = etree.fromstring(zipfile.ZipFile(io.BytesIO(r.content)).read("styles.xml")).iter(f"{{{STYLE}}}text-properties")
+    assert props.get(f"{{{FO}}}language") == "en" and props.get(f"{{{FO}}}country") is None
+
+    book = replace_members(build_epub(), {"OEBPS/text/kapitel 1.xhtml": lambda xml: xml.replace(
+        b'<html xmlns="http://www.w3.org/1999/xhtml"', b'<html xml:lang="de" lang="de" xmlns="http://www.w3.org/1999/xhtml"')})
+    r = translate_file(client, "buch.epub", book)
+    assert r.status_code == 200, r.text
+    package = zipfile.ZipFile(io.BytesIO(r.content))
+    opf = etree.fromstring(package.read("OEBPS/content.opf"))
+    assert [el.text for el in opf.iter("{http://purl.org/dc/elements/1.1/}language")] == ["en"]
+    page = etree.fromstring(package.read("OEBPS/text/kapitel 1.xhtml"))
+    assert page.get("lang") == page.get("{http://www.w3.org/XML/1998/namespace}lang") == "en"
+
+
+W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+STYLE = "urn:oasis:names:tc:opendocument:xmlns:style:1.0"
+FO = "urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0"

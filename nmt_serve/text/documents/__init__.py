@@ -1,8 +1,9 @@
 """Office documents and e-books translated in place: .docx, .pptx, .odt, .odp and .epub.
 
 `read_document(data, filename)` reads a file into a `Document`: its translatable units (HTML
-fragments, one per paragraph, its runs' formatting as inline tags) and `write(translations)`, which
-gives back the file's bytes with every unit translated in place and everything else kept.
+fragments, one per paragraph, its runs' formatting as inline tags) and `write(translations, language)`,
+which gives back the file's bytes with every unit translated in place, the language the file names for
+its text changed to the translation's (`language_marks.py`), and everything else kept.
 `translate_document(data, filename, translate_units)` does both around one call.
 
 One module per format family: `word.py` (.docx, python-docx), `presentation.py` (.pptx,
@@ -78,8 +79,9 @@ def read_document(data: bytes, filename: str) -> Document:
                             f"({type(exc).__name__})") from exc
 
 
-def translate_document(data: bytes, filename: str, translate_units: Callable[[list[str]], list[str]]) -> bytes:
+def translate_document(data: bytes, filename: str, translate_units: Callable[[list[str]], list[str]],
+                       language: str | None = None) -> bytes:
     """The file translated: `translate_units` takes the units' HTML and returns their translations
-    (HTML, in the same order)."""
+    (HTML, in the same order); language: the translation's (Document.write)."""
     document = read_document(data, filename)
-    return document.write(translate_units(document.texts) if document.units else [])
+    return document.write(translate_units(document.texts) if document.units else [], language)

@@ -34,18 +34,25 @@ class Unit(Protocol):
 class Document:
     units: list[Unit]
     _save: Callable[[], bytes]
+    # says, where the file says which language its text is in, that it is in this one (a BCP 47 tag)
+    _relabel: Callable[[str], None] | None = None
 
     @property
     def texts(self) -> list[str]:
         return [u.html for u in self.units]
 
-    def write(self, translations: list[str]) -> bytes:
+    def write(self, translations: list[str], language: str | None = None) -> bytes:
         """The file with each unit's translation in place (call once: the units write into the
-        document as it was read)."""
+        document as it was read); language: the translation's, as the service names it, written where
+        the file names its text's language (language_marks.py)."""
         if len(translations) != len(self.units):
             raise ValueError(f"{len(translations)} translations for {len(self.units)} units")
         for unit, text in zip(self.units, translations):
             unit.write(text)
+        if language and self._relabel is not None:
+            from nmt_serve.text.documents.language_marks import bcp47
+
+            self._relabel(bcp47(language))
         return self._save()
 
 

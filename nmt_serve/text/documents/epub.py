@@ -31,12 +31,14 @@ from nmt_serve.text.documents.document import (
     rewrite_zip,
 )
 from nmt_serve.text.documents.inline_runs import InlineParagraph, TextSlot
+from nmt_serve.text.documents.language_marks import relabel_package, relabel_xhtml
 from nmt_serve.text.documents.office_open_xml import SAFE_PARSER
 
 XHTML = "http://www.w3.org/1999/xhtml"
 CONTAINER = "urn:oasis:names:tc:opendocument:xmlns:container"
 OPF = "http://www.idpf.org/2007/opf"
 NCX = "http://www.daisy.org/z3986/2005/ncx/"
+DC = "http://purl.org/dc/elements/1.1/"
 XMLENC = "http://www.w3.org/2001/04/xmlenc#"
 
 BLOCK = frozenset(
@@ -205,8 +207,18 @@ def read_epub(data: bytes) -> Document:
         else:
             units += inline_runs(tree.getroot())
 
-    def save() -> bytes:
-        return rewrite_zip(archive, {name: etree.tostring(tree, xml_declaration=True, encoding="utf-8")
-                                     for name, tree in trees.items()})
+    package: dict[str, etree._Element] = {}  # the package document, once its dc:language is changed
 
-    return Document(units, save)
+    def save() -> bytes:
+        return rewrite_zip(archive, {**{name: etree.tostring(tree, xml_declaration=True, encoding="utf-8")
+                                        for name, tree in trees.items()},
+                                     **{name: etree.tostring(root, xml_declaration=True, encoding="utf-8")
+                                        for name, root in package.items()}})
+
+    def relabel(tag: str) -> None:
+        for tree in trees.values():
+            relabel_xhtml(tree.getroot(), tag)
+        if relabel_package(opf, tag, DC):
+            package[opf_path] = opf
+
+    return Document(units, save, relabel)

@@ -21,11 +21,14 @@ from nmt_serve.text.documents.document import (
     rewrite_zip,
 )
 from nmt_serve.text.documents.inline_runs import InlineParagraph, TextSlot
+from nmt_serve.text.documents.language_marks import relabel_open_document, relabel_package
 from nmt_serve.text.documents.office_open_xml import SAFE_PARSER
 
 TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 STYLE = "urn:oasis:names:tc:opendocument:xmlns:style:1.0"
 PRESENTATION = "urn:oasis:names:tc:opendocument:xmlns:presentation:1.0"
+FO = "urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0"
+DC = "http://purl.org/dc/elements/1.1/"
 XLINK = "http://www.w3.org/1999/xlink"
 MANIFEST = "urn:oasis:names:tc:opendocument:xmlns:manifest:1.0"
 MEDIA_TYPES = {".odt": "application/vnd.oasis.opendocument.text", ".odp": "application/vnd.oasis.opendocument.presentation"}
@@ -116,4 +119,12 @@ def read_open_document(data: bytes, extension: str) -> Document:
         return rewrite_zip(archive, {name: etree.tostring(root, xml_declaration=True, encoding="UTF-8")
                                      for name, root in roots.items()})
 
-    return Document(units, save)
+    def relabel(tag: str) -> None:  # the styles' languages, and meta.xml's dc:language
+        for root in roots.values():
+            relabel_open_document(root, tag, FO, STYLE)
+        if "meta.xml" in names:
+            meta = etree.fromstring(archive.read("meta.xml"), SAFE_PARSER)
+            if relabel_package(meta, tag, DC):
+                roots["meta.xml"] = meta
+
+    return Document(units, save, relabel)

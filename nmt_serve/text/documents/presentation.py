@@ -10,6 +10,7 @@ import io
 import pptx
 
 from nmt_serve.text.documents.document import Document
+from nmt_serve.text.documents.language_marks import relabel_drawing
 from nmt_serve.text.documents.office_open_xml import (
     DRAWING,
     package_writer,
@@ -45,4 +46,16 @@ def read_pptx(data: bytes) -> Document:
         if as_bytes and found:
             stored.append((part, root))
 
-    return Document(units, package_writer(presentation, stored))
+    def relabel(tag: str) -> None:  # the slides', and the masters' and layouts' defaults
+        held = {id(part): root for part, root in stored}
+        for part in presentation.part.package.iter_parts():
+            if part.content_type not in _PARTS and not (part.content_type.startswith(_PRESENTATION) and part.content_type.endswith("+xml")):
+                continue
+            root = held.get(id(part))
+            if root is None:
+                root, as_bytes = part_root(part)
+                if as_bytes:
+                    stored.append((part, root))
+            relabel_drawing(root, tag)
+
+    return Document(units, package_writer(presentation, stored), relabel)

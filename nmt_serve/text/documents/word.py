@@ -16,9 +16,11 @@ import io
 import docx
 
 from nmt_serve.text.documents.document import Document
+from nmt_serve.text.documents.language_marks import relabel_drawing, relabel_word
 from nmt_serve.text.documents.office_open_xml import (
     DRAWING,
     WORD,
+    WORD_NS,
     package_writer,
     paragraphs,
     part_root,
@@ -35,6 +37,9 @@ _DRAWINGML = "application/vnd.openxmlformats-officedocument.drawingml."
 DRAWINGS = frozenset({_DRAWINGML + "chart+xml", _DRAWINGML + "diagramData+xml", "application/vnd.ms-office.drawingml.diagramDrawing+xml"})
 
 
+STYLES = _WML + "styles+xml"  # the defaults' and the styles' languages
+
+
 def read_docx(data: bytes) -> Document:
     document = docx.Document(io.BytesIO(data))
     units, stored = [], []
@@ -47,4 +52,20 @@ def read_docx(data: bytes) -> Document:
         if as_bytes and found:
             stored.append((part, root))
 
-    return Document(units, package_writer(document, stored))
+    def relabel(tag: str) -> None:
+        held = {id(part): root for part, root in stored}
+        for part in document.part.package.iter_parts():
+            word = part.content_type in STORIES or part.content_type == STYLES
+            if not word and part.content_type not in DRAWINGS:
+                continue
+            root = held.get(id(part))
+            if root is None:
+                root, as_bytes = part_root(part)
+                if as_bytes:
+                    stored.append((part, root))
+            if word:
+                relabel_word(root, tag, WORD_NS)
+            else:
+                relabel_drawing(root, tag)
+
+    return Document(units, package_writer(document, stored), relabel)
