@@ -1,12 +1,15 @@
 """What the routers ask FastAPI for: the service's state, and the access checks on it."""
 from __future__ import annotations
 
-import hmac
+import os
 
 from fastapi import Depends, Request
 
-from nmt_serve.service.security import bearer_token, client_id, unauthorized
+from nmt_serve.service.errors import APIError
+from nmt_serve.service.security import RateLimiter, bearer_token, client_id, same_secret, unauthorized
 from nmt_serve.service.state import ServiceState
+
+RATE_LIMIT_FILE = "rate-limits"  # in the directory the API workers share (the engine's sockets)
 
 
 async def get_state(request: Request) -> ServiceState:
@@ -14,13 +17,34 @@ async def get_state(request: Request) -> ServiceState:
     return request.app.state.service
 
 
+def rate_limiter(state: ServiceState) -> RateLimiter:
+    """The state's limiter; with several API workers (their parent's engine directory set) one table that
+    all of them share, so that `rate_limit_per_minute` is the limit of the server, not of each worker."""
+    limiter = state.rate_limiter
+    directory = state.settings.engine_socket_dir
+    if limiter.per_minute and directory and limiter.path is None:
+        limiter = state.rate_limiter = RateLimiter(limiter.per_minute, os.path.join(directory, RATE_LIMIT_FILE))
+    return limiter
+
+
+def check_key(state: ServiceState, request: Request, key: str | None) -> None:
+    """401 for a missing or wrong key (when keys are set). A wrong key is charged to the client's address
+    under the rate limit: past it, guesses get 429 instead of being answered as fast as they come."""
+    if not state.keys.enabled or state.keys.valid(key):
+        return
+    try:
+        rate_limiter(state).check(client_id(request, None))
+    except APIError as exc:
+        raise APIError(429, "rate_limited", f"too many requests without a valid API key: {exc.message}", None, exc.headers) from None
+    raise unauthorized()
+
+
 def authorize(state: ServiceState, request: Request, body_key: str | None = None) -> None:
     """Check the API key (LibreTranslate's api_key field, else the Authorization header: a proxy's header
     does not override a LibreTranslate client's key) and the rate limit."""
     key = body_key or bearer_token(request)
-    if state.keys.enabled and not state.keys.valid(key):
-        raise unauthorized()
-    state.rate_limiter.check(client_id(request, key if state.keys.enabled else None))
+    check_key(state, request, key)
+    rate_limiter(state).check(client_id(request, key if state.keys.enabled else None))
 
 
 async def require_api_key(request: Request, state: ServiceState = Depends(get_state)) -> None:
@@ -29,5 +53,5 @@ async def require_api_key(request: Request, state: ServiceState = Depends(get_st
 
 async def require_metrics_token(request: Request, state: ServiceState = Depends(get_state)) -> None:
     token = state.settings.metrics_token
-    if token and not hmac.compare_digest((bearer_token(request) or "").encode(), token.encode()):
+    if token and not same_secret(bearer_token(request), token):
         raise unauthorized("/metrics needs 'Authorization: Bearer <metrics token>'")

@@ -53,8 +53,8 @@ _UNION_BRANCH = re.compile(r"str|int|float|bool|bytes|constrained-\w+|[a-z-]+\[.
 
 
 def http_error_type(status: int) -> str:
-    """The error type of a status raised outside the handlers (the body limit, routing's 404 and 405)."""
-    return "request_too_large" if status == 413 else "http_error"
+    """The error type of a status raised outside the handlers (the body limits, routing's 404 and 405)."""
+    return {413: "request_too_large", 408: "request_timeout"}.get(status, "http_error")
 
 
 def install_handlers(app: FastAPI, plain_errors: Callable[[str], bool] = lambda path: False) -> None:

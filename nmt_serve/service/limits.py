@@ -17,19 +17,26 @@ from nmt_serve.service.settings import Settings
 def unpaired_surrogate(value) -> str | None:
     """Where a text (or any string in a list or dict of them) is not valid Unicode, said in words; None when
     it is. JSON's escapes can carry half of a surrogate pair ("\\ud83d") that no UTF-8 can encode: the
-    segmenter, the tokenizer and the response's encoder would each fail on it."""
-    if isinstance(value, str):
-        if value.isascii():
-            return None
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return f"is not valid Unicode: an unpaired surrogate (U+{ord(value[exc.start]):04X}) at character {exc.start}"
-        return None
-    if isinstance(value, (list, tuple)):
-        return next((problem for v in value if (problem := unpaired_surrogate(v))), None)
-    if isinstance(value, dict):
-        return next((problem for kv in value.items() for v in kv if (problem := unpaired_surrogate(v))), None)
+    segmenter, the tokenizer and the response's encoder would each fail on it.
+
+    Walked with a stack of its own, not by recursion: LibreTranslate's parameters are whatever JSON a
+    client sent, and lists nested some hundreds deep (which json.loads takes) would exhaust Python's
+    recursion limit here, a 500 where the request deserves a 400."""
+    pending = [value]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            if value.isascii():
+                continue
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"is not valid Unicode: an unpaired surrogate (U+{ord(value[exc.start]):04X}) at character {exc.start}"
+        elif isinstance(value, (list, tuple)):
+            pending.extend(reversed(value))  # the first element is looked at first
+        elif isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                pending += (item, key)
     return None
 
 

@@ -116,7 +116,7 @@ async def read_params(request: Request) -> dict[str, Any]:
         if body.strip():
             try:
                 data = json.loads(body)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested past what the parser takes
                 raise bad_request("Invalid request: the body is neither a form nor valid JSON") from None
             if not isinstance(data, dict):
                 raise bad_request("Invalid request: the JSON body must be an object")
@@ -343,7 +343,7 @@ def terminology_params(params: dict) -> Terminology | None:
         if isinstance(value, str) and value.strip():
             try:
                 value = json.loads(value)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise bad_request(f"Invalid request: {name} is not valid JSON", name) from None
         found[name] = None if value in (None, "") else value
     glossary, avoid = found["glossary"], found["avoid"]
