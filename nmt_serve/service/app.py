@@ -136,6 +136,8 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
     if state.settings.origins():
         app.add_middleware(
             CORSMiddleware, allow_origins=state.settings.origins(), allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["authorization", "content-type", "x-request-timeout"],
+            allow_headers=["authorization", "content-type", "x-request-timeout", "idempotency-key"],
+            # what a browser client reads of a job's answer, or of a refusal
+            expose_headers=["idempotent-replayed", "retry-after"],
         )
     return app

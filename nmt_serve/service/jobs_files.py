@@ -42,18 +42,28 @@ def read_texts(name: str, data: bytes, document: Document | None = None) -> tupl
     return (document or read_document(data, name)).texts, "html"
 
 
-def write_file(name: str, data: bytes, translations: list[str]) -> bytes:
-    """The file with the texts read from it replaced by their translations, in order."""
+def write_file(name: str, data: bytes, translations: list[str], language: str | None = None) -> bytes:
+    """The file with the texts read from it replaced by their translations, in order; language: the
+    translations' (a document then says its text is in it: Document.write)."""
     if extension_of(name) == ".txt":
         return "\n".join(translations).encode()
-    return read_document(data, name).write(translations)
+    return read_document(data, name).write(translations, language)
 
 
-def translated_file(store: JobStore, record: dict) -> tuple[str, bytes]:
-    """A done file job's result: its name (as LibreTranslate names it) and its bytes (blocking: on a thread)."""
+def translated_file(store: JobStore, record: dict, partial: bool = False) -> tuple[str, bytes]:
+    """A done file job's result: its name (as LibreTranslate names it) and its bytes (blocking: on a thread).
+    partial: a job not done yet, its texts that are not translated yet kept as they are."""
     job_id, name = record["id"], record["file_name"]
-    translations = [t["text"] for chunk in store.chunks(job_id) for t in chunk["translations"]]
-    return translated_name(name, record["target"]), write_file(name, store.original(job_id), translations)
+    if partial:
+        texts = store.texts(job_id)
+        translations = []
+        for (start, end), chunk in zip(record["chunks"], store.chunks_so_far(record)):
+            translations += texts[start:end] if chunk is None else [t["text"] for t in chunk["translations"]]
+    else:
+        translations = [t["text"] for chunk in store.chunks(job_id) for t in chunk["translations"]]
+    # a partial result is in two languages: it keeps saying the source's
+    return translated_name(name, record["target"]), write_file(name, store.original(job_id), translations,
+                                                               None if partial else record["target"])
 
 
 def runs_as_job(settings: Settings, file: UploadedFile) -> bool:
@@ -66,14 +76,15 @@ def runs_as_job(settings: Settings, file: UploadedFile) -> bool:
 
 
 async def submit_file(state: ServiceState, runner: JobRunner, *, name: str, data: bytes, texts: list[str], format: str,
-                      source: str, target: str, param: str = "file", **spec) -> dict:
+                      source: str, target: str, param: str = "file", idempotency_key: str | None = None, **spec) -> dict:
     """The file's texts as a new job (413 past the job limits: max_job_bytes, max_job_texts, max_chars_per_text
-    per text); its record. `source` is one language for the whole file (a .txt line alone tells little)."""
+    per text); its record. `source` is one language for the whole file (a .txt line alone tells little).
+    idempotency_key: JobRunner.submit's."""
     state.limits.check_file_bytes(len(data), param, "max_job_bytes")
     state.limits.check_job_texts(texts, param)
     state.require_ready()
     return await runner.submit(dict(source=source, target=target, format=format, split_sentences=True, file_name=name, **spec),
-                               texts, state.limits.decode_options(4, 1, None), data)
+                               texts, state.limits.decode_options(4, 1, None), data, idempotency_key)
 
 
 async def translate_or_submit(state: ServiceState, request: Request, runner: JobRunner, *, name: str, data: bytes, source: str,

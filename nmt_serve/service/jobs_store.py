@@ -9,16 +9,30 @@ and of the API processes.
     <jobs_dir>/<id>/chunks/<k>.json   chunk k's translations: a chunk counts as done once its file exists
     <jobs_dir>/<id>/cancel            DELETE asked for the job to stop
     <jobs_dir>/<id>/lock              flock()ed by the process that runs the job
+    <jobs_dir>/keys/<sha256>          an Idempotency-Key's job: {"id", "request"} (a digest of the request)
 
 Every file is written whole and renamed into place, so a reader (another worker, the same job after
-a restart) never sees half of one. The chunks' bounds are fixed when the job is made, so whoever
-resumes it sends exactly the chunks that have no file: none is lost, none translated twice. The lock
-is an flock: the kernel drops it with the process that held it, so a job whose runner died is free to
-be taken up again by any worker.
+a restart) never sees half of one, and a write that fails (a full disk) leaves nothing behind. The
+chunks' bounds are fixed when the job is made, so whoever resumes it sends exactly the chunks that have
+no file: none is lost, none translated twice. The lock is an flock: the kernel drops it with the
+process that held it, so a job whose runner died is free to be taken up again by any worker.
+
+Jobs take turns: claim() takes the job that has waited longest for its turn (`queued_at`: when it was
+posted, or when its runner last gave its turn up to let another job run: yield_turn), so a runner that
+gives a long job up after a slice (jobs_runner.SLICE_S) while others wait runs the others before it again.
+A finished job is removed ttl_s after it ended (its `expires_at`); from then on it reads as no job, even
+before a runner's scan removes its directory.
+
+An Idempotency-Key (already tied to its client by the caller) names one job for as long as that job is
+kept: its file is made with link(), which fails where the file is there, so of two requests with one key
+exactly one makes a job; the other (and every later one) gets that job, or IdempotencyConflict when it
+asked for something else. The job's record is written only after its key is taken; the key's file is
+removed with the job.
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -33,6 +47,11 @@ ID = re.compile(r"[0-9a-f]{32}")
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 FINISHED = frozenset({DONE, FAILED, CANCELLED})
 CHUNK_CHARS = 16_000  # a chunk closes at this many characters too (a few long texts make a chunk)
+KEY_WAIT_S = 2.0  # how long a request waits for the job that another request with its key is making
+
+
+class IdempotencyConflict(Exception):
+    """An Idempotency-Key that names a job made for another request."""
 
 
 def default_directory() -> Path:
@@ -54,14 +73,22 @@ def chunk_bounds(texts: list[str], chunk_texts: int, chunk_chars: int = CHUNK_CH
 
 def _write(path: Path, value, durable: bool = True) -> None:
     """The JSON file whole or not at all: written beside it, renamed over it; durable: flushed to disk
-    first (the chunks' results; the record's counts are made again from them on resume: tally)."""
+    first (the chunks' results; the record's counts are made again from them on resume: tally). A write
+    that fails (OSError: a full disk) removes what it had written."""
     partial = path.with_name(f".{path.name}.partial")
-    with open(partial, "w", encoding="utf-8") as f:
-        json.dump(value, f, ensure_ascii=False, separators=(",", ":"))
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(partial, path)
+    try:
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump(value, f, ensure_ascii=False, separators=(",", ":"))
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        try:
+            partial.unlink()
+        except OSError:
+            pass
+        raise
 
 
 @dataclass
@@ -87,36 +114,113 @@ class JobStore:
         return self.directory / job_id if ID.fullmatch(job_id) else None
 
     # ------------------------------------------------------------------ made by POST /v1/jobs
-    def create(self, spec: dict, texts: list[str], chunk_texts: int, original: bytes | None = None) -> dict:
+    def create(self, spec: dict, texts: list[str], chunk_texts: int, original: bytes | None = None,
+               idempotency: tuple[str, str] | None = None) -> dict:
         """A new queued job: `spec` is what to do (source, target, format, options, ...); `original`, the
-        uploaded file its texts were read from."""
+        uploaded file its texts were read from. `idempotency`: (key, digest of the request); where the key
+        already names a job that is kept, that job's record (with "replayed": True) and no new job."""
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         job_id = secrets.token_hex(16)  # 128 random bits: knowing the id is what grants reading the job
         home = self.directory / job_id
         (home / "chunks").mkdir(parents=True)
+        key = None
         try:
             _write(home / "input.json", texts)
             if original is not None:
                 (home / "original").write_bytes(original)
+            if idempotency is not None:
+                key = hashlib.sha256(idempotency[0].encode("utf-8", "backslashreplace")).hexdigest()
+                existing = self._take_key(key, idempotency[1], job_id)
+                if existing is not None:
+                    shutil.rmtree(home, ignore_errors=True)
+                    return dict(existing, replayed=True)
             now = time.time()
             record = dict(spec, id=job_id, state=QUEUED, total=len(texts), done=0, sentences=0, source_tokens=0, generated_tokens=0,
                           models=[], error=None, created_at=now, started_at=None, updated_at=now, finished_at=None,
-                          resumed_at=None, done_at_resume=0, chunks=chunk_bounds(texts, chunk_texts))
+                          resumed_at=None, done_at_resume=0, queued_at=now, idempotency_key=key,
+                          chunks=chunk_bounds(texts, chunk_texts))
             _write(home / "job.json", record)  # last: a directory without it is not a job yet
         except BaseException:
             # a job half written (a full disk) is no job, and nothing else would ever remove its directory
             shutil.rmtree(home, ignore_errors=True)
+            if key is not None:
+                self._drop_key(key, job_id)
             raise
         return record
+
+    def _take_key(self, key: str, request: str, job_id: str) -> dict | None:
+        """None once the key names job_id (the job is then made); the record of the job it names already
+        (IdempotencyConflict where that job was asked for another request). A key whose job is gone
+        (expired, or its request failed before it was made) is taken over."""
+        keys = self.directory / "keys"
+        keys.mkdir(mode=0o700, exist_ok=True)
+        path, mine = keys / key, keys / f".{key}.{job_id}"
+        _write(mine, {"id": job_id, "request": request})
+        try:
+            for _ in range(5):
+                try:
+                    os.link(mine, path)
+                    return None
+                except FileExistsError:
+                    pass
+                try:
+                    held = json.loads(path.read_text(encoding="utf-8"))
+                except FileNotFoundError:
+                    continue  # removed meanwhile: try again
+                record = self._record_when_made(held["id"])
+                if record is not None:
+                    if held["request"] != request:
+                        raise IdempotencyConflict(held["id"])
+                    return record
+                self._drop_key(key, held["id"])
+            raise IdempotencyConflict(None)  # taken and given up again and again meanwhile: a conflict all the same
+        finally:
+            mine.unlink(missing_ok=True)
+
+    def _record_when_made(self, job_id: str) -> dict | None:
+        """The job as a client reads it, waiting (KEY_WAIT_S) for one whose record is still being written;
+        None for a job that is not kept (or was never made)."""
+        deadline = time.monotonic() + KEY_WAIT_S
+        while ID.fullmatch(job_id):
+            if self._record(job_id) is not None:
+                return self.read(job_id)  # (None once it has expired)
+            if not (self.directory / job_id).is_dir() or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        return None
+
+    def _drop_key(self, key: str | None, job_id: str) -> None:
+        """Remove the key's file where it names job_id."""
+        if not key:
+            return
+        path = self.directory / "keys" / key
+        try:
+            if json.loads(path.read_text(encoding="utf-8")).get("id") == job_id:
+                path.unlink()
+        except (OSError, ValueError):
+            pass
 
     # ------------------------------------------------------------------ read by any worker
     def read(self, job_id: str) -> dict | None:
         """The record, as a client sees it: a job asked to stop reads as cancelled at once, its progress
-        as it was when asked (chunks in flight may still land before its runner stops; they are dropped)."""
+        as it was when asked (chunks in flight may still land before its runner stops; they are dropped);
+        a finished job has its `expires_at`, and past it reads as None (expired) whether or not a runner
+        has removed it yet."""
         record = self._record(job_id)
-        if record is not None and record["state"] not in FINISHED and self.cancelled(job_id):
+        if record is None:
+            return None
+        record["expires_at"] = None
+        if record["state"] in FINISHED:
+            record["expires_at"] = self.expires_at(record)
+            if time.time() > record["expires_at"]:
+                return None
+        elif self.cancelled(job_id):
             record.update(self._progress_when_cancelled(job_id), state=CANCELLED)
         return record
+
+    def expires_at(self, record: dict) -> float:
+        """When a finished job is removed: ttl_s after it ended."""
+        return (record["finished_at"] or record["updated_at"]) + self.ttl_s
 
     def _progress_when_cancelled(self, job_id: str) -> dict:
         try:
@@ -143,14 +247,18 @@ class JobStore:
 
     def tally(self, record: dict) -> set[int]:
         """The chunks done, and the record's counts made from their files (a runner stopped between
-        writing a chunk and counting it left the count behind)."""
+        writing a chunk and counting it left the count behind). A job whose runner gave its turn up
+        (yield_turn) counted every chunk it wrote: its files are not read again."""
         done = self.done_chunks(record["id"])
+        if record.get("yielded"):
+            return done
         home = self.directory / record["id"] / "chunks"
-        record.update(done=0, sentences=0, source_tokens=0, generated_tokens=0)
+        record.update(done=0, sentences=0, source_tokens=0, generated_tokens=0, not_translated=0)
         for k in done:
             start, end = record["chunks"][k]
             payload = json.loads((home / f"{k:06d}.json").read_text(encoding="utf-8"))
             record["done"] += end - start
+            record["not_translated"] += sum("error" in t for t in payload["translations"])
             for name in ("sentences", "source_tokens", "generated_tokens"):
                 record[name] += payload[name]
         return done
@@ -163,6 +271,17 @@ class JobStore:
         home = self.directory / job_id / "chunks"
         count = len(self._record(job_id)["chunks"])
         return [json.loads((home / f"{k:06d}.json").read_text(encoding="utf-8")) for k in range(count)]
+
+    def chunks_so_far(self, record: dict) -> list[dict | None]:
+        """Each chunk's results where its file is written, else None (a job that is not done)."""
+        home = self.directory / record["id"] / "chunks"
+        results: list[dict | None] = []
+        for k in range(len(record["chunks"])):
+            try:
+                results.append(json.loads((home / f"{k:06d}.json").read_text(encoding="utf-8")))
+            except FileNotFoundError:
+                results.append(None)
+        return results
 
     def cancel(self, job_id: str) -> dict | None:
         """Ask the job to stop (its runner, whichever worker holds it, stops within a heartbeat); a job
@@ -193,6 +312,12 @@ class JobStore:
     def cancelled(self, job_id: str) -> bool:
         return (self.directory / job_id / "cancel").exists()
 
+    def yield_turn(self, record: dict) -> None:
+        """The runner gives the job's turn up (another job waits; every chunk it sent is written and
+        counted): queued again, behind the jobs waiting now, its progress and started_at kept."""
+        record.update(state=QUEUED, queued_at=time.time(), yielded=True)
+        self.write(record)
+
     def finish(self, record: dict, state: str, error: str | None = None) -> None:
         record.update(state=state, error=error, finished_at=time.time())
         if state == CANCELLED:  # its partial results are of no use to anyone
@@ -200,11 +325,11 @@ class JobStore:
             shutil.rmtree(self.directory / record["id"] / "chunks", ignore_errors=True)
         self.write(record)
 
-    def claim(self) -> Claim | None:
-        """The oldest unfinished job that no runner holds, locked for this one; on the way, jobs finished
-        more than ttl_s ago are removed."""
+    def _unfinished(self) -> list[tuple[float, float, str]]:
+        """(queued_at, created_at, id) of every unfinished job, longest waiting first; on the way, jobs
+        finished more than ttl_s ago are removed."""
         if not self.directory.is_dir():
-            return None
+            return []
         now, waiting = time.time(), []
         for home in self.directory.iterdir():
             if not ID.fullmatch(home.name):
@@ -213,11 +338,30 @@ class JobStore:
             if record is None:
                 continue
             if record["state"] in FINISHED:
-                if now - (record["finished_at"] or record["updated_at"]) > self.ttl_s:
+                if now > self.expires_at(record):
+                    self._drop_key(record.get("idempotency_key"), home.name)
                     shutil.rmtree(home, ignore_errors=True)
                 continue
-            waiting.append((record["created_at"], home.name))
-        for _, job_id in sorted(waiting):
+            waiting.append((record.get("queued_at") or record["created_at"], record["created_at"], home.name))
+        return sorted(waiting)
+
+    def others_waiting(self, job_id: str) -> bool:
+        """Whether an unfinished job other than this one waits for a runner (no runner holds it)."""
+        for _, _, other in self._unfinished():
+            if other == job_id or self.cancelled(other):
+                continue
+            fd = self._lock(other)
+            if fd is not None:
+                os.close(fd)
+                return True
+        return False
+
+    def claim(self, skip: frozenset[str] = frozenset()) -> Claim | None:
+        """The unfinished job that has waited longest for its turn (queued_at) and that no runner holds,
+        locked for this one (none of `skip`); on the way, jobs finished more than ttl_s ago are removed."""
+        for _, _, job_id in self._unfinished():
+            if job_id in skip:
+                continue
             fd = self._lock(job_id)
             if fd is None:
                 continue

@@ -247,6 +247,9 @@ def test_a_file_as_a_job_comes_back_translated(models_dir, tmp_path):
         document = docx.Document()
         for text in TEXTS[10:13]:
             document.add_paragraph(text)
+        w = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+        lang = document.paragraphs[0].runs[0]._r.get_or_add_rPr().makeelement(f"{w}lang", {f"{w}val": "de-DE"})
+        document.paragraphs[0].runs[0]._r.get_or_add_rPr().append(lang)
         data = io.BytesIO()
         document.save(data)
         created = c.post("/v1/jobs/file", files={"file": ("brief.docx", data.getvalue(), "application/octet-stream")},
@@ -255,6 +258,8 @@ def test_a_file_as_a_job_comes_back_translated(models_dir, tmp_path):
         wait_for(c, created["id"], lambda s: s["state"] == "done")
         back = docx.Document(io.BytesIO(c.get(f"/v1/jobs/{created['id']}/result").content))
         assert len(back.paragraphs) == 3 and all(p.text != t for p, t in zip(back.paragraphs, TEXTS[10:13]))
+        # the document says it is in English now (text/documents/language_marks.py)
+        assert [el.get(f"{w}val") for el in back.paragraphs[0].runs[0]._r.iter(f"{w}lang")] == ["en"]
 
 
 def test_a_text_at_fault_comes_back_as_it_is_and_the_job_goes_on(models_dir, tmp_path):

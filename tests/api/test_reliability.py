@@ -104,6 +104,11 @@ def test_cors_is_closed_by_default_and_opens_per_setting(models_dir, secured):
         assert allowed.headers["access-control-allow-origin"] == "https://app.example"
         other = c.options("/v1/translate", headers={**preflight, "Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+        # a job's POST from a browser: its Idempotency-Key may be sent, and Idempotent-Replayed and Retry-After read
+        job = c.options("/v1/jobs", headers={**preflight, "Access-Control-Request-Headers": "idempotency-key, content-type"})
+        assert job.status_code == 200 and "idempotency-key" in job.headers["access-control-allow-headers"].lower()
+        answer = c.get("/health/live", headers={"Origin": "https://app.example"})
+        assert {"idempotent-replayed", "retry-after"} <= set(answer.headers["access-control-expose-headers"].lower().split(", "))
 
 
 # ---------------------------------------------------------------------------------------- bad input

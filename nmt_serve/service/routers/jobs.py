@@ -1,10 +1,18 @@
 """POST /v1/jobs, GET /v1/jobs/{id}, GET /v1/jobs/{id}/result, DELETE /v1/jobs/{id}: many texts translated
-in the background with progress (the store and the runner: jobs_store.py, jobs_runner.py)."""
+in the background with progress (the store and the runner: jobs_store.py, jobs_runner.py).
+
+A POST with an Idempotency-Key header makes one job per key (for as long as the job is kept): sent again, with
+the same request, it answers that job (Idempotent-Replayed: true), so a client that lost the answer (a timeout)
+retries without making the job twice; with another request, 409. The key is the client's own: tied to its API
+key where keys are on. The result with ?partial=true is there while the job runs (or after it failed): the
+texts translated so far, null for the others (a file job: the file with the paragraphs done translated)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Header, Query, Request, Response, UploadFile
+from pydantic import BaseModel, Field
 
 from nmt_serve.service.dependencies import get_state, require_api_key
 from nmt_serve.service.errors import APIError, bad_request
@@ -18,18 +26,64 @@ from nmt_serve.service.jobs_files import (
     translated_file,
 )
 from nmt_serve.service.jobs_runner import JobRunner
-from nmt_serve.service.jobs_store import DONE
+from nmt_serve.service.jobs_store import DONE, FAILED, QUEUED, RUNNING
 from nmt_serve.service.pipeline import AUTO, resolve_model, terminology
+from nmt_serve.service.schemas import JobStatus as ProgressOnly
 from nmt_serve.service.schemas import (
     JobRequest,
     JobResult,
-    JobStatus,
+    JobState,
     Translation,
     Usage,
 )
+from nmt_serve.service.security import bearer_token
 from nmt_serve.service.state import ServiceState
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(require_api_key)])
+
+
+class JobStatus(ProgressOnly):
+    """schemas.JobStatus, with when a finished job is removed."""
+
+    expires_at: float | None = Field(None, description="Unix time at which the finished job and its results are removed "
+                                                       "(finished_at + job_ttl_s; from then on 404); null until it ends")
+
+    @classmethod
+    def of(cls, record: dict) -> JobStatus:
+        return cls(**ProgressOnly.of(record).model_dump(), expires_at=record.get("expires_at"))
+
+
+class PartialJobResult(BaseModel):
+    """GET /v1/jobs/{id}/result?partial=true of a job that is not done: what it has so far."""
+
+    id: str
+    state: JobState = Field(description="queued, running or failed")
+    done: int = Field(description="texts translated so far (the translations that are not null)")
+    total: int
+    model: str = Field(description="the models that translated, comma-separated")
+    translations: list[Translation | None] = Field(description="one per text of q, in its order: null for a text not "
+                                                               "translated yet")
+    usage: Usage = Field(description="of the texts translated so far")
+
+
+IdempotencyKey = Annotated[str, Header(alias="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
+                                       description="one job per key (printable ASCII): the same request sent again with it "
+                                                   "answers the job it made (Idempotent-Replayed: true) for as long as that "
+                                                   "job is kept; another request with it, 409")]
+
+
+def client_key(request: Request, state: ServiceState, key: str | None) -> str | None:
+    """An Idempotency-Key, tied to the API key that sent it where keys are on (one client's key is not another's)."""
+    if key is None:
+        return None
+    client = (bearer_token(request) or "") if state.keys.enabled else ""
+    return f"{client}\n{key}"
+
+
+def submitted(record: dict, response: Response) -> JobStatus:
+    if record.get("replayed"):
+        response.headers["Idempotent-Replayed"] = "true"
+    return JobStatus.of(record)
 
 
 def error(description: str, type_: str, message: str, param: str | None = None) -> dict:
@@ -39,8 +93,15 @@ def error(description: str, type_: str, message: str, param: str | None = None) 
 
 
 NOT_FOUND = {404: error("no such job (or it expired: job_ttl_s)", "not_found", "no job 5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2", "id")}
+STORAGE = {503: {"description": "the models are still loading or the engine is restarting, or the jobs directory cannot be "
+                                "written: retry (see Retry-After)"},
+           507: error("the jobs directory is full: retry later (see Retry-After)", "insufficient_storage",
+                      "the jobs directory is full (No space left on device): retry later")}
 SUBMIT = {400: {"description": "no model for the language pair, or a file that cannot be read as its extension says"},
-          503: {"description": "the models are still loading or the engine is restarting: retry (see Retry-After)"}}
+          409: error("the Idempotency-Key was given to another request", "idempotency_key_reused",
+                     "this Idempotency-Key was given to another request (other texts or options): a new job needs a new key",
+                     "Idempotency-Key"),
+          **STORAGE}
 
 
 def runner_of(request: Request) -> JobRunner:
@@ -56,7 +117,8 @@ async def read_job(runner: JobRunner, job_id: str) -> dict:
 
 @router.post("/jobs", status_code=202, response_model=JobStatus,
              responses={**SUBMIT, 413: {"description": "more than max_job_texts texts, a text over max_chars_per_text, or a body over max_job_bytes"}})
-async def create_job(body: JobRequest, request: Request, state: ServiceState = Depends(get_state)) -> JobStatus:
+async def create_job(body: JobRequest, request: Request, response: Response, idempotency_key: IdempotencyKey = None,
+                     state: ServiceState = Depends(get_state)) -> JobStatus:
     state.limits.check_job_texts(body.q, "q")
     state.require_ready()
     options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
@@ -64,17 +126,18 @@ async def create_job(body: JobRequest, request: Request, state: ServiceState = D
     glossary = [term.model_dump() for term in body.glossary or ()]
     record = await runner_of(request).submit(dict(source=body.source, target=body.target, format=body.format,
                                                   split_sentences=body.split_sentences, glossary=glossary, avoid=body.avoid or []),
-                                             body.q, options)
-    return JobStatus.of(record)
+                                             body.q, options, idempotency_key=client_key(request, state, idempotency_key))
+    return submitted(record, response)
 
 
 @router.post("/jobs/file", status_code=202, response_model=JobStatus,
              responses={**SUBMIT, 413: {"description": "a file over max_job_bytes, more than max_job_texts paragraphs (lines of a .txt), "
                                              "or one over max_chars_per_text"}})
-async def create_file_job(request: Request, file: UploadFile = File(description=f"the file: {', '.join(FORMATS)}"),
+async def create_file_job(request: Request, response: Response, file: UploadFile = File(description=f"the file: {', '.join(FORMATS)}"),
                           source: str = Form(min_length=1, description='source language code, or "auto" (the whole file is '
                                                                          "taken as one language)"),
-                          target: str = Form(min_length=1), state: ServiceState = Depends(get_state)) -> JobStatus:
+                          target: str = Form(min_length=1), idempotency_key: IdempotencyKey = None,
+                          state: ServiceState = Depends(get_state)) -> JobStatus:
     """A document (one text per paragraph, its formatting kept) or a .txt file (one text per line) as a job; its
     result is the file translated."""
     name = file.filename or "file"
@@ -90,8 +153,9 @@ async def create_file_job(request: Request, file: UploadFile = File(description=
     if source == AUTO and any(t.strip() for t in texts):  # one language for the whole file, from all of its text
         model, detected = await asyncio.to_thread(resolve_model, state, AUTO, state.language(target), "\n".join(texts), "file")
         source = model.source if model is not None else detected.language
-    return JobStatus.of(await submit_file(state, runner_of(request), name=name, data=data, texts=texts, format=format,
-                                          source=source, target=target))
+    record = await submit_file(state, runner_of(request), name=name, data=data, texts=texts, format=format, source=source,
+                               target=target, idempotency_key=client_key(request, state, idempotency_key))
+    return submitted(record, response)
 
 
 async def job(job_id: str, request: Request) -> JobStatus:
@@ -100,7 +164,7 @@ async def job(job_id: str, request: Request) -> JobStatus:
     runner = runner_of(request)
     await read_job(runner, job_id)
     if request.method == "DELETE":
-        return JobStatus.of(await asyncio.to_thread(runner.store.cancel, job_id))
+        return JobStatus.of(await runner.cancel(job_id))
     return JobStatus.of(await read_job(runner, job_id))
 
 
@@ -110,25 +174,52 @@ async def job(job_id: str, request: Request) -> JobStatus:
 router.add_api_route("/jobs/{job_id}", job, methods=["GET", "DELETE"], response_model=JobStatus, include_in_schema=False)
 router.add_api_route("/jobs/{job_id}", job, methods=["GET"], response_model=JobStatus, responses=NOT_FOUND, name="job_status",
                      summary="Job Status", description="The job's state and progress.")
-router.add_api_route("/jobs/{job_id}", job, methods=["DELETE"], response_model=JobStatus, responses=NOT_FOUND, name="cancel_job",
+router.add_api_route("/jobs/{job_id}", job, methods=["DELETE"], response_model=JobStatus, responses={**NOT_FOUND, **STORAGE},
+                     name="cancel_job",
                      summary="Cancel Job", description="Cancel a queued or running job (its chunks in the engine are dropped); "
                                                        "a finished job is left as it is (it expires after job_ttl_s).")
 
 
-@router.get("/jobs/{job_id}/result", response_model=JobResult, response_model_exclude_none=True,
-            responses={**NOT_FOUND, 409: error("the job is not done (queued, running, failed or cancelled)", "job_not_done", "the job is running", "id"),
-                       200: {"description": "the translations; for a file job, the file translated",
+@router.get("/jobs/{job_id}/result", response_model=JobResult | PartialJobResult, response_model_exclude_none=True,
+            responses={**NOT_FOUND, 409: error("the job is not done (queued, running, failed or cancelled; with partial=true: "
+                                               "cancelled)", "job_not_done", "the job is running", "id"),
+                       200: {"description": "the translations (with partial=true, of a job not done: PartialJobResult); "
+                                            "for a file job, the file translated",
                              "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
-async def job_result(job_id: str, request: Request) -> JobResult:
+async def job_result(job_id: str, request: Request,
+                     partial: Annotated[bool, Query(description="a job that is not done yet (queued, running, failed): what it "
+                                                                "has so far, null for each text not translated yet (a file "
+                                                                "job: the file, its paragraphs not translated yet as they "
+                                                                "are)")] = False) -> JobResult | PartialJobResult:
     runner = runner_of(request)
     record = await read_job(runner, job_id)
-    if record["state"] != DONE:
-        raise APIError(409, "job_not_done", f"the job is {record['state']}" + (f": {record['error']}" if record["error"] else ""), "id")
+    so_far = partial and record["state"] in (QUEUED, RUNNING, FAILED)
+    if record["state"] != DONE and not so_far:
+        hint = "; ?partial=true gives what it has so far" if record["state"] in (QUEUED, RUNNING, FAILED) else ""
+        raise APIError(409, "job_not_done", f"the job is {record['state']}" + (f": {record['error']}" if record["error"] else "") + hint,
+                       "id")
     if record.get("file_name"):
-        out, translated = await asyncio.to_thread(translated_file, runner.store, record)
+        out, translated = await asyncio.to_thread(translated_file, runner.store, record, so_far)
         return Response(translated, media_type=media_type(out), headers=attachment_headers(out))
+    if so_far:
+        return await asyncio.to_thread(result_so_far, runner, record)
     chunks = await asyncio.to_thread(runner.store.chunks, job_id)
     return JobResult(id=job_id, model=",".join(record["models"]),
                      translations=[Translation(**t) for chunk in chunks for t in chunk["translations"]],
                      usage=Usage(source_tokens=record["source_tokens"], generated_tokens=record["generated_tokens"],
                                  sentences=record["sentences"]))
+
+
+def result_so_far(runner: JobRunner, record: dict) -> PartialJobResult:
+    """The chunks written so far (the counts made from them, not from the record, which may lag them)."""
+    translations: list[Translation | None] = []
+    usage = Usage(source_tokens=0, generated_tokens=0, sentences=0)
+    for (start, end), chunk in zip(record["chunks"], runner.store.chunks_so_far(record)):
+        if chunk is None:
+            translations += [None] * (end - start)
+            continue
+        translations += [Translation(**t) for t in chunk["translations"]]
+        for name in ("source_tokens", "generated_tokens", "sentences"):
+            setattr(usage, name, getattr(usage, name) + chunk[name])
+    return PartialJobResult(id=record["id"], state=record["state"], done=sum(t is not None for t in translations),
+                            total=record["total"], model=",".join(record["models"]), translations=translations, usage=usage)
