@@ -120,7 +120,8 @@ def test_two_terms_one_nested_in_the_other_are_both_placed_as_whole_words(step_m
     translation, flagged). The eager search and the device search's step program alike."""
     from conftest import ROOT
 
-    translator = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu", step_mode=step_mode)
+    translator = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu", step_mode=step_mode, warmup=False)
+    assert translator.uses_static_decoder == (step_mode == "static")  # the device search and its constraints' step
     cases = [("Ein Zebra und zwei Zebras stehen auf der Wiese.", ["zebra", "zebras"]),
              ("Ein Hund liegt vor der Hundehütte.", ["doghouse", "dog"])]
     for text, terms in cases:
