@@ -214,6 +214,21 @@ def store_root(part, root: etree._Element) -> None:
     part._blob = etree.tostring(root, xml_declaration=True, encoding="UTF-8", standalone=True)
 
 
+def held_roots(package, stored: list[tuple[object, etree._Element]], wanted: Callable[[str], bool]):
+    """(part, XML root) of every part of the package whose content type is `wanted`: the root already held
+    for a part in `stored`, else the part's own, one read from its bytes added to `stored` (written back)."""
+    held = {id(part): root for part, root in stored}
+    for part in package.iter_parts():
+        if not wanted(part.content_type):
+            continue
+        root = held.get(id(part))
+        if root is None:
+            root, as_bytes = part_root(part)
+            if as_bytes:
+                stored.append((part, root))
+        yield part, root
+
+
 def package_writer(package, stored: list[tuple[object, etree._Element]]) -> Callable[[], bytes]:
     """The document's bytes once translated: the parts kept as bytes (`part_root`) written back, then
     the python-docx / python-pptx package saved."""

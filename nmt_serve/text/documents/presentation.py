@@ -13,6 +13,7 @@ from nmt_serve.text.documents.document import Document
 from nmt_serve.text.documents.language_marks import relabel_drawing
 from nmt_serve.text.documents.office_open_xml import (
     DRAWING,
+    held_roots,
     package_writer,
     paragraphs,
     part_root,
@@ -47,15 +48,8 @@ def read_pptx(data: bytes) -> Document:
             stored.append((part, root))
 
     def relabel(tag: str) -> None:  # the slides', and the masters' and layouts' defaults
-        held = {id(part): root for part, root in stored}
-        for part in presentation.part.package.iter_parts():
-            if part.content_type not in _PARTS and not (part.content_type.startswith(_PRESENTATION) and part.content_type.endswith("+xml")):
-                continue
-            root = held.get(id(part))
-            if root is None:
-                root, as_bytes = part_root(part)
-                if as_bytes:
-                    stored.append((part, root))
+        wanted = lambda kind: kind in _PARTS or kind.startswith(_PRESENTATION) and kind.endswith("+xml")  # noqa: E731
+        for _, root in held_roots(presentation.part.package, stored, wanted):
             relabel_drawing(root, tag)
 
     return Document(units, package_writer(presentation, stored), relabel)

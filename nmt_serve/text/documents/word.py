@@ -21,6 +21,7 @@ from nmt_serve.text.documents.office_open_xml import (
     DRAWING,
     WORD,
     WORD_NS,
+    held_roots,
     package_writer,
     paragraphs,
     part_root,
@@ -53,19 +54,11 @@ def read_docx(data: bytes) -> Document:
             stored.append((part, root))
 
     def relabel(tag: str) -> None:
-        held = {id(part): root for part, root in stored}
-        for part in document.part.package.iter_parts():
-            word = part.content_type in STORIES or part.content_type == STYLES
-            if not word and part.content_type not in DRAWINGS:
-                continue
-            root = held.get(id(part))
-            if root is None:
-                root, as_bytes = part_root(part)
-                if as_bytes:
-                    stored.append((part, root))
-            if word:
-                relabel_word(root, tag, WORD_NS)
-            else:
+        wanted = lambda kind: kind in STORIES or kind == STYLES or kind in DRAWINGS  # noqa: E731
+        for part, root in held_roots(document.part.package, stored, wanted):
+            if part.content_type in DRAWINGS:
                 relabel_drawing(root, tag)
+            else:
+                relabel_word(root, tag, WORD_NS)
 
     return Document(units, package_writer(document, stored), relabel)
