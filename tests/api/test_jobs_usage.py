@@ -149,26 +149,27 @@ def test_a_full_disk_pauses_a_running_job_and_it_goes_on_once_there_is_room(mode
 def test_a_finished_job_says_when_it_expires_and_is_gone_then(models_dir, tmp_path, monkeypatch):
     """expires_at: finished_at + job_ttl_s (null before the job ends); past it the job and its result are
     404 at once, even while the runner is busy with another job and has not removed it yet."""
+    TTL = 5  # seconds: room for a busy machine between the job's end and the first reads
     chunks = Chunks(hold=lambda n: n >= 2)  # the first job's chunk goes through; the second job's wait
     monkeypatch.setattr(jobs_runner, "translate_texts", chunks)
-    with client_for(models_dir, tmp_path, job_ttl_s=3) as c:
+    with client_for(models_dir, tmp_path, job_ttl_s=TTL) as c:
         created = ready(c).post("/v1/jobs", json={"q": TEXTS[:4], **FAST}).json()
         job = created["id"]
         done = wait_for(c, job, lambda s: s["state"] in ENDED)
+        assert c.get(f"/v1/jobs/{job}/result").status_code == 200
         busy = c.post("/v1/jobs", json={"q": TEXTS[4:12], **FAST}).json()["id"]
         running = wait_for(c, busy, lambda s: s["state"] == "running")
-        assert c.get(f"/v1/jobs/{job}/result").status_code == 200
-        time.sleep(max(0.0, done["finished_at"] + 3 - time.time()) + 0.2)
+        time.sleep(max(0.0, done["finished_at"] + TTL - time.time()) + 0.2)
         for path in (f"/v1/jobs/{job}", f"/v1/jobs/{job}/result"):
             gone = c.get(path)
             assert gone.status_code == 404 and gone.json()["error"]["type"] == "not_found", (path, gone.text)
         assert created.get("expires_at", "absent") is None and running.get("expires_at", "absent") is None
-        assert done["state"] == "done" and done.get("expires_at") == done["finished_at"] + 3
+        assert done["state"] == "done" and done.get("expires_at") == done["finished_at"] + TTL
         cancelled = c.delete(f"/v1/jobs/{busy}").json()
         assert cancelled["state"] == "cancelled"
         chunks.gate.set()
         stopped = wait_for(c, busy, lambda s: s["finished_at"] is not None)
-        assert stopped.get("expires_at") == stopped["finished_at"] + 3
+        assert stopped.get("expires_at") == stopped["finished_at"] + TTL
 
 
 def test_an_idempotency_key_makes_one_job_however_often_it_is_sent(models_dir, tmp_path):
@@ -200,7 +201,7 @@ def test_an_idempotency_key_makes_one_job_however_often_it_is_sent(models_dir, t
         assert c.post("/v1/jobs", json=body, headers={"Idempotency-Key": "batch-0001"}).json()["state"] == "done"  # still that job
     jobs = [p for p in (tmp_path / "open").iterdir() if p.name != "keys"]
     assert len(jobs) == 4  # batch-0001, batch-0002, the one without a key, file-1
-    with client_for(models_dir, tmp_path / "keyed", api_keys="alice-key,bob-key", job_ttl_s=2) as c:
+    with client_for(models_dir, tmp_path / "keyed", api_keys="alice-key,bob-key", job_ttl_s=5) as c:  # 5 s: a busy machine too
         ready(c)
         alice, bob = ({"Authorization": f"Bearer {k}", "Idempotency-Key": "nightly"} for k in ("alice-key", "bob-key"))
         mine = c.post("/v1/jobs", json=body, headers=alice).json()["id"]
@@ -208,7 +209,7 @@ def test_an_idempotency_key_makes_one_job_however_often_it_is_sent(models_dir, t
         assert c.post("/v1/jobs", json=body, headers=alice).json()["id"] == mine
         c.headers["Authorization"] = "Bearer alice-key"  # (for wait_for)
         done = wait_for(c, mine, lambda s: s["state"] == "done")
-        time.sleep(max(0.0, done["finished_at"] + 2 - time.time()) + 0.2)
+        time.sleep(max(0.0, done["finished_at"] + 5 - time.time()) + 0.2)
         fresh = c.post("/v1/jobs", json=body, headers=alice)  # its job has expired: the key makes a new one
         assert fresh.status_code == 202 and fresh.json()["id"] != mine and "idempotent-replayed" not in fresh.headers
 

@@ -65,7 +65,7 @@ def server(models_dir):
     # short body timeouts, so that a slow body is cut off within the test's time (raising=False: the test
     # also runs against code without them, and fails on its assertions there)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(middleware, "BODY_TIMEOUT_S", 1.0, raising=False)
+        patch.setattr(middleware, "BODY_TIMEOUT_S", 2.0, raising=False)
         patch.setattr(middleware, "BODY_MIN_RATE", 2000.0, raising=False)
         with serving(models_dir, api_keys=KEY, max_body_bytes=BODY_LIMIT) as port:
             yield port
@@ -206,17 +206,18 @@ def test_a_streamed_body_over_the_limit_closes_the_connection(server):
             status, headers, body = read_response(sock)
             assert status == 413, body
             assert headers.get("connection") == "close"
-            assert closed_soon(sock, 5, keep_sending=framed), "the server kept reading a body past its limit"
+            assert closed_soon(sock, 60, keep_sending=framed), "the server kept reading a body past its limit"
     # without a key, the refusal comes before the body, and closes too
     with connect(server) as sock:
         sock.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + framed)
         assert read_response(sock)[0] == 401
-        assert closed_soon(sock, 5, keep_sending=framed)
+        assert closed_soon(sock, 60, keep_sending=framed)
 
 
 def test_a_slow_body_gets_408_and_the_connection_closes(server):
     """A client that trickles its body (slowloris, R.U.D.Y.) would hold a connection and a request for as
-    long as it likes: uvicorn has no timeout on a body. (BODY_TIMEOUT_S is 1 s, BODY_MIN_RATE 2000 bytes/s here.)"""
+    long as it likes: uvicorn has no timeout on a body. (BODY_TIMEOUT_S is 2 s, BODY_MIN_RATE 2000 bytes/s here.)
+    The bounds in seconds below only end the test on a failure; a busy machine passes them too."""
     for path, auth in (("/v1/translate", f"Authorization: Bearer {KEY}\r\n"), ("/translate", "")):
         with connect(server, timeout=10) as sock:
             sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}"
@@ -224,22 +225,21 @@ def test_a_slow_body_gets_408_and_the_connection_closes(server):
             started = time.monotonic()
             sock.settimeout(0.2)
             answer = b""
-            while time.monotonic() - started < 8 and b"\r\n\r\n" not in answer:
+            while time.monotonic() - started < 60 and b"\r\n\r\n" not in answer:
                 try:
-                    sock.sendall(b" ")  # a byte every 0.2 s: never a pause of 1 s, far below 2000 bytes/s
+                    sock.sendall(b" ")  # a byte every 0.2 s: never a pause of BODY_TIMEOUT_S, far below 2000 bytes/s
                     answer += sock.recv(65536)
                 except socket.timeout:
                     continue
                 except OSError:
                     break
             assert answer.startswith(b"HTTP/1.1 408"), f"{path}: no 408 after {time.monotonic() - started:.1f} s: {answer!r}"
-            assert time.monotonic() - started < 5
             error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
             if path.startswith("/v1"):
                 assert error["type"] == "request_timeout" and set(error) == {"type", "message", "param"}
             else:
                 assert isinstance(error, str)
-            assert closed_soon(sock, 3, keep_sending=b" ")
+            assert closed_soon(sock, 60, keep_sending=b" ")
     # a body that stops altogether: 408 after BODY_TIMEOUT_S
     with connect(server, timeout=10) as sock:
         sock.sendall(f"POST /v1/translate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
