@@ -355,3 +355,33 @@ def test_int8_output_layer_takes_onednn_from_its_row_count_with_the_same_weights
     assert not torch.equal(onednn, fbgemm)
     assert (onednn - reference).abs().max().item() <= 0.05 * scale
     assert (onednn - fbgemm).abs().max().item() <= 0.05 * scale
+
+
+def test_loading_a_checkpoint_draws_no_random_weights(tiny_checkpoint):
+    """A model built on the meta device to load a checkpoint into is not randomly initialized: torch draws
+    random meta tensors in Python refs whose first call imports torch._dynamo (over a second of every
+    engine's start). In a fresh process: the checkpoint loads, and torch._dynamo is never imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from nmt_serve.network.checkpoint import load_checkpoint; "
+            f"model = load_checkpoint({str(tiny_checkpoint)!r})[0]; "
+            "assert not any(p.is_meta for p in model.parameters()); print('torch._dynamo' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(positional_layout="learned")])
+def test_a_model_built_on_the_meta_device_loads_to_the_same_outputs(overrides):
+    """The meta-built model (no initialization, the position table computed by finish_load) computes what
+    the model whose weights it was given computes."""
+    model = random_model(seed=5, **overrides)
+    with torch.device("meta"):
+        empty = type(model)(model.config)
+    empty.load_state_dict(model.state_dict(), strict=False, assign=True)
+    empty.finish_load()
+    empty.eval()
+    src = random_sources(3, 7, model.config.src_vocab_size)
+    tgt = random_sources(3, 5, model.config.tgt_vocab_size, seed=1)
+    assert torch.equal(model(src, tgt), empty(src, tgt))
