@@ -1,6 +1,7 @@
 """What the routers ask FastAPI for: the service's state, and the access checks on it."""
 from __future__ import annotations
 
+import hashlib
 import os
 
 from fastapi import Depends, Request
@@ -45,6 +46,15 @@ def authorize(state: ServiceState, request: Request, body_key: str | None = None
     key = body_key or bearer_token(request)
     check_key(state, request, key)
     rate_limiter(state).check(client_id(request, key if state.keys.enabled else None))
+
+
+def job_owner(state: ServiceState, request: Request, body_key: str | None = None) -> str:
+    """Who owns the jobs a request makes and may read, list and delete: a digest of its API key (the key
+    itself is never written to disk); "" on a server without keys, where every client is the same one."""
+    if not state.keys.enabled:
+        return ""
+    key = body_key or bearer_token(request) or ""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 async def require_api_key(request: Request, state: ServiceState = Depends(get_state)) -> None:

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 log = logging.getLogger("nmt_serve.service.errors")
 
@@ -57,6 +58,16 @@ def http_error_type(status: int) -> str:
     return {413: "request_too_large", 408: "request_timeout"}.get(status, "http_error")
 
 
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods some route of the app takes at the request's path: each asked of the routes in turn."""
+    routes = request.app.router.routes
+    return [method for method in METHODS
+            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
+
+
 def install_handlers(app: FastAPI, plain_errors: Callable[[str], bool] = lambda path: False) -> None:
     """plain_errors: the paths whose errors, routing's own included, take LibreTranslate's {"error": message}."""
 
@@ -80,6 +91,10 @@ def install_handlers(app: FastAPI, plain_errors: Callable[[str], bool] = lambda 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            # routing answers with the methods of the first route whose path matched; a path served by
+            # several routes (GET and POST /v1/jobs) takes all of theirs
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
         if plain_errors(request.url.path):
             return JSONResponse({"error": printable(str(exc.detail))}, exc.status_code, headers=headers)
         return JSONResponse(error_body(http_error_type(exc.status_code), str(exc.detail)), exc.status_code, headers=headers)

@@ -156,6 +156,14 @@ class JobRunner:
             log.error("job %s: the cancel could not be written to %s: %s", job_id, self.store.directory, exc)
             raise storage_error(exc) from None
 
+    async def remove(self, job_id: str) -> dict | None:
+        """DELETE of a finished job: jobs_store.JobStore.remove (503/507 where the jobs directory cannot be changed)."""
+        try:
+            return await asyncio.to_thread(self.store.remove, job_id)
+        except OSError as exc:
+            log.error("job %s could not be removed from %s: %s", job_id, self.store.directory, exc)
+            raise storage_error(exc) from None
+
     async def _serve(self) -> None:
         while True:
             self._wake.clear()

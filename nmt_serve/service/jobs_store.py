@@ -11,6 +11,9 @@ and of the API processes.
     <jobs_dir>/<id>/lock              flock()ed by the process that runs the job
     <jobs_dir>/keys/<sha256>          an Idempotency-Key's job: {"id", "request"} (a digest of the request)
 
+A job's record names its `owner` (a digest of the API key that made it; "" on a server without keys):
+with keys on, a key reads, lists and deletes its own jobs only.
+
 Every file is written whole and renamed into place, so a reader (another worker, the same job after
 a restart) never sees half of one, and a write that fails (a full disk) leaves nothing behind. The
 chunks' bounds are fixed when the job is made, so whoever resumes it sends exactly the chunks that have
@@ -20,8 +23,8 @@ process that held it, so a job whose runner died is free to be taken up again by
 Jobs take turns: claim() takes the job that has waited longest for its turn (`queued_at`: when it was
 posted, or when its runner last gave its turn up to let another job run: yield_turn), so a runner that
 gives a long job up after a slice (jobs_runner.SLICE_S) while others wait runs the others before it again.
-A finished job is removed ttl_s after it ended (its `expires_at`); from then on it reads as no job, even
-before a runner's scan removes its directory.
+A finished job is removed ttl_s after it ended (its `expires_at`), or when DELETE removes it (remove());
+from then on it reads as no job, even before a runner's scan removes its directory.
 
 An Idempotency-Key (already tied to its client by the caller) names one job for as long as that job is
 kept: its file is made with link(), which fails where the file is there, so of two requests with one key
@@ -283,6 +286,55 @@ class JobStore:
                 results.append(None)
         return results
 
+    def jobs(self, owner: str | None, state: str | None = None, before: str | None = None, limit: int = 20) -> tuple[list[dict], bool]:
+        """Up to `limit` jobs as read() shows them, the newest first, and whether there are more: those of
+        `owner` (None: everyone's; a job made with no owner is everyone's), in `state` if given, made
+        before the job `before` (the last one of the previous page) if given. Every job's record is read:
+        the jobs kept are those of the last job_ttl_s, finished, plus the unfinished."""
+        if not self.directory.is_dir():
+            return [], False
+        records = []
+        for home in self.directory.iterdir():
+            if not ID.fullmatch(home.name):
+                continue
+            try:
+                record = self.read(home.name)
+            except (OSError, ValueError):  # removed meanwhile, or a record being replaced
+                continue
+            if record is None or (owner is not None and record.get("owner") not in (owner, None, "")):
+                continue
+            records.append(record)
+        records.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
+        if before is not None:
+            cursor = next((r for r in records if r["id"] == before), None)
+            if cursor is None:
+                return [], False
+            records = [r for r in records if (r["created_at"], r["id"]) < (cursor["created_at"], cursor["id"])]
+        if state is not None:
+            records = [r for r in records if r["state"] == state]
+        return records[:limit], len(records) > limit
+
+    def remove(self, job_id: str) -> dict | None:
+        """Remove a finished job and its results now (DELETE of a job that has ended): its record as it was,
+        with `expires_at` now; None where no runner-free finished job is there (one still stopping after
+        its cancel: it is removed when it expires)."""
+        fd = self._lock(job_id)
+        if fd is None:
+            return None
+        try:
+            record = self._record(job_id)
+            if record is None or record["state"] not in FINISHED:
+                return None
+            record["expires_at"] = time.time()
+            self._drop_key(record.get("idempotency_key"), job_id)
+            # renamed away first: from that moment no reader finds the job, however long the removal takes
+            gone = self.directory / f".removed-{job_id}"
+            os.replace(self.directory / job_id, gone)
+            shutil.rmtree(gone, ignore_errors=True)
+            return record
+        finally:
+            os.close(fd)
+
     def cancel(self, job_id: str) -> dict | None:
         """Ask the job to stop (its runner, whichever worker holds it, stops within a heartbeat); a job
         nobody runs is cancelled here and now."""
@@ -332,6 +384,8 @@ class JobStore:
             return []
         now, waiting = time.time(), []
         for home in self.directory.iterdir():
+            if home.name.startswith(".removed-"):  # a removal (remove()) that stopped half way
+                shutil.rmtree(home, ignore_errors=True)
             if not ID.fullmatch(home.name):
                 continue
             record = self._record(home.name)

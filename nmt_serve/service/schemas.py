@@ -248,11 +248,15 @@ class JobRequest(WithTerminology):
 
 class JobStatus(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{
-        "id": "5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2", "state": "running", "done": 1280, "total": 20000, "sentences_done": 1302,
-        "percent": 6.4, "eta_seconds": 212.5, "created_at": 1795500000.0, "started_at": 1795500000.1,
-        "updated_at": 1795500014.3, "finished_at": None, "error": None, "not_translated": 0}]})
+        "id": "5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2", "state": "running", "source": "de", "target": "en", "file_name": None,
+        "done": 1280, "total": 20000, "sentences_done": 1302, "percent": 6.4, "eta_seconds": 212.5,
+        "created_at": 1795500000.0, "started_at": 1795500000.1, "updated_at": 1795500014.3, "finished_at": None,
+        "expires_at": None, "error": None, "not_translated": 0}]})
     id: str
     state: JobState = Field(description="queued, running, done, failed or cancelled")
+    source: str = Field(description='the source language as asked ("auto": detected per text)')
+    target: str
+    file_name: str | None = Field(None, description="a file job's file (its result is the file translated); null for texts")
     done: int = Field(description="texts translated, their results kept (a text counts once its chunk is written)")
     total: int = Field(description="texts in the job")
     sentences_done: int = Field(description="sentences translated (texts are cut into sentences)")
@@ -262,6 +266,9 @@ class JobStatus(BaseModel):
     started_at: float | None = None
     updated_at: float = Field(description="last written; moves at least every second while the job runs")
     finished_at: float | None = None
+    expires_at: float | None = Field(None, description="Unix time at which the finished job and its results are removed "
+                                                       "(finished_at + job_ttl_s, or when DELETE removed it; from then on "
+                                                       "404); null until it ends")
     error: str | None = Field(None, description="why it failed")
     not_translated: int = Field(0, description="texts given back as they are, each with its error in the result "
                                                "(Translation.error): the job goes on without them")
@@ -274,10 +281,18 @@ class JobStatus(BaseModel):
         if record["state"] == "running" and record["resumed_at"]:
             rate = (done - record["done_at_resume"]) / max(record["updated_at"] - record["resumed_at"], 1e-9)
             eta = round((total - done) / rate, 1) if rate > 0 else None
-        return cls(id=record["id"], state=record["state"], done=done, total=total, sentences_done=record["sentences"],
+        return cls(id=record["id"], state=record["state"], source=record["source"], target=record["target"],
+                   file_name=record.get("file_name"), done=done, total=total, sentences_done=record["sentences"],
                    percent=round(100.0 * done / total, 2) if total else 100.0, eta_seconds=eta, created_at=record["created_at"],
                    started_at=record["started_at"], updated_at=record["updated_at"], finished_at=record["finished_at"],
-                   error=record["error"], not_translated=record.get("not_translated", 0))
+                   expires_at=record.get("expires_at"), error=record["error"], not_translated=record.get("not_translated", 0))
+
+
+class JobList(BaseModel):
+    """GET /v1/jobs: the caller's jobs, the newest first."""
+
+    jobs: list[JobStatus]
+    has_more: bool = Field(description="older jobs follow: ask again with before=<the last job's id>")
 
 
 class JobResult(BaseModel):

@@ -130,7 +130,8 @@ def test_cancel_drops_the_job_and_the_runner_goes_on(models_dir, tmp_path, monke
         other = c.post("/v1/jobs", json={"q": TEXTS[20:24], **FAST}).json()["id"]
         assert wait_for(c, other, lambda s: s["state"] in ("done", "failed", "cancelled"))["state"] == "done"
         assert c.get(f"/v1/jobs/{job}").json()["state"] == "cancelled"
-        assert c.delete(f"/v1/jobs/{other}").json()["state"] == "done"  # a finished job stays as it is
+        assert c.delete(f"/v1/jobs/{other}").json()["state"] == "done"  # a finished job is removed (test_jobs_owned)
+        assert c.get(f"/v1/jobs/{other}").status_code == 404
         for bad in ("0" * 32, "../../etc"):
             missing = c.get(f"/v1/jobs/{bad}")
             assert missing.status_code == 404 and set(missing.json()["error"]) == {"type", "message", "param"}

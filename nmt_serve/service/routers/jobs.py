@@ -1,5 +1,8 @@
-"""POST /v1/jobs, GET /v1/jobs/{id}, GET /v1/jobs/{id}/result, DELETE /v1/jobs/{id}: many texts translated
-in the background with progress (the store and the runner: jobs_store.py, jobs_runner.py).
+"""POST /v1/jobs, GET /v1/jobs, GET /v1/jobs/{id}, GET /v1/jobs/{id}/result, DELETE /v1/jobs/{id}: many texts
+translated in the background with progress (the store and the runner: jobs_store.py, jobs_runner.py).
+
+With API keys on, a job is its key's: another key reads, lists and deletes none of it (404 as for no job);
+the id alone (128 random bits) still reads it on a server without keys, where every client is the same one.
 
 A POST with an Idempotency-Key header makes one job per key (for as long as the job is kept): sent again, with
 the same request, it answers that job (Idempotent-Replayed: true), so a client that lost the answer (a timeout)
@@ -11,10 +14,11 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Header, Query, Request, Response, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Header, Path, Query, Request, Response, UploadFile
 from pydantic import BaseModel, Field
+from starlette.convertors import Convertor, register_url_convertor
 
-from nmt_serve.service.dependencies import get_state, require_api_key
+from nmt_serve.service.dependencies import get_state, job_owner, require_api_key
 from nmt_serve.service.errors import APIError, bad_request
 from nmt_serve.service.file_translation import attachment_headers
 from nmt_serve.service.jobs_files import (
@@ -26,13 +30,14 @@ from nmt_serve.service.jobs_files import (
     translated_file,
 )
 from nmt_serve.service.jobs_runner import JobRunner
-from nmt_serve.service.jobs_store import DONE, FAILED, QUEUED, RUNNING
+from nmt_serve.service.jobs_store import DONE, FAILED, FINISHED, QUEUED, RUNNING
 from nmt_serve.service.pipeline import AUTO, resolve_model, terminology
-from nmt_serve.service.schemas import JobStatus as ProgressOnly
 from nmt_serve.service.schemas import (
+    JobList,
     JobRequest,
     JobResult,
     JobState,
+    JobStatus,
     Translation,
     Usage,
 )
@@ -42,15 +47,20 @@ from nmt_serve.service.state import ServiceState
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(require_api_key)])
 
 
-class JobStatus(ProgressOnly):
-    """schemas.JobStatus, with when a finished job is removed."""
+class JobIdConvertor(Convertor):
+    """A job id in a path (32 hex digits): /v1/jobs/file is no job's path, so routing names its methods alone."""
 
-    expires_at: float | None = Field(None, description="Unix time at which the finished job and its results are removed "
-                                                       "(finished_at + job_ttl_s; from then on 404); null until it ends")
+    regex = "[0-9a-f]{32}"
 
-    @classmethod
-    def of(cls, record: dict) -> JobStatus:
-        return cls(**ProgressOnly.of(record).model_dump(), expires_at=record.get("expires_at"))
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("job_id", JobIdConvertor())
+JobId = Annotated[str, Path(pattern=f"^{JobIdConvertor.regex}$", description="the job's id")]
 
 
 class PartialJobResult(BaseModel):
@@ -108,11 +118,29 @@ def runner_of(request: Request) -> JobRunner:
     return request.app.state.jobs
 
 
-async def read_job(runner: JobRunner, job_id: str) -> dict:
+async def read_job(runner: JobRunner, job_id: str, owner: str) -> dict:
+    """The job's record; 404 where there is none, or where it is another key's (keys on): a key cannot
+    tell another's job from none."""
     record = await asyncio.to_thread(runner.store.read, job_id)
-    if record is None:
+    if record is None or record.get("owner") not in (owner, None, ""):
         raise APIError(404, "not_found", f"no job {job_id}", "id")
     return record
+
+
+@router.get("/jobs", response_model=JobList)
+async def list_jobs(request: Request, state: ServiceState = Depends(get_state),
+                    job_state: Annotated[JobState | None, Query(alias="state", description="only the jobs in this state")] = None,
+                    before: Annotated[str | None, Query(description="the id of the last job of the page before: the jobs "
+                                                                    "made before it", pattern="^[0-9a-f]{32}$")] = None,
+                    limit: Annotated[int, Query(ge=1, le=100, description="at most this many jobs")] = 20) -> JobList:
+    """The jobs this API key made (on a server without keys: every job), the newest first: queued and
+    running ones, and finished ones until they expire (job_ttl_s). A page ends with has_more; the next one
+    is asked for with before=<its last job's id>. A `before` job that is gone (expired, deleted) gives an
+    empty page."""
+    owner = job_owner(state, request)
+    records, more = await asyncio.to_thread(runner_of(request).store.jobs, owner if state.keys.enabled else None,
+                                            job_state, before, limit)
+    return JobList(jobs=[JobStatus.of(r) for r in records], has_more=more)
 
 
 @router.post("/jobs", status_code=202, response_model=JobStatus,
@@ -125,7 +153,8 @@ async def create_job(body: JobRequest, request: Request, response: Response, ide
     terminology(body.glossary, body.avoid)  # refused now, not in every chunk
     glossary = [term.model_dump() for term in body.glossary or ()]
     record = await runner_of(request).submit(dict(source=body.source, target=body.target, format=body.format,
-                                                  split_sentences=body.split_sentences, glossary=glossary, avoid=body.avoid or []),
+                                                  split_sentences=body.split_sentences, glossary=glossary, avoid=body.avoid or [],
+                                                  owner=job_owner(state, request)),
                                              body.q, options, idempotency_key=client_key(request, state, idempotency_key))
     return submitted(record, response)
 
@@ -154,45 +183,49 @@ async def create_file_job(request: Request, response: Response, file: UploadFile
         model, detected = await asyncio.to_thread(resolve_model, state, AUTO, state.language(target), "\n".join(texts), "file")
         source = model.source if model is not None else detected.language
     record = await submit_file(state, runner_of(request), name=name, data=data, texts=texts, format=format, source=source,
-                               target=target, idempotency_key=client_key(request, state, idempotency_key))
+                               target=target, idempotency_key=client_key(request, state, idempotency_key),
+                               owner=job_owner(state, request))
     return submitted(record, response)
 
 
-async def job(job_id: str, request: Request) -> JobStatus:
+async def job(job_id: JobId, request: Request, state: ServiceState = Depends(get_state)) -> JobStatus:
     """GET: the job's state and progress. DELETE: cancel a queued or running job (its chunks in the engine are
-    dropped); a finished job is left as it is (it expires after job_ttl_s)."""
+    dropped); remove a finished one with its results (from then on 404)."""
     runner = runner_of(request)
-    await read_job(runner, job_id)
+    record = await read_job(runner, job_id, job_owner(state, request))
     if request.method == "DELETE":
+        if record["state"] in FINISHED:
+            removed = await runner.remove(job_id)
+            return JobStatus.of(removed or record)
         return JobStatus.of(await runner.cancel(job_id))
-    return JobStatus.of(await read_job(runner, job_id))
+    return JobStatus.of(record)
 
 
-# One route serves both methods, so that a method the path does not take gets a 405 whose Allow names both
-# (with a route per method, the first one's 405 names only its own); the schema lists them one by one, each
-# with an operation id of its own (FastAPI gives a route of several methods one id for all)
-router.add_api_route("/jobs/{job_id}", job, methods=["GET", "DELETE"], response_model=JobStatus, include_in_schema=False)
-router.add_api_route("/jobs/{job_id}", job, methods=["GET"], response_model=JobStatus, responses=NOT_FOUND, name="job_status",
+router.add_api_route("/jobs/{job_id:job_id}", job, methods=["GET"], response_model=JobStatus, responses=NOT_FOUND, name="job_status",
                      summary="Job Status", description="The job's state and progress.")
-router.add_api_route("/jobs/{job_id}", job, methods=["DELETE"], response_model=JobStatus, responses={**NOT_FOUND, **STORAGE},
+router.add_api_route("/jobs/{job_id:job_id}", job, methods=["DELETE"], response_model=JobStatus, responses={**NOT_FOUND, **STORAGE},
                      name="cancel_job",
-                     summary="Cancel Job", description="Cancel a queued or running job (its chunks in the engine are dropped); "
-                                                       "a finished job is left as it is (it expires after job_ttl_s).")
+                     summary="Cancel or Delete Job", description="Cancel a queued or running job (its chunks in the engine are "
+                                                                 "dropped; it is kept, cancelled, until it expires after "
+                                                                 "job_ttl_s); remove a finished one (done, failed or "
+                                                                 "cancelled) and its results now: its expires_at is the "
+                                                                 "time of removal, and from then on it is 404.")
 
 
-@router.get("/jobs/{job_id}/result", response_model=JobResult | PartialJobResult, response_model_exclude_none=True,
+@router.get("/jobs/{job_id:job_id}/result", response_model=JobResult | PartialJobResult, response_model_exclude_none=True,
             responses={**NOT_FOUND, 409: error("the job is not done (queued, running, failed or cancelled; with partial=true: "
                                                "cancelled)", "job_not_done", "the job is running", "id"),
                        200: {"description": "the translations (with partial=true, of a job not done: PartialJobResult); "
                                             "for a file job, the file translated",
                              "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
-async def job_result(job_id: str, request: Request,
+async def job_result(job_id: JobId, request: Request,
                      partial: Annotated[bool, Query(description="a job that is not done yet (queued, running, failed): what it "
                                                                 "has so far, null for each text not translated yet (a file "
                                                                 "job: the file, its paragraphs not translated yet as they "
-                                                                "are)")] = False) -> JobResult | PartialJobResult:
+                                                                "are)")] = False,
+                     state: ServiceState = Depends(get_state)) -> JobResult | PartialJobResult:
     runner = runner_of(request)
-    record = await read_job(runner, job_id)
+    record = await read_job(runner, job_id, job_owner(state, request))
     so_far = partial and record["state"] in (QUEUED, RUNNING, FAILED)
     if record["state"] != DONE and not so_far:
         hint = "; ?partial=true gives what it has so far" if record["state"] in (QUEUED, RUNNING, FAILED) else ""

@@ -31,7 +31,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nmt_serve.service.deadlines import until_disconnected
-from nmt_serve.service.dependencies import authorize, get_state
+from nmt_serve.service.dependencies import authorize, get_state, job_owner
 from nmt_serve.service.errors import APIError, bad_request, printable
 from nmt_serve.service.file_store import FileStore
 from nmt_serve.service.file_translation import FORMATS, attachment_headers, check_format, translated_name
@@ -481,7 +481,8 @@ async def translate_file(request: Request, state: ServiceState = Depends(get_sta
     finally:
         await upload.close()
     outcome = await translate_or_submit(state, request, request.app.state.jobs, name=name, data=data, source=source,
-                                        target=target, download_file=True)
+                                        target=target, download_file=True,
+                                        owner=job_owner(state, request, params.get("api_key") or None))
     name = translated_name(name, target)
     if isinstance(outcome, bytes):
         file_id = file_store(request, state).put(name, outcome)
