@@ -128,7 +128,8 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
     # the last added is the outermost: CORS, then metrics (sees every status), then the body limit
     # an uploaded file may be larger than a JSON body: its form fields and multipart framing on top
     upload_limit = max(state.settings.max_body_bytes, state.settings.max_file_bytes + 65536)
-    app.add_middleware(BodySizeLimit, max_bytes=state.settings.max_body_bytes,
+    app.add_middleware(BodySizeLimit, max_bytes=state.settings.max_body_bytes, body_timeout_s=state.settings.body_timeout_s,
+                       body_min_rate=state.settings.body_min_rate,
                        plain_errors=libretranslate.is_libretranslate_path,
                        path_limits={"/translate_file": upload_limit, "/v1/translate_file": upload_limit,
                                     "/v1/jobs": state.settings.max_job_bytes, "/v1/jobs/file": state.settings.max_job_bytes})

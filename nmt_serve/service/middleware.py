@@ -16,12 +16,6 @@ from nmt_serve.service.errors import APIError, error_body, http_error_type, prin
 from nmt_serve.service.metrics import Metrics
 from nmt_serve.service.security import bearer_token, redacted_query
 
-# How slowly a body may come (a slow-body, "slowloris"-style client holds a connection and a request for as
-# long as it is let trickle): its first bytes and each next ones within BODY_TIMEOUT_S, and, past that, at
-# an average of at least BODY_MIN_RATE bytes/s (as Apache's mod_reqtimeout, body=20,MinRate=500). Else 408,
-# and the connection is closed. uvicorn itself has no timeout on a request's body.
-BODY_TIMEOUT_S = 30.0
-BODY_MIN_RATE = 500.0
 
 
 def hide_key(scope) -> None:
@@ -78,15 +72,15 @@ def keyed_path(path: str) -> bool:
 
 class BodySizeLimit:
     """413 for bodies over max_bytes, whether announced by Content-Length or streamed in chunks; 408 for a
-    body that comes too slowly (BODY_TIMEOUT_S, BODY_MIN_RATE); and, where API keys are set, 401 for a /v1
+    body that comes too slowly (its first bytes and each next ones within body_timeout_s, and past that at
+    an average of body_min_rate bytes/s: uvicorn has no timeout on a body); and, where API keys are set, 401 for a /v1
     request without a valid key before any of its body is read (FastAPI reads and parses a body before it
     runs the route's dependencies: up to max_job_bytes of JSON, seconds of CPU, from anyone). A refusal
     that leaves a body of no announced length unread closes the connection, so that the client cannot go
     on sending it."""
 
-    def __init__(self, app, max_bytes: int, plain_errors: Callable[[str], bool] = lambda path: False,
-                 path_limits: dict[str, int] | None = None, body_timeout_s: float | None = None,
-                 body_min_rate: float | None = None):
+    def __init__(self, app, max_bytes: int, body_timeout_s: float, body_min_rate: float,
+                 plain_errors: Callable[[str], bool] = lambda path: False, path_limits: dict[str, int] | None = None):
         self.app = app
         self.max_bytes = max_bytes
         # LibreTranslate's routes answer {"error": "message"}, which its clients read
@@ -134,8 +128,7 @@ class BodySizeLimit:
             # answer; a chunked one has no end it must come to: the connection closes
             return await self.respond(scope, send, refused.status, refused.type, refused.message, refused.headers, close=chunked)
 
-        timeout = self.body_timeout_s if self.body_timeout_s is not None else BODY_TIMEOUT_S
-        rate = self.body_min_rate if self.body_min_rate is not None else BODY_MIN_RATE
+        timeout, rate = self.body_timeout_s, self.body_min_rate
         loop = asyncio.get_running_loop()
         received, done, started, close = 0, not body_follows, None, False
 

@@ -14,6 +14,18 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 RETIRE = signal.SIGUSR1  # to one of several workers: stop taking connections, finish what it holds
 
 
+def uvicorn_config(app, settings: Settings, **overrides):
+    """uvicorn's configuration of the app: the address, and the connections' bounds of the settings."""
+    import uvicorn
+
+    # uvicorn refuses a request once the connections (its own among them) reach limit_concurrency
+    limit = settings.max_connections + 1 if settings.max_connections else None
+    return uvicorn.Config(app, **{
+        "host": settings.host, "port": settings.port, "log_level": "info",
+        "timeout_graceful_shutdown": settings.graceful_shutdown_s or None,
+        "timeout_keep_alive": settings.keep_alive_s, "limit_concurrency": limit, **overrides})
+
+
 def serve(settings: Settings, sockets: list[socket.socket] | None = None, on_ready: Callable[[], None] | None = None) -> int:
     """One API process. Alone (no sockets), it starts and supervises the engine process itself (see
     app.py); as one of the workers of workers.py, it serves on the socket its parent bound, in front of
@@ -43,11 +55,7 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None, on_rea
             state.draining = True
             super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="info",
-        timeout_graceful_shutdown=settings.graceful_shutdown_s or None,
-    )
-    server = Server(config)
+    server = Server(uvicorn_config(app, settings))
     if sockets is not None:
         # retired by its parent (SIGHUP, SIGTTOU) while its siblings go on: it stops accepting and finishes
         # what it holds, serving it (the engine stays), where a drain of the whole server refuses new work

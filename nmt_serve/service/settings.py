@@ -89,6 +89,15 @@ class Settings(BaseSettings):
                                                                 "client that fetches the URL once gets the file of a job that "
                                                                 "ends meanwhile; ?wait=0 answers at once; browsers never wait)")
     graceful_shutdown_s: float = Field(30.0, ge=0, description="on SIGTERM, how long in-flight requests may take to finish")
+    # how slowly a body may come: a client that trickles one ("slowloris") holds a connection and a request
+    # for as long as it is let (as Apache's mod_reqtimeout body=20,MinRate=500); uvicorn has no such bound
+    body_timeout_s: float = Field(30.0, gt=0, description="a request's body must start within this many seconds and never "
+                                                          "pause longer; else 408 and the connection is closed")
+    body_min_rate: float = Field(500.0, gt=0, description="past body_timeout_s, a body must have come at this many bytes/s "
+                                                          "on average; else 408 and the connection is closed")
+    keep_alive_s: float = Field(5.0, gt=0, description="an idle keep-alive connection is closed after this many seconds")
+    max_connections: int = Field(0, ge=0, description="connections open at once per API process at most (each worker's); "
+                                                      "past it a request is answered 503 at once; 0: no limit")
 
     # jobs (POST /v1/jobs): many texts translated in the background, with progress, surviving restarts
     jobs_dir: str = Field("", description="directory where jobs and their results are kept, shared by the API workers "

@@ -21,8 +21,8 @@ import uvicorn
 from conftest import free_port, running_server, wait_until_ready
 from fastapi.testclient import TestClient
 
-from nmt_serve.service import middleware
 from nmt_serve.service.app import create_app
+from nmt_serve.service.server import uvicorn_config
 from nmt_serve.service.settings import Settings
 
 KEY = "key-one-0123456789"
@@ -47,9 +47,9 @@ def ready(client: TestClient) -> TestClient:
 def serving(models_dir: Path, **settings):
     """The app on a real uvicorn server (a thread of this process: its logs reach caplog, and the module's
     constants can be patched); yields its port once ready."""
-    app = create_app(Settings(models_dir=str(models_dir), device="cpu", **settings))
+    values = Settings(models_dir=str(models_dir), device="cpu", **settings)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on"))
+    server = uvicorn.Server(uvicorn_config(create_app(values), values, host="127.0.0.1", port=port, log_config=None, lifespan="on"))
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
     try:
@@ -62,13 +62,9 @@ def serving(models_dir: Path, **settings):
 
 @pytest.fixture(scope="module")
 def server(models_dir):
-    # short body timeouts, so that a slow body is cut off within the test's time (raising=False: the test
-    # also runs against code without them, and fails on its assertions there)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(middleware, "BODY_TIMEOUT_S", 2.0, raising=False)
-        patch.setattr(middleware, "BODY_MIN_RATE", 2000.0, raising=False)
-        with serving(models_dir, api_keys=KEY, max_body_bytes=BODY_LIMIT) as port:
-            yield port
+    # short body timeouts, so that a slow body is cut off within the test's time
+    with serving(models_dir, api_keys=KEY, max_body_bytes=BODY_LIMIT, body_timeout_s=2.0, body_min_rate=2000.0) as port:
+        yield port
 
 
 def connect(port: int, timeout: float = 5.0) -> socket.socket:
@@ -216,7 +212,7 @@ def test_a_streamed_body_over_the_limit_closes_the_connection(server):
 
 def test_a_slow_body_gets_408_and_the_connection_closes(server):
     """A client that trickles its body (slowloris, R.U.D.Y.) would hold a connection and a request for as
-    long as it likes: uvicorn has no timeout on a body. (BODY_TIMEOUT_S is 2 s, BODY_MIN_RATE 2000 bytes/s here.)
+    long as it likes: uvicorn has no timeout on a body. (body_timeout_s is 2 s, body_min_rate 2000 bytes/s here.)
     The bounds in seconds below only end the test on a failure; a busy machine passes them too."""
     for path, auth in (("/v1/translate", f"Authorization: Bearer {KEY}\r\n"), ("/translate", "")):
         with connect(server, timeout=10) as sock:
@@ -227,7 +223,7 @@ def test_a_slow_body_gets_408_and_the_connection_closes(server):
             answer = b""
             while time.monotonic() - started < 60 and b"\r\n\r\n" not in answer:
                 try:
-                    sock.sendall(b" ")  # a byte every 0.2 s: never a pause of BODY_TIMEOUT_S, far below 2000 bytes/s
+                    sock.sendall(b" ")  # a byte every 0.2 s: never a pause of body_timeout_s, far below 2000 bytes/s
                     answer += sock.recv(65536)
                 except socket.timeout:
                     continue
@@ -240,7 +236,7 @@ def test_a_slow_body_gets_408_and_the_connection_closes(server):
             else:
                 assert isinstance(error, str)
             assert closed_soon(sock, 60, keep_sending=b" ")
-    # a body that stops altogether: 408 after BODY_TIMEOUT_S
+    # a body that stops altogether: 408 after body_timeout_s
     with connect(server, timeout=10) as sock:
         sock.sendall(f"POST /v1/translate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
                      "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode())
@@ -252,7 +248,7 @@ def test_a_body_sent_at_a_fair_pace_is_served(server):
     with connect(server, timeout=30) as sock:
         sock.sendall(f"POST /v1/translate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body[:10])
-        time.sleep(0.5)  # a pause shorter than BODY_TIMEOUT_S
+        time.sleep(0.5)  # a pause shorter than body_timeout_s
         sock.sendall(body[10:])
         status, _, answer = read_response(sock)
         assert status == 200, answer
@@ -376,3 +372,30 @@ def test_json_nested_past_what_the_parser_takes_is_400_not_500(models_dir):
         assert r.status_code == 400, r.text
         r = client.post("/translate", data={"q": "Hallo", "source": "de", "target": "en", "glossary": "[" * 100_000 + "]" * 100_000})
         assert r.status_code == 400, r.text
+
+
+def test_idle_connections_are_closed_and_connections_past_the_limit_refused(models_dir):
+    """keep_alive_s: an idle connection is closed after it (not held open for ever); max_connections: a
+    request on a connection past the limit is refused with 503 at once, and served again once others closed.
+    The bounds in seconds only end the test on a failure."""
+    with serving(models_dir, keep_alive_s=1.0, max_connections=2) as port:
+        first, second = connect(port, timeout=30), connect(port, timeout=30)
+        try:
+            for sock in (first, second):
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert read_response(sock)[0] == 200
+            with connect(port) as third:
+                third.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert read_response(third)[0] == 503
+            assert closed_soon(first, 30) and closed_soon(second, 30)  # idle past keep_alive_s
+        finally:
+            first.close()
+            second.close()
+        deadline = time.monotonic() + 30
+        while True:  # served again once the server has let the idle ones go
+            with connect(port) as sock:
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                if read_response(sock)[0] == 200:
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
