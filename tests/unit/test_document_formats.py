@@ -435,6 +435,24 @@ def test_a_zip_bomb_is_refused_before_it_is_unpacked():
         open_zip(out.getvalue(), max_unpacked_bytes=1 << 20)
 
 
+def test_a_document_of_more_markup_than_can_be_read_in_reason_is_refused_before_it_is_parsed():
+    """Markup that compresses well (paragraphs, empty or not) is a small upload and a large tree: refused
+    from the sizes the container announces (its parts are checked to hold no more), before lxml reads it."""
+    import nmt_serve.text.documents.document as document
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", b"<Types/>")
+        z.writestr("word/document.xml", b"<w:document><w:body>" + b"<w:p/>" * 400_000 + b"</w:body></w:document>")
+        z.writestr("word/media/image1.png", b"\x89PNG" + bytes(3 << 20))  # binary parts count only towards the total
+    assert len(out.getvalue()) < 60_000
+    limit = getattr(document, "MAX_MARKUP_BYTES", 32 << 20)
+    assert limit < 64 << 20
+    with pytest.raises(DocumentError, match="markup"):
+        open_zip(out.getvalue(), max_markup_bytes=2 << 20)
+    open_zip(out.getvalue(), max_markup_bytes=3 << 20)  # the image does not count
+
+
 def test_unknown_formats_are_refused():
     with pytest.raises(DocumentError, match="supported"):
         read_document(b"x", "scan.pdf")
