@@ -111,6 +111,31 @@ def models_dir(tmp_path_factory, spm_model) -> Path:
     return root
 
 
+_SHARED_ENGINES: dict[str, object] = {}
+
+
+def shared_engine_dir(settings) -> str:
+    """The socket directory of an engine process for `settings`' engine configuration, started by the
+    first app of the session that asks for it and attached to by every later one (as --workers' API
+    processes attach to their parent's engine): an engine of its own costs each app two seconds of
+    CPU, most of them importing torch. An app whose test kills, stops or counts its engine starts its own."""
+    from nmt_serve.engine.supervisor import EngineSupervisor
+
+    key = json.dumps(settings.engine_config(), sort_keys=True)
+    if key not in _SHARED_ENGINES:
+        supervisor = EngineSupervisor(settings.engine_config())
+        supervisor.start()
+        _SHARED_ENGINES[key] = supervisor
+    return _SHARED_ENGINES[key].socket_dir
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_shared_engines():
+    yield
+    for supervisor in _SHARED_ENGINES.values():
+        supervisor.stop()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -94,6 +94,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         state.engine = EngineClient(connection)
         state.metrics.engine.liveness = lambda: (connection.ready, connection.losses)
         app.state.jobs = JobRunner(state, JobStore(s.jobs_dir or default_directory(), s.job_ttl_s))
+        state.metrics.jobs.counts = app.state.jobs.store.counts
         app.state.jobs.start()
         if s.engine_socket_dir:
             # a worker joining a running engine: until its first status it would answer 503 to

@@ -274,6 +274,7 @@ class JobRunner:
                     record["models"] = sorted(set(record["models"]) | {r.model for r in results if r.model})
                     await self._disk(store.write, dict(record))
                     landed += 1
+                self.state.metrics.job_texts.inc(end - start)
 
         workers = [asyncio.create_task(chunks()) for _ in range(CHUNKS_IN_FLIGHT)]
         cancelled, unwritable = False, None

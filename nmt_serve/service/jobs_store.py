@@ -291,19 +291,7 @@ class JobStore:
         `owner` (None: everyone's; a job made with no owner is everyone's), in `state` if given, made
         before the job `before` (the last one of the previous page) if given. Every job's record is read:
         the jobs kept are those of the last job_ttl_s, finished, plus the unfinished."""
-        if not self.directory.is_dir():
-            return [], False
-        records = []
-        for home in self.directory.iterdir():
-            if not ID.fullmatch(home.name):
-                continue
-            try:
-                record = self.read(home.name)
-            except (OSError, ValueError):  # removed meanwhile, or a record being replaced
-                continue
-            if record is None or (owner is not None and record.get("owner") not in (owner, None, "")):
-                continue
-            records.append(record)
+        records = [r for r in self._kept() if owner is None or r.get("owner") in (owner, None, "")]
         records.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
         if before is not None:
             cursor = next((r for r in records if r["id"] == before), None)
@@ -313,6 +301,27 @@ class JobStore:
         if state is not None:
             records = [r for r in records if r["state"] == state]
         return records[:limit], len(records) > limit
+
+    def counts(self) -> dict[str, int]:
+        """How many jobs are kept in each state (read() as shows them)."""
+        counts = dict.fromkeys((QUEUED, RUNNING, DONE, FAILED, CANCELLED), 0)
+        for record in self._kept():
+            counts[record["state"]] += 1
+        return counts
+
+    def _kept(self):
+        """Every job kept, as read() shows it."""
+        if not self.directory.is_dir():
+            return
+        for home in self.directory.iterdir():
+            if not ID.fullmatch(home.name):
+                continue
+            try:
+                record = self.read(home.name)
+            except (OSError, ValueError):  # removed meanwhile, or a record being replaced
+                continue
+            if record is not None:
+                yield record
 
     def remove(self, job_id: str) -> dict | None:
         """Remove a finished job and its results now (DELETE of a job that has ended): its record as it was,

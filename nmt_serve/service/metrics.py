@@ -93,6 +93,21 @@ class EngineCollector:
         yield CounterMetricFamily("nmt_engine_restarts", "times the engine was lost (died or stopped answering)", value=self.restarts)
 
 
+class JobsCollector:
+    """The jobs kept in the jobs directory by state, counted at each scrape (any API process sees them all:
+    the directory is shared)."""
+
+    def __init__(self) -> None:
+        self.counts: Callable[[], dict[str, int]] | None = None
+
+    def collect(self):
+        family = GaugeMetricFamily("nmt_jobs", "jobs kept in the jobs directory, by state (finished ones until job_ttl_s)",
+                                   labels=["state"])
+        for state, count in (self.counts() if self.counts is not None else {}).items():
+            family.add_metric([state], count)
+        yield family
+
+
 class Metrics:
     def __init__(self) -> None:
         r = CollectorRegistry()
@@ -106,7 +121,9 @@ class Metrics:
                                      "tokenizing them, because the engine's last status showed more work than fits their deadline", registry=r)
         self.flags = Counter("nmt_translation_flags", "translated sentences flagged as doubtful, by flag (see quality.py)",
                              ["flag"], registry=r)
+        self.job_texts = Counter("nmt_job_texts", "texts translated by jobs (counted once their chunk is written)", registry=r)
         self.engine = EngineCollector()
+        self.jobs = JobsCollector()
         shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         if shared:
             self.registry = CollectorRegistry()  # what a scrape reads: every worker's files, summed
@@ -114,3 +131,4 @@ class Metrics:
         else:
             self.registry = r
         self.registry.register(self.engine)
+        self.registry.register(self.jobs)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURES
+from conftest import FIXTURES, shared_engine_dir
 from fastapi.testclient import TestClient
 
 from nmt_serve.engine.admission import Admission
@@ -34,9 +34,13 @@ TEXTS = (FIXTURES / "val40.de").read_text(encoding="utf-8").splitlines()  # 40 d
 real_translate = jobs_runner.translate_texts
 
 
-def client_for(models_dir: Path, jobs_dir: Path, **settings) -> TestClient:
+def client_for(models_dir: Path, jobs_dir: Path, own_engine: bool = False, **settings) -> TestClient:
+    """The app on a jobs directory, in front of the session's shared engine for its configuration
+    (conftest.shared_engine_dir), or with own_engine, of an engine of its own (one the test kills)."""
     values = dict(models_dir=str(models_dir), device="cpu", jobs_dir=str(jobs_dir), job_chunk_texts=4)
     values.update(settings)
+    if not own_engine:
+        values["engine_socket_dir"] = shared_engine_dir(Settings(**values))
     return TestClient(create_app(Settings(**values)), raise_server_exceptions=False)
 
 
@@ -216,7 +220,7 @@ def test_a_job_survives_a_killed_engine_with_nothing_lost_or_translated_twice(mo
         return results
 
     monkeypatch.setattr(jobs_runner, "translate_texts", kill_the_engine_during_the_third_chunk)
-    with client_for(models_dir, tmp_path) as c:
+    with client_for(models_dir, tmp_path, own_engine=True) as c:
         job = ready(c).post("/v1/jobs", json={"q": TEXTS, **FAST}).json()["id"]
         done = wait_for(c, job, lambda s: s["state"] in ("done", "failed"), timeout=120)
         restarts = c.app.state.service.supervisor.restarts

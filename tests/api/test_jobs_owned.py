@@ -1,6 +1,7 @@
 """Whose jobs are whose: GET /v1/jobs lists the jobs of the caller's API key (every job on a server without
 keys), the newest first, a page at a time; another key's job is 404 to read, to fetch the result of or to
-delete; DELETE of a finished job removes it and its results at once (its Idempotency-Key is free again).
+delete; DELETE of a finished job removes it and its results at once (its Idempotency-Key is free again);
+/metrics counts the jobs kept by state and the texts jobs translated.
 
 The machinery of test_jobs: client_for serves the test models, wait_for polls a job."""
 from __future__ import annotations
@@ -29,6 +30,14 @@ def listed(c, headers, **params) -> tuple[list[str], bool]:
     r = c.get("/v1/jobs", params=params, headers=headers)
     assert r.status_code == 200, r.text
     return [j["id"] for j in r.json()["jobs"]], r.json()["has_more"]
+
+
+def metrics(c) -> tuple[dict[str, int], float]:
+    """/metrics: the jobs kept by state (nmt_jobs), and the texts jobs translated (nmt_job_texts_total)."""
+    page = c.get("/metrics").text
+    jobs = {line.split('"')[1]: int(float(line.rsplit(" ", 1)[1])) for line in page.splitlines() if line.startswith("nmt_jobs{")}
+    texts = [float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith("nmt_job_texts_total ")]
+    return jobs, texts[0] if texts else 0.0
 
 
 def test_a_key_lists_reads_and_deletes_its_own_jobs_only(models_dir, tmp_path):
@@ -75,6 +84,7 @@ def test_deleting_a_finished_job_removes_it_and_its_results(models_dir, tmp_path
         job = post(c, TEXTS[:2], {}, **{"Idempotency-Key": "nightly"})
         done = ended(c, job, {})
         assert done["state"] == "done" and (jobs_dir / job).is_dir()
+        assert metrics(c) == ({"queued": 0, "running": 0, "done": 1, "failed": 0, "cancelled": 0}, 2.0)
         deleted = c.delete(f"/v1/jobs/{job}")
         assert deleted.status_code == 200, deleted.text
         assert deleted.json()["state"] == "done" and done["finished_at"] <= deleted.json()["expires_at"]
@@ -82,6 +92,7 @@ def test_deleting_a_finished_job_removes_it_and_its_results(models_dir, tmp_path
             assert c.get(path).status_code == 404
         assert c.delete(f"/v1/jobs/{job}").status_code == 404
         assert not (jobs_dir / job).exists() and not [p for p in jobs_dir.iterdir() if p.name.startswith(".removed")]
+        assert metrics(c)[0]["done"] == 0
         # its Idempotency-Key is free again: the same request makes a new job
         again = post(c, TEXTS[:2], {}, **{"Idempotency-Key": "nightly"})
         assert again != job

@@ -1,6 +1,8 @@
 """GET /health (liveness), GET /health/ready (readiness), GET /metrics (Prometheus)."""
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -50,4 +52,5 @@ async def ready(state: ServiceState = Depends(get_state)):
     responses={200: {"content": {"text/plain": {"example": "nmt_requests_total{endpoint=\"/v1/translate\",status=\"200\"} 42.0"}}}},
 )
 async def metrics(state: ServiceState = Depends(get_state)) -> Response:
-    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    # off the event loop: a scrape reads every worker's files and every job's record
+    return Response(await asyncio.to_thread(generate_latest, state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
