@@ -60,7 +60,7 @@ def translated_file(store: JobStore, record: dict, partial: bool = False) -> tup
         for (start, end), chunk in zip(record["chunks"], store.chunks_so_far(record)):
             translations += texts[start:end] if chunk is None else [t["text"] for t in chunk["translations"]]
     else:
-        translations = [t["text"] for chunk in store.chunks(job_id) for t in chunk["translations"]]
+        translations = [t["text"] for chunk in store.chunks(record) for t in chunk["translations"]]
     # a partial result is in two languages: it keeps saying the source's
     return translated_name(name, record["target"]), write_file(name, store.original(job_id), translations,
                                                                None if partial else record["target"])

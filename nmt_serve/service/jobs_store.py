@@ -269,11 +269,10 @@ class JobStore:
     def original(self, job_id: str) -> bytes:
         return (self.directory / job_id / "original").read_bytes()
 
-    def chunks(self, job_id: str) -> list[dict]:
-        """Every chunk's results, in order (the job is done)."""
-        home = self.directory / job_id / "chunks"
-        count = len(self._record(job_id)["chunks"])
-        return [json.loads((home / f"{k:06d}.json").read_text(encoding="utf-8")) for k in range(count)]
+    def chunks(self, record: dict) -> list[dict]:
+        """Every chunk's results, in order (the job is done; FileNotFoundError once it is removed)."""
+        home = self.directory / record["id"] / "chunks"
+        return [json.loads((home / f"{k:06d}.json").read_text(encoding="utf-8")) for k in range(len(record["chunks"]))]
 
     def chunks_so_far(self, record: dict) -> list[dict | None]:
         """Each chunk's results where its file is written, else None (a job that is not done)."""

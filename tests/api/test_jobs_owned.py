@@ -93,6 +93,15 @@ def test_deleting_a_finished_job_removes_it_and_its_results(models_dir, tmp_path
         assert c.delete(f"/v1/jobs/{job}").status_code == 404
         assert not (jobs_dir / job).exists() and not [p for p in jobs_dir.iterdir() if p.name.startswith(".removed")]
         assert metrics(c)[0]["done"] == 0
+        # a result asked for while DELETE removes the job: its record read before, its files gone after
+        stale = dict(done, chunks=[[0, 2]], owner="", file_name=None, models=[], source_tokens=0, generated_tokens=0, sentences=0)
+        store = c.app.state.jobs.store
+        real_read, store.read = store.read, lambda job_id: dict(stale)
+        try:
+            late = c.get(f"/v1/jobs/{job}/result")
+            assert late.status_code == 404 and late.json()["error"]["type"] == "not_found", late.text
+        finally:
+            store.read = real_read
         # its Idempotency-Key is free again: the same request makes a new job
         again = post(c, TEXTS[:2], {}, **{"Idempotency-Key": "nightly"})
         assert again != job

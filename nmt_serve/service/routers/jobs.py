@@ -231,12 +231,15 @@ async def job_result(job_id: JobId, request: Request,
         hint = "; ?partial=true gives what it has so far" if record["state"] in (QUEUED, RUNNING, FAILED) else ""
         raise APIError(409, "job_not_done", f"the job is {record['state']}" + (f": {record['error']}" if record["error"] else "") + hint,
                        "id")
-    if record.get("file_name"):
-        out, translated = await asyncio.to_thread(translated_file, runner.store, record, so_far)
-        return Response(translated, media_type=media_type(out), headers=attachment_headers(out))
-    if so_far:
-        return await asyncio.to_thread(result_so_far, runner, record)
-    chunks = await asyncio.to_thread(runner.store.chunks, job_id)
+    try:  # its files, read while DELETE may remove them
+        if record.get("file_name"):
+            out, translated = await asyncio.to_thread(translated_file, runner.store, record, so_far)
+            return Response(translated, media_type=media_type(out), headers=attachment_headers(out))
+        if so_far:
+            return await asyncio.to_thread(result_so_far, runner, record)
+        chunks = await asyncio.to_thread(runner.store.chunks, record)
+    except FileNotFoundError:
+        raise APIError(404, "not_found", f"no job {job_id} (it was removed)", "id") from None
     return JobResult(id=job_id, model=",".join(record["models"]),
                      translations=[Translation(**t) for chunk in chunks for t in chunk["translations"]],
                      usage=Usage(source_tokens=record["source_tokens"], generated_tokens=record["generated_tokens"],

@@ -525,7 +525,10 @@ async def download_file(file: str, request: Request, state: ServiceState = Depen
         seconds = state.settings.file_download_wait_s if wait is None else min(wait, state.settings.file_download_wait_s)
         record = await job_end(store, file_id, record, seconds, request)
     if record["state"] == DONE:
-        out, data = await asyncio.to_thread(translated_file, store, record)
+        try:
+            out, data = await asyncio.to_thread(translated_file, store, record)
+        except FileNotFoundError:  # removed (DELETE) since its record was read
+            raise APIError(404, "not_found", "no such file: it was never stored or has expired") from None
         return Response(data, media_type=media_type_of(out), headers=attachment_headers(out))
     if record["state"] == CANCELLED:
         raise APIError(410, "gone", f"the translation of {name} was cancelled")
