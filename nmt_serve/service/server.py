@@ -15,13 +15,17 @@ RETIRE = signal.SIGUSR1  # to one of several workers: stop taking connections, f
 
 
 def uvicorn_config(app, settings: Settings, **overrides):
-    """uvicorn's configuration of the app: the address, and the connections' bounds of the settings."""
+    """uvicorn's configuration of the app: the address, and the connections' bounds of the settings (the
+    request head's: http_protocol.py)."""
     import uvicorn
+
+    from nmt_serve.service.http_protocol import bounded_protocol
 
     # uvicorn refuses a request once the connections (its own among them) reach limit_concurrency
     limit = settings.max_connections + 1 if settings.max_connections else None
     return uvicorn.Config(app, **{
         "host": settings.host, "port": settings.port, "log_level": "info",
+        "http": bounded_protocol(settings.max_header_bytes, settings.header_timeout_s),
         "timeout_graceful_shutdown": settings.graceful_shutdown_s or None,
         "timeout_keep_alive": settings.keep_alive_s, "limit_concurrency": limit, **overrides})
 

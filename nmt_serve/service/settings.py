@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     body_min_rate: float = Field(500.0, gt=0, description="past body_timeout_s, a body must have come at this many bytes/s "
                                                           "on average; else 408 and the connection is closed")
     keep_alive_s: float = Field(5.0, gt=0, description="an idle keep-alive connection is closed after this many seconds")
+    header_timeout_s: float = Field(20.0, gt=0, description="a request's line and headers must have come this many seconds "
+                                                            "after the connection opened (or the request began); else the "
+                                                            "connection is closed")
+    max_header_bytes: int = Field(65536, ge=1024, description="a request's line and headers (the URL, every header's name and "
+                                                              "value) at most; past it 431 and the connection is closed")
     max_connections: int = Field(0, ge=0, description="connections open at once per API process at most (each worker's); "
                                                       "past it a request is answered 503 at once; 0: no limit")
 

@@ -399,3 +399,27 @@ def test_idle_connections_are_closed_and_connections_past_the_limit_refused(mode
                     break
             assert time.monotonic() < deadline
             time.sleep(0.1)
+
+
+def test_a_request_head_too_large_or_too_slow_is_cut_off(models_dir):
+    """uvicorn takes a head of any size and waits for it for ever: past max_header_bytes 431 and the
+    connection closed; a connection that sends nothing, or trickles its head, closed after header_timeout_s;
+    a head within both is served as before. The bounds in seconds only end the test on a failure."""
+    with serving(models_dir, header_timeout_s=1.0, max_header_bytes=4096) as port:
+        with connect(port) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Filler: " + b"a" * 8192 + b"\r\n\r\n")
+            status, headers, _ = read_response(sock)
+            assert status == 431 and headers.get("connection") == "close"
+            assert closed_soon(sock, 30)
+        with connect(port) as sock:
+            sock.sendall(b"GET /health?" + b"q" * 8192 + b" HTTP/1.1\r\nHost: x\r\n\r\n")  # a long URL counts too
+            assert read_response(sock)[0] == 431
+        with connect(port, timeout=30) as silent, connect(port, timeout=30) as trickling:
+            trickling.sendall(b"GET /health HTTP/1.1\r\n")
+            assert closed_soon(silent, 30)
+            assert closed_soon(trickling, 30, keep_sending=b"X: y\r\n")  # a header every 50 ms, never the end
+        with connect(port, timeout=30) as sock:
+            for _ in range(2):  # within the bounds, on one kept-alive connection, with a pause between
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Filler: " + b"a" * 2000 + b"\r\n\r\n")
+                assert read_response(sock)[0] == 200
+                time.sleep(0.5)
