@@ -149,19 +149,19 @@ class JobRunner:
         return record
 
     async def cancel(self, job_id: str) -> dict | None:
-        """DELETE: jobs_store.JobStore.cancel (503/507 when the request to stop cannot be written)."""
-        try:
-            return await asyncio.to_thread(self.store.cancel, job_id)
-        except OSError as exc:
-            log.error("job %s: the cancel could not be written to %s: %s", job_id, self.store.directory, exc)
-            raise storage_error(exc) from None
+        """DELETE of a queued or running job: jobs_store.JobStore.cancel."""
+        return await self._change(self.store.cancel, job_id, "the cancel could not be written")
 
     async def remove(self, job_id: str) -> dict | None:
-        """DELETE of a finished job: jobs_store.JobStore.remove (503/507 where the jobs directory cannot be changed)."""
+        """DELETE of a finished job: jobs_store.JobStore.remove."""
+        return await self._change(self.store.remove, job_id, "it could not be removed")
+
+    async def _change(self, change, job_id: str, failure: str) -> dict | None:
+        """A change of a job asked for by a client: 503/507 where the jobs directory cannot be written."""
         try:
-            return await asyncio.to_thread(self.store.remove, job_id)
+            return await asyncio.to_thread(change, job_id)
         except OSError as exc:
-            log.error("job %s could not be removed from %s: %s", job_id, self.store.directory, exc)
+            log.error("job %s: %s (%s): %s", job_id, failure, self.store.directory, exc)
             raise storage_error(exc) from None
 
     async def _serve(self) -> None:
