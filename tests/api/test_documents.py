@@ -168,6 +168,24 @@ def test_odf_and_epub_round_trips(client, name, build):
     assert "dog" in " ".join(after).lower()
 
 
+def test_subtitles_come_back_translated_with_their_timings(client):
+    """.srt through /v1/translate_file and LibreTranslate's /translate_file, with the shipped de-en model."""
+    import srt
+
+    source = ("1\n00:00:01,000 --> 00:00:03,000\nEin Hund rennt\nüber die Wiese.\n\n"
+              "2\n00:00:03,500 --> 00:00:05,000\n<i>Zwei Kinder</i> spielen im Schnee.\n\n").encode()
+    r = translate_file(client, "film.srt", source)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/x-subrip", r.text
+    cues = list(srt.parse(r.content.decode()))
+    assert [(c.index, c.start.total_seconds(), c.end.total_seconds()) for c in cues] == [(1, 1.0, 3.0), (2, 3.5, 5.0)]
+    assert "dog" in cues[0].content.lower() and "children" in cues[1].content.lower(), cues
+    assert "<i>" in cues[1].content and "</i>" in cues[1].content, cues[1].content
+    assert ".srt" in client.get("/frontend/settings").json()["supportedFilesFormat"]
+    lt = client.post("/translate_file", data={"source": "de", "target": "en"}, files={"file": ("film.srt", source)})
+    url = lt.json()["translatedFileUrl"]
+    assert url.endswith(".film_en.srt") and client.get(url[url.index("/download_file/"):]).content == r.content
+
+
 def test_libretranslate_translate_file_takes_documents(client):
     assert ".docx" in client.get("/frontend/settings").json()["supportedFilesFormat"]
     r = client.post("/translate_file", data={"source": "de", "target": "en"}, files={"file": ("bericht.docx", build_docx())})

@@ -456,3 +456,35 @@ def test_a_document_of_more_markup_than_can_be_read_in_reason_is_refused_before_
 def test_unknown_formats_are_refused():
     with pytest.raises(DocumentError, match="supported"):
         read_document(b"x", "scan.pdf")
+
+
+SUBTITLES = ("1\r\n00:00:01,000 --> 00:00:03,500\r\nEin Mann fährt\r\nmit dem Fahrrad.\r\n\r\n"
+             "2\r\n00:00:04,000 --> 00:00:06,000\r\n<i>Zwei Hunde</i> spielen & toben.\r\n\r\n"
+             "7\r\n00:01:07,000 --> 00:01:08,250\r\n<font color=\"#ffff00\">Hallo</font> <3\r\n\r\n")
+
+
+def test_subtitles_are_translated_cue_by_cue_with_their_numbers_and_timings_kept():
+    import srt
+
+    document = read_document(SUBTITLES.encode("utf-8-sig"), "film.srt")
+    # a cue's lines are one text; SubRip's tags are inline HTML, everything else text
+    assert document.texts == ["Ein Mann fährt mit dem Fahrrad.", "<i>Zwei Hunde</i> spielen &amp; toben.",
+                              '<font color="#ffff00">Hallo</font> &lt;3']
+    assert [u.text for u in document.units] == ["Ein Mann fährt mit dem Fahrrad.", "Zwei Hunde spielen & toben.", "Hallo <3"]
+    out = document.write(["A man rides his bike through the narrow streets of the old town.",
+                          "<i>Two dogs</i> play &amp; romp.", '<font color="#ffff00">Hello</font> &lt;3'])
+    assert b"\r\n" in out and b"\n\n" not in out.replace(b"\r\n", b"")  # its line ends kept
+    cues = list(srt.parse(out.decode()))
+    assert [c.index for c in cues] == [1, 2, 7]
+    assert [(c.start.total_seconds(), c.end.total_seconds()) for c in cues] == [(1.0, 3.5), (4.0, 6.0), (67.0, 68.25)]
+    assert cues[0].content.split("\n") == ["A man rides his bike through the narrow", "streets of the old town."]
+    assert all(len(line) <= 42 for c in cues for line in c.content.split("\n"))
+    assert cues[1].content == "<i>Two dogs</i> play & romp."
+    assert cues[2].content == '<font color="#ffff00">Hello</font> <3'  # a space in a tag breaks no line
+
+
+@pytest.mark.parametrize("data, reason", [(b"\xff\xfe1\x00", "UTF-8"), (b"1\n00:00:01 --> soon\nHallo\n", "SubRip"),
+                                          (b"Hallo, wie geht es?\n", "SubRip")])
+def test_a_file_that_is_no_subtitles_is_refused_saying_why(data, reason):
+    with pytest.raises(DocumentError, match=reason):
+        read_document(data, "film.srt")

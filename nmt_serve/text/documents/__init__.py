@@ -1,4 +1,4 @@
-"""Office documents and e-books translated in place: .docx, .pptx, .odt, .odp and .epub.
+"""Office documents, e-books and subtitles translated in place: .docx, .pptx, .odt, .odp, .epub and .srt.
 
 `read_document(data, filename)` reads a file into a `Document`: its translatable units (HTML
 fragments, one per paragraph, its runs' formatting as inline tags) and `write(translations, language)`,
@@ -8,7 +8,8 @@ its text changed to the translation's (`language_marks.py`), and everything else
 
 One module per format family: `word.py` (.docx, python-docx), `presentation.py` (.pptx,
 python-pptx), both through `office_open_xml.py`; `open_document.py` (.odt, .odp) and `epub.py`
-(.epub), zip and lxml; `inline_runs.py` turns a paragraph's runs into inline HTML and back.
+(.epub), zip and lxml; `subtitles.py` (.srt, the srt library: one unit per cue, its timings kept);
+`inline_runs.py` turns a paragraph's runs into inline HTML and back.
 
 Before any of them reads a file, its zip container is checked (`document.open_zip`: what it expands
 to, and every member read through once: encrypted, damaged or forged members refused), and so is a
@@ -31,6 +32,7 @@ MEDIA_TYPES = {
     ".odt": "application/vnd.oasis.opendocument.text",
     ".odp": "application/vnd.oasis.opendocument.presentation",
     ".epub": "application/epub+zip",
+    ".srt": "application/x-subrip",
 }
 FORMATS = tuple(MEDIA_TYPES)
 
@@ -51,6 +53,10 @@ def _reader(extension: str) -> Callable[[bytes], Document]:
         from nmt_serve.text.documents.open_document import read_open_document
 
         return lambda data: read_open_document(data, extension)
+    if extension == ".srt":
+        from nmt_serve.text.documents.subtitles import read_srt
+
+        return read_srt
     from nmt_serve.text.documents.epub import read_epub
 
     return read_epub
