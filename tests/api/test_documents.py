@@ -186,6 +186,20 @@ def test_subtitles_come_back_translated_with_their_timings(client):
     assert url.endswith(".film_en.srt") and client.get(url[url.index("/download_file/"):]).content == r.content
 
 
+def test_a_catalog_comes_back_with_the_translations_it_lacked(client):
+    import polib
+
+    source = ('msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+              'msgid "Ein Hund rennt über die Wiese."\nmsgstr ""\n\n'
+              'msgid "Zwei Kinder spielen."\nmsgstr "Two kids play."\n').encode()
+    r = translate_file(client, "en.po", source)
+    assert r.status_code == 200 and r.headers["content-disposition"].endswith("en_en.po"), r.text
+    catalog = polib.pofile(r.content.decode())
+    entry = catalog.find("Ein Hund rennt über die Wiese.")
+    assert "dog" in entry.msgstr.lower() and entry.fuzzy
+    assert catalog.find("Zwei Kinder spielen.").msgstr == "Two kids play." and catalog.metadata["Language"] == "en"
+
+
 def test_libretranslate_translate_file_takes_documents(client):
     assert ".docx" in client.get("/frontend/settings").json()["supportedFilesFormat"]
     r = client.post("/translate_file", data={"source": "de", "target": "en"}, files={"file": ("bericht.docx", build_docx())})

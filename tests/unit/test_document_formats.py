@@ -488,3 +488,65 @@ def test_subtitles_are_translated_cue_by_cue_with_their_numbers_and_timings_kept
 def test_a_file_that_is_no_subtitles_is_refused_saying_why(data, reason):
     with pytest.raises(DocumentError, match=reason):
         read_document(data, "film.srt")
+
+
+CATALOG = r'''msgid ""
+msgstr ""
+"Language: de\n"
+"Content-Type: text/plain; charset=UTF-8\n"
+"Plural-Forms: nplurals=3; plural=(n==1 ? 0 : n>=2 && n<=4 ? 1 : 2);\n"
+
+#: main.c:10
+#, c-format
+msgid "  Datei %s nicht gefunden.\n"
+"\n"
+"Siehe https://example.org/hilfe?a=1&b=2"
+msgstr ""
+
+msgid "Ein Mann"
+msgstr "A man"
+
+#, fuzzy
+msgid "Eine Frau"
+msgstr "A woman (old)"
+
+msgid "%d Hund"
+msgid_plural "%d Hunde"
+msgstr[0] ""
+msgstr[1] ""
+msgstr[2] ""
+
+#~ msgid "Alt"
+#~ msgstr ""
+'''
+
+
+def test_a_catalog_gets_the_translations_it_lacks_marked_fuzzy_and_keeps_the_rest():
+    import polib
+
+    document = read_document(CATALOG.encode(), "cs.po")
+    # line by line, each line's spaces kept outside; placeholders and URLs kept out of what the model reads
+    assert document.texts == ['Datei <span translate="no">%s</span> nicht gefunden.',
+                              'Siehe <span translate="no">https://example.org/hilfe?a=1&amp;b=2</span>',
+                              '<span translate="no">%d</span> Hund', '<span translate="no">%d</span> Hunde',
+                              '<span translate="no">%d</span> Hunde']
+    out = document.write(['File <span translate="no">%s</span> not found.',
+                          'See <span translate="no">https://example.org/hilfe?a=1&amp;b=2</span>',
+                          '<span translate="no">%d</span> pes', '<span translate="no">%d</span> psi',
+                          '<span translate="no">%d</span> psů'], "cs")
+    catalog = polib.pofile(out.decode())
+    assert catalog.metadata["Language"] == "cs"
+    first = catalog.find("  Datei %s nicht gefunden.\n\nSiehe https://example.org/hilfe?a=1&b=2")
+    assert first.msgstr == "  File %s not found.\n\nSee https://example.org/hilfe?a=1&b=2"
+    assert first.flags == ["c-format", "fuzzy"] and first.occurrences == [("main.c", "10")]
+    assert catalog.find("Ein Mann").msgstr == "A man" and "fuzzy" not in catalog.find("Ein Mann").flags
+    assert catalog.find("Eine Frau").msgstr == "A woman (old)"  # a translator's, fuzzy: kept
+    assert catalog.find("%d Hund").msgstr_plural == {0: "%d pes", 1: "%d psi", 2: "%d psů"}
+    assert [e.msgid for e in catalog.obsolete_entries()] == ["Alt"]
+
+
+@pytest.mark.parametrize("data, reason", [(b"msgid \"a\"\nmsgstr \"\xff\"\n", "UTF-8"), (b"Hallo, wie geht es?\n", "gettext"),
+                                          (b"", "empty")])
+def test_a_file_that_is_no_catalog_is_refused_saying_why(data, reason):
+    with pytest.raises(DocumentError, match=reason):
+        read_document(data, "de.po")

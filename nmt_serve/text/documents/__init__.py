@@ -1,4 +1,5 @@
-"""Office documents, e-books and subtitles translated in place: .docx, .pptx, .odt, .odp, .epub and .srt.
+"""Office documents, e-books, subtitles and gettext catalogs translated in place: .docx, .pptx, .odt, .odp,
+.epub, .srt and .po.
 
 `read_document(data, filename)` reads a file into a `Document`: its translatable units (HTML
 fragments, one per paragraph, its runs' formatting as inline tags) and `write(translations, language)`,
@@ -8,7 +9,8 @@ its text changed to the translation's (`language_marks.py`), and everything else
 
 One module per format family: `word.py` (.docx, python-docx), `presentation.py` (.pptx,
 python-pptx), both through `office_open_xml.py`; `open_document.py` (.odt, .odp) and `epub.py`
-(.epub), zip and lxml; `subtitles.py` (.srt, the srt library: one unit per cue, its timings kept);
+(.epub), zip and lxml; `subtitles.py` (.srt, the srt library: one unit per cue, its timings kept); `gettext.py` (.po,
+polib: the entries without a translation filled, marked fuzzy);
 `inline_runs.py` turns a paragraph's runs into inline HTML and back.
 
 Before any of them reads a file, its zip container is checked (`document.open_zip`: what it expands
@@ -33,6 +35,7 @@ MEDIA_TYPES = {
     ".odp": "application/vnd.oasis.opendocument.presentation",
     ".epub": "application/epub+zip",
     ".srt": "application/x-subrip",
+    ".po": "text/x-gettext-translation",
 }
 FORMATS = tuple(MEDIA_TYPES)
 
@@ -53,6 +56,10 @@ def _reader(extension: str) -> Callable[[bytes], Document]:
         from nmt_serve.text.documents.open_document import read_open_document
 
         return lambda data: read_open_document(data, extension)
+    if extension == ".po":
+        from nmt_serve.text.documents.gettext import read_po
+
+        return read_po
     if extension == ".srt":
         from nmt_serve.text.documents.subtitles import read_srt
 
