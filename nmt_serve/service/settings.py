@@ -76,7 +76,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_000_000, ge=1, description="request bodies larger than this get 413")
     max_file_bytes: int = Field(20_000_000, ge=1, description="an uploaded file (/translate_file, /v1/translate_file: these two "
                                                              "take bodies up to this size instead of max_body_bytes)")
-    max_document_chars: int = Field(100_000, ge=1, description="characters of text in one uploaded document (.docx, .pptx, .odt, "
+    max_document_chars: int = Field(100_000, ge=1, description="characters of text in one uploaded document (.docx, .pptx, .xlsx, .odt, "
                                                                ".odp, .epub, .srt, .po), all its paragraphs together, translated in "
                                                                "the request (/translate_file makes a larger one a job)")
     sync_file_chars: int = Field(20_000, ge=0, description="LibreTranslate's /translate_file translates a .txt file or a document "

@@ -186,6 +186,17 @@ def test_subtitles_come_back_translated_with_their_timings(client):
     assert url.endswith(".film_en.srt") and client.get(url[url.index("/download_file/"):]).content == r.content
 
 
+def test_a_workbook_comes_back_with_its_cells_translated(client):
+    import openpyxl
+    from test_document_formats import build_xlsx
+
+    r = translate_file(client, "tiere.xlsx", build_xlsx())
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/vnd.openxmlformats-officedocument.spreadsheetml"), r.text
+    sheet = openpyxl.load_workbook(io.BytesIO(r.content))["Tiere"]
+    assert "dog" in sheet["A1"].value.lower() and "dog" in str(sheet["B1"].value).lower()
+    assert (sheet["A2"].value, sheet["A3"].value, sheet["C1"].value) == (42, "=LEN(A1)", "2024-01-01")
+
+
 def test_a_catalog_comes_back_with_the_translations_it_lacked(client):
     import polib
 

@@ -550,3 +550,125 @@ def test_a_catalog_gets_the_translations_it_lacks_marked_fuzzy_and_keeps_the_res
 def test_a_file_that_is_no_catalog_is_refused_saying_why(data, reason):
     with pytest.raises(DocumentError, match=reason):
         read_document(data, "de.po")
+
+
+def build_xlsx(inline: str | None = None) -> bytes:
+    """A workbook made by openpyxl: plain, repeated and rich text, a number, a formula, a date as text;
+    `inline`: also a cell D1 of an inline string (as some generators write them), put in by hand."""
+    import openpyxl
+    from openpyxl.cell.rich_text import CellRichText, TextBlock
+    from openpyxl.cell.text import InlineFont
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "Tiere"
+    sheet["A1"], sheet["A2"], sheet["A3"] = "Ein Hund rennt über die Wiese.", 42, "=LEN(A1)"
+    sheet["B1"] = CellRichText(["Ein kleiner ", TextBlock(InlineFont(b=True), "brauner Hund"), " schläft."])
+    sheet["B2"], sheet["C1"] = "Ein Hund rennt über die Wiese.", "2024-01-01"
+    out = io.BytesIO()
+    book.save(out)
+    if inline is None:
+        return out.getvalue()
+    source, copy = zipfile.ZipFile(io.BytesIO(out.getvalue())), io.BytesIO()
+    with zipfile.ZipFile(copy, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == "xl/worksheets/sheet1.xml":
+                data = data.replace(b"</row>", f'<c r="D1" t="inlineStr"><is><t>{inline}</t></is></c></row>'.encode(), 1)
+            z.writestr(info, data)
+    return copy.getvalue()
+
+
+def test_a_workbook_gets_its_texts_translated_and_keeps_everything_else():
+    import openpyxl
+
+    source = build_xlsx(inline="Zwei Kinder spielen.")
+    document = read_document(source, "tiere.xlsx")
+    plain = [re.sub(r"<[^>]+>", "", t) for t in document.texts]
+    assert set(plain) == {"Ein Hund rennt über die Wiese.", "Ein kleiner brauner Hund schläft.", "Zwei Kinder spielen."}
+    english = {"Ein Hund rennt über die Wiese.": "A dog runs across the meadow.", "Zwei Kinder spielen.": " Two kids play."}
+
+    def translate(html_text: str) -> str:  # the rich text: its bold run on "brown dog"
+        if "brauner Hund" in html_text:
+            return re.sub(r"brauner Hund", "brown dog", html_text).replace("Ein kleiner ", "A small ").replace(" schläft.", " sleeps.")
+        return english[html_text]
+
+    out = document.write([translate(t) for t in document.texts])
+    book = openpyxl.load_workbook(io.BytesIO(out), rich_text=True)
+    sheet = book["Tiere"]  # the sheet's name is kept: formulas refer to it
+    assert sheet["A1"].value == sheet["B2"].value == "A dog runs across the meadow."
+    assert (sheet["A2"].value, sheet["A3"].value, sheet["C1"].value) == (42, "=LEN(A1)", "2024-01-01")
+    assert sheet["D1"].value == " Two kids play."
+    rich = sheet["B1"].value
+    assert str(rich) == "A small brown dog sleeps."
+    assert [(getattr(block, "font", None) is not None and block.font.b, str(getattr(block, "text", block))) for block in rich
+            if str(getattr(block, "text", block))] == [(False, "A small "), (True, "brown dog"), (False, " sleeps.")]
+    before, after = zipfile.ZipFile(io.BytesIO(source)), zipfile.ZipFile(io.BytesIO(out))
+    assert before.namelist() == after.namelist()
+    changed = {n for n in before.namelist() if before.read(n) != after.read(n)}
+    assert changed == {"xl/worksheets/sheet1.xml"}  # openpyxl writes its strings into the sheet (inline)
+    assert b'xml:space="preserve"' in after.read("xl/worksheets/sheet1.xml")  # the leading space kept
+
+
+SHARED = {
+    "[Content_Types].xml": '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+    '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+    '<Default Extension="xml" ContentType="application/xml"/>'
+    '<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>'
+    '<Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>'
+    '<Override PartName="/xl/sharedStrings.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/>'
+    '</Types>',
+    "_rels/.rels": '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+    '<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" '
+    'Target="xl/workbook.xml"/></Relationships>',
+    "xl/workbook.xml": '<workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" '
+    'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"><sheets>'
+    '<sheet name="Tiere" sheetId="1" r:id="rId1"/></sheets></workbook>',
+    "xl/_rels/workbook.xml.rels": '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+    '<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" Target="worksheets/sheet1.xml"/>'
+    '<Relationship Id="rId2" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/sharedStrings" Target="sharedStrings.xml"/>'
+    '</Relationships>',
+    "xl/worksheets/sheet1.xml": '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData>'
+    '<row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c><c r="C1"><v>42</v></c></row>'
+    '<row r="2"><c r="A2" t="s"><v>0</v></c><c r="B2" t="s"><v>2</v></c></row></sheetData></worksheet>',
+    "xl/sharedStrings.xml": '<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" count="4" uniqueCount="3">'
+    '<si><t>Ein Hund rennt über die Wiese.</t></si>'
+    '<si><r><t xml:space="preserve">Ein kleiner </t></r><r><rPr><b/></rPr><t>brauner Hund</t></r><r><t xml:space="preserve"> schläft.</t></r></si>'
+    '<si><t>2024-01-01</t></si></sst>',
+}
+
+
+def test_a_workbook_of_shared_strings_gets_each_text_translated_once():
+    """As Excel writes a workbook: each distinct text once in xl/sharedStrings.xml, the cells its indices."""
+    import openpyxl
+
+    source = io.BytesIO()
+    with zipfile.ZipFile(source, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in SHARED.items():
+            z.writestr(name, '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>' + text)
+    document = read_document(source.getvalue(), "tiere.xlsx")
+    assert [re.sub(r"<[^>]+>", "", t) for t in document.texts] == ["Ein Hund rennt über die Wiese.", "Ein kleiner brauner Hund schläft."]
+    rich = document.texts[1]
+    out = document.write(["A dog runs across the meadow.",
+                          rich.replace("Ein kleiner ", "A small ").replace("brauner Hund", "brown dog").replace(" schläft.", " sleeps.")])
+    sheet = openpyxl.load_workbook(io.BytesIO(out), rich_text=True)["Tiere"]
+    assert sheet["A1"].value == sheet["A2"].value == "A dog runs across the meadow."  # one text, two cells
+    assert (str(sheet["B1"].value), sheet["C1"].value, sheet["B2"].value) == ("A small brown dog sleeps.", 42, "2024-01-01")
+    bold = [str(block.text) for block in sheet["B1"].value if getattr(block, "font", None) is not None and block.font.b]
+    assert bold == ["brown dog"]
+    after = zipfile.ZipFile(io.BytesIO(out))
+    assert after.read("xl/worksheets/sheet1.xml") == zipfile.ZipFile(source).read("xl/worksheets/sheet1.xml")
+    assert b'count="4" uniqueCount="3"' in after.read("xl/sharedStrings.xml")
+
+
+def test_a_workbook_with_macros_renamed_is_named_not_translated():
+    source, copy = zipfile.ZipFile(io.BytesIO(build_xlsx())), io.BytesIO()
+    with zipfile.ZipFile(copy, "w") as z:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == "[Content_Types].xml":
+                data = data.replace(b"spreadsheetml.sheet.main+xml", b"XXX").replace(
+                    b"application/vnd.openxmlformats-officedocument.XXX", b"application/vnd.ms-excel.sheet.macroEnabled.main+xml")
+            z.writestr(info, data)
+    with pytest.raises(DocumentError, match="macros"):
+        read_document(copy.getvalue(), "tabelle.xlsx")

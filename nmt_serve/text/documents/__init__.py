@@ -1,5 +1,5 @@
-"""Office documents, e-books, subtitles and gettext catalogs translated in place: .docx, .pptx, .odt, .odp,
-.epub, .srt and .po.
+"""Office documents, e-books, subtitles and gettext catalogs translated in place: .docx, .pptx, .xlsx, .odt,
+.odp, .epub, .srt and .po.
 
 `read_document(data, filename)` reads a file into a `Document`: its translatable units (HTML
 fragments, one per paragraph, its runs' formatting as inline tags) and `write(translations, language)`,
@@ -8,7 +8,7 @@ its text changed to the translation's (`language_marks.py`), and everything else
 `translate_document(data, filename, translate_units)` does both around one call.
 
 One module per format family: `word.py` (.docx, python-docx), `presentation.py` (.pptx,
-python-pptx), both through `office_open_xml.py`; `open_document.py` (.odt, .odp) and `epub.py`
+python-pptx), both through `office_open_xml.py`; `spreadsheet.py` (.xlsx, lxml: the shared strings); `open_document.py` (.odt, .odp) and `epub.py`
 (.epub), zip and lxml; `subtitles.py` (.srt, the srt library: one unit per cue, its timings kept); `gettext.py` (.po,
 polib: the entries without a translation filled, marked fuzzy);
 `inline_runs.py` turns a paragraph's runs into inline HTML and back.
@@ -31,6 +31,7 @@ from nmt_serve.text.documents.document import Document, DocumentError, open_zip
 MEDIA_TYPES = {
     ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
     ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
     ".odt": "application/vnd.oasis.opendocument.text",
     ".odp": "application/vnd.oasis.opendocument.presentation",
     ".epub": "application/epub+zip",
@@ -56,6 +57,10 @@ def _reader(extension: str) -> Callable[[bytes], Document]:
         from nmt_serve.text.documents.open_document import read_open_document
 
         return lambda data: read_open_document(data, extension)
+    if extension == ".xlsx":
+        from nmt_serve.text.documents.spreadsheet import read_xlsx
+
+        return read_xlsx
     if extension == ".po":
         from nmt_serve.text.documents.gettext import read_po
 
@@ -76,7 +81,7 @@ def read_document(data: bytes, filename: str) -> Document:
     if extension not in MEDIA_TYPES:
         raise DocumentError(f"{extension or 'no extension'} is not a document format; supported: {', '.join(FORMATS)}")
     try:
-        if extension in (".docx", ".pptx"):
+        if extension in (".docx", ".pptx", ".xlsx"):
             from nmt_serve.text.documents.office_open_xml import check_main_part
 
             # the container, its size and its main part checked before the library unpacks every part

@@ -248,7 +248,8 @@ def plain_text_unit(el: etree._Element) -> InlineParagraph:
 
 _WML = "application/vnd.openxmlformats-officedocument.wordprocessingml."
 _PML = "application/vnd.openxmlformats-officedocument.presentationml."
-MAIN_PARTS = {".docx": _WML + "document.main+xml", ".pptx": _PML + "presentation.main+xml"}
+MAIN_PARTS = {".docx": _WML + "document.main+xml", ".pptx": _PML + "presentation.main+xml",
+              ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"}
 # what an Office file renamed to .docx or .pptx is, by its main part's content type (Office itself
 # refuses a file whose name and main part disagree: it is answered here rather than translated)
 _KINDS = {  # content type -> (what it is, its extension)
