@@ -237,7 +237,7 @@ def test_bad_files_get_the_one_error_shape(client):
     for name, data in (("kaputt.docx", good[: len(good) // 2]), ("kaputt.docx", b"plain text"), ("kaputt.pptx", good),
                        ("kaputt.epub", good), ("kaputt.odt", b"")):
         assert "cannot be read" in our_error(translate_file(client, name, data), 400, "invalid_request")
-    assert "supported: .txt, .html, .htm, .docx, .pptx, .odt, .odp, .epub" in our_error(
+    assert "supported: .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .po" in our_error(
         translate_file(client, "scan.pdf", b"%PDF-1.4"), 400, "invalid_request")
     assert "max_file_bytes" in our_error(translate_file(client, "gross.docx", b"x" * (MAX_FILE_BYTES + 1)), 413, "request_too_large")
     # past the file routes' body limit (the file and its form's framing) the body is refused unread
