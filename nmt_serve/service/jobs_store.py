@@ -302,7 +302,7 @@ class JobStore:
         return records[:limit], len(records) > limit
 
     def counts(self) -> dict[str, int]:
-        """How many jobs are kept in each state (read() as shows them)."""
+        """How many jobs are kept in each state, as read() shows them."""
         counts = dict.fromkeys((QUEUED, RUNNING, DONE, FAILED, CANCELLED), 0)
         for record in self._kept():
             counts[record["state"]] += 1
@@ -326,7 +326,10 @@ class JobStore:
         """Remove a finished job and its results now (DELETE of a job that has ended): its record as it was,
         with `expires_at` now; None where no runner-free finished job is there (one still stopping after
         its cancel: it is removed when it expires)."""
-        fd = self._lock(job_id)
+        try:
+            fd = self._lock(job_id)
+        except FileNotFoundError:  # removed meanwhile (another DELETE)
+            return None
         if fd is None:
             return None
         try:
