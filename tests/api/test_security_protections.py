@@ -405,7 +405,7 @@ def test_a_request_head_too_large_or_too_slow_is_cut_off(models_dir):
     """uvicorn takes a head of any size and waits for it for ever: past max_header_bytes 431 and the
     connection closed; a connection that sends nothing, or trickles its head, closed after header_timeout_s;
     a head within both is served as before. The bounds in seconds only end the test on a failure."""
-    with serving(models_dir, header_timeout_s=1.0, max_header_bytes=4096) as port:
+    with serving(models_dir, header_timeout_s=2.0, max_header_bytes=4096) as port:
         with connect(port) as sock:
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Filler: " + b"a" * 8192 + b"\r\n\r\n")
             status, headers, _ = read_response(sock)
