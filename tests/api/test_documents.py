@@ -173,12 +173,18 @@ def test_subtitles_come_back_translated_with_their_timings(client):
     import srt
 
     source = ("1\n00:00:01,000 --> 00:00:03,000\nEin Hund rennt\nüber die Wiese.\n\n"
-              "2\n00:00:03,500 --> 00:00:05,000\n<i>Zwei Kinder</i> spielen im Schnee.\n\n").encode()
+              "2\n00:00:03,500 --> 00:00:05,000\n<i>Zwei Kinder</i> spielen im Schnee.\n\n"
+              "3\n00:00:06,000 --> 00:00:07,000\nEine Frau mit einem roten Hut\n\n"
+              "4\n00:00:07,200 --> 00:00:08,000\nsitzt auf einer Bank.\n\n").encode()
     r = translate_file(client, "film.srt", source)
     assert r.status_code == 200 and r.headers["content-type"] == "application/x-subrip", r.text
     cues = list(srt.parse(r.content.decode()))
-    assert [(c.index, c.start.total_seconds(), c.end.total_seconds()) for c in cues] == [(1, 1.0, 3.0), (2, 3.5, 5.0)]
+    assert [(c.index, c.start.total_seconds(), c.end.total_seconds()) for c in cues] == [
+        (1, 1.0, 3.0), (2, 3.5, 5.0), (3, 6.0, 7.0), (4, 7.2, 8.0)]
     assert "dog" in cues[0].content.lower() and "children" in cues[1].content.lower(), cues
+    # the sentence over cues 3 and 4 was translated whole and shared out: one sentence, two non-empty halves
+    assert "woman" in cues[2].content.lower() and cues[3].content.endswith("."), cues
+    assert "." not in cues[2].content and cues[3].content[:1].islower(), cues
     assert "<i>" in cues[1].content and "</i>" in cues[1].content, cues[1].content
     assert ".srt" in client.get("/frontend/settings").json()["supportedFilesFormat"]
     lt = client.post("/translate_file", data={"source": "de", "target": "en"}, files={"file": ("film.srt", source)})

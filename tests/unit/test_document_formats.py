@@ -483,6 +483,76 @@ def test_subtitles_are_translated_cue_by_cue_with_their_numbers_and_timings_kept
     assert cues[2].content == '<font color="#ffff00">Hello</font> <3'  # a space in a tag breaks no line
 
 
+def _srt(*cues: tuple[float, float, str]) -> bytes:
+    import srt
+    from datetime import timedelta
+
+    return srt.compose([srt.Subtitle(i + 1, timedelta(seconds=a), timedelta(seconds=b), text)
+                        for i, (a, b, text) in enumerate(cues)]).encode()
+
+
+def test_a_sentence_shown_over_several_cues_is_translated_whole_and_shared_out_among_them():
+    import srt
+
+    document = read_document(_srt((1, 3, "Ich habe gestern den Hund"), (3.1, 5, "im Park gesehen."),
+                                  (5.5, 7, "Er lief weg.")), "film.srt")
+    # translated cue by cue, the first half has no verb: the sentence is one text
+    assert document.texts == ["Ich habe gestern den Hund im Park gesehen.", "Er lief weg."]
+    out = list(srt.parse(document.write(["I saw the dog in the park yesterday.", "He ran away."]).decode()))
+    assert [(c.index, c.start.total_seconds(), c.end.total_seconds()) for c in out] == [(1, 1, 3), (2, 3.1, 5), (3, 5.5, 7)]
+    # by the cues' shares of the source's characters (25 and 16), cut between words
+    assert [c.content for c in out] == ["I saw the dog in the", "park yesterday.", "He ran away."]
+    # a unit written back untranslated (a partial job's result) leaves its cues as they were
+    source = _srt((1, 2, "<i>Er lief, und ich wollte...</i>"), (2, 3, "<i>...ihn fangen.</i>"), (4, 5, "- Wer?\n- Ich."))
+    document = read_document(source, "film.srt")
+    assert document.write(document.texts) == source
+
+
+def test_a_cut_falls_after_punctuation_near_the_cues_share():
+    document = read_document(_srt((1, 2, "Als er kam, sahen"), (2, 4, "wir den großen Hund.")), "film.srt")
+    # by the shares alone the cut would fall after "came, we" (0.45 of the text); after the comma it is 0.36 away
+    out = document.write(["When he came, we saw the big dog."]).decode()
+    assert "When he came,\n\n2\n" in out and out.rstrip().endswith("we saw the big dog."), out
+
+
+@pytest.mark.parametrize("cues, units", [
+    ([(1, 2, "Ich sah"), (5, 6, "den Hund.")], 2),  # 3 s apart: not one sentence shown in pieces
+    ([(1, 2, "Ich sah."), (2, 3, "den Hund.")], 2),  # a sentence's end between them
+    ([(1, 2, "Ich sah"), (2, 3, "- Wen?")], 2),  # a new speaker
+    ([(1, 2, "Musik ♪"), (2, 3, "hallo zusammen.")], 2),  # a music cue
+    ([(1, 2, "Ich wollte..."), (2, 3, "Egal.")], 2),  # an ellipsis that the next cue does not take up
+    ([(1, 2, "Ich wollte..."), (2, 3, "nach Hause.")], 1),
+    ([(t, t + 1, "und dann") for t in range(6)], 2),  # at most four cues
+])
+def test_which_cues_are_one_sentence(cues, units):
+    assert len(read_document(_srt(*cues), "film.srt").units) == units
+
+
+def test_ellipses_and_tags_at_a_cut_are_put_back_on_both_sides():
+    import srt
+
+    document = read_document(_srt((1, 2, "<i>Er lief, und ich wollte...</i>"), (2, 3, "<i>...ihn fangen.</i>")), "film.srt")
+    # the model reads one sentence: no ellipsis in it, one run of italics
+    assert document.texts == ["<i>Er lief, und ich wollte ihn fangen.</i>"]
+    out = list(srt.parse(document.write(["<i>He ran, and I wanted to catch him.</i>"]).decode()))
+    assert [c.content for c in out] == ["<i>He ran, and I wanted to...</i>", "<i>...catch him.</i>"]
+    # a tag open at a cut is closed before it and opened again after it: each cue is well-formed on its own
+    document = read_document(_srt((1, 2, "Der Mann,"), (2, 3, "der dort steht,"), (3, 4, "lacht laut.")), "film.srt")
+    out = list(srt.parse(document.write(['The <font color="red">man standing there</font> laughs out loud.']).decode()))
+    assert [c.content for c in out] == ['The <font color="red">man</font>', '<font color="red">standing there</font> laughs',
+                                        "out loud."]
+
+
+def test_a_dialogue_cue_keeps_a_speaker_a_line():
+    import srt
+
+    document = read_document(_srt((1, 2, "- Wer ist da?\n- Ich bin es."), (3, 4, "- Wer?\nIch.")), "film.srt")
+    assert document.texts == ["- Wer ist da? - Ich bin es.", "- Wer? Ich."]
+    out = list(srt.parse(document.write(["- Who is there? - It's me.", "- Who? - Me."]).decode()))
+    # the second cue's lines were not each a turn: its translation is laid out by width
+    assert [c.content for c in out] == ["- Who is there?\n- It's me.", "- Who? - Me."]
+
+
 @pytest.mark.parametrize("data, reason", [(b"\xff\xfe1\x00", "UTF-8"), (b"1\n00:00:01 --> soon\nHallo\n", "SubRip"),
                                           (b"Hallo, wie geht es?\n", "SubRip")])
 def test_a_file_that_is_no_subtitles_is_refused_saying_why(data, reason):
