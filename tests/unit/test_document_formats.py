@@ -615,8 +615,23 @@ def test_a_catalog_gets_the_translations_it_lacks_marked_fuzzy_and_keeps_the_res
     assert [e.msgid for e in catalog.obsolete_entries()] == ["Alt"]
 
 
+@pytest.mark.parametrize("charset", ["ISO-8859-1", "CHARSET"])
+def test_a_catalog_is_read_in_its_charset_and_written_in_utf8(charset):
+    import polib
+
+    header = f'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset={charset}\\n"\n\n'
+    data = (header + 'msgid "Grüße"\nmsgstr ""\n').encode("latin-1" if charset != "CHARSET" else "utf-8")
+    document = read_document(data, "de.po")
+    assert document.texts == ["Grüße"]
+    # Czech has letters ISO-8859-1 lacks: the catalog comes back in UTF-8, and its header says so
+    catalog = polib.pofile(document.write(["Pozdravy ze Žďáru"], "cs").decode("utf-8"))
+    assert catalog.find("Grüße").msgstr == "Pozdravy ze Žďáru"
+    assert catalog.metadata["Content-Type"] == "text/plain; charset=UTF-8"
+
+
 @pytest.mark.parametrize("data, reason", [(b"msgid \"a\"\nmsgstr \"\xff\"\n", "UTF-8"), (b"Hallo, wie geht es?\n", "gettext"),
-                                          (b"", "empty")])
+                                          (b"", "empty"), (b'msgid ""\nmsgstr "Content-Type: text/plain; charset=ASCII\\n"\n'
+                                                           b'msgid "\xc3\xa4"\nmsgstr ""\n', "ASCII text, the charset its header names")])
 def test_a_file_that_is_no_catalog_is_refused_saying_why(data, reason):
     with pytest.raises(DocumentError, match=reason):
         read_document(data, "de.po")

@@ -1,7 +1,8 @@
 """Gettext catalogs (.po), read and written by polib: every entry that has no translation gets one, marked
 `fuzzy` (a machine's guess, for a translator to review, as msgmerge marks its own); entries with a
 translation (fuzzy ones too), obsolete ones and the header are kept as they are, except the header's
-Language, which becomes the translation's.
+Language, which becomes the translation's, and its charset: the catalog is read in the charset its header
+names and written in UTF-8.
 
 A message is translated line by line (a catalog's line breaks are the program's: a usage text, a list),
 each line's leading and trailing spaces kept, and its placeholders and markup-like spans (%s, {name},
@@ -11,6 +12,7 @@ Plural-Forms says (two where it says nothing, as a template does).
 """
 from __future__ import annotations
 
+import codecs
 import html
 import re
 from dataclasses import dataclass, field
@@ -55,11 +57,15 @@ def _forms(catalog: polib.POFile) -> int:
 
 
 def read_po(data: bytes) -> Document:
+    # the charset its header names (ISO-8859-2, KOI8-R, ... in older catalogs); UTF-8 where it names none
+    # or a template's placeholder (charset=CHARSET)
+    charset = polib.detect_encoding(data)
+    utf8 = codecs.lookup(charset).name == "utf-8"
     try:
-        text = data.decode("utf-8-sig")
+        text = data.decode("utf-8-sig" if utf8 else charset)
     except UnicodeDecodeError as exc:
-        raise DocumentError(f"it is not UTF-8 text ({exc.reason} at byte {exc.start}); a catalog in another "
-                            "charset: convert it with msgconv --to-code=UTF-8") from None
+        what = "UTF-8 text" if utf8 else f"{charset} text, the charset its header names"
+        raise DocumentError(f"it is not {what} ({exc.reason} at byte {exc.start})") from None
     if not text.strip():
         raise DocumentError("it is empty")
     try:
@@ -95,6 +101,10 @@ def read_po(data: bytes) -> Document:
     def save() -> bytes:
         for message in messages:
             message.put(message.done())
+        # written in UTF-8, whatever it was read in: a translation may hold characters the catalog's own
+        # charset lacks (Czech into ISO-8859-1), and a template's header names none
+        catalog.metadata["Content-Type"] = "text/plain; charset=UTF-8"
+        catalog.metadata.setdefault("Content-Transfer-Encoding", "8bit")
         return catalog.__unicode__().encode("utf-8")
 
     def relabel(tag: str) -> None:
