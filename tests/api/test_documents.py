@@ -192,6 +192,23 @@ def test_subtitles_come_back_translated_with_their_timings(client):
     assert url.endswith(".film_en.srt") and client.get(url[url.index("/download_file/"):]).content == r.content
 
 
+def test_webvtt_captions_come_back_translated_with_their_timings(client):
+    import webvtt
+
+    source = ("WEBVTT\n\nNOTE kept as it is\n\n00:00:01.000 --> 00:00:03.000 align:start\n<v Anna>Ein Hund rennt\n\n"
+              "00:00:03.200 --> 00:00:05.000\n<v Anna>über die <i>Wiese</i>.\n\n").encode()
+    r = translate_file(client, "film.vtt", source)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/vtt"), r.text
+    captions = webvtt.from_string(r.content.decode())
+    assert [(c.start, c.end, str(c.settings)) for c in captions] == [("00:00:01.000", "00:00:03.000", "align:start"),
+                                                                    ("00:00:03.200", "00:00:05.000", "")]
+    assert all(c.raw_text.startswith("<v Anna>") for c in captions), captions
+    assert "dog" in captions[0].text.lower() and "<i>" in captions[1].raw_text and "NOTE kept as it is" in r.text
+    lt = client.post("/translate_file", data={"source": "de", "target": "en"}, files={"file": ("film.vtt", source)})
+    url = lt.json()["translatedFileUrl"]
+    assert url.endswith(".film_en.vtt") and client.get(url[url.index("/download_file/"):]).content == r.content
+
+
 def test_a_workbook_comes_back_with_its_cells_translated(client):
     import openpyxl
     from test_document_formats import build_xlsx
@@ -243,7 +260,7 @@ def test_bad_files_get_the_one_error_shape(client):
     for name, data in (("kaputt.docx", good[: len(good) // 2]), ("kaputt.docx", b"plain text"), ("kaputt.pptx", good),
                        ("kaputt.epub", good), ("kaputt.odt", b"")):
         assert "cannot be read" in our_error(translate_file(client, name, data), 400, "invalid_request")
-    assert "supported: .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .po" in our_error(
+    assert "supported: .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po" in our_error(
         translate_file(client, "scan.pdf", b"%PDF-1.4"), 400, "invalid_request")
     assert "max_file_bytes" in our_error(translate_file(client, "gross.docx", b"x" * (MAX_FILE_BYTES + 1)), 413, "request_too_large")
     # past the file routes' body limit (the file and its form's framing) the body is refused unread

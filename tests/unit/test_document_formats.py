@@ -560,6 +560,58 @@ def test_a_file_that_is_no_subtitles_is_refused_saying_why(data, reason):
         read_document(data, "film.srt")
 
 
+CAPTIONS = """WEBVTT - Ein Film
+Kind: captions
+
+STYLE
+::cue(.yellow) { color: yellow }
+
+NOTE Eine Anmerkung, nicht zu übersetzen
+
+intro
+00:00:01.000 --> 00:00:03.000 line:0 position:20% align:start
+<v Roger>Ich habe <i>gestern</i> den Hund
+
+00:00:03.100 --> 00:00:05.000
+<v Roger>im Park gesehen &amp; gerufen.</v>
+
+00:00:05.200 --> 00:00:06.000
+<v Anna>Wo?
+
+3
+00:00:06.000 --> 00:00:07.000
+<c.yellow>Hallo</c> <00:00:06.500>Welt, <lang en>dog</lang> &lt;3
+"""
+
+
+def test_webvtt_captions_keep_their_blocks_settings_speakers_and_markup():
+    import webvtt
+
+    document = read_document(CAPTIONS.encode(), "film.vtt")
+    # Roger's sentence over two cues is one unit, his voice tag out of it; Anna is another speaker; a class or
+    # language tag is a span, a karaoke timestamp dropped
+    assert document.texts == ["Ich habe <i>gestern</i> den Hund im Park gesehen &amp; gerufen.", "Wo?",
+                              '<span data-vtt="0">Hallo</span> Welt, <span data-vtt="1">dog</span> &lt;3']
+    assert [u.text for u in document.units][2] == "Hallo Welt, dog <3"
+    out = document.write(["I saw the dog <i>yesterday</i> in the park &amp; called.", "Where?",
+                          '<span data-vtt="0">Hello</span> world, <span data-vtt="1">dog</span> &lt;3'], "en").decode()
+    captions = webvtt.from_string(out)
+    assert [(c.identifier, c.start, c.end) for c in captions] == [
+        ("intro", "00:00:01.000", "00:00:03.000"), (None, "00:00:03.100", "00:00:05.000"),
+        (None, "00:00:05.200", "00:00:06.000"), ("3", "00:00:06.000", "00:00:07.000")]
+    assert str(captions[0].settings) == "line:0 position:20% align:start"
+    assert [c.raw_text for c in captions] == ["<v Roger>I saw the dog <i>yesterday</i>", "<v Roger>in the park &amp; called.</v>",
+                                              "<v Anna>Where?", "<c.yellow>Hello</c> world, <lang en>dog</lang> &lt;3"]
+    assert "::cue(.yellow) { color: yellow }" in out and "NOTE Eine Anmerkung, nicht zu übersetzen" in out
+    assert out.startswith("WEBVTT - Ein Film\nKind: captions\n")
+
+
+@pytest.mark.parametrize("data, reason", [(b"\xff\xfe1\x00", "UTF-8"), (b"1\n00:00:01,000 --> 00:00:02,000\nHallo\n", "WebVTT")])
+def test_a_file_that_is_no_webvtt_is_refused_saying_why(data, reason):
+    with pytest.raises(DocumentError, match=reason):
+        read_document(data, "film.vtt")
+
+
 CATALOG = r'''msgid ""
 msgstr ""
 "Language: de\n"

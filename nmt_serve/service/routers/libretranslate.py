@@ -48,7 +48,7 @@ from nmt_serve.text.language_detection import language_name
 
 log = logging.getLogger("nmt_serve.service.libretranslate")
 
-FILE_FORMATS = FORMATS  # .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .po
+FILE_FORMATS = FORMATS  # .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po
 FRONTEND_TIMEOUT_MS = 500  # upstream's default: how long its front-end waits after typing before it translates
 
 

@@ -1,5 +1,5 @@
 """Office documents, e-books, subtitles and gettext catalogs translated in place: .docx, .pptx, .xlsx, .odt,
-.odp, .epub, .srt and .po.
+.odp, .epub, .srt, .vtt and .po.
 
 `read_document(data, filename)` reads a file into a `Document`: its translatable units (HTML
 fragments, one per paragraph, its runs' formatting as inline tags) and `write(translations, language)`,
@@ -9,7 +9,8 @@ its text changed to the translation's (`language_marks.py`), and everything else
 
 One module per format family: `word.py` (.docx, python-docx), `presentation.py` (.pptx,
 python-pptx), both through `office_open_xml.py`; `spreadsheet.py` (.xlsx, lxml: the shared strings); `open_document.py` (.odt, .odp) and `epub.py`
-(.epub), zip and lxml; `subtitles.py` (.srt, the srt library: one unit per cue, its timings kept); `gettext.py` (.po,
+(.epub), zip and lxml; `subrip.py` (.srt, the srt library) and `web_vtt.py` (.vtt, webvtt-py), whose cues
+`subtitles.py` makes units (a cue, or the cues one sentence runs over; timings kept); `gettext.py` (.po,
 polib: the entries without a translation filled, marked fuzzy);
 `inline_runs.py` turns a paragraph's runs into inline HTML and back.
 
@@ -36,6 +37,7 @@ MEDIA_TYPES = {
     ".odp": "application/vnd.oasis.opendocument.presentation",
     ".epub": "application/epub+zip",
     ".srt": "application/x-subrip",
+    ".vtt": "text/vtt",
     ".po": "text/x-gettext-translation",
 }
 FORMATS = tuple(MEDIA_TYPES)
@@ -66,9 +68,13 @@ def _reader(extension: str) -> Callable[[bytes], Document]:
 
         return read_po
     if extension == ".srt":
-        from nmt_serve.text.documents.subtitles import read_srt
+        from nmt_serve.text.documents.subrip import read_srt
 
         return read_srt
+    if extension == ".vtt":
+        from nmt_serve.text.documents.web_vtt import read_vtt
+
+        return read_vtt
     from nmt_serve.text.documents.epub import read_epub
 
     return read_epub
