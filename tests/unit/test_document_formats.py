@@ -798,6 +798,50 @@ def test_a_workbook_of_shared_strings_gets_each_text_translated_once():
     assert b'count="4" uniqueCount="3"' in after.read("xl/sharedStrings.xml")
 
 
+def test_a_workbook_gets_its_comments_and_chart_titles_translated():
+    import openpyxl
+    from lxml import etree
+    from openpyxl.chart import BarChart, Reference
+    from openpyxl.comments import Comment
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet["A1"], sheet["A2"], sheet["A3"] = "Umsatz", 3, 5
+    sheet["A1"].comment = Comment("Diese Zahl ist falsch.", "Max")
+    chart = BarChart()
+    chart.title, chart.y_axis.title = "Umsatz pro Jahr", "Euro"
+    chart.add_data(Reference(sheet, min_col=1, min_row=1, max_row=3), titles_from_data=True)
+    sheet.add_chart(chart, "C3")
+    made = io.BytesIO()
+    book.save(made)
+    threaded = ('<ThreadedComments xmlns="http://schemas.microsoft.com/office/spreadsheetml/2018/threadedcomments">'
+                '<threadedComment ref="A2" id="{1}"><text>Bitte prüfen.</text></threadedComment></ThreadedComments>')
+    source = io.BytesIO()
+    with zipfile.ZipFile(made) as z, zipfile.ZipFile(source, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in z.infolist():
+            data = z.read(info)
+            if info.filename == "xl/comments/comment1.xml":  # as Excel writes a note: its author's name first, in bold
+                data = data.replace(b"<text><t>Diese Zahl ist falsch.</t></text>",
+                                    b'<text><r><rPr><b/></rPr><t>Max:</t></r><r><t xml:space="preserve">\nDiese Zahl ist falsch.</t></r></text>')
+            if info.filename == "[Content_Types].xml":
+                data = data.replace(b"</Types>", b'<Override PartName="/xl/threadedComments/threadedComment1.xml" '
+                                    b'ContentType="application/vnd.ms-excel.threadedcomments+xml"/></Types>')
+            out.writestr(info, data)
+        out.writestr("xl/threadedComments/threadedComment1.xml", threaded)
+    document = read_document(source.getvalue(), "umsatz.xlsx")
+    english = {"Umsatz": "Sales", "Diese Zahl ist falsch.": "This number is wrong.", "Bitte prüfen.": "Please check.",
+               "Umsatz pro Jahr": "Sales per year", "Euro": "Euros"}
+    assert sorted(document.texts) == sorted(english)  # the author's name is no text to translate
+    written = document.write([english[t] for t in document.texts], "en")
+    assert openpyxl.load_workbook(io.BytesIO(written))["Sheet"]["A1"].comment.text == "Max:\nThis number is wrong."
+    out = zipfile.ZipFile(io.BytesIO(written))
+    comment = etree.fromstring(out.read("xl/comments/comment1.xml"))
+    assert [t.text for t in comment.iter("{*}t")] == ["Max:", "\nThis number is wrong."]
+    assert b"<text>Please check.</text>" in out.read("xl/threadedComments/threadedComment1.xml")
+    chart = etree.fromstring(out.read("xl/charts/chart1.xml"))
+    assert [t.text for t in chart.iter("{http://schemas.openxmlformats.org/drawingml/2006/main}t")] == ["Sales per year", "Euros"]
+
+
 def test_a_workbook_with_macros_renamed_is_named_not_translated():
     source, copy = zipfile.ZipFile(io.BytesIO(build_xlsx())), io.BytesIO()
     with zipfile.ZipFile(copy, "w") as z:
