@@ -16,7 +16,7 @@ from lxml import etree
 from pptx.util import Inches
 
 from nmt_serve.text.documents import DocumentError, read_document, translate_document
-from nmt_serve.text.documents.document import open_zip
+from nmt_serve.text.documents.document import open_zip, rewrite_zip
 from nmt_serve.text.documents.inline_runs import InlineParagraph, TextSlot
 from nmt_serve.text.documents.office_open_xml import WORD as WORDPROCESSING
 from nmt_serve.text.documents.office_open_xml import WORD_NS, paragraph_slots
@@ -451,6 +451,18 @@ def test_a_document_of_more_markup_than_can_be_read_in_reason_is_refused_before_
     with pytest.raises(DocumentError, match="markup"):
         open_zip(out.getvalue(), max_markup_bytes=2 << 20)
     open_zip(out.getvalue(), max_markup_bytes=3 << 20)  # the image does not count
+
+
+def test_a_container_rewritten_twice_comes_out_the_same():
+    source = io.BytesIO()
+    with zipfile.ZipFile(source, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("a.xml", "<a>" + "x" * 1000 + "</a>")
+        z.writestr("b.xml", "<b>" + "y" * 1000 + "</b>")
+    archive = open_zip(source.getvalue())
+    first = rewrite_zip(archive, {"a.xml": b"<a/>"})
+    # the source's entries still point into the source (zipfile's writestr moves the entry it is given)
+    assert rewrite_zip(archive, {"a.xml": b"<a/>"}) == first
+    assert zipfile.ZipFile(io.BytesIO(first)).read("b.xml") == b"<b>" + b"y" * 1000 + b"</b>"
 
 
 def test_unknown_formats_are_refused():

@@ -8,6 +8,7 @@ they like in between.
 """
 from __future__ import annotations
 
+import copy
 import io
 import struct
 import zipfile
@@ -126,5 +127,7 @@ def rewrite_zip(archive: zipfile.ZipFile, replaced: dict[str, bytes]) -> bytes:
                 data = archive.read(info) if data is None else data
             except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:  # open_zip read it through
                 raise DocumentError(f"its part {info.filename} cannot be read ({exc})") from exc
-            new.writestr(info, data, compress_type=info.compress_type)
+            # a copy: writestr sets the entry's offset and sizes to the new container's, and the source's
+            # entries would then point into the wrong file
+            new.writestr(copy.copy(info), data, compress_type=info.compress_type)
     return out.getvalue()
