@@ -26,6 +26,11 @@ gives a long job up after a slice (jobs_runner.SLICE_S) while others wait runs t
 A finished job is removed ttl_s after it ended (its `expires_at`), or when DELETE removes it (remove());
 from then on it reads as no job, even before a runner's scan removes its directory.
 
+A finished record never changes again (only its removal), so each process keeps the finished ones it has
+read in memory (without their chunks' bounds): the scans (an idle runner's every second, `/v1/jobs`, each
+`/metrics` scrape) list the directory and read only the unfinished jobs' records. With 20,000 finished jobs
+kept, a scan read 20,000 files (0.57 s of CPU, every second, in each idle worker).
+
 An Idempotency-Key (already tied to its client by the caller) names one job for as long as that job is
 kept: its file is made with link(), which fails where the file is there, so of two requests with one key
 exactly one makes a job; the other (and every later one) gets that job, or IdempotencyConflict when it
@@ -42,6 +47,7 @@ import re
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +117,8 @@ class JobStore:
     def __init__(self, directory: str | Path, ttl_s: float):
         self.directory = Path(directory)
         self.ttl_s = ttl_s
+        self._finished: dict[str, dict] = {}  # id -> a finished job's record, as last read, less its "chunks"
+        self._finished_lock = threading.Lock()  # the store is used from several threads (asyncio.to_thread)
 
     def path(self, job_id: str) -> Path | None:
         """The job's directory, or None for anything that is not a job id (keeps paths out)."""
@@ -209,9 +217,13 @@ class JobStore:
         as it was when asked (chunks in flight may still land before its runner stops; they are dropped);
         a finished job has its `expires_at`, and past it reads as None (expired) whether or not a runner
         has removed it yet."""
-        record = self._record(job_id)
+        return self._shown(self._record(job_id))
+
+    def _shown(self, record: dict | None) -> dict | None:
+        """A record as read() shows it (see there)."""
         if record is None:
             return None
+        job_id = record["id"]
         record["expires_at"] = None
         if record["state"] in FINISHED:
             record["expires_at"] = self.expires_at(record)
@@ -310,17 +322,42 @@ class JobStore:
 
     def _kept(self):
         """Every job kept, as read() shows it."""
-        if not self.directory.is_dir():
-            return
-        for home in self.directory.iterdir():
-            if not ID.fullmatch(home.name):
-                continue
+        for record in self._records():
             try:
-                record = self.read(home.name)
-            except (OSError, ValueError):  # removed meanwhile, or a record being replaced
+                shown = self._shown(dict(record))
+            except (OSError, ValueError):  # removed meanwhile
                 continue
-            if record is not None:
-                yield record
+            if shown is not None:
+                yield shown
+
+    def _records(self) -> list[dict]:
+        """Every job's record as its runner last wrote it: a finished one from memory once it has been read
+        (less its chunks' bounds), an unfinished one read now."""
+        if not self.directory.is_dir():
+            return []
+        records, present = [], set()
+        for home in os.scandir(self.directory):
+            job_id = home.name
+            if not ID.fullmatch(job_id):
+                continue
+            present.add(job_id)
+            record = self._finished.get(job_id)
+            if record is None:
+                try:
+                    record = self._record(job_id)
+                except (OSError, ValueError):  # removed meanwhile, or a record being replaced
+                    continue
+                if record is None:
+                    continue
+                if record["state"] in FINISHED:
+                    record = {k: v for k, v in record.items() if k != "chunks"}
+                    with self._finished_lock:
+                        self._finished[job_id] = record
+            records.append(record)
+        with self._finished_lock:  # removed by any worker (expired, or DELETE)
+            for job_id in [j for j in self._finished if j not in present]:
+                del self._finished[job_id]
+        return records
 
     def remove(self, job_id: str) -> dict | None:
         """Remove a finished job and its results now (DELETE of a job that has ended): its record as it was,
@@ -393,21 +430,17 @@ class JobStore:
         finished more than ttl_s ago are removed."""
         if not self.directory.is_dir():
             return []
-        now, waiting = time.time(), []
-        for home in self.directory.iterdir():
+        for home in os.scandir(self.directory):
             if home.name.startswith(".removed-"):  # a removal (remove()) that stopped half way
-                shutil.rmtree(home, ignore_errors=True)
-            if not ID.fullmatch(home.name):
-                continue
-            record = self._record(home.name)
-            if record is None:
-                continue
+                shutil.rmtree(home.path, ignore_errors=True)
+        now, waiting = time.time(), []
+        for record in self._records():
             if record["state"] in FINISHED:
                 if now > self.expires_at(record):
-                    self._drop_key(record.get("idempotency_key"), home.name)
-                    shutil.rmtree(home, ignore_errors=True)
+                    self._drop_key(record.get("idempotency_key"), record["id"])
+                    shutil.rmtree(self.directory / record["id"], ignore_errors=True)
                 continue
-            waiting.append((record.get("queued_at") or record["created_at"], record["created_at"], home.name))
+            waiting.append((record.get("queued_at") or record["created_at"], record["created_at"], record["id"]))
         return sorted(waiting)
 
     def others_waiting(self, job_id: str) -> bool:
