@@ -46,6 +46,7 @@ import os
 import re
 import secrets
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -57,6 +58,13 @@ QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed"
 FINISHED = frozenset({DONE, FAILED, CANCELLED})
 CHUNK_CHARS = 16_000  # a chunk closes at this many characters too (a few long texts make a chunk)
 KEY_WAIT_S = 2.0  # how long a request waits for the job that another request with its key is making
+# what a finished job's record is kept in memory with: what a listing shows (schemas.JobStatus), whose it is
+# and when it expires: some 460 bytes a job (the whole record took 3.3 KB)
+_LISTED = ("id", "state", "owner", "source", "target", "file_name", "done", "total", "sentences", "not_translated",
+           "error", "created_at", "started_at", "updated_at", "finished_at", "resumed_at", "done_at_resume",
+           "idempotency_key")
+_SHARED = {"state", "owner", "source", "target"}  # values many jobs have alike: one string for them all
+_ID, _FINISHED_AT, _UPDATED_AT, _KEY = (_LISTED.index(k) for k in ("id", "finished_at", "updated_at", "idempotency_key"))
 
 
 class IdempotencyConflict(Exception):
@@ -117,7 +125,7 @@ class JobStore:
     def __init__(self, directory: str | Path, ttl_s: float):
         self.directory = Path(directory)
         self.ttl_s = ttl_s
-        self._finished: dict[str, dict] = {}  # id -> a finished job's record, as last read, less its "chunks"
+        self._finished: dict[str, tuple] = {}  # id -> a finished job's record, its _LISTED fields
         self._finished_lock = threading.Lock()  # the store is used from several threads (asyncio.to_thread)
 
     def path(self, job_id: str) -> Path | None:
@@ -332,32 +340,40 @@ class JobStore:
 
     def _records(self) -> list[dict]:
         """Every job's record as its runner last wrote it: a finished one from memory once it has been read
-        (less its chunks' bounds), an unfinished one read now."""
+        (its _LISTED fields), an unfinished one read now."""
+        finished, unfinished = self._scan()
+        return [dict(zip(_LISTED, kept)) for kept in finished] + unfinished
+
+    def _scan(self) -> tuple[list[tuple], list[dict]]:
+        """(the finished jobs' _LISTED fields, the unfinished jobs' records)."""
         if not self.directory.is_dir():
-            return []
-        records, present = [], set()
+            return [], []
+        finished, unfinished, present = [], [], set()
         for home in os.scandir(self.directory):
             job_id = home.name
             if not ID.fullmatch(job_id):
                 continue
             present.add(job_id)
-            record = self._finished.get(job_id)
-            if record is None:
+            kept = self._finished.get(job_id)
+            if kept is None:
                 try:
                     record = self._record(job_id)
                 except (OSError, ValueError):  # removed meanwhile, or a record being replaced
                     continue
                 if record is None:
                     continue
-                if record["state"] in FINISHED:
-                    record = {k: v for k, v in record.items() if k != "chunks"}
-                    with self._finished_lock:
-                        self._finished[job_id] = record
-            records.append(record)
+                if record["state"] not in FINISHED:
+                    unfinished.append(record)
+                    continue
+                kept = tuple(sys.intern(v) if k in _SHARED and isinstance(v, str) else v
+                             for k, v in ((k, record.get(k)) for k in _LISTED))
+                with self._finished_lock:
+                    self._finished[job_id] = kept
+            finished.append(kept)
         with self._finished_lock:  # removed by any worker (expired, or DELETE)
             for job_id in [j for j in self._finished if j not in present]:
                 del self._finished[job_id]
-        return records
+        return finished, unfinished
 
     def remove(self, job_id: str) -> dict | None:
         """Remove a finished job and its results now (DELETE of a job that has ended): its record as it was,
@@ -433,15 +449,14 @@ class JobStore:
         for home in os.scandir(self.directory):
             if home.name.startswith(".removed-"):  # a removal (remove()) that stopped half way
                 shutil.rmtree(home.path, ignore_errors=True)
-        now, waiting = time.time(), []
-        for record in self._records():
-            if record["state"] in FINISHED:
-                if now > self.expires_at(record):
-                    self._drop_key(record.get("idempotency_key"), record["id"])
-                    shutil.rmtree(self.directory / record["id"], ignore_errors=True)
-                continue
-            waiting.append((record.get("queued_at") or record["created_at"], record["created_at"], record["id"]))
-        return sorted(waiting)
+        finished, unfinished = self._scan()
+        now = time.time()
+        for kept in finished:
+            job_id, ended, updated, key = kept[_ID], kept[_FINISHED_AT], kept[_UPDATED_AT], kept[_KEY]
+            if now > (ended or updated) + self.ttl_s:  # expires_at()
+                self._drop_key(key, job_id)
+                shutil.rmtree(self.directory / job_id, ignore_errors=True)
+        return sorted((r.get("queued_at") or r["created_at"], r["created_at"], r["id"]) for r in unfinished)
 
     def others_waiting(self, job_id: str) -> bool:
         """Whether an unfinished job other than this one waits for a runner (no runner holds it)."""
