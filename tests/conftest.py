@@ -136,6 +136,15 @@ def _stop_shared_engines():
         supervisor.stop()
 
 
+def distinct(text: str, n: int) -> list[str]:
+    """n texts of about the same work, all different: a text repeated within a request goes to the engine
+    once (service/translation_cache.py), so load made of copies is no load."""
+    def letters(i: int) -> str:  # (digits may all be one unknown piece to a small test tokenizer)
+        return letters(i // 26) + chr(97 + i % 26) if i >= 26 else chr(97 + i)
+
+    return [f"{text} {letters(i)}" for i in range(n)]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

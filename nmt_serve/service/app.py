@@ -54,6 +54,7 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
                 detector_for(frozenset(m.source for m in models.values()))
             state.models = models
             state.names = language_names(models)
+            state.translation_cache.clear()  # answers of the engine before this one's models
             for m in status.models:
                 state.metrics.model_load_seconds.labels(model=m["id"]).set(m.get("load_seconds", 0.0))
             log.info("ready: %s", ", ".join(sorted(state.models)))

@@ -122,6 +122,8 @@ class Metrics:
         self.flags = Counter("nmt_translation_flags", "translated sentences flagged as doubtful, by flag (see quality.py)",
                              ["flag"], registry=r)
         self.job_texts = Counter("nmt_job_texts", "texts translated by jobs (counted once their chunk is written)", registry=r)
+        self.cache = Counter("nmt_translation_cache_sentences", "sentences answered without the engine (hit: a repeat "
+                             "within the call, or kept by the translation cache) or translated by it (miss)", ["result"], registry=r)
         self.engine = EngineCollector()
         self.jobs = JobsCollector()
         shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")

@@ -213,10 +213,21 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
         served = {t.model.id: t.model for t in prepared if t.model is not None}
         terms = terminology or Terminology()
         sentence_terms = {m: terms.terms_for(sentence_texts[m]) for m in ids}
-        results = dict(zip(ids, await asyncio.gather(*(engine.translate(served[m].engine_model, batches[m], scored, timeout,
-                                                                        served[m].target_prefix, priority,
-                                                                        terms=sentence_terms[m], avoid=terms.avoid)
-                                                       for m in ids))))
+
+        async def translated(model: ServedDirection) -> list[list[EngineHypothesis]]:
+            # each distinct sentence once, and none the cache keeps (translation_cache.py)
+            async def call(sources: list[list[int]], sources_terms: list[list[str]] | None) -> list[list[EngineHypothesis]]:
+                return await engine.translate(model.engine_model, sources, scored, timeout, model.target_prefix, priority,
+                                              terms=sources_terms, avoid=terms.avoid)
+
+            cache = state.translation_cache
+            nbest, sent = await cache.translate(call, model.engine_model, batches[model.id], scored, model.target_prefix,
+                                                terms=sentence_terms[model.id], avoid=terms.avoid)
+            state.metrics.cache.labels(result="hit").inc(len(nbest) - sent)
+            state.metrics.cache.labels(result="miss").inc(sent)
+            return nbest
+
+        results = dict(zip(ids, await asyncio.gather(*(translated(served[m]) for m in ids))))
         results = {m: _cleaned(hyps, sentence_texts[m], served[m].inputs.tokenizer, sentence_terms[m]) for m, hyps in results.items()}
         attention = await _attention(engine, prepared, batches, sentence_texts, results, timeout, check)
         return results, attention

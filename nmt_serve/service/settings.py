@@ -69,6 +69,10 @@ class Settings(BaseSettings):
                                                        "opinion, built before readiness: seconds and some 200 MB per API worker); false: "
                                                        "a request must name its source language (\"auto\" and /detect answer 400), and "
                                                        "neither is loaded")
+    translation_cache_entries: int = Field(0, ge=0, description="sentences' translations each API worker keeps (the least "
+                                           "recently used go first) to answer a sentence asked for again with the same model "
+                                           "and options without the engine; 0 = off (a sentence repeated within one request "
+                                           "is translated once either way). About 1 KB each")
     max_beam_size: int = Field(8, ge=1)
     max_output_length: int = Field(512, ge=1, description="upper bound for max_length in a request")
     request_timeout_s: float = Field(30.0, gt=0, description="a request still waiting after this gets 504")

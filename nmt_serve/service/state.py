@@ -10,6 +10,7 @@ from nmt_serve.service.limits import RequestLimits
 from nmt_serve.service.metrics import Metrics
 from nmt_serve.service.security import KeyChecker, RateLimiter
 from nmt_serve.service.settings import Settings
+from nmt_serve.service.translation_cache import TranslationCache
 
 if TYPE_CHECKING:
     from nmt_serve.engine.supervisor import EngineSupervisor
@@ -30,8 +31,10 @@ class ServiceState:
     rate_limiter: RateLimiter = None  # type: ignore[assignment]
     limits: RequestLimits = None  # type: ignore[assignment]
     names: dict[str, str] = field(default_factory=dict)  # a model's own language code -> the service's name for it
+    translation_cache: TranslationCache = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        self.translation_cache = TranslationCache(self.settings.translation_cache_entries)
         self.keys = KeyChecker(self.settings.keys())
         self.rate_limiter = RateLimiter(self.settings.rate_limit_per_minute)
         self.limits = RequestLimits(self.settings)

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import running_server
+from conftest import distinct, running_server
 from fastapi.testclient import TestClient
 
 from nmt_serve.service.app import create_app
@@ -236,7 +236,7 @@ def test_request_past_its_deadline_is_504(models_dir):
         assert_error(c.post("/v1/translate", json={"text": "Hallo", **FAST}), 504, "timeout")
     with make_client(models_dir) as c:
         wait_ready(c)
-        slow = {"text": ["Ein Hund rennt über die Wiese."] * 64, "beam_size": 8, "max_length": 250}
+        slow = {"text": distinct("Ein Hund rennt über die Wiese.", 64), "beam_size": 8, "max_length": 250}
         assert_error(c.post("/v1/translate", json=slow, headers={"X-Request-Timeout": "0.3"}), 504, "timeout")
         assert c.post("/v1/translate", json={"text": "Hallo", **FAST}).status_code == 200  # the server goes on
         wait_for(lambda: metric(c, "nmt_engine_calls_in_flight") == 0)  # the timed-out work was dropped

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import free_port, post_json, processes, running_server
+from conftest import distinct, free_port, post_json, processes, running_server
 
 from nmt_serve.engine.core import EngineConfig, EngineCore
 from nmt_serve.engine.protocol import (
@@ -408,10 +409,11 @@ def test_a_killed_engine_gives_503_at_once_and_comes_back(models_dir):
         [engine] = processes(b"nmt_serve.engine.process", parent=api)  # the engine runs in its own process
         # at the API process's priority (engine_nice, default 0: a niced engine starves beside busy neighbours)
         assert os.getpriority(os.PRIO_PROCESS, engine) == os.getpriority(os.PRIO_PROCESS, api)
-        slow = {"text": ["Ein Hund rennt über die Wiese."] * 64, "beam_size": 8, "max_length": 250}  # seconds of work
+        # seconds of work: the random model writes 250 tokens for 60 of these 64 texts
+        slow = {"text": distinct("Verschwunden Verschwunden", 64), "beam_size": 8, "max_length": 250}
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(post_json, base + "/v1/translate", slow)
-            while "nmt_engine_running_sentences 64.0" not in urllib.request.urlopen(base + "/metrics").read().decode():
+            while float(re.search(r"^nmt_engine_running_sentences (\S+)", urllib.request.urlopen(base + "/metrics").read().decode(), re.M)[1]) < 48:
                 assert not waiting.done(), waiting.result()
                 time.sleep(0.05)
             os.kill(engine, signal.SIGKILL)
