@@ -7,6 +7,7 @@ import math
 
 import httpx
 import pytest
+from conftest import distinct
 
 from nmt_serve.engine.admission import Admission
 from nmt_serve.service.app import create_app
@@ -67,8 +68,8 @@ def test_a_flood_gets_fast_refusals_and_every_admitted_request_completes(models_
             assert rate > 1.0  # calibrated at start-up
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-                body = {"text": ["Ein Hund rennt über die große grüne Wiese im Park."] * 8, "beam_size": 4, "max_length": 20}
-                cost = Admission(rate).cost([len(state.models["de-en"].encode(body["text"][0]))] * 8, 4)
+                body = {"text": distinct("Ein Hund rennt über die große grüne Wiese im Park.", 8), "beam_size": 4, "max_length": 20}
+                cost = Admission(rate).cost([len(state.models["de-en"].encode(text)) for text in body["text"]], 4)
                 # a deadline of ten requests' work (at least 1 s, for the service's own overheads) admits
                 # about margin x 10 = 2 of them; a flood of twice what the deadline could admit
                 timeout = max(1.0, 10 * cost / rate)
