@@ -20,7 +20,7 @@ from nmt_serve.service.errors import install_handlers
 from nmt_serve.service.middleware import BodySizeLimit, MetricsMiddleware
 from nmt_serve.service.jobs_runner import JobRunner
 from nmt_serve.service.jobs_store import JobStore, default_directory
-from nmt_serve.service.routers import health, jobs, libretranslate, ui, v1
+from nmt_serve.service.routers import glossaries, health, jobs, libretranslate, ui, v1
 from nmt_serve.service.settings import Settings
 from nmt_serve.service.state import ServiceState
 
@@ -121,6 +121,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
     install_handlers(app, plain_errors=libretranslate.is_libretranslate_path)
     app.include_router(v1.router)
     app.include_router(jobs.router)
+    app.include_router(glossaries.router)
     app.include_router(libretranslate.router)
     app.include_router(health.router)
     app.include_router(ui.router)

@@ -57,6 +57,12 @@ def job_owner(state: ServiceState, request: Request, body_key: str | None = None
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def seen_owner(state: ServiceState, request: Request) -> str | None:
+    """Whose jobs and glossaries a request sees: its key's (job_owner), or everyone's (None) on a server
+    without keys."""
+    return job_owner(state, request) if state.keys.enabled else None
+
+
 async def require_api_key(request: Request, state: ServiceState = Depends(get_state)) -> None:
     authorize(state, request)
 

@@ -29,6 +29,12 @@ def error_body(type_: str, message: str, param: str | None = None) -> dict:
     return {"error": {"type": type_, "message": printable(message), "param": printable(param)}}
 
 
+def documented_error(description: str, type_: str, message: str, param: str | None = None) -> dict:
+    """A documented error response with its example (docs.py gives it the error schema)."""
+    return {"description": description, "content": {"application/json": {
+        "example": {"error": {"type": type_, "message": message, "param": param}}}}}
+
+
 def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, "invalid_request", message, param)
 

@@ -42,7 +42,7 @@ from nmt_serve.service.jobs_store import (
     IdempotencyConflict,
     JobStore,
 )
-from nmt_serve.service.pipeline import TextResult, terminology, translate_texts
+from nmt_serve.service.pipeline import TextResult, stored_glossary, terminology, translate_texts
 from nmt_serve.service.schemas import (
     Translation,
 )
@@ -333,7 +333,8 @@ class JobRunner:
                 return await translate_texts(self.state, None, source=record["source"], target=record["target"], texts=texts,
                                              options=options, param="q", format=record["format"],
                                              split_sentences=record["split_sentences"],
-                                             terminology=terminology(record.get("glossary"), record.get("avoid")))
+                                             terminology=terminology(record.get("glossary"), record.get("avoid"), await asyncio.to_thread(
+                                                 stored_glossary, self.state, record.get("glossary_id"), None, record["source"], record["target"])))
             except APIError as exc:
                 if exc.status in ONE_TEXTS_FAULT:
                     # one text's own problem (no served language found in it, too long) must not lose the

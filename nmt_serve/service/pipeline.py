@@ -240,9 +240,17 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
             if t.model is not None else _as_is(t, options) for t in prepared]
 
 
-def terminology(glossary: list | None, avoid: list[str] | None) -> Terminology | None:
+def terminology(glossary: list | None, avoid: list[str] | None, stored: Terminology | None = None) -> Terminology | None:
     """A request's glossary (entries with source and target, as objects or dicts) and avoided terms, checked
-    (text/glossary.py; the error names the `glossary` or `avoid` parameter); None when it has neither."""
+    (text/glossary.py; the error names the `glossary` or `avoid` parameter); None when it has neither.
+    stored: a stored glossary's terms (stored_glossary), the request's glossary instead of its own entries."""
+    if stored is not None:
+        if glossary:
+            raise bad_request("give glossary or glossary_id, not both", "glossary_id")
+        avoided = tuple(avoid or ())
+        if (problem := check_glossary([], list(avoided))) is not None:
+            raise bad_request(*problem)
+        return Terminology(stored.glossary, avoided, stored.index)
     if not glossary and not avoid:
         return None
     entries = tuple(GlossaryEntry(e["source"], e["target"]) if isinstance(e, dict) else GlossaryEntry(e.source, e.target)
@@ -251,6 +259,24 @@ def terminology(glossary: list | None, avoid: list[str] | None) -> Terminology |
     if (problem := check_glossary(list(entries), list(avoided))) is not None:
         raise bad_request(*problem)
     return Terminology(entries, avoided)
+
+
+def stored_glossary(state: ServiceState, glossary_id: str | None, owner: str | None, source: str, target: str) -> Terminology | None:
+    """The terms of a stored glossary (POST /v1/glossaries) for a translation from source to target asked for by
+    `owner` (None: anyone's; a job's runner, whose job was checked when it was made); 400 naming glossary_id
+    where there is no such glossary of the owner's (deleted meanwhile), or it is for other languages."""
+    if glossary_id is None:
+        return None
+    found = state.glossaries.get(glossary_id, owner)
+    if found is None:
+        raise bad_request(f"no glossary {glossary_id} (deleted, or another key's)", "glossary_id")
+    record, terms = found
+    if source == AUTO:
+        raise bad_request(f"a glossary is for one source language ({record['source']}): name it, not auto", "source")
+    if (state.language(source), state.language(target)) != (record["source"], record["target"]):
+        raise bad_request(f"glossary {glossary_id} is for {record['source']}-{record['target']}, not "
+                          f"{state.language(source)}-{state.language(target)}", "glossary_id")
+    return terms
 
 
 def _cleaned(hyps: list[list[EngineHypothesis]], sources: list[str], tokenizer: Tokenizer,

@@ -50,6 +50,9 @@ class WithTerminology(RequestBody):
         "sentence's free translation, flagged constraint_unmet")
     avoid: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
         None, max_length=64, description="target terms no translation may contain (as they tokenize when written)")
+    glossary_id: str | None = Field(None, pattern="^[0-9a-f]{32}$", description="a stored glossary's entries as the "
+                                    "glossary (POST /v1/glossaries): its source and target languages must be the "
+                                    "request's; instead of `glossary`, not beside it")
 
 
 class TranslateRequest(WithTerminology):
@@ -286,6 +289,37 @@ class JobStatus(BaseModel):
                    percent=round(100.0 * done / total, 2) if total else 100.0, eta_seconds=eta, created_at=record["created_at"],
                    started_at=record["started_at"], updated_at=record["updated_at"], finished_at=record["finished_at"],
                    expires_at=record.get("expires_at"), error=record["error"], not_translated=record.get("not_translated", 0))
+
+
+class GlossaryCreate(RequestBody):
+    """POST /v1/glossaries: a glossary to keep, its entries as a list or as tab-separated lines."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"name": "Tiere", "source": "de", "target": "en", "entries": [{"source": "Hund", "target": "hound"}]},
+        {"name": "Tiere", "source": "de", "target": "en", "entries_tsv": "Hund\thound\nKatze\tfeline\n"}]})
+    name: str = Field(min_length=1, max_length=200)
+    source: str = Field(min_length=1, description="source language code (not auto)")
+    target: str = Field(min_length=1)
+    entries: list[GlossaryTerm] | None = Field(None, description="the entries (at most max_glossary_entries)")
+    entries_tsv: str | None = Field(None, description="or the entries as lines of `source<TAB>target` (DeepL's TSV)")
+
+
+class GlossaryInfo(BaseModel):
+    id: str
+    name: str
+    source: str
+    target: str
+    entry_count: int
+    created_at: float = Field(description="Unix time")
+
+
+class GlossaryList(BaseModel):
+    glossaries: list[GlossaryInfo] = Field(description="the caller's glossaries, the newest first")
+
+
+class GlossaryEntries(BaseModel):
+    id: str
+    entries: list[GlossaryTerm]
 
 
 class JobList(BaseModel):

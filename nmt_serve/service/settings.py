@@ -111,6 +111,8 @@ class Settings(BaseSettings):
     # jobs (POST /v1/jobs): many texts translated in the background, with progress, surviving restarts
     jobs_dir: str = Field("", description="directory where jobs and their results are kept, shared by the API workers "
                                           "(empty: nmt-serve-jobs-<uid> in the system's temporary directory)")
+    max_glossary_entries: int = Field(10_000, ge=1, description="entries of one stored glossary (POST /v1/glossaries) at most")
+    max_glossaries: int = Field(1_000, ge=1, description="stored glossaries per API key (per server without keys) at most")
     max_job_texts: int = Field(100_000, ge=1, description="texts in one job at most; beyond it 413")
     max_job_bytes: int = Field(16_000_000, ge=1, description="request body of POST /v1/jobs at most (bytes); beyond it 413")
     job_chunk_texts: int = Field(16, ge=1, description="texts a job sends to the engine per call (a chunk's results are "

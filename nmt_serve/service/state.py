@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmt_serve.service.directions import ServedDirection
+from nmt_serve.service.glossary_store import GlossaryStore
+from nmt_serve.service.jobs_store import default_directory
 from nmt_serve.service.errors import bad_request, not_ready
 from nmt_serve.service.limits import RequestLimits
 from nmt_serve.service.metrics import Metrics
@@ -32,9 +35,12 @@ class ServiceState:
     limits: RequestLimits = None  # type: ignore[assignment]
     names: dict[str, str] = field(default_factory=dict)  # a model's own language code -> the service's name for it
     translation_cache: TranslationCache = None  # type: ignore[assignment]
+    glossaries: GlossaryStore = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         self.translation_cache = TranslationCache(self.settings.translation_cache_entries)
+        # beside the jobs, on the volume they are kept on: every worker and replica sees the same glossaries
+        self.glossaries = GlossaryStore(Path(self.settings.jobs_dir or default_directory()) / "glossaries")
         self.keys = KeyChecker(self.settings.keys())
         self.rate_limiter = RateLimiter(self.settings.rate_limit_per_minute)
         self.limits = RequestLimits(self.settings)

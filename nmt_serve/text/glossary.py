@@ -13,7 +13,7 @@ written: its inflection is the user's to choose.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_ENTRIES = 64  # per request: each applied entry widens the search
 MAX_TERM_CHARS = 200
@@ -33,10 +33,37 @@ class Terminology:
 
     glossary: tuple[GlossaryEntry, ...] = ()
     avoid: tuple[str, ...] = ()
+    index: GlossaryIndex | None = field(default=None, compare=False, repr=False)  # the glossary's, made once
+
+    def __post_init__(self) -> None:
+        if self.index is None and self.glossary:
+            object.__setattr__(self, "index", GlossaryIndex(self.glossary))
 
     def terms_for(self, sentences: list[str]) -> list[list[str]] | None:
         """Per sentence, the target terms its translation must contain (None: no glossary)."""
-        return [applicable(s, list(self.glossary)) for s in sentences] if self.glossary else None
+        return [self.index.applicable(s) for s in sentences] if self.glossary else None
+
+
+class GlossaryIndex:
+    """A glossary's entries by their source term's first word, so that a sentence is matched against the
+    entries that may occur in it, not all of them (a stored glossary has thousands): `applicable` as the
+    function, at a cost that grows with the sentence, not the glossary."""
+
+    def __init__(self, entries: tuple[GlossaryEntry, ...] | list[GlossaryEntry]):
+        self.entries = list(entries)
+        self._by_first: dict[str, list[int]] = {}
+        for k, e in enumerate(self.entries):
+            if first := words(e.source)[:1]:
+                self._by_first.setdefault(first[0], []).append(k)
+
+    def applicable(self, sentence: str) -> list[str]:
+        found = words(sentence)
+        candidates: set[int] = set()
+        for word in set(found):
+            # a term's first word matches this word when it is the word, or the word less one of ENDINGS
+            for stem in (word, *(word[:-len(e)] for e in ENDINGS if len(word) > len(e) and word.endswith(e))):
+                candidates.update(self._by_first.get(stem, ()))
+        return applicable(sentence, [self.entries[k] for k in sorted(candidates)])
 
 
 def words(text: str) -> list[str]:

@@ -18,8 +18,8 @@ from fastapi import APIRouter, Depends, File, Form, Header, Path, Query, Request
 from pydantic import BaseModel, Field
 from starlette.convertors import Convertor, register_url_convertor
 
-from nmt_serve.service.dependencies import get_state, job_owner, require_api_key
-from nmt_serve.service.errors import APIError, bad_request
+from nmt_serve.service.dependencies import get_state, job_owner, require_api_key, seen_owner
+from nmt_serve.service.errors import APIError, bad_request, documented_error
 from nmt_serve.service.file_translation import attachment_headers
 from nmt_serve.service.jobs_files import (
     FORMATS,
@@ -31,7 +31,7 @@ from nmt_serve.service.jobs_files import (
 )
 from nmt_serve.service.jobs_runner import JobRunner
 from nmt_serve.service.jobs_store import DONE, FAILED, FINISHED, QUEUED, RUNNING
-from nmt_serve.service.pipeline import AUTO, resolve_model, terminology
+from nmt_serve.service.pipeline import AUTO, resolve_model, stored_glossary, terminology
 from nmt_serve.service.schemas import (
     JobList,
     JobRequest,
@@ -96,19 +96,13 @@ def submitted(record: dict, response: Response) -> JobStatus:
     return JobStatus.of(record)
 
 
-def error(description: str, type_: str, message: str, param: str | None = None) -> dict:
-    """A documented error response with its example (docs.py gives it the error schema)."""
-    return {"description": description, "content": {"application/json": {
-        "example": {"error": {"type": type_, "message": message, "param": param}}}}}
-
-
-NOT_FOUND = {404: error("no such job (or it expired: job_ttl_s)", "not_found", "no job 5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2", "id")}
+NOT_FOUND = {404: documented_error("no such job (or it expired: job_ttl_s)", "not_found", "no job 5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2", "id")}
 STORAGE = {503: {"description": "the models are still loading or the engine is restarting, or the jobs directory cannot be "
                                 "written: retry (see Retry-After)"},
-           507: error("the jobs directory is full: retry later (see Retry-After)", "insufficient_storage",
+           507: documented_error("the jobs directory is full: retry later (see Retry-After)", "insufficient_storage",
                       "the jobs directory is full (No space left on device): retry later")}
 SUBMIT = {400: {"description": "no model for the language pair, or a file that cannot be read as its extension says"},
-          409: error("the Idempotency-Key was given to another request", "idempotency_key_reused",
+          409: documented_error("the Idempotency-Key was given to another request", "idempotency_key_reused",
                      "this Idempotency-Key was given to another request (other texts or options): a new job needs a new key",
                      "Idempotency-Key"),
           **STORAGE}
@@ -137,8 +131,7 @@ async def list_jobs(request: Request, state: ServiceState = Depends(get_state),
     running ones, and finished ones until they expire (job_ttl_s). A page ends with has_more; the next one
     is asked for with before=<its last job's id>. A `before` job that is gone (expired, deleted) gives an
     empty page."""
-    owner = job_owner(state, request)
-    records, more = await asyncio.to_thread(runner_of(request).store.jobs, owner if state.keys.enabled else None,
+    records, more = await asyncio.to_thread(runner_of(request).store.jobs, seen_owner(state, request),
                                             job_state, before, limit)
     return JobList(jobs=[JobStatus.of(r) for r in records], has_more=more)
 
@@ -150,11 +143,12 @@ async def create_job(body: JobRequest, request: Request, response: Response, ide
     state.limits.check_job_texts(body.q, "q")
     state.require_ready()
     options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
-    terminology(body.glossary, body.avoid)  # refused now, not in every chunk
+    stored = await asyncio.to_thread(stored_glossary, state, body.glossary_id, seen_owner(state, request), body.source, body.target)
+    terminology(body.glossary, body.avoid, stored)  # refused now, not in every chunk
     glossary = [term.model_dump() for term in body.glossary or ()]
     record = await runner_of(request).submit(dict(source=body.source, target=body.target, format=body.format,
                                                   split_sentences=body.split_sentences, glossary=glossary, avoid=body.avoid or [],
-                                                  owner=job_owner(state, request)),
+                                                  glossary_id=body.glossary_id, owner=job_owner(state, request)),
                                              body.q, options, idempotency_key=client_key(request, state, idempotency_key))
     return submitted(record, response)
 
@@ -213,7 +207,7 @@ router.add_api_route("/jobs/{job_id:job_id}", job, methods=["DELETE"], response_
 
 
 @router.get("/jobs/{job_id:job_id}/result", response_model=JobResult | PartialJobResult, response_model_exclude_none=True,
-            responses={**NOT_FOUND, 409: error("the job is not done (queued, running, failed or cancelled; with partial=true: "
+            responses={**NOT_FOUND, 409: documented_error("the job is not done (queued, running, failed or cancelled; with partial=true: "
                                                "cancelled)", "job_not_done", "the job is running", "id"),
                        200: {"description": "the translations (with partial=true, of a job not done: PartialJobResult); "
                                             "for a file job, the file translated",

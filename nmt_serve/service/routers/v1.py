@@ -1,10 +1,12 @@
 """POST /v1/translate and POST /v1/attention, GET /v1/models."""
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 
 from nmt_serve.service.deadlines import request_timeout, with_deadline
-from nmt_serve.service.dependencies import get_state, require_api_key
+from nmt_serve.service.dependencies import get_state, require_api_key, seen_owner
 from nmt_serve.service.errors import bad_request
 from nmt_serve.service.file_translation import (
     FORMATS,
@@ -13,7 +15,7 @@ from nmt_serve.service.file_translation import (
     translated_name,
 )
 from nmt_serve.service.file_translation import translate_file as translate_whole_file
-from nmt_serve.service.pipeline import terminology, translate_texts
+from nmt_serve.service.pipeline import stored_glossary, terminology, translate_texts
 from nmt_serve.service.schemas import (
     AttentionRequest,
     AttentionResponse,
@@ -33,9 +35,10 @@ router = APIRouter(prefix="/v1", tags=["translation"], dependencies=[Depends(req
 async def translate(body: TranslateRequest, request: Request, state: ServiceState = Depends(get_state)) -> TranslateResponse:
     texts = [body.text] if isinstance(body.text, str) else body.text
     options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
+    stored = await asyncio.to_thread(stored_glossary, state, body.glossary_id, seen_owner(state, request), body.source, body.target)
     results = await translate_texts(state, request, source=body.source, target=body.target, texts=texts, options=options,
                                     param="text", format=body.format, split_sentences=body.split_sentences,
-                                    terminology=terminology(body.glossary, body.avoid), attention_check=True)
+                                    terminology=terminology(body.glossary, body.avoid, stored), attention_check=True)
     translations = [Translation.of(r, body.num_hypotheses) for r in results]
     usage = Usage(source_tokens=sum(r.source_tokens for r in results), generated_tokens=sum(r.generated_tokens for r in results),
                   sentences=sum(r.sentences for r in results))
