@@ -1,5 +1,5 @@
 """Which glossary entries apply to a sentence: case- and inflection-tolerant matching of source terms."""
-from nmt_serve.text.glossary import MAX_ENTRIES, GlossaryEntry, Terminology, applicable, check, occurs, words
+from nmt_serve.text.glossary import MAX_ENTRIES, GlossaryEntry, GlossaryIndex, Terminology, applicable, check, occurs, words
 
 
 def test_terms_match_case_insensitively_and_through_endings():
@@ -37,3 +37,23 @@ def test_an_ending_is_an_ending_and_the_longest_term_wins():
     assert applicable("Ein roter Hund rennt.", [hund, red]) == ["red hound"]
     assert applicable("Ein roter Hund und ein Hund.", [hund, red]) == ["doggo", "red hound"]  # the second stands alone
 
+
+
+def test_the_index_by_first_word_finds_what_a_scan_of_every_entry_finds():
+    import random
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parent.parent / "fixtures" / "train300.de").read_text().splitlines()
+    vocabulary = sorted({w.strip(".,!?\"") for line in lines for w in line.split()} - {""})
+    rng = random.Random(0)
+    entries, seen = [], set()
+    for k in range(3000):  # terms of one and two words, some as stems the sentences inflect ("Hund" for "Hunde")
+        term = " ".join(rng.sample(vocabulary, rng.choice([1, 1, 2])))
+        term = term[:-1] if rng.random() < 0.2 and len(term) > 4 else term
+        if term.casefold() not in seen:
+            seen.add(term.casefold())
+            entries.append(GlossaryEntry(term, f"T{k}"))
+    index = GlossaryIndex(entries)
+    found = [index.applicable(line) for line in lines[:150]]
+    assert found == [applicable(line, entries) for line in lines[:150]]
+    assert sum(map(len, found)) > 300  # many terms apply: the comparison means something
