@@ -328,13 +328,16 @@ class JobRunner:
     async def _translate(self, record: dict, texts: list[str], options: DecodeOptions) -> list[TextResult]:
         """One chunk through the pipeline, sent again (after a pause) for as long as the engine is away
         or busy; a failure that another try would not mend fails the job."""
+        try:
+            stored = await asyncio.to_thread(stored_glossary, self.state, record.get("glossary_id"), None, record["source"], record["target"])
+        except APIError as exc:  # its glossary was deleted: none of its texts can be translated as asked
+            raise JobFailed(exc.message) from None
         while True:
             try:
                 return await translate_texts(self.state, None, source=record["source"], target=record["target"], texts=texts,
                                              options=options, param="q", format=record["format"],
                                              split_sentences=record["split_sentences"],
-                                             terminology=terminology(record.get("glossary"), record.get("avoid"), await asyncio.to_thread(
-                                                 stored_glossary, self.state, record.get("glossary_id"), None, record["source"], record["target"])))
+                                             terminology=terminology(record.get("glossary"), record.get("avoid"), stored))
             except APIError as exc:
                 if exc.status in ONE_TEXTS_FAULT:
                     # one text's own problem (no served language found in it, too long) must not lose the

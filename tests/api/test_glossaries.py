@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+from conftest import distinct
 from test_jobs import client_for, ready
 
 GERMAN = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
@@ -84,3 +85,15 @@ def test_a_glossary_is_its_keys_own(models_dir, tmp_path):
         r = c.post("/v1/translate", headers=bob, json={"text": "Ein Hund.", "source": "de", "target": "en", "glossary_id": gid})
         assert r.status_code == 400 and r.json()["error"]["param"] == "glossary_id"
         assert c.get(f"/v1/glossaries/{gid}", headers=alice).status_code == 200
+
+
+def test_a_job_whose_glossary_is_deleted_fails_saying_why(models_dir, tmp_path):
+    with client_for(models_dir, tmp_path / "jobs") as c:
+        ready(c)
+        gid = c.post("/v1/glossaries", json={"name": "a", "source": "de", "target": "en", "entries_tsv": "hund\tcanine"}).json()["id"]
+        job = c.post("/v1/jobs", json={"q": distinct("Zwei Hunde spielen im Schnee.", 400), "source": "de", "target": "en",
+                                       "beam_size": 1, "max_length": 12, "glossary_id": gid}).json()
+        assert c.delete(f"/v1/glossaries/{gid}").status_code == 204
+        status = wait_done(c, job["id"])
+        # not 400 texts given back untranslated: the job itself cannot be done as asked
+        assert status["state"] == "failed" and gid in status["error"] and status["done"] < 400, status
