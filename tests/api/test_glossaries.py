@@ -97,3 +97,13 @@ def test_a_job_whose_glossary_is_deleted_fails_saying_why(models_dir, tmp_path):
         status = wait_done(c, job["id"])
         # not 400 texts given back untranslated: the job itself cannot be done as asked
         assert status["state"] == "failed" and gid in status["error"] and status["done"] < 400, status
+
+
+def test_libretranslates_translate_takes_a_glossary_id_too(models_dir, tmp_path):
+    with client_for(models_dir, tmp_path / "jobs") as c:
+        ready(c)
+        gid = c.post("/v1/glossaries", json={"name": "a", "source": "de", "target": "en", "entries_tsv": "hund\tcanine"}).json()["id"]
+        form = c.post("/translate", data={"q": GERMAN[1], "source": "de", "target": "en", "glossary_id": gid})
+        assert form.status_code == 200 and "canine" in form.json()["translatedText"], form.text
+        bad = c.post("/translate", json={"q": GERMAN[1], "source": "de", "target": "en", "glossary_id": "nope"})
+        assert bad.status_code == 400 and "glossary_id" in bad.json()["error"], bad.text

@@ -39,7 +39,7 @@ from nmt_serve.service.file_translation import media_type as media_type_of
 from nmt_serve.service.jobs_files import translate_or_submit, translated_file
 from nmt_serve.service.jobs_store import CANCELLED, DONE, FAILED, FINISHED
 from nmt_serve.service.limits import unpaired_surrogate
-from nmt_serve.service.pipeline import AUTO, FALLBACK_LANGUAGE, terminology, translate_texts
+from nmt_serve.service.pipeline import AUTO, FALLBACK_LANGUAGE, stored_glossary, terminology, translate_texts
 from nmt_serve.service.schemas import GlossaryTerm, JobStatus, Language
 from nmt_serve.service.security import bearer_token
 from nmt_serve.service.state import ServiceState
@@ -47,6 +47,7 @@ from nmt_serve.text.glossary import Terminology
 from nmt_serve.text.language_detection import language_name
 
 log = logging.getLogger("nmt_serve.service.libretranslate")
+GLOSSARY_ID = re.compile("[0-9a-f]{32}")
 
 FILE_FORMATS = FORMATS  # .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po
 FRONTEND_TIMEOUT_MS = 500  # upstream's default: how long its front-end waits after typing before it translates
@@ -233,6 +234,8 @@ class LibreTranslateParams(BaseModel):
                                                       "terminology as /v1/translate's glossary; in a form, as JSON text")
     avoid: str | list[str] | None = Field(None, description="an extension of ours: target terms no translation may "
                                                             "contain, as /v1/translate's avoid; in a form, as JSON text")
+    glossary_id: str | None = Field(None, description="an extension of ours: a stored glossary (POST /v1/glossaries), "
+                                                    "as /v1/translate's glossary_id")
 
 
 class DetectParams(BaseModel):
@@ -323,9 +326,14 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)):
     check_languages(state, source, target)
     n = alternatives + 1
     texts = [q] if isinstance(q, str) else q
+    glossary_id = text_param(params, "glossary_id", required=False)
+    if glossary_id is not None and not GLOSSARY_ID.fullmatch(glossary_id):
+        raise bad_request("Invalid request: glossary_id is not a glossary's id", "glossary_id")
+    owner = job_owner(state, request, params.get("api_key") or None) if state.keys.enabled else None
+    stored = await asyncio.to_thread(stored_glossary, state, glossary_id, owner, source, target)
     results = await translate_texts(state, request, source=source, target=target, texts=texts,
                                     options=state.limits.decode_options(max(4, n), n, None), param="q", format=format_,
-                                    upstream_fallbacks=True, terminology=terminology_params(params))
+                                    upstream_fallbacks=True, terminology=terminology_params(params, stored))
     body: dict[str, Any] = {"translatedText": results[0].text if isinstance(q, str) else [r.text for r in results]}
     if source == AUTO:
         body["detectedLanguage"] = detected_language(results[0]) if isinstance(q, str) else [detected_language(r) for r in results]
@@ -335,8 +343,9 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)):
     return body
 
 
-def terminology_params(params: dict) -> Terminology | None:
-    """The glossary and avoid extension parameters: lists in JSON bodies, JSON text in forms."""
+def terminology_params(params: dict, stored: Terminology | None = None) -> Terminology | None:
+    """The glossary and avoid extension parameters: lists in JSON bodies, JSON text in forms; stored: the
+    terms of the glossary glossary_id names."""
     found = {}
     for name in ("glossary", "avoid"):
         value = params.get(name)
@@ -353,7 +362,7 @@ def terminology_params(params: dict) -> Terminology | None:
         raise bad_request('Invalid request: glossary must be a list of {"source": ..., "target": ...}', "glossary")
     if avoid is not None and not (isinstance(avoid, list) and all(isinstance(t, str) for t in avoid)):
         raise bad_request("Invalid request: avoid must be a list of strings", "avoid")
-    return terminology(glossary, avoid)
+    return terminology(glossary, avoid, stored)
 
 
 @router.post(
