@@ -117,6 +117,7 @@ RAISED: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/translate_file"): (*ENGINE_ERRORS, 401, 429),
     ("post", "/v1/translate_file"): ENGINE_ERRORS,
     ("post", "/detect"): (400, 401, 429, 503),
+    ("post", "/v1/glossaries"): (400, 409, 503),  # entries refused, too many glossaries, models loading
     ("get", "/health/ready"): (503,),
     ("get", "/metrics"): (401,),  # with --metrics-token
 }

@@ -10,7 +10,7 @@ own language, and a job checks its pair when it is submitted), which files a fil
 names), LibreTranslate's /translate, whose glossary and avoid extensions come in a form as JSON text (which
 a schema's string cannot describe), a job's texts, which are checked when the job runs, and /v1/translate's
 texts with `source: auto` (in which language a text is) and glossary terms (which characters a model can
-write).
+write), and a stored glossary's entries (one of `entries` and `entries_tsv`, each source term with a word in it).
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from conftest import running_server
 
 KEY = "contract-key"
 MAX_EXAMPLES = 10
-EXPECTED_400 = ["/v1/attention", "/v1/jobs", "/translate", "/translate_file", "/v1/translate_file", "/v1/jobs/file", "/v1/translate"]
+EXPECTED_400 = ["/v1/attention", "/v1/jobs", "/translate", "/translate_file", "/v1/translate_file", "/v1/jobs/file", "/v1/translate",
+                "/v1/glossaries"]
 POSITIVE = ["2xx", "3xx", "401", "403", "404", "409", "429"]  # schemathesis' default, without 5xx
 # schemathesis' default and 413: a text or list over a limit the schema states (maxLength, maxItems) is refused
 # as too large

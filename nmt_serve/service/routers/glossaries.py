@@ -7,19 +7,18 @@ With API keys on, a glossary is its key's: another key neither lists, reads, use
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from nmt_serve.service.dependencies import get_state, require_api_key, seen_owner
 from nmt_serve.service.errors import APIError, bad_request, documented_error, too_large
 from nmt_serve.service.pipeline import AUTO
+from nmt_serve.service.routers.ids import path_id
 from nmt_serve.service.schemas import GlossaryCreate, GlossaryEntries, GlossaryInfo, GlossaryList, GlossaryTerm
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.glossary import MAX_TERM_CHARS, GlossaryEntry, words
 
 router = APIRouter(prefix="/v1", tags=["glossaries"], dependencies=[Depends(require_api_key)])
-GlossaryId = Annotated[str, Path(pattern="^[0-9a-f]{32}$", description="the glossary's id")]
+GlossaryId = path_id("glossary")
 NOT_FOUND = {404: documented_error("no such glossary (or another key's)", "not_found", "no glossary 5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2", "id")}
 
 
@@ -91,19 +90,19 @@ async def _found(state: ServiceState, request: Request, glossary_id: str):
     return found
 
 
-@router.get("/glossaries/{glossary_id}", response_model=GlossaryInfo, responses=NOT_FOUND)
+@router.get("/glossaries/{glossary_id:hex_id}", response_model=GlossaryInfo, responses=NOT_FOUND)
 async def get_glossary(glossary_id: GlossaryId, request: Request, state: ServiceState = Depends(get_state)) -> GlossaryInfo:
     record, _ = await _found(state, request, glossary_id)
     return GlossaryInfo(**record)
 
 
-@router.get("/glossaries/{glossary_id}/entries", response_model=GlossaryEntries, responses=NOT_FOUND)
+@router.get("/glossaries/{glossary_id:hex_id}/entries", response_model=GlossaryEntries, responses=NOT_FOUND)
 async def glossary_entries(glossary_id: GlossaryId, request: Request, state: ServiceState = Depends(get_state)) -> GlossaryEntries:
     _, terms = await _found(state, request, glossary_id)
     return GlossaryEntries(id=glossary_id, entries=[GlossaryTerm(source=e.source, target=e.target) for e in terms.glossary])
 
 
-@router.delete("/glossaries/{glossary_id}", status_code=204, response_class=Response, responses=NOT_FOUND)
+@router.delete("/glossaries/{glossary_id:hex_id}", status_code=204, response_class=Response, responses=NOT_FOUND)
 async def delete_glossary(glossary_id: GlossaryId, request: Request, state: ServiceState = Depends(get_state)) -> Response:
     """Delete a glossary: translations and jobs that name it from then on are refused (400; a queued or running
     job that names it fails)."""

@@ -14,9 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Header, Path, Query, Request, Response, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Header, Query, Request, Response, UploadFile
 from pydantic import BaseModel, Field
-from starlette.convertors import Convertor, register_url_convertor
 
 from nmt_serve.service.dependencies import get_state, job_owner, require_api_key, seen_owner
 from nmt_serve.service.errors import APIError, bad_request, documented_error
@@ -32,6 +31,7 @@ from nmt_serve.service.jobs_files import (
 from nmt_serve.service.jobs_runner import JobRunner
 from nmt_serve.service.jobs_store import DONE, FAILED, FINISHED, QUEUED, RUNNING
 from nmt_serve.service.pipeline import AUTO, resolve_model, stored_glossary, terminology
+from nmt_serve.service.routers.ids import path_id
 from nmt_serve.service.schemas import (
     JobList,
     JobRequest,
@@ -45,22 +45,7 @@ from nmt_serve.service.security import bearer_token
 from nmt_serve.service.state import ServiceState
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(require_api_key)])
-
-
-class JobIdConvertor(Convertor):
-    """A job id in a path (32 hex digits): /v1/jobs/file is no job's path, so routing names its methods alone."""
-
-    regex = "[0-9a-f]{32}"
-
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
-
-
-register_url_convertor("job_id", JobIdConvertor())
-JobId = Annotated[str, Path(pattern=f"^{JobIdConvertor.regex}$", description="the job's id")]
+JobId = path_id("job")
 
 
 class PartialJobResult(BaseModel):
@@ -195,9 +180,9 @@ async def job(job_id: JobId, request: Request, state: ServiceState = Depends(get
     return JobStatus.of(record)
 
 
-router.add_api_route("/jobs/{job_id:job_id}", job, methods=["GET"], response_model=JobStatus, responses=NOT_FOUND, name="job_status",
+router.add_api_route("/jobs/{job_id:hex_id}", job, methods=["GET"], response_model=JobStatus, responses=NOT_FOUND, name="job_status",
                      summary="Job Status", description="The job's state and progress.")
-router.add_api_route("/jobs/{job_id:job_id}", job, methods=["DELETE"], response_model=JobStatus, responses={**NOT_FOUND, **STORAGE},
+router.add_api_route("/jobs/{job_id:hex_id}", job, methods=["DELETE"], response_model=JobStatus, responses={**NOT_FOUND, **STORAGE},
                      name="cancel_job",
                      summary="Cancel or Delete Job", description="Cancel a queued or running job (its chunks in the engine are "
                                                                  "dropped; it is kept, cancelled, until it expires after "
@@ -206,7 +191,7 @@ router.add_api_route("/jobs/{job_id:job_id}", job, methods=["DELETE"], response_
                                                                  "time of removal, and from then on it is 404.")
 
 
-@router.get("/jobs/{job_id:job_id}/result", response_model=JobResult | PartialJobResult, response_model_exclude_none=True,
+@router.get("/jobs/{job_id:hex_id}/result", response_model=JobResult | PartialJobResult, response_model_exclude_none=True,
             responses={**NOT_FOUND, 409: documented_error("the job is not done (queued, running, failed or cancelled; with partial=true: "
                                                "cancelled)", "job_not_done", "the job is running", "id"),
                        200: {"description": "the translations (with partial=true, of a job not done: PartialJobResult); "
