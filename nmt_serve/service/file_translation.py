@@ -22,6 +22,7 @@ from nmt_serve.service.file_store import MEDIA_TYPES
 from nmt_serve.service.pipeline import AUTO, resolve_model, translate_texts
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.documents import Document, DocumentError, read_document
+from nmt_serve.text.glossary import Terminology
 
 DETECTION_SAMPLE_CHARS = 5000  # a file's language is told from its beginning (on the event loop: kept short)
 GROUPS_AT_ONCE = 4  # groups of a document's paragraphs in the engine at once
@@ -106,24 +107,27 @@ def file_source(state: ServiceState, file: UploadedFile, source: str, target: st
 
 
 async def translate_file(state: ServiceState, request: Request, *, name: str, data: bytes, source: str, target: str,
-                         param: str = "file") -> bytes:
-    """The file's bytes translated; every failure is an APIError (a file that cannot be read: 400)."""
+                         param: str = "file", terminology: Terminology | None = None) -> bytes:
+    """The file's bytes translated; every failure is an APIError (a file that cannot be read: 400).
+    terminology: a glossary's terms (a stored glossary's: /v1/translate_file's glossary_id)."""
     check_format(name, param)
     state.limits.check_file_bytes(len(data), param)
     if state.language(source) == state.language(target):
         return data  # nothing to translate (LibreTranslate gives a text back as it is, too)
-    return await translate_uploaded(state, request, await read_file(state, name=name, data=data, param=param), source, target, param)
+    return await translate_uploaded(state, request, await read_file(state, name=name, data=data, param=param), source, target, param,
+                                    terminology=terminology)
 
 
 async def translate_uploaded(state: ServiceState, request: Request, file: UploadedFile, source: str, target: str,
-                             param: str = "file", upstream_fallbacks: bool = False) -> bytes:
+                             param: str = "file", upstream_fallbacks: bool = False, terminology: Terminology | None = None) -> bytes:
     """A file read by read_file, translated in this request (max_chars_per_text for a text,
     max_document_chars for a document: 413 past them)."""
     options = state.limits.decode_options(4, 1, None)
     if file.document is None:
         state.limits.check_file(file.text, param)
         results = await translate_texts(state, request, source=source, target=target, texts=[file.text], options=options,
-                                        param=param, format=TEXT_FORMATS[file.extension], upstream_fallbacks=upstream_fallbacks)
+                                        param=param, format=TEXT_FORMATS[file.extension], upstream_fallbacks=upstream_fallbacks,
+                                        terminology=terminology)
         return results[0].text.encode()
     document = file.document
     state.limits.check_document([u.text for u in document.units], param)
@@ -131,7 +135,7 @@ async def translate_uploaded(state: ServiceState, request: Request, file: Upload
         source = file_source(state, file, source, target, param, upstream_fallbacks)
         if source is None:
             return file.data  # already in the target language
-    translations = await _translate_units(state, request, document.texts, source, target, options, param)
+    translations = await _translate_units(state, request, document.texts, source, target, options, param, terminology)
     try:
         return await asyncio.to_thread(document.write, translations, state.language(target))
     except (DocumentError, ValueError) as exc:
@@ -139,7 +143,7 @@ async def translate_uploaded(state: ServiceState, request: Request, file: Upload
 
 
 async def _translate_units(state: ServiceState, request: Request, texts: list[str], source: str, target: str, options,
-                           param: str) -> list[str]:
+                           param: str, terminology: Terminology | None = None) -> list[str]:
     size = state.settings.max_texts_per_request
     running = asyncio.Semaphore(GROUPS_AT_ONCE)
 
@@ -147,7 +151,7 @@ async def _translate_units(state: ServiceState, request: Request, texts: list[st
         async with running:
             # the document's limit was checked (check_document): a paragraph past max_chars_per_text is its text
             return await translate_texts(state, request, source=source, target=target, texts=texts[i:i + size],
-                                         options=options, param=param, format="html", checked=True)
+                                         options=options, param=param, format="html", checked=True, terminology=terminology)
 
     tasks = [asyncio.ensure_future(group(i)) for i in range(0, len(texts), size)]
     try:

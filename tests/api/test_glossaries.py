@@ -107,3 +107,21 @@ def test_libretranslates_translate_takes_a_glossary_id_too(models_dir, tmp_path)
         assert form.status_code == 200 and "canine" in form.json()["translatedText"], form.text
         bad = c.post("/translate", json={"q": GERMAN[1], "source": "de", "target": "en", "glossary_id": "nope"})
         assert bad.status_code == 400 and "glossary_id" in bad.json()["error"], bad.text
+
+
+def test_a_document_and_a_file_job_take_a_glossary_id(models_dir, tmp_path):
+    with client_for(models_dir, tmp_path / "jobs") as c:
+        ready(c)
+        gid = c.post("/v1/glossaries", json={"name": "a", "source": "de", "target": "en", "entries_tsv": "hund\tcanine"}).json()["id"]
+        data = ("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n").encode()
+        form = {"source": "de", "target": "en", "glossary_id": gid}
+        r = c.post("/v1/translate_file", data=form, files={"file": ("tiere.txt", data)})
+        assert r.status_code == 200 and "canine" in r.text, r.text
+        job = c.post("/v1/jobs/file", data=form, files={"file": ("tiere.txt", data)})
+        assert job.status_code == 202, job.text
+        assert wait_done(c, job.json()["id"])["state"] == "done"
+        result = c.get(f"/v1/jobs/{job.json()['id']}/result")
+        assert "canine" in result.text, result.text
+        for path in ("/v1/translate_file", "/v1/jobs/file"):  # a glossary is for a named source
+            r = c.post(path, data={**form, "source": "auto"}, files={"file": ("tiere.txt", data)})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "source", r.text
