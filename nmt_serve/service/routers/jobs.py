@@ -145,7 +145,7 @@ async def create_file_job(request: Request, response: Response, file: UploadFile
                           source: str = Form(min_length=1, description='source language code, or "auto" (the whole file is '
                                                                          "taken as one language)"),
                           target: str = Form(min_length=1), idempotency_key: IdempotencyKey = None,
-                          glossary_id: str | None = Form(None, pattern="^[0-9a-f]{32}$", description="a stored glossary "
+                          glossary_id: str = Form("", pattern="^([0-9a-f]{32})?$", description="a stored glossary "
                                                          "(POST /v1/glossaries) for the file's direction"),
                           state: ServiceState = Depends(get_state)) -> JobStatus:
     """A document (one text per paragraph, its formatting kept) or a .txt file (one text per line) as a job; its
@@ -160,13 +160,13 @@ async def create_file_job(request: Request, response: Response, file: UploadFile
         raise bad_request(f"the file cannot be read as {extension_of(name)}: {exc}", "file") from None
     state.limits.check_job_texts(texts, "file")  # before the language of all of its text is told
     state.require_ready()
-    await asyncio.to_thread(stored_glossary, state, glossary_id, seen_owner(state, request), source, target)  # refused now
+    await asyncio.to_thread(stored_glossary, state, glossary_id or None, seen_owner(state, request), source, target)  # refused now
     if source == AUTO and any(t.strip() for t in texts):  # one language for the whole file, from all of its text
         model, detected = await asyncio.to_thread(resolve_model, state, AUTO, state.language(target), "\n".join(texts), "file")
         source = model.source if model is not None else detected.language
     record = await submit_file(state, runner_of(request), name=name, data=data, texts=texts, format=format, source=source,
                                target=target, idempotency_key=client_key(request, state, idempotency_key),
-                               owner=job_owner(state, request), glossary_id=glossary_id)
+                               owner=job_owner(state, request), glossary_id=glossary_id or None)
     return submitted(record, response)
 
 

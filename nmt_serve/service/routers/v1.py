@@ -63,7 +63,7 @@ async def translate(body: TranslateRequest, request: Request, state: ServiceStat
 async def translate_file(request: Request, file: UploadFile = File(description=f"the document: {', '.join(FORMATS)}"),
                          source: str = Form(min_length=1, description='source language code, or "auto"'),
                          target: str = Form(min_length=1),
-                         glossary_id: str | None = Form(None, pattern="^[0-9a-f]{32}$", description="a stored glossary "
+                         glossary_id: str = Form("", pattern="^([0-9a-f]{32})?$", description="a stored glossary "
                                                         "(POST /v1/glossaries) for the file's direction"),
                          state: ServiceState = Depends(get_state)) -> Response:
     """A whole file translated in place: paragraphs, runs' formatting, tables, headers, footers, notes
@@ -73,7 +73,7 @@ async def translate_file(request: Request, file: UploadFile = File(description=f
         data = await file.read()
     finally:
         await file.close()
-    stored = await asyncio.to_thread(stored_glossary, state, glossary_id, seen_owner(state, request), source, target)
+    stored = await asyncio.to_thread(stored_glossary, state, glossary_id or None, seen_owner(state, request), source, target)
     translated = await translate_whole_file(state, request, name=name, data=data, source=source, target=target,
                                             terminology=terminology(None, None, stored))
     out = translated_name(name, target)
