@@ -80,14 +80,14 @@ def request_digest(spec: dict, texts: list[str], original: bytes | None) -> str:
     return digest.hexdigest()
 
 
-def storage_error(exc: OSError) -> APIError:
-    """What a client is told when a job cannot be written: 507 for a full disk, else 503; both are to be
-    retried later (the message says why, without the server's paths)."""
+def storage_error(exc: OSError, what: str = "jobs") -> APIError:
+    """What a client is told when a job (or a glossary: what) cannot be written: 507 for a full disk, else 503;
+    both are to be retried later (the message says why, without the server's paths)."""
     reason = exc.strerror or type(exc).__name__
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return APIError(507, "insufficient_storage", f"the jobs directory is full ({reason}): retry later", None,
+        return APIError(507, "insufficient_storage", f"the {what} directory is full ({reason}): retry later", None,
                         {"Retry-After": "60"})
-    return APIError(503, "jobs_unavailable", f"the jobs directory cannot be written ({reason}): retry later", None,
+    return APIError(503, f"{what}_unavailable", f"the {what} directory cannot be written ({reason}): retry later", None,
                     {"Retry-After": "60"})
 
 

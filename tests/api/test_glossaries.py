@@ -125,3 +125,19 @@ def test_a_document_and_a_file_job_take_a_glossary_id(models_dir, tmp_path):
         for path in ("/v1/translate_file", "/v1/jobs/file"):  # a glossary is for a named source
             r = c.post(path, data={**form, "source": "auto"}, files={"file": ("tiere.txt", data)})
             assert r.status_code == 400 and r.json()["error"]["param"] == "source", r.text
+
+
+def test_a_full_disk_is_507_and_an_unwritable_directory_503(models_dir, tmp_path, monkeypatch):
+    import errno
+
+    from nmt_serve.service.glossary_store import GlossaryStore
+
+    with client_for(models_dir, tmp_path / "jobs") as c:
+        ready(c)
+        body = {"name": "a", "source": "de", "target": "en", "entries_tsv": "hund\tcanine"}
+        for number, status, type_ in ((errno.ENOSPC, 507, "insufficient_storage"), (errno.EROFS, 503, "glossaries_unavailable")):
+            def failing(self, *args, number=number):
+                raise OSError(number, "no")
+            monkeypatch.setattr(GlossaryStore, "create", failing)
+            r = c.post("/v1/glossaries", json=body)
+            assert r.status_code == status and r.json()["error"]["type"] == type_ and r.headers["retry-after"], r.text

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from nmt_serve.service.dependencies import get_state, require_api_key, seen_owner
 from nmt_serve.service.errors import APIError, bad_request, documented_error, too_large
+from nmt_serve.service.jobs_runner import storage_error
 from nmt_serve.service.pipeline import AUTO
 from nmt_serve.service.routers.ids import path_id
 from nmt_serve.service.schemas import GlossaryCreate, GlossaryEntries, GlossaryInfo, GlossaryList, GlossaryTerm
@@ -74,7 +75,10 @@ async def create_glossary(body: GlossaryCreate, request: Request, state: Service
     if len(await asyncio.to_thread(store.list, owner)) >= state.settings.max_glossaries:
         raise APIError(409, "too_many_glossaries", f"at most {state.settings.max_glossaries} glossaries a key (max_glossaries): "
                                                    "delete one first", "name")
-    record = await asyncio.to_thread(store.create, owner or "", body.name, model.source, model.target, entries)
+    try:
+        record = await asyncio.to_thread(store.create, owner or "", body.name, model.source, model.target, entries)
+    except OSError as exc:
+        raise storage_error(exc, "glossaries") from None
     return GlossaryInfo(**record)
 
 
@@ -106,6 +110,10 @@ async def glossary_entries(glossary_id: GlossaryId, request: Request, state: Ser
 async def delete_glossary(glossary_id: GlossaryId, request: Request, state: ServiceState = Depends(get_state)) -> Response:
     """Delete a glossary: translations and jobs that name it from then on are refused (400; a queued or running
     job that names it fails)."""
-    if not await asyncio.to_thread(state.glossaries.delete, glossary_id, seen_owner(state, request)):
+    try:
+        deleted = await asyncio.to_thread(state.glossaries.delete, glossary_id, seen_owner(state, request))
+    except OSError as exc:
+        raise storage_error(exc, "glossaries") from None
+    if not deleted:
         raise APIError(404, "not_found", f"no glossary {glossary_id}", "id")
     return Response(status_code=204)
