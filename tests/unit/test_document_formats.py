@@ -618,6 +618,16 @@ def test_webvtt_captions_keep_their_blocks_settings_speakers_and_markup():
     assert out.startswith("WEBVTT - Ein Film\nKind: captions\n")
 
 
+@pytest.mark.parametrize("data, name", [
+    (b"WEBVTT\n\n00:00:01.000 --> 00:00:02.000\n<v Anna></v>\n\n00:00:02.000 --> 00:00:03.000\nHallo.\n", "film.vtt"),
+    (b"1\n00:00:01,000 --> 00:00:02,000\n<i></i>\n\n2\n00:00:02,000 --> 00:00:03,000\nHallo.\n", "film.srt")])
+def test_a_cue_of_markup_alone_is_kept_as_it_is(data, name):
+    document = read_document(data, name)
+    assert document.texts == ["Hallo."]
+    out = document.write(["Hello."]).decode()
+    assert ("<v Anna></v>" in out or "<i></i>" in out) and "Hello." in out
+
+
 @pytest.mark.parametrize("data, reason", [(b"\xff\xfe1\x00", "UTF-8"), (b"1\n00:00:01,000 --> 00:00:02,000\nHallo\n", "WebVTT")])
 def test_a_file_that_is_no_webvtt_is_refused_saying_why(data, reason):
     with pytest.raises(DocumentError, match=reason):

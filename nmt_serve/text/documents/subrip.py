@@ -51,7 +51,7 @@ def read_srt(data: bytes) -> Document:
     cues = []
     for subtitle in subtitles:
         lines = [line.strip() for line in subtitle.content.splitlines() if line.strip()]
-        if lines:
+        if lines and _TAG.sub("", " ".join(lines)).strip():  # (markup alone, <i></i>: nothing to translate)
             content = " ".join(lines)
             cues.append(Cue(subtitle.start, subtitle.end, _as_html(content), html.unescape(_TAG.sub("", content)),
                             _from_html, lambda text, s=subtitle: setattr(s, "content", text), dialogue_turns(lines)))

@@ -113,6 +113,8 @@ def read_vtt(data: bytes) -> Document:
             if content.rstrip().endswith("</v>") and "<v" not in content:
                 content, suffix = content.rstrip()[:-len("</v>")], "</v>"
         marked = _as_html(content.strip(), tags)
+        if not html.unescape(_TAG.sub("", marked)).strip():  # markup alone (<v Anna></v>): nothing to translate
+            continue
         cues.append(Cue(
             _time(caption.start), _time(caption.end),
             marked, html.unescape(_TAG.sub("", marked)),
