@@ -117,9 +117,9 @@ RAISED: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/translate_file"): (*ENGINE_ERRORS, 401, 429),
     ("post", "/v1/translate_file"): ENGINE_ERRORS,
     ("post", "/detect"): (400, 401, 429, 503),
-    # entries refused, too many glossaries, models loading or the directory unwritable, a full disk
-    ("post", "/v1/glossaries"): (400, 409, 503, 507),
-    ("delete", "/v1/glossaries/{glossary_id}"): (503, 507),
+    # entries refused, the models loading or the directory unwritable (409 and 507: the router documents them)
+    ("post", "/v1/glossaries"): (400, 503),
+    ("delete", "/v1/glossaries/{glossary_id}"): (503,),
     ("get", "/health/ready"): (503,),
     ("get", "/metrics"): (401,),  # with --metrics-token
 }

@@ -21,6 +21,8 @@ from nmt_serve.text.glossary import MAX_TERM_CHARS, GlossaryEntry, words
 router = APIRouter(prefix="/v1", tags=["glossaries"], dependencies=[Depends(require_api_key)])
 GlossaryId = path_id("glossary")
 NOT_FOUND = {404: documented_error("no such glossary (or another key's)", "not_found", "no glossary 5f0c9d3e8a7b41c2a1d4e6f8b9c0d1e2", "id")}
+FULL = {507: documented_error("the glossaries directory is full: retry later (Retry-After)", "insufficient_storage",
+                              "the glossaries directory is full (No space left on device): retry later")}
 
 
 def _entries(body: GlossaryCreate, limit: int) -> list[GlossaryEntry]:
@@ -60,7 +62,10 @@ def _entries(body: GlossaryCreate, limit: int) -> list[GlossaryEntry]:
 
 @router.post("/glossaries", status_code=201, response_model=GlossaryInfo,
              responses={413: documented_error("more entries than max_glossary_entries", "request_too_large",
-                                              "12000 entries; the limit is 10000 (max_glossary_entries)", "entries")})
+                                              "12000 entries; the limit is 10000 (max_glossary_entries)", "entries"),
+                        409: documented_error("the key has max_glossaries glossaries already", "too_many_glossaries",
+                                              "at most 1000 glossaries a key (max_glossaries): delete one first", "name"),
+                        **FULL})
 async def create_glossary(body: GlossaryCreate, request: Request, state: ServiceState = Depends(get_state)) -> GlossaryInfo:
     """Keep a glossary for one direction (its source and target as a translation names them), to name by id in
     any number of translations and jobs (`glossary_id`). Entries are matched as a request's `glossary` is
@@ -106,7 +111,7 @@ async def glossary_entries(glossary_id: GlossaryId, request: Request, state: Ser
     return GlossaryEntries(id=glossary_id, entries=[GlossaryTerm(source=e.source, target=e.target) for e in terms.glossary])
 
 
-@router.delete("/glossaries/{glossary_id:hex_id}", status_code=204, response_class=Response, responses=NOT_FOUND)
+@router.delete("/glossaries/{glossary_id:hex_id}", status_code=204, response_class=Response, responses={**NOT_FOUND, **FULL})
 async def delete_glossary(glossary_id: GlossaryId, request: Request, state: ServiceState = Depends(get_state)) -> Response:
     """Delete a glossary: translations and jobs that name it from then on are refused (400; a queued or running
     job that names it fails)."""
