@@ -267,7 +267,7 @@ def stored_glossary(state: ServiceState, glossary_id: str | None, owner: str | N
     where there is no such glossary of the owner's (deleted meanwhile), or it is for other languages."""
     if glossary_id is None:
         return None
-    found = state.glossaries.get(glossary_id, owner)
+    found = state.glossaries.terms(glossary_id, owner)
     if found is None:
         raise bad_request(f"no glossary {glossary_id} (deleted, or another key's)", "glossary_id")
     record, terms = found

@@ -92,8 +92,8 @@ async def list_glossaries(request: Request, state: ServiceState = Depends(get_st
     return GlossaryList(glossaries=[GlossaryInfo(**r) for r in await asyncio.to_thread(state.glossaries.list, seen_owner(state, request))])
 
 
-async def _found(state: ServiceState, request: Request, glossary_id: str):
-    found = await asyncio.to_thread(state.glossaries.get, glossary_id, seen_owner(state, request))
+async def _found(state: ServiceState, request: Request, glossary_id: str, read, *args):
+    found = await asyncio.to_thread(read, glossary_id, seen_owner(state, request), *args)
     if found is None:
         raise APIError(404, "not_found", f"no glossary {glossary_id}", "id")
     return found
@@ -101,13 +101,12 @@ async def _found(state: ServiceState, request: Request, glossary_id: str):
 
 @router.get("/glossaries/{glossary_id:hex_id}", response_model=GlossaryInfo, responses=NOT_FOUND)
 async def get_glossary(glossary_id: GlossaryId, request: Request, state: ServiceState = Depends(get_state)) -> GlossaryInfo:
-    record, _ = await _found(state, request, glossary_id)
-    return GlossaryInfo(**record)
+    return GlossaryInfo(**await _found(state, request, glossary_id, state.glossaries.get))
 
 
 @router.get("/glossaries/{glossary_id:hex_id}/entries", response_model=GlossaryEntries, responses=NOT_FOUND)
 async def glossary_entries(glossary_id: GlossaryId, request: Request, state: ServiceState = Depends(get_state)) -> GlossaryEntries:
-    _, terms = await _found(state, request, glossary_id)
+    _, terms = await _found(state, request, glossary_id, state.glossaries.terms)
     return GlossaryEntries(id=glossary_id, entries=[GlossaryTerm(source=e.source, target=e.target) for e in terms.glossary])
 
 
