@@ -109,11 +109,11 @@ def applicable(sentence: str, entries: list[GlossaryEntry]) -> list[str]:
     return list(dict.fromkeys(e.target for k, e in enumerate(entries) if k in applies))
 
 
-def check(entries: list[GlossaryEntry], avoid: list[str]) -> tuple[str, str] | None:
+def check(entries: list[GlossaryEntry], avoid: list[str], max_entries: int = MAX_ENTRIES) -> tuple[str, str] | None:
     """Why a glossary or avoid list cannot be used (one line) and which of the two it is ("glossary" or
-    "avoid"), or None."""
-    if len(entries) + len(avoid) > MAX_ENTRIES:
-        return f"at most {MAX_ENTRIES} glossary entries and avoided terms in all, got {len(entries) + len(avoid)}", "glossary"
+    "avoid"), or None. max_entries: a request's; a stored glossary's is a setting of its own."""
+    if len(entries) + len(avoid) > max_entries:
+        return f"at most {max_entries} glossary entries and avoided terms in all, got {len(entries) + len(avoid)}", "glossary"
     targets: dict[tuple[str, ...], str] = {}
     for e in entries:
         if not words(e.source) or not e.target.strip():

@@ -7,6 +7,7 @@ With API keys on, a glossary is its key's: another key neither lists, reads, use
 from __future__ import annotations
 
 import asyncio
+
 from fastapi import APIRouter, Depends, Request, Response
 
 from nmt_serve.service.dependencies import get_state, require_api_key, seen_owner
@@ -16,7 +17,7 @@ from nmt_serve.service.pipeline import AUTO
 from nmt_serve.service.routers.ids import path_id
 from nmt_serve.service.schemas import GlossaryCreate, GlossaryEntries, GlossaryInfo, GlossaryList, GlossaryTerm
 from nmt_serve.service.state import ServiceState
-from nmt_serve.text.glossary import MAX_TERM_CHARS, GlossaryEntry, words
+from nmt_serve.text.glossary import GlossaryEntry, check
 
 router = APIRouter(prefix="/v1", tags=["glossaries"], dependencies=[Depends(require_api_key)])
 GlossaryId = path_id("glossary")
@@ -26,8 +27,8 @@ FULL = {507: documented_error("the glossaries directory is full: retry later (Re
 
 
 def _entries(body: GlossaryCreate, limit: int) -> list[GlossaryEntry]:
-    """The body's entries, checked: each a source term with a word and a target term, no source term twice
-    with two targets (one entry per source term: the same pair twice is kept once)."""
+    """The body's entries, checked as a request's glossary is (text/glossary.check: each source term with a word
+    in it, no source term with two targets), the same pair twice kept once."""
     if (body.entries is None) == (body.entries_tsv is None):
         raise bad_request("give entries or entries_tsv", "entries")
     if body.entries is not None:
@@ -41,22 +42,13 @@ def _entries(body: GlossaryCreate, limit: int) -> list[GlossaryEntry]:
             if len(fields) != 2:
                 raise bad_request(f"entries_tsv line {n}: a line is `source<TAB>target`", "entries_tsv")
             pairs.append((fields[0].strip(), fields[1].strip()))
-    if len(pairs) > limit:
-        raise too_large(f"{len(pairs)} entries; the limit is {limit} (max_glossary_entries)", "entries")
-    targets: dict[tuple[str, ...], str] = {}
-    entries = []
-    for source, target in pairs:
-        key = tuple(words(source))
-        if not key or not target.strip():
-            raise bad_request(f"entry {source!r}: a source term needs a word in it and a target term", "entries")
-        if len(source) > MAX_TERM_CHARS or len(target) > MAX_TERM_CHARS:
-            raise bad_request(f"entry {source[:40]!r}: terms are at most {MAX_TERM_CHARS} characters", "entries")
-        if targets.setdefault(key, target) != target:
-            raise bad_request(f"the source term {source!r} has two target terms ({targets[key]!r} and {target!r}): give one", "entries")
-        if len(entries) < len(targets):
-            entries.append(GlossaryEntry(source, target))
+    entries = list(dict.fromkeys(GlossaryEntry(source, target) for source, target in pairs))
+    if len(entries) > limit:
+        raise too_large(f"{len(entries)} entries; the limit is {limit} (max_glossary_entries)", "entries")
     if not entries:
         raise bad_request("a glossary needs an entry", "entries")
+    if (problem := check(entries, [], max_entries=limit)) is not None:
+        raise bad_request(problem[0], "entries")
     return entries
 
 
