@@ -8,6 +8,13 @@ kept-alive connection, from the request's first byte), else the connection is cl
 `max_header_bytes` (the URL and every header's name and value) it is answered 431 and closed, as nginx
 (`large_client_header_buffers`, `client_header_timeout`) and Apache (`LimitRequestFieldSize`,
 `RequestReadTimeout header=`) do. The body has its own bounds (middleware.BodySizeLimit).
+
+At a graceful shutdown uvicorn closes every connection that is not in a request, and so also one it accepted
+whose first request is on its way: that client's request is reset (a broken pipe), where the next worker, or
+the process itself had it waited a moment, would have served it. A rolling replacement of the workers (SIGHUP)
+lost a request so now and then. Such a connection gets its request answered (translated by a retired worker;
+503 with Retry-After from a whole server draining, which refuses new work) and is then closed; one whose
+head never comes is closed by the head timer.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
+        self._last_request = False  # the server shuts down: one request more, then close
         super().connection_made(transport)
         self._arm()  # the first request's head, from the connection's start
 
@@ -50,6 +58,14 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
+        if self._last_request and self.cycle is not None:
+            self.cycle.keep_alive = False
+
+    def shutdown(self) -> None:
+        if self.cycle is None and not self.transport.is_closing():  # its first request is on its way
+            self._last_request = True
+            return
+        super().shutdown()
 
     def send_400_response(self, msg: str) -> None:
         if self._head_bytes <= self.max_header_bytes:

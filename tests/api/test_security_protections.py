@@ -423,3 +423,38 @@ def test_a_request_head_too_large_or_too_slow_is_cut_off(models_dir):
                 sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Filler: " + b"a" * 2000 + b"\r\n\r\n")
                 assert read_response(sock)[0] == 200
                 time.sleep(0.5)
+
+
+@pytest.mark.parametrize("drain", [False, True])
+def test_a_connection_accepted_before_a_shutdown_gets_an_answer(models_dir, drain):
+    """A client whose connection was accepted just before a graceful shutdown sends its request a moment later.
+    A worker retired by its parent (SIGHUP, SIGTTOU: the server goes on) translates it; a whole server draining
+    (SIGTERM, which refuses new work) answers 503 with Retry-After. Either way with `connection: close`, and the
+    server ends after it. uvicorn closed such a connection at once: the client's request was reset."""
+    values = Settings(models_dir=str(models_dir), device="cpu")
+    port = free_port()
+    app = create_app(values)
+    server = uvicorn.Server(uvicorn_config(app, values, host="127.0.0.1", port=port, log_config=None, lifespan="on"))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    try:
+        wait_until_ready(f"http://127.0.0.1:{port}", 60, alive=thread.is_alive)
+        with connect(port, timeout=30) as sock:
+            time.sleep(0.2)  # accepted
+            app.state.service.draining = drain  # (what server.py's SIGTERM handler sets)
+            server.should_exit = True
+            time.sleep(0.5)  # the shutdown has gone over the open connections
+            body = json.dumps({"text": "Ein Hund rennt.", "source": "de", "target": "en", "max_length": 8}).encode()
+            sock.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            status, headers, answer = read_response(sock)
+            assert headers.get("connection") == "close", (status, answer)
+            if drain:
+                assert status == 503 and headers.get("retry-after"), (status, answer)
+            else:
+                assert status == 200 and json.loads(answer)["translations"][0]["text"], (status, answer)
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        server.should_exit = True
+        thread.join(30)
