@@ -443,7 +443,16 @@ def test_a_connection_accepted_before_a_shutdown_gets_an_answer(models_dir, drai
             time.sleep(0.2)  # accepted
             app.state.service.draining = drain  # (what server.py's SIGTERM handler sets)
             server.should_exit = True
-            time.sleep(0.5)  # the shutdown has gone over the open connections
+            # uvicorn stops listening and goes over the open connections in one step: once a new connection is
+            # refused, this one has been through the shutdown
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                except ConnectionRefusedError:
+                    break
+                assert time.monotonic() < deadline, "the server did not stop listening"
+                time.sleep(0.02)
             body = json.dumps({"text": "Ein Hund rennt.", "source": "de", "target": "en", "max_length": 8}).encode()
             sock.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
