@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmt_serve.service.directions import ServedDirection
+from nmt_serve.service.errors import bad_request, not_ready
 from nmt_serve.service.glossary_store import GlossaryStore
 from nmt_serve.service.jobs_store import default_directory
-from nmt_serve.service.errors import bad_request, not_ready
 from nmt_serve.service.limits import RequestLimits
 from nmt_serve.service.metrics import Metrics
 from nmt_serve.service.security import KeyChecker, RateLimiter
