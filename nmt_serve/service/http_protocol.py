@@ -11,8 +11,8 @@ kept-alive connection, from the request's first byte), else the connection is cl
 
 At a graceful shutdown uvicorn closes every connection that is not in a request, and so also one it accepted
 whose first request is on its way: that client's request is reset (a broken pipe), where the next worker, or
-the process itself had it waited a moment, would have served it. A rolling replacement of the workers (SIGHUP)
-lost a request so now and then. Such a connection gets its request answered (translated by a retired worker;
+the process itself had it waited a moment, would have served it: a rolling replacement of the workers (SIGHUP)
+would lose a request now and then. Such a connection gets its request answered (translated by a retired worker;
 503 with Retry-After from a whole server draining, which refuses new work) and is then closed; one whose
 head never comes is closed by the head timer.
 """
