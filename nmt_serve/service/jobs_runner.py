@@ -329,7 +329,7 @@ class JobRunner:
         """One chunk through the pipeline, sent again (after a pause) for as long as the engine is away
         or busy; a failure that another try would not mend fails the job."""
         try:
-            stored = await asyncio.to_thread(stored_glossary, self.state, record.get("glossary_id"), None, record["source"], record["target"])
+            stored = await stored_glossary(self.state, record.get("glossary_id"), None, record["source"], record["target"])
         except APIError as exc:  # its glossary was deleted: none of its texts can be translated as asked
             raise JobFailed(exc.message) from None
         while True:

@@ -261,13 +261,15 @@ def terminology(glossary: list | None, avoid: list[str] | None, stored: Terminol
     return Terminology(entries, avoided)
 
 
-def stored_glossary(state: ServiceState, glossary_id: str | None, owner: str | None, source: str, target: str) -> Terminology | None:
+async def stored_glossary(state: ServiceState, glossary_id: str | None, owner: str | None, source: str,
+                          target: str) -> Terminology | None:
     """The terms of a stored glossary (POST /v1/glossaries) for a translation from source to target asked for by
     `owner` (None: anyone's; a job's runner, whose job was checked when it was made); 400 naming glossary_id
-    where there is no such glossary of the owner's (deleted meanwhile), or it is for other languages."""
-    if glossary_id is None:
+    where there is no such glossary of the owner's (deleted meanwhile), or it is for other languages. Read off
+    the event loop (a glossary's first read parses its file); a request without one costs nothing."""
+    if not glossary_id:
         return None
-    found = state.glossaries.terms(glossary_id, owner)
+    found = await asyncio.to_thread(state.glossaries.terms, glossary_id, owner)
     if found is None:
         raise bad_request(f"no glossary {glossary_id} (deleted, or another key's)", "glossary_id")
     record, terms = found

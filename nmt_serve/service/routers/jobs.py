@@ -128,7 +128,7 @@ async def create_job(body: JobRequest, request: Request, response: Response, ide
     state.limits.check_job_texts(body.q, "q")
     state.require_ready()
     options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
-    stored = await asyncio.to_thread(stored_glossary, state, body.glossary_id, seen_owner(state, request), body.source, body.target)
+    stored = await stored_glossary(state, body.glossary_id, seen_owner(state, request), body.source, body.target)
     terminology(body.glossary, body.avoid, stored)  # refused now, not in every chunk
     glossary = [term.model_dump() for term in body.glossary or ()]
     record = await runner_of(request).submit(dict(source=body.source, target=body.target, format=body.format,
@@ -160,7 +160,7 @@ async def create_file_job(request: Request, response: Response, file: UploadFile
         raise bad_request(f"the file cannot be read as {extension_of(name)}: {exc}", "file") from None
     state.limits.check_job_texts(texts, "file")  # before the language of all of its text is told
     state.require_ready()
-    await asyncio.to_thread(stored_glossary, state, glossary_id or None, seen_owner(state, request), source, target)  # refused now
+    await stored_glossary(state, glossary_id, seen_owner(state, request), source, target)  # refused now
     if source == AUTO and any(t.strip() for t in texts):  # one language for the whole file, from all of its text
         model, detected = await asyncio.to_thread(resolve_model, state, AUTO, state.language(target), "\n".join(texts), "file")
         source = model.source if model is not None else detected.language

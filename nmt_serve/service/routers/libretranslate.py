@@ -330,7 +330,7 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)):
     if glossary_id is not None and not GLOSSARY_ID.fullmatch(glossary_id):
         raise bad_request("Invalid request: glossary_id is not a glossary's id", "glossary_id")
     owner = job_owner(state, request, params.get("api_key") or None) if state.keys.enabled else None
-    stored = await asyncio.to_thread(stored_glossary, state, glossary_id, owner, source, target)
+    stored = await stored_glossary(state, glossary_id, owner, source, target)
     results = await translate_texts(state, request, source=source, target=target, texts=texts,
                                     options=state.limits.decode_options(max(4, n), n, None), param="q", format=format_,
                                     upstream_fallbacks=True, terminology=terminology_params(params, stored))

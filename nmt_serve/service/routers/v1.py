@@ -1,8 +1,6 @@
 """POST /v1/translate and POST /v1/attention, GET /v1/models."""
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 
 from nmt_serve.service.deadlines import request_timeout, with_deadline
@@ -35,7 +33,7 @@ router = APIRouter(prefix="/v1", tags=["translation"], dependencies=[Depends(req
 async def translate(body: TranslateRequest, request: Request, state: ServiceState = Depends(get_state)) -> TranslateResponse:
     texts = [body.text] if isinstance(body.text, str) else body.text
     options = state.limits.decode_options(body.beam_size, body.num_hypotheses, body.max_length, body.length_penalty, body.return_scores)
-    stored = await asyncio.to_thread(stored_glossary, state, body.glossary_id, seen_owner(state, request), body.source, body.target)
+    stored = await stored_glossary(state, body.glossary_id, seen_owner(state, request), body.source, body.target)
     results = await translate_texts(state, request, source=body.source, target=body.target, texts=texts, options=options,
                                     param="text", format=body.format, split_sentences=body.split_sentences,
                                     terminology=terminology(body.glossary, body.avoid, stored), attention_check=True)
@@ -73,7 +71,7 @@ async def translate_file(request: Request, file: UploadFile = File(description=f
         data = await file.read()
     finally:
         await file.close()
-    stored = await asyncio.to_thread(stored_glossary, state, glossary_id or None, seen_owner(state, request), source, target)
+    stored = await stored_glossary(state, glossary_id, seen_owner(state, request), source, target)
     translated = await translate_whole_file(state, request, name=name, data=data, source=source, target=target,
                                             terminology=terminology(None, None, stored))
     out = translated_name(name, target)
