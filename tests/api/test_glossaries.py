@@ -30,6 +30,8 @@ def test_a_stored_glossary_applies_by_id_in_translations_and_jobs_until_it_is_de
         assert c.get(f"/v1/glossaries/{gid}").json() == info
         assert c.get(f"/v1/glossaries/{gid}/entries").json()["entries"] == [{"source": "hund", "target": "canine"},
                                                                              {"source": "Katze", "target": "feline"}]
+        tsv = c.get(f"/v1/glossaries/{gid}/entries", params={"format": "tsv"})
+        assert tsv.headers["content-type"].startswith("text/tab-separated-values") and tsv.text == "hund\tcanine\nKatze\tfeline\n"
         body = {"text": GERMAN, "source": "de", "target": "en", "beam_size": 1, "max_length": 12}
         by_id = c.post("/v1/translate", json={**body, "glossary_id": gid})
         inline = c.post("/v1/translate", json={**body, "glossary": [{"source": "hund", "target": "canine"}]})

@@ -7,8 +7,9 @@ With API keys on, a glossary is its key's: another key neither lists, reads, use
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from nmt_serve.service.dependencies import get_state, require_api_key, seen_owner
 from nmt_serve.service.errors import APIError, bad_request, documented_error, too_large
@@ -96,9 +97,16 @@ async def get_glossary(glossary_id: GlossaryId, request: Request, state: Service
     return GlossaryInfo(**await _found(state, request, glossary_id, state.glossaries.get))
 
 
-@router.get("/glossaries/{glossary_id:hex_id}/entries", response_model=GlossaryEntries, responses=NOT_FOUND)
-async def glossary_entries(glossary_id: GlossaryId, request: Request, state: ServiceState = Depends(get_state)) -> GlossaryEntries:
+@router.get("/glossaries/{glossary_id:hex_id}/entries", response_model=GlossaryEntries,
+            responses={**NOT_FOUND, 200: {"content": {"text/tab-separated-values": {"example": "Hund\thound\nKatze\tfeline\n"}}}})
+async def glossary_entries(glossary_id: GlossaryId, request: Request,
+                           format: Literal["json", "tsv"] = Query("json", description="tsv: lines of source<TAB>target, "
+                                                                                       "as entries_tsv takes them"),
+                           state: ServiceState = Depends(get_state)):
     _, terms = await _found(state, request, glossary_id, state.glossaries.terms)
+    if format == "tsv":
+        return Response("".join(f"{e.source}\t{e.target}\n" for e in terms.glossary),
+                        media_type="text/tab-separated-values; charset=utf-8")
     return GlossaryEntries(id=glossary_id, entries=[GlossaryTerm(source=e.source, target=e.target) for e in terms.glossary])
 
 
