@@ -8,21 +8,21 @@ The record is written after the entries and removed before them: a glossary is t
 Listing reads the small records only. A glossary never changes once made (a new version is a new glossary),
 so each process keeps the records it has read, and the terms of the glossaries it used last (MAX_HELD,
 matched by first word: text/glossary.GlossaryIndex), and asks the disk only whether the record is still there.
-Each file is written whole and renamed into place: no reader sees half of one. Its owner is a digest of the
-API key that made it (jobs_store.py's rule): another key neither lists, reads, uses nor deletes it.
+Each file is written whole and renamed into place (jobs_store.write_json): no reader sees half of one. Its
+owner is a digest of the API key that made it (jobs_store.py's rule): another key neither lists, reads, uses
+nor deletes it.
 """
 from __future__ import annotations
 
 import json
 import os
 import secrets
-import tempfile
 import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
 
-from nmt_serve.service.jobs_store import ID
+from nmt_serve.service.jobs_store import ID, write_json
 from nmt_serve.text.glossary import GlossaryEntry, Terminology
 
 MAX_HELD = 32  # glossaries whose terms a process keeps in memory (the most recently used)
@@ -39,25 +39,13 @@ class GlossaryStore:
     def _path(self, glossary_id: str, kind: str) -> Path:
         return self.directory / f"{glossary_id}{kind}"
 
-    def _write(self, path: Path, value) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".new-")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(value, f, ensure_ascii=False)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
     def create(self, owner: str, name: str, source: str, target: str, entries: list[GlossaryEntry]) -> dict:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         record = {"id": secrets.token_hex(16), "name": name, "source": source, "target": target, "owner": owner,
                   "created_at": time.time(), "entry_count": len(entries)}
-        self._write(self._path(record["id"], _ENTRIES), [[e.source, e.target] for e in entries])
+        write_json(self._path(record["id"], _ENTRIES), [[e.source, e.target] for e in entries])
         try:
-            self._write(self._path(record["id"], _RECORD), record)  # from now on the glossary is there
+            write_json(self._path(record["id"], _RECORD), record)  # from now on the glossary is there
         except BaseException:
             self._path(record["id"], _ENTRIES).unlink(missing_ok=True)
             raise

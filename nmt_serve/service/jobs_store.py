@@ -88,7 +88,7 @@ def chunk_bounds(texts: list[str], chunk_texts: int, chunk_chars: int = CHUNK_CH
     return bounds
 
 
-def _write(path: Path, value, durable: bool = True) -> None:
+def write_json(path: Path, value, durable: bool = True) -> None:
     """The JSON file whole or not at all: written beside it, renamed over it; durable: flushed to disk
     first (the chunks' results; the record's counts are made again from them on resume: tally). A write
     that fails (OSError: a full disk) removes what it had written."""
@@ -144,7 +144,7 @@ class JobStore:
         (home / "chunks").mkdir(parents=True)
         key = None
         try:
-            _write(home / "input.json", texts)
+            write_json(home / "input.json", texts)
             if original is not None:
                 (home / "original").write_bytes(original)
             if idempotency is not None:
@@ -158,7 +158,7 @@ class JobStore:
                           models=[], error=None, created_at=now, started_at=None, updated_at=now, finished_at=None,
                           resumed_at=None, done_at_resume=0, queued_at=now, idempotency_key=key,
                           chunks=chunk_bounds(texts, chunk_texts))
-            _write(home / "job.json", record)  # last: a directory without it is not a job yet
+            write_json(home / "job.json", record)  # last: a directory without it is not a job yet
         except BaseException:
             # a job half written (a full disk) is no job, and nothing else would ever remove its directory
             shutil.rmtree(home, ignore_errors=True)
@@ -174,7 +174,7 @@ class JobStore:
         keys = self.directory / "keys"
         keys.mkdir(mode=0o700, exist_ok=True)
         path, mine = keys / key, keys / f".{key}.{job_id}"
-        _write(mine, {"id": job_id, "request": request})
+        write_json(mine, {"id": job_id, "request": request})
         try:
             for _ in range(5):
                 try:
@@ -406,7 +406,7 @@ class JobStore:
         if record is None or record["state"] in FINISHED:
             return record
         home = self.directory / job_id
-        _write(home / "cancel", {"done": record["done"], "sentences": record["sentences"]}, durable=False)
+        write_json(home / "cancel", {"done": record["done"], "sentences": record["sentences"]}, durable=False)
         fd = self._lock(job_id)
         if fd is not None:  # nobody runs it
             try:
@@ -420,10 +420,10 @@ class JobStore:
     # ------------------------------------------------------------------ written by the runner holding the lock
     def write(self, record: dict) -> None:
         record["updated_at"] = time.time()
-        _write(self.directory / record["id"] / "job.json", record, durable=record["state"] != RUNNING)
+        write_json(self.directory / record["id"] / "job.json", record, durable=record["state"] != RUNNING)
 
     def write_chunk(self, job_id: str, k: int, results: dict) -> None:
-        _write(self.directory / job_id / "chunks" / f"{k:06d}.json", results)
+        write_json(self.directory / job_id / "chunks" / f"{k:06d}.json", results)
 
     def cancelled(self, job_id: str) -> bool:
         return (self.directory / job_id / "cancel").exists()

@@ -82,7 +82,7 @@ def test_a_job_that_cannot_be_written_is_refused_with_the_reason(models_dir, tmp
         assert str(tmp_path) not in error["message"]
         refused = c.post("/v1/jobs/file", files={"file": ("a.txt", b"Ein Hund rennt.")}, data={"source": "de", "target": "en"})
         assert refused.status_code == 503 and refused.json()["error"]["type"] == "jobs_unavailable", refused.text
-    real_write = jobs_store._write
+    real_write = jobs_store.write_json
     full = {"on": False}
 
     def write(path, value, durable=True):
@@ -90,7 +90,7 @@ def test_a_job_that_cannot_be_written_is_refused_with_the_reason(models_dir, tmp
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(path, value, durable)
 
-    monkeypatch.setattr(jobs_store, "_write", write)
+    monkeypatch.setattr(jobs_store, "write_json", write)
     chunks = Chunks(hold=lambda n: True)
     monkeypatch.setattr(jobs_runner, "translate_texts", chunks)
     with client_for(models_dir, tmp_path / "jobs") as c:
@@ -112,7 +112,7 @@ def test_a_full_disk_pauses_a_running_job_and_it_goes_on_once_there_is_room(mode
     stops where it is, is taken up again after DISK_RETRY_S, and ends done once the disk has room; the
     runner serves the next job as before."""
     monkeypatch.setattr(jobs_runner, "DISK_RETRY_S", 0.2, raising=False)
-    real_write = jobs_store._write
+    real_write = jobs_store.write_json
     full = {"on": False, "refused": 0}
 
     def write(path, value, durable=True):
@@ -121,7 +121,7 @@ def test_a_full_disk_pauses_a_running_job_and_it_goes_on_once_there_is_room(mode
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(path, value, durable)
 
-    monkeypatch.setattr(jobs_store, "_write", write)
+    monkeypatch.setattr(jobs_store, "write_json", write)
     chunks = Chunks(hold=lambda n: n >= 3)  # two chunks land; the next two wait until the disk is full
     monkeypatch.setattr(jobs_runner, "translate_texts", chunks)
     with client_for(models_dir, tmp_path) as c:
