@@ -209,6 +209,33 @@ def test_webvtt_captions_come_back_translated_with_their_timings(client):
     assert url.endswith(".film_en.vtt") and client.get(url[url.index("/download_file/"):]).content == r.content
 
 
+def test_xliff_files_come_back_with_targets_that_keep_their_codes(client):
+    from lxml import etree
+
+    ns1, ns2 = "urn:oasis:names:tc:xliff:document:1.2", "urn:oasis:names:tc:xliff:document:2.0"
+    xlf = (f'<?xml version="1.0" encoding="UTF-8"?>\n<xliff version="1.2" xmlns="{ns1}"><file source-language="de" '
+           f'datatype="plaintext" original="a"><body><trans-unit id="1"><source>Ein <g id="1">roter</g> Hund<x id="2"/> rennt '
+           f'über die Wiese.</source></trans-unit><trans-unit id="2"><source>Zwei Kinder spielen.</source><target>Two '
+           f'children play.</target></trans-unit></body></file></xliff>').encode()
+    r = translate_file(client, "app.xlf", xlf)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/xliff+xml", r.text
+    root = etree.fromstring(r.content)
+    targets = list(root.iter(f"{{{ns1}}}target"))
+    assert len(targets) == 2 and targets[1].text == "Two children play."
+    first = etree.tostring(targets[0], encoding="unicode")
+    assert 'dog<x id="2"/>' in first and '<g id="1">red</g>' in first and "Hund" not in first, first
+    assert root.find(f"{{{ns1}}}file").get("target-language") == "en"
+
+    xliff = (f'<xliff xmlns="{ns2}" version="2.0" srcLang="de"><file id="f"><unit id="u"><segment id="s"><source>Zwei '
+             f'<pc id="1">Hunde</pc> spielen im <ph id="2"/>Schnee.</source></segment></unit></file></xliff>').encode()
+    lt = client.post("/translate_file", data={"source": "de", "target": "en"}, files={"file": ("app.xliff", xliff)})
+    url = lt.json()["translatedFileUrl"]
+    assert url.endswith(".app_en.xliff")
+    out = etree.fromstring(client.get(url[url.index("/download_file/"):]).content)
+    target = etree.tostring(out.find(f".//{{{ns2}}}target"), encoding="unicode")
+    assert '<pc id="1">dogs</pc>' in target and '<ph id="2"/>' in target and out.get("trgLang") == "en", target
+
+
 def test_a_workbook_comes_back_with_its_cells_translated(client):
     import openpyxl
     from test_document_formats import build_xlsx
@@ -260,7 +287,7 @@ def test_bad_files_get_the_one_error_shape(client):
     for name, data in (("kaputt.docx", good[: len(good) // 2]), ("kaputt.docx", b"plain text"), ("kaputt.pptx", good),
                        ("kaputt.epub", good), ("kaputt.odt", b"")):
         assert "cannot be read" in our_error(translate_file(client, name, data), 400, "invalid_request")
-    assert "supported: .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po" in our_error(
+    assert "supported: .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po, .xlf, .xliff" in our_error(
         translate_file(client, "scan.pdf", b"%PDF-1.4"), 400, "invalid_request")
     assert "max_file_bytes" in our_error(translate_file(client, "gross.docx", b"x" * (MAX_FILE_BYTES + 1)), 413, "request_too_large")
     # past the file routes' body limit (the file and its form's framing) the body is refused unread

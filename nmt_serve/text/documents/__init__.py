@@ -1,5 +1,5 @@
-"""Office documents, e-books, subtitles and gettext catalogs translated in place: .docx, .pptx, .xlsx, .odt,
-.odp, .epub, .srt, .vtt and .po.
+"""Office documents, e-books, subtitles, gettext catalogs and translation tools' XLIFF translated in place:
+.docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po, .xlf and .xliff.
 
 `read_document(data, filename)` reads a file into a `Document`: its translatable units (HTML
 fragments, one per paragraph, its runs' formatting as inline tags) and `write(translations, language)`,
@@ -11,7 +11,8 @@ One module per format family: `word.py` (.docx, python-docx), `presentation.py` 
 python-pptx), both through `office_open_xml.py`; `spreadsheet.py` (.xlsx, lxml: the shared strings); `open_document.py` (.odt, .odp) and `epub.py`
 (.epub), zip and lxml; `subrip.py` (.srt, the srt library) and `web_vtt.py` (.vtt, webvtt-py), whose cues
 `subtitles.py` makes units (a cue, or the cues one sentence runs over; timings kept); `gettext.py` (.po,
-polib: the entries without a translation filled, marked fuzzy);
+polib: the entries without a translation filled, marked fuzzy); `xliff.py` (.xlf, .xliff 1.2 and 2.x, lxml:
+the segments without a target get one, inline codes kept);
 `inline_runs.py` turns a paragraph's runs into inline HTML and back.
 
 Before any of them reads a file, its zip container is checked (`document.open_zip`: what it expands
@@ -39,6 +40,8 @@ MEDIA_TYPES = {
     ".srt": "application/x-subrip",
     ".vtt": "text/vtt",
     ".po": "text/x-gettext-translation",
+    ".xlf": "application/xliff+xml",
+    ".xliff": "application/xliff+xml",
 }
 FORMATS = tuple(MEDIA_TYPES)
 
@@ -67,6 +70,10 @@ def _reader(extension: str) -> Callable[[bytes], Document]:
         from nmt_serve.text.documents.gettext import read_po
 
         return read_po
+    if extension in (".xlf", ".xliff"):
+        from nmt_serve.text.documents.xliff import read_xliff
+
+        return read_xliff
     if extension == ".srt":
         from nmt_serve.text.documents.subrip import read_srt
 
