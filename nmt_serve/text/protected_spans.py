@@ -18,8 +18,11 @@ _URL = (r"(?:\b(?:https?|ftp)://|\bwww\.)(?:\([^\s()<>\"`]*\)|[^\s()<>\"`])*"
         r"(?:\([^\s()<>\"`]*\)|[^\s()<>\"`.,;:!?\]}'\u2019\u201d])")
 _EMAIL = r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"
 # printf (%s, %1$d, %(name)s, %.2f: no letter right after, so "10%ig" stays text), format ({0}, {name}),
-# shell (${HOME}, $HOME: capitals only, so "$5" stays text)
-_PLACEHOLDER = (r"%(?:\d+\$)?(?:\([A-Za-z_]\w*\))?[-+0#]*\d*(?:\.\d+)?[sdifux](?![A-Za-z])"
+# shell (${HOME}, $HOME: capitals only, so "$5" stays text), templates' ({{ name }}, {{{html}}}: Twig, Jinja,
+# Mustache, i18next, Angular; as Symfony's, Rails' and Laravel's messages write them: %count%, %{count}, :count
+# is left out, a colon before a word being common text)
+_PLACEHOLDER = (r"\{\{\{[^{}\n]{1,80}\}\}\}|\{\{[^{}\n]{1,80}\}\}|%\{[A-Za-z_]\w*\}|%[A-Za-z_][\w.]*%"
+                r"|%(?:\d+\$)?(?:\([A-Za-z_]\w*\))?[-+0#]*\d*(?:\.\d+)?[sdifux](?![A-Za-z])"
                 r"|\{[A-Za-z_0-9]*\}|\$\{[A-Za-z_]\w*\}|\$[A-Z_][A-Z0-9_]*\b")
 _CODE = r"`[^`\n]+`"
 PROTECTED = re.compile("|".join(f"(?:{p})" for p in (_CODE, _URL, _EMAIL, _PLACEHOLDER)))

@@ -15,6 +15,9 @@ from nmt_serve.text.protected_spans import PROTECTED, as_html, from_html
     ("an max.muster+x@mail.example.org schreiben", ["max.muster+x@mail.example.org"]),
     ("Hallo {name}, du hast %s und %1$d und %(count)i und %.2f und {0}.", ["{name}", "%s", "%1$d", "%(count)i", "%.2f", "{0}"]),
     ("Setze ${HOME} oder $PATH, nicht $5.", ["${HOME}", "$PATH"]),
+    ("Der Wert sollte {{ limit }} oder {{count}} sein, {{{ raw_html }}}.", ["{{ limit }}", "{{count}}", "{{{ raw_html }}}"]),
+    ("Noch %count% Tage, %{days} Tage, %user.name%.", ["%count%", "%{days}", "%user.name%"]),
+    ("Es sind 50% oder 20 % mehr {{ nicht geschlossen", []),
     ("Führe `rm -rf /tmp/x` aus.", ["`rm -rf /tmp/x`"]),
     ("50% sicher, 10%ig, 100 %, 3 % s", []),  # percentages are text
     ("Ein Hund rennt. Tom & Jerry <3", []),
