@@ -520,6 +520,26 @@ def test_a_sentence_shown_over_several_cues_is_translated_whole_and_shared_out_a
     assert document.write(document.texts) == source
 
 
+def test_a_translation_of_fewer_words_than_cues_leaves_no_cue_empty():
+    import srt
+    import webvtt
+
+    # "Ja," / "genau," / "das war er." as "Exactly, him.": "Exactly," takes the first two cues' share of the
+    # source, so the second would show nothing; it goes, the first shows its word until the second's end, and
+    # the cues after keep their numbers
+    document = read_document(_srt((1, 2, "Ja,"), (2, 3, "genau,"), (3, 5, "das war er."), (6, 7, "Gut.")), "film.srt")
+    assert len(document.units) == 2
+    out = list(srt.parse(document.write(["Exactly, him.", "Good."]).decode()))
+    assert [(c.index, c.start.total_seconds(), c.end.total_seconds(), c.content) for c in out] == [
+        (1, 1, 3, "Exactly,"), (3, 3, 5, "him."), (4, 6, 7, "Good.")]
+    captions = ("WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nJa,\n\n00:00:02.000 --> 00:00:03.500\ngenau das.\n\n"
+                "00:00:04.000 --> 00:00:05.000\nGut.\n")
+    document = read_document(captions.encode(), "film.vtt")
+    out = webvtt.from_string(document.write(["Exactly.", "Good."]).decode())
+    assert [(c.start, c.end, c.text) for c in out] == [("00:00:01.000", "00:00:03.500", "Exactly."),
+                                                      ("00:00:04.000", "00:00:05.000", "Good.")]
+
+
 def test_a_cut_falls_after_punctuation_near_the_cues_share():
     document = read_document(_srt((1, 2, "Als er kam, sahen"), (2, 4, "wir den großen Hund.")), "film.srt")
     # by the shares alone the cut would fall after "came, we" (0.45 of the text); after the comma it is 0.36 away

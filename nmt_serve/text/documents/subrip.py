@@ -48,12 +48,20 @@ def read_srt(data: bytes) -> Document:
         raise DocumentError(f"it is not SubRip subtitles ({exc})") from None
     if not subtitles and text.strip():
         raise DocumentError("it is not SubRip subtitles (no cue in it)")
-    cues = []
+    cues, dropped = [], set()
     for subtitle in subtitles:
         lines = [line.strip() for line in subtitle.content.splitlines() if line.strip()]
         if lines and _TAG.sub("", " ".join(lines)).strip():  # (markup alone, <i></i>: nothing to translate)
             content = " ".join(lines)
             cues.append(Cue(subtitle.start, subtitle.end, _as_html(content), html.unescape(_TAG.sub("", content)),
-                            _from_html, lambda text, s=subtitle: setattr(s, "content", text), dialogue_turns(lines)))
+                            _from_html, lambda text, s=subtitle: setattr(s, "content", text), dialogue_turns(lines),
+                            retime=lambda start, end, s=subtitle: setattr(s, "start", start) or setattr(s, "end", end),
+                            drop=lambda s=subtitle: dropped.add(id(s))))
     eol = "\r\n" if "\r\n" in text else "\n"
-    return Document(units(cues), lambda: srt.compose(subtitles, reindex=False, strict=False, eol=eol).encode("utf-8"))
+
+    def save() -> bytes:
+        # a cue merged into its neighbour goes; the others keep their numbers
+        kept = [s for s in subtitles if id(s) not in dropped]
+        return srt.compose(kept, reindex=False, strict=False, eol=eol).encode("utf-8")
+
+    return Document(units(cues), save)

@@ -13,7 +13,9 @@ than MAX_GAP apart, the same speaker and no new speaker's dash, at most MAX_CUES
 translation is shared out among them by their share of the source's characters, each cut at a word
 boundary, preferably after a comma or other punctuation near it; inline tags open across a cut are closed
 and opened again, and the ellipses that mark a sentence's continuation ("going to..." / "...the park") are
-put back at the cuts.
+put back at the cuts. A translation of fewer words than its cues (two cues' "Ja, genau." as "Exactly.") leaves
+no cue empty: a cue that would show nothing goes, and the cue before it (or after it, at the start) shows
+its words for that cue's time too.
 """
 from __future__ import annotations
 
@@ -73,6 +75,8 @@ class Cue:
     put: Callable[[str], None]  # the cue's new text, laid out in lines
     turns: int = 1  # a dialogue cue's lines, each a speaker's turn after a dash ("- Wer?" / "- Ich.")
     speaker: str | None = None  # who speaks, where the format names it (WebVTT's <v Anna>)
+    retime: Callable[[timedelta, timedelta], None] | None = None  # gives the cue a new start and end
+    drop: Callable[[], None] | None = None  # takes the cue out of the file
 
     def write(self, translated_html: str) -> None:
         if translated_html == self.html:  # not translated (a partial job's result): the cue as it was
@@ -121,12 +125,34 @@ class Sentence:
         sizes = [max(len(cue.text), 1) for cue in self.cues]
         bounds = [0, *_cuts(words, [size / sum(sizes) for size in sizes]), len(words)]
         pieces = _balanced([words[a:b] for a, b in zip(bounds, bounds[1:])])
-        for cue, piece, (opens, closes) in zip(self.cues, pieces, self.marks):
-            if piece and opens:
+        shown = [k for k, piece in enumerate(pieces) if html.unescape(_ANY_TAG.sub("", piece)).strip()]
+        merged = bool(shown) and len(shown) < len(pieces) and all(c.retime and c.drop for c in self.cues)
+        if merged:
+            self._merge(shown)
+        first, last = (shown[0], shown[-1]) if merged else (0, len(pieces) - 1)
+        for k, (cue, piece, (opens, closes)) in enumerate(zip(self.cues, pieces, self.marks)):
+            if merged and k not in shown:
+                continue
+            if piece and opens and k != first:
                 piece = re.sub(r"^((?:<[^/<>][^<>]*>)*)", r"\1...", piece, count=1)
-            if piece and closes:
+            if piece and closes and k != last:
                 piece = re.sub(r"((?:</[^<>]*>)*)$", r"...\1", piece, count=1)
             cue.write(piece)
+
+    def _merge(self, shown: list[int]) -> None:
+        """Each cue left without words taken out, its time given to the shown cue before it (after it, for
+        cues before the first shown one)."""
+        spans = {k: (self.cues[k].start, self.cues[k].end) for k in shown}
+        for k, cue in enumerate(self.cues):
+            if k in spans:
+                continue
+            owner = max((j for j in shown if j < k), default=shown[0])
+            start, end = spans[owner]
+            spans[owner] = (min(start, cue.start), max(end, cue.end))
+            cue.drop()
+        for k, (start, end) in spans.items():
+            if (start, end) != (self.cues[k].start, self.cues[k].end):
+                self.cues[k].retime(start, end)
 
 
 def _cuts(words: list[str], shares: list[float]) -> list[int]:

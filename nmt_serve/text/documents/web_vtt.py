@@ -91,6 +91,15 @@ def _time(stamp: str) -> timedelta:
     return timedelta(hours=int(hours), minutes=int(minutes), seconds=float(seconds))
 
 
+def _stamp(time: timedelta) -> str:
+    milliseconds = round(time.total_seconds() * 1000)
+    return f"{milliseconds // 3_600_000:02d}:{milliseconds // 60_000 % 60:02d}:{milliseconds // 1000 % 60:02d}.{milliseconds % 1000:03d}"
+
+
+def _retime(caption, start: timedelta, end: timedelta) -> None:
+    caption.start, caption.end = _stamp(start), _stamp(end)
+
+
 def read_vtt(data: bytes) -> Document:
     try:
         text = data.decode("utf-8-sig")  # WebVTT is UTF-8, always
@@ -101,7 +110,7 @@ def read_vtt(data: bytes) -> Document:
     except (MalformedFileError, MalformedCaptionError) as exc:
         raise DocumentError(f"it is not WebVTT captions ({exc})") from None
     tags: list[str] = []
-    cues = []
+    cues, dropped = [], set()
     for caption in captions:
         lines = [line.strip() for line in caption.lines if line.strip()]
         if not lines:
@@ -121,5 +130,11 @@ def read_vtt(data: bytes) -> Document:
             lambda translated, p=prefix, s=suffix: p + _from_html(translated, tags) + s,
             lambda new_text, c=caption: setattr(c, "text", new_text),
             dialogue_turns(lines), speaker,
+            retime=lambda start, end, c=caption: _retime(c, start, end), drop=lambda c=caption: dropped.add(id(c)),
         ))
-    return Document(units(cues), lambda: captions.content.encode("utf-8"))
+
+    def save() -> bytes:
+        captions.captions[:] = [c for c in captions.captions if id(c) not in dropped]  # merged into a neighbour
+        return captions.content.encode("utf-8")
+
+    return Document(units(cues), save)
