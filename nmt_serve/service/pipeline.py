@@ -27,6 +27,7 @@ from nmt_serve.text.entities import unescape_output
 from nmt_serve.text.glossary import GlossaryEntry, Terminology
 from nmt_serve.text.glossary import check as check_glossary
 from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
+from nmt_serve.text.language_codes import bcp47
 from nmt_serve.text.language_detection import UNDETERMINED, Detection, language_name
 from nmt_serve.text.quality_flags import SentenceFlags, flags_for, needs_attention_check
 from nmt_serve.text.segmentation import Segmented, segment
@@ -401,8 +402,9 @@ def _assemble(state: ServiceState, text: _Text, hyps: list[list[EngineHypothesis
             source_tokens += len(ids[first + k])
             count += 1
     if text.document is not None:
-        whole = [text.document.rebuild(aligned)] + [
-            text.document.rebuild([AlignedText(t) for t in rebuilt[rank]]) for rank in range(1, n)]
+        lang = bcp47(text.model.target)  # a page's <html lang> says it is in the translation's language
+        whole = [text.document.rebuild(aligned, lang)] + [
+            text.document.rebuild([AlignedText(t) for t in rebuilt[rank]], lang) for rank in range(1, n)]
         if text.protected:
             whole = [protected_spans.from_html(w) for w in whole]
     else:

@@ -4,6 +4,13 @@
 boundaries); `HtmlDocument.rebuild` puts translations back, moving inline tags to the target words
 the word alignment points at. Everything that is not translated text is copied from the source
 verbatim, so tags, attributes, comments and untouched elements come out exactly as they went in.
+
+The values of the attributes that hold text for people are segments too, after the text's: the HTML
+standard's translatable attributes (`title`, `alt`, `placeholder`, `label`, `abbr`, a `<meta>`
+description's `content`, a button's `value`) and `aria-label`, which screen readers speak; a value
+comes back in its own quotes (an unquoted one quoted where its translation needs it), and one whose
+translation is its text as it was comes back as written. The root element's `lang` (and `xml:lang`) becomes the translation's
+language where rebuild is given it. An element marked `translate="no"` keeps its attributes too.
 """
 from __future__ import annotations
 
@@ -33,6 +40,13 @@ _WORD = re.compile(r"[^ \t\n\r\f]+")
 # The same references html.unescape decodes, so text is decoded exactly as unescape would.
 _REF = re.compile(r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)")
 _ESCAPE = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+# attribute -> the elements whose attribute it is a text for people (None: every element's)
+_TRANSLATABLE = {"title": None, "aria-label": None, "alt": {"img", "area", "input"}, "placeholder": {"input", "textarea"},
+                 "label": {"optgroup", "option", "track"}, "abbr": {"th"}}
+_META_TEXT = {"description", "keywords", "og:title", "og:description", "twitter:title", "twitter:description"}
+_BUTTONS = {"button", "reset", "submit"}
+_ATTRIBUTE = re.compile(r"""[\s"'/]([^\s"'>/=]+)\s*=\s*("[^"]*"|'[^']*'|[^\s"'=<>`]+)""")
+_MARK = re.compile("\ue000(\\d+)\ue001")  # an attribute value's place in the source while it is parsed
 
 
 @dataclass(frozen=True)
@@ -377,16 +391,101 @@ def _segment(source: str, items: list[_Event]) -> Segment | None:
     return Segment(text, bool(root.children), full_text, lead, pieces, root.children)
 
 
-class HtmlDocument:
-    def __init__(self, parts: list[str | Segment]):
-        self._parts = parts
-        self.segments: list[Segment] = [p for p in parts if isinstance(p, Segment)]
+@dataclass
+class _Attribute:
+    """An attribute value parse_html took out of the source (a mark stands in its place)."""
 
-    def rebuild(self, translations: list[AlignedText | str]) -> str:
+    raw: str  # as written, its quotes included
+    kind: str  # "text": translated (segment); "lang": the root's language
+    segment: Segment | None = None  # its text, where it has a letter to translate
+
+
+class HtmlDocument:
+    def __init__(self, parts: list[str | Segment], attributes: list[_Attribute] | None = None):
+        self._parts = parts
+        self._attributes = attributes or []
+        self._texts = [p for p in parts if isinstance(p, Segment)]
+        # the text's segments, then the attribute values'
+        self.segments: list[Segment] = self._texts + [a.segment for a in self._attributes if a.segment is not None]
+
+    def rebuild(self, translations: list[AlignedText | str], lang: str | None = None) -> str:
+        """The document with the segments' translations in place; lang: the translation's language (a BCP 47
+        tag), written in the root element's lang where it has one."""
         if len(translations) != len(self.segments):
             raise ValueError(f"{len(translations)} translations for {len(self.segments)} segments")
         done = iter(t if isinstance(t, AlignedText) else AlignedText(t) for t in translations)
-        return "".join(p.render(next(done)) if isinstance(p, Segment) else p for p in self._parts)
+        out = "".join(p.render(next(done)) if isinstance(p, Segment) else p for p in self._parts)
+        if not self._attributes:
+            return out
+        values = []
+        for attribute in self._attributes:
+            if attribute.kind == "lang":
+                values.append(f'"{lang}"' if lang else attribute.raw)
+            elif attribute.segment is None:
+                values.append(attribute.raw)
+            else:
+                seg, text = attribute.segment, next(done).text
+                whole = seg._full[:seg._lead] + text + seg._full[seg._lead + len(seg.text):]
+                values.append(attribute.raw if whole == seg._full else _quoted(whole, attribute.raw[:1]))
+        return _MARK.sub(lambda m: values[int(m.group(1))], out)
+
+
+def _quoted(value: str, quote: str) -> str:
+    """An attribute value written with the source's quotes (double where it had none and the value needs them)."""
+    escaped = value.replace("&", "&amp;")
+    if quote == "'":
+        return "'" + escaped.replace("'", "&#39;") + "'"
+    if quote != '"' and escaped and not re.search(r"""[\s"'=<>`]""", escaped):
+        return escaped
+    return '"' + escaped.replace('"', "&quot;") + '"'
+
+
+def _attribute_values(source: str, events: list[_Event]) -> list[tuple[int, int, _Attribute]]:
+    """Where the values of the attributes to translate stand (outside untouched elements), and the root's lang."""
+    found: list[tuple[int, int, _Attribute]] = []
+    root = True
+    i = 0
+    while i < len(events):
+        ev = events[i]
+        if ev.kind not in ("start", "startend"):
+            i += 1
+            continue
+        if _untouched(ev):
+            i = _region_end(events, i)[0]
+            continue
+        raw = source[ev.start:ev.end]
+        raw = raw[:raw.rfind(">") + 1] or raw
+        attrs: dict[str, re.Match] = {}
+        for m in _ATTRIBUTE.finditer(raw):
+            attrs.setdefault(m.group(1).lower(), m)
+
+        def value(name: str) -> str:
+            written = attrs[name].group(2) if name in attrs else ""
+            return _html.unescape(written[1:-1] if written[:1] in "\"'" and len(written) > 1 else written)
+
+        for name, m in attrs.items():
+            kind = None
+            if name in ("lang", "xml:lang"):
+                kind = "lang" if root and ev.tag == "html" else None
+            elif name in _TRANSLATABLE and (_TRANSLATABLE[name] is None or ev.tag in _TRANSLATABLE[name]):
+                kind = "text"
+            elif name == "content" and ev.tag == "meta":
+                kind = "text" if (value("name") or value("property")).strip().lower() in _META_TEXT else None
+            elif name == "value" and ev.tag == "input":
+                kind = "text" if value("type").strip().lower() in _BUTTONS else None
+            if kind == "lang":
+                found.append((ev.start + m.start(2), ev.start + m.end(2), _Attribute(m.group(2), "lang")))
+            elif kind == "text":
+                full = value(name)
+                text = full.strip(_WS)
+                segment = None
+                if any(c.isalpha() for c in text):
+                    lead = len(full) - len(full.lstrip(_WS))
+                    segment = Segment(text, False, full, lead, list(full))
+                found.append((ev.start + m.start(2), ev.start + m.end(2), _Attribute(m.group(2), "text", segment)))
+        root = False
+        i += 1
+    return found
 
 
 def _flush(source: str, run: list[_Event], parts: list) -> None:
@@ -438,6 +537,16 @@ def _flush(source: str, run: list[_Event], parts: list) -> None:
 
 def parse_html(source: str) -> HtmlDocument:
     events = _events(source)
+    # attribute values to translate are taken out of the source, a mark in each one's place, so that the
+    # markup copied as written carries the marks to where rebuild writes the translated values
+    found = _attribute_values(source, events) if "\ue000" not in source else []
+    if found:
+        masked, cur = [], 0
+        for k, (start, end, _) in enumerate(found):
+            masked += [source[cur:start], f"\ue000{k}\ue001"]
+            cur = end
+        source = "".join(masked) + source[cur:]
+        events = _events(source)
     parts: list[str | Segment] = []
     run: list[_Event] = []
 
@@ -471,4 +580,4 @@ def parse_html(source: str) -> HtmlDocument:
             boundary(ev.start, ev.end)
         i += 1
     _flush(source, run, parts)
-    return HtmlDocument([p for p in parts if p != ""])
+    return HtmlDocument([p for p in parts if p != ""], [attribute for _, _, attribute in found])

@@ -39,3 +39,11 @@ def iso_aliases(codes: Iterable[str]) -> dict[str, str]:
     named = {code: iso_639_1(code) for code in codes}
     counts = Counter(iso for iso in named.values() if iso)
     return {iso: code for code, iso in named.items() if iso and counts[iso] == 1 and iso != code}
+
+
+def bcp47(language: str) -> str:
+    """A BCP 47 tag for a language the service names: `en` -> `en`, `pt_BR` -> `pt-BR`, `fra_Latn` -> `fr`."""
+    if "_" in language and len(language.split("_")[1]) == 2:  # a locale, as mBART's de_DE
+        primary, region = language.split("_", 1)
+        return f"{primary}-{region}"
+    return iso_639_1(language) or language.replace("_", "-")

@@ -92,8 +92,10 @@ def test_500_words_of_paragraphs_lose_no_sentence(client):
 
 
 def tree_shape(html: str) -> list:
+    """Elements, their attributes and children; a title's value (text for people, translated) left out."""
     root = lxml.html.fromstring(html)
-    return [(el.tag, sorted(el.attrib.items()), len(el)) for el in root.iter() if isinstance(el.tag, str)]
+    return [(el.tag, sorted((k, v if k != "title" else None) for k, v in el.attrib.items()), len(el))
+            for el in root.iter() if isinstance(el.tag, str)]
 
 
 def test_html_keeps_markup_and_moves_inline_tags_with_their_words(client):
@@ -106,6 +108,19 @@ def test_html_keeps_markup_and_moves_inline_tags_with_their_words(client):
     assert "dog" in root.find(".//b").text_content().lower()
     assert root.find(".//pre").text == "Nicht übersetzen." and "var s = 'Ein Hund';" in out and "<!-- Kommentar -->" in out
     assert [li.text_content() for li in root.iter("li")][0].startswith("Two children")
+    assert root.find(".//a").get("title") not in ("Wiese", "", None)  # a title is text for people: translated
+
+
+def test_an_html_page_says_it_is_in_the_target_language_and_its_attributes_for_people_are_translated(client):
+    page = ('<!DOCTYPE html>\n<html lang="de"><head><title>Ein Hund</title><meta name="description" content="Ein Hund '
+            'rennt über die Wiese."></head><body><p>Zwei Kinder spielen.</p><img src="hund.png" alt="Ein brauner Hund">'
+            '<input placeholder="Ein Mann"></body></html>')
+    out = translate(client, page, format="html")["translations"][0]["text"]
+    root = lxml.html.document_fromstring(out)
+    assert root.get("lang") == "en" and out.startswith("<!DOCTYPE html>\n<html lang=\"en\">")
+    assert "dog" in root.find(".//meta[@name='description']").get("content").lower()
+    assert "dog" in root.find(".//img").get("alt").lower() and "man" in root.find(".//input").get("placeholder").lower()
+    assert root.find(".//img").get("src") == "hund.png"
 
 
 def test_inline_tags_are_placed_by_the_alignment_the_search_kept(client):

@@ -59,11 +59,20 @@ def translate(source: str, fn) -> str:
     return doc.rebuild([fn(s.text) for s in doc.segments])
 
 
+# the attributes whose values are text for people, translated as the text is
+TRANSLATED = {"title", "alt", "placeholder", "aria-label", "label", "abbr"}
+
+
 def shape(markup: str):
-    """Element tags, attributes and nesting (and comment/PI contents), ignoring text."""
+    """Element tags, attributes and nesting (and comment/PI contents), ignoring text (translated attributes'
+    values too)."""
+    def value(el, name, v):
+        return None if name in TRANSLATED or (el.tag, name) in (("meta", "content"), ("input", "value")) else v
+
     def walk(el):
         tag = el.tag if isinstance(el.tag, str) else f"{el.tag.__name__}:{el.text}"
-        return (tag, sorted(el.attrib.items()) if isinstance(el.tag, str) else [], [walk(c) for c in el])
+        attrs = sorted((k, value(el, k, v)) for k, v in el.attrib.items()) if isinstance(el.tag, str) else []
+        return (tag, attrs, [walk(c) for c in el])
     return walk(lxml.html.document_fromstring(markup))
 
 
@@ -114,10 +123,13 @@ def test_segments_are_what_a_person_would_translate():
         return [" ".join(WORD.findall(s.text)) for s in parse_html(read(SNIPPETS_BY_NAME[name])).segments]
     assert texts("13_inline_code") == ["Run to list files."]
     assert texts("08_entities") == ["Fish & chips cost <5\xa0euros at the café ☺ © 2024."]
-    assert texts("03_nested_inline") == ["This is very important news for everyone here."]
+    # the text's segments, then the values of the attributes that are text for people (a link's title)
+    assert texts("03_nested_inline") == ["This is very important news for everyone here.", "All people"]
     assert texts("15_br") == ["First line", "second line", "third line"]
     assert texts("14_translate_no") == ["Our product is the best.", "Normal text again."]
-    assert texts("10_full_document") == ["My first page", "Welcome", "This is the first paragraph."]
+    assert texts("10_full_document") == ["My first page", "Welcome", "This is the first paragraph.", "A page about translation"]
+    assert texts("07_attributes_text") == ["Click the icon to open the settings.", "Help", "settings icon", "Open settings",
+                                           "Your name here", "Get some help"]
     assert texts("11_script_style") == ["Visible text here."]
     assert texts("05_list")[:3] == ["First item", "Second bold item", "Home page"]
     assert texts("01_plain_text") == ["Hello world. This is plain text without any tags."]
@@ -139,7 +151,7 @@ def test_a_tag_around_one_word_moves_with_that_word():
     out = translate(read(SNIPPETS_BY_NAME["03_nested_inline"]), reverse)
     assert "<b>NEWS <i>IMPORTANT</i> VERY</b>" in out
     out = translate(read(SNIPPETS_BY_NAME["03_nested_inline"]), upper)
-    assert '<a href="/people" title="All people">EVERYONE</a> HERE.' in out
+    assert '<a href="/people" title="ALL PEOPLE">EVERYONE</a> HERE.' in out
 
 
 def test_inline_code_follows_the_word_before_it_with_a_space_on_each_side():
@@ -295,4 +307,26 @@ def test_markup_around_or_between_whole_sentences_keeps_to_their_translations(so
     # the words' alignment alone would leave each sentence's first word outside (what the spans mend)
     if "<b>" in source or "data-run" in source:
         assert parse_html(source).rebuild([by_sentence(s.text, False) for s in parse_html(source).segments]) != want
+
+
+def test_attributes_that_are_text_for_people_are_translated_in_their_own_quotes():
+    page = ("<!DOCTYPE html>\n<html lang=de><head><meta name=description content='Ein Hund rennt.'>"
+            '<meta name="viewport" content="width=device-width"></head><body>'
+            '<img src="hund.png" alt="Ein &quot;roter&quot; Hund" title=Hund><input placeholder=" Ihr Name ">'
+            '<input type=submit value="Senden"><input type=text value="Hans"><a href="/x" aria-label="Weiter">&gt;</a>'
+            '<p translate="no" title="Markenname">FooBar</p><img alt="*"><script>var s = \'<img alt="Hund">\';</script>'
+            "</body></html>")
+    doc = parse_html(page)
+    # after the text's segments (none here but the link's ">"), each value that holds a letter, decoded
+    assert [s.text for s in doc.segments] == [">", "Ein Hund rennt.", 'Ein "roter" Hund', "Hund", "Ihr Name", "Senden", "Weiter"]
+    out = doc.rebuild([s.text.upper() for s in doc.segments], lang="en")
+    assert out == ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta name=description content='EIN HUND RENNT.'>"
+                   '<meta name="viewport" content="width=device-width"></head><body>'
+                   '<img src="hund.png" alt="EIN &quot;ROTER&quot; HUND" title=HUND><input placeholder=" IHR NAME ">'
+                   '<input type=submit value="SENDEN"><input type=text value="Hans"><a href="/x" aria-label="WEITER">&gt;</a>'
+                   '<p translate="no" title="Markenname">FooBar</p><img alt="*"><script>var s = \'<img alt="Hund">\';</script>'
+                   "</body></html>")
+    # without a language the root's lang stays; a value translated into words needs quotes it had not
+    assert parse_html(page).rebuild([s.text for s in doc.segments]) == page
+    assert 'title="Ein Hund"' in parse_html(page).rebuild([*[s.text for s in doc.segments][:3], "Ein Hund", *[s.text for s in doc.segments][4:]])
 

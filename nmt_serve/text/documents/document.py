@@ -56,7 +56,7 @@ class Document:
         for unit, text in zip(self.units, translations):
             unit.write(text)
         if language and self._relabel is not None:
-            from nmt_serve.text.documents.language_marks import bcp47
+            from nmt_serve.text.language_codes import bcp47
 
             self._relabel(bcp47(language))
         return self._save()

@@ -20,19 +20,11 @@ from __future__ import annotations
 
 from lxml import etree
 
-from nmt_serve.text.language_codes import iso_639_1
+from nmt_serve.text.language_codes import bcp47, iso_639_1
 
 EAST_ASIAN = frozenset({"zh", "ja", "ko"})
 RIGHT_TO_LEFT = frozenset({"ar", "he", "fa", "ur", "yi", "ps", "sd", "ug", "dv", "ckb"})
 XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
-
-
-def bcp47(language: str) -> str:
-    """A BCP 47 tag for a language the service names: `en` -> `en`, `pt_BR` -> `pt-BR`, `fra_Latn` -> `fr`."""
-    if "_" in language and len(language.split("_")[1]) == 2:  # a locale, as mBART's de_DE
-        primary, region = language.split("_", 1)
-        return f"{primary}-{region}"
-    return iso_639_1(language) or language.replace("_", "-")
 
 
 def kind(tag: str) -> str:
