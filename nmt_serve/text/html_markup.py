@@ -440,6 +440,16 @@ def _quoted(value: str, quote: str) -> str:
     return '"' + escaped.replace('"', "&quot;") + '"'
 
 
+def translatable_attributes(tag: str, attrs: dict[str, str]) -> list[str]:
+    """The names of an element's attributes whose values are text for people (names in lower case, values
+    decoded): the HTML standard's translatable attributes, and aria-label."""
+    kind = lambda name: (attrs.get(name) or "").strip().lower()  # noqa: E731
+    return [name for name in attrs
+            if name in _TRANSLATABLE and (_TRANSLATABLE[name] is None or tag in _TRANSLATABLE[name])
+            or name == "content" and tag == "meta" and (kind("name") or kind("property")) in _META_TEXT
+            or name == "value" and tag == "input" and kind("type") in _BUTTONS]
+
+
 def _attribute_values(source: str, events: list[_Event]) -> list[tuple[int, int, _Attribute]]:
     """Where the values of the attributes to translate stand (outside untouched elements), and the root's lang."""
     found: list[tuple[int, int, _Attribute]] = []
@@ -463,19 +473,11 @@ def _attribute_values(source: str, events: list[_Event]) -> list[tuple[int, int,
             written = attrs[name].group(2) if name in attrs else ""
             return _html.unescape(written[1:-1] if written[:1] in "\"'" and len(written) > 1 else written)
 
+        people = translatable_attributes(ev.tag, {name: value(name) for name in attrs})
         for name, m in attrs.items():
-            kind = None
-            if name in ("lang", "xml:lang"):
-                kind = "lang" if root and ev.tag == "html" else None
-            elif name in _TRANSLATABLE and (_TRANSLATABLE[name] is None or ev.tag in _TRANSLATABLE[name]):
-                kind = "text"
-            elif name == "content" and ev.tag == "meta":
-                kind = "text" if (value("name") or value("property")).strip().lower() in _META_TEXT else None
-            elif name == "value" and ev.tag == "input":
-                kind = "text" if value("type").strip().lower() in _BUTTONS else None
-            if kind == "lang":
+            if name in ("lang", "xml:lang") and root and ev.tag == "html":
                 found.append((ev.start + m.start(2), ev.start + m.end(2), _Attribute(m.group(2), "lang")))
-            elif kind == "text":
+            elif name in people:
                 full = value(name)
                 text = full.strip(_WS)
                 segment = None

@@ -11,7 +11,7 @@ import zipfile
 import docx
 import pptx
 import pytest
-from document_files import build_epub, build_odp, build_odt, odf_texts
+from document_files import build_epub, build_odp, build_odt, odf, odf_texts
 from lxml import etree
 from pptx.util import Inches
 
@@ -401,6 +401,69 @@ def test_epub_chapters_and_table_of_contents():
 
 # ---------------------------------------------------------------------------------------- bad files
 
+
+
+def _png() -> bytes:
+    """A 1x1 PNG, for a picture to describe."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00\x00\x00\x00")) + chunk(b"IEND", b""))
+
+
+def _described_docx() -> bytes:
+    d = docx.Document()
+    d.add_paragraph("Ein Mann lacht.")
+    d.add_picture(io.BytesIO(_png()))
+    doc_pr = d.inline_shapes[0]._inline.docPr
+    doc_pr.set("descr", "Ein roter Hund im Park")
+    doc_pr.set("title", "Hund")
+    out = io.BytesIO()
+    d.save(out)
+    return out.getvalue()
+
+
+def _described_pptx() -> bytes:
+    prs = pptx.Presentation()
+    slide = prs.slides.add_slide(prs.slide_layouts[6])
+    picture = slide.shapes.add_picture(io.BytesIO(_png()), Inches(1), Inches(1))
+    picture._element.nvPicPr.cNvPr.set("descr", "Ein roter Hund im Park")
+    out = io.BytesIO()
+    prs.save(out)
+    return out.getvalue()
+
+
+def _described_odt() -> bytes:
+    body = ('<office:body><office:text><text:p>Ein Mann lacht.<draw:frame draw:name="Bild1"><draw:image/>'
+            '<svg:title>Hund</svg:title><svg:desc>Ein roter Hund im Park</svg:desc></draw:frame></text:p></office:text></office:body>')
+    return odf("application/vnd.oasis.opendocument.text", body)
+
+
+def _described_epub() -> bytes:
+    archive = open_zip(build_epub())
+    chapter = archive.read("OEBPS/text/kapitel 1.xhtml").decode().replace(
+        "<pre>", '<figure><img src="hund.png" alt="Ein roter Hund im Park"/></figure><p title="Hund">Ein <img src="b.png" '
+                 'alt="Zwei Kinder"/> Mann lacht.</p><pre>')
+    return rewrite_zip(archive, {"OEBPS/text/kapitel 1.xhtml": chapter.encode()})
+
+
+@pytest.mark.parametrize("name, build", [("a.docx", _described_docx), ("a.pptx", _described_pptx), ("a.odt", _described_odt),
+                                         ("a.epub", _described_epub)])
+def test_the_alternative_text_of_pictures_is_translated(name, build):
+    data = build()
+    texts = read_document(data, name).texts
+    assert "Ein roter Hund im Park" in texts, texts
+    out = translate_document(data, name, translator(), "en")
+    with zipfile.ZipFile(io.BytesIO(out)) as z:
+        xml = "".join(z.read(n).decode("utf-8", "replace") for n in z.namelist() if n.endswith((".xml", ".xhtml")))
+    assert "EIN ROTER HUND IM PARK" in xml and "Ein roter Hund im Park" not in xml
+    if name != "a.pptx":
+        assert "Hund<" not in xml and '"Hund"' not in xml  # the picture's (or paragraph's) title too
+    if name == "a.epub":  # an image inside a sentence: its alt translated with the sentence's words
+        assert 'alt="ZWEI KINDER"' in xml and "MANN LACHT." in xml
 
 @pytest.mark.parametrize("name", ["a.docx", "a.pptx", "a.odt", "a.odp", "a.epub"])
 def test_files_that_are_not_what_they_claim_raise_one_error(name):
@@ -865,6 +928,9 @@ def test_a_workbook_gets_its_comments_and_chart_titles_translated():
             if info.filename == "xl/comments/comment1.xml":  # as Excel writes a note: its author's name first, in bold
                 data = data.replace(b"<text><t>Diese Zahl ist falsch.</t></text>",
                                     b'<text><r><rPr><b/></rPr><t>Max:</t></r><r><t xml:space="preserve">\nDiese Zahl ist falsch.</t></r></text>')
+            if info.filename == "xl/drawings/drawing1.xml":  # the chart's alternative text, as Excel's dialog sets it
+                assert b'name="Chart 1"' in data
+                data = data.replace(b'name="Chart 1"', b'name="Chart 1" descr="Umsatz der Jahre"')
             if info.filename == "[Content_Types].xml":
                 data = data.replace(b"</Types>", b'<Override PartName="/xl/threadedComments/threadedComment1.xml" '
                                     b'ContentType="application/vnd.ms-excel.threadedcomments+xml"/></Types>')
@@ -872,7 +938,7 @@ def test_a_workbook_gets_its_comments_and_chart_titles_translated():
         out.writestr("xl/threadedComments/threadedComment1.xml", threaded)
     document = read_document(source.getvalue(), "umsatz.xlsx")
     english = {"Umsatz": "Sales", "Diese Zahl ist falsch.": "This number is wrong.", "Bitte prüfen.": "Please check.",
-               "Umsatz pro Jahr": "Sales per year", "Euro": "Euros"}
+               "Umsatz pro Jahr": "Sales per year", "Euro": "Euros", "Umsatz der Jahre": "Sales over the years"}
     assert sorted(document.texts) == sorted(english)  # the author's name is no text to translate
     written = document.write([english[t] for t in document.texts], "en")
     assert openpyxl.load_workbook(io.BytesIO(written))["Sheet"]["A1"].comment.text == "Max:\nThis number is wrong."
@@ -882,6 +948,7 @@ def test_a_workbook_gets_its_comments_and_chart_titles_translated():
     assert b"<text>Please check.</text>" in out.read("xl/threadedComments/threadedComment1.xml")
     chart = etree.fromstring(out.read("xl/charts/chart1.xml"))
     assert [t.text for t in chart.iter("{http://schemas.openxmlformats.org/drawingml/2006/main}t")] == ["Sales per year", "Euros"]
+    assert b'name="Chart 1" descr="Sales over the years"' in out.read("xl/drawings/drawing1.xml")
 
 
 def test_a_workbook_with_macros_renamed_is_named_not_translated():

@@ -7,7 +7,9 @@ A unit is a run of inline content inside a block element (`<p>`, `<li>`, `<h1>`,
 block's text, or a nested block's tail, with the inline elements that follow up to the next block.
 It goes to the HTML path as the markup it is, so its inline tags (emphasis, links, footnote
 references) are placed on the target words by the alignment as for any HTML, and the translated
-fragment is parsed back in its place.
+fragment is parsed back in its place. The attributes that are text for people (an image's alt, a title)
+are translated with the run that holds their element, or as units of their own where no run does (a
+figure's image).
 
 Not ebooklib: writing a book with it regenerates the package document and the navigation (their
 metadata, guide and spine attributes are not all kept); here every other member of the zip is
@@ -33,6 +35,7 @@ from nmt_serve.text.documents.document import (
 from nmt_serve.text.documents.inline_runs import InlineParagraph, TextSlot
 from nmt_serve.text.documents.language_marks import relabel_package, relabel_xhtml
 from nmt_serve.text.documents.office_open_xml import SAFE_PARSER
+from nmt_serve.text.html_markup import translatable_attributes
 
 XHTML = "http://www.w3.org/1999/xhtml"
 CONTAINER = "urn:oasis:names:tc:opendocument:xmlns:container"
@@ -122,6 +125,28 @@ def inline_runs(root: etree._Element) -> list[_InlineRun]:
     return units
 
 
+def attribute_units(root: etree._Element, runs: list[_InlineRun]) -> list[InlineParagraph]:
+    """The values of the attributes that are text for people (an image's alt, a title: html_markup's rule) of
+    the elements no run holds (a figure's image), each a unit; a run's own are translated with its text."""
+    held = {id(el) for run in runs for child in run.children if isinstance(child.tag, str) for el in child.iter()}
+    units = []
+
+    def walk(el: etree._Element) -> None:
+        local = _local(el)
+        if local is None or local in SKIP or el.get("translate") == "no" or "notranslate" in (el.get("class") or "").split():
+            return
+        if id(el) not in held:
+            names = translatable_attributes(local, {k: v for k, v in el.attrib.items() if not k.startswith("{")})
+            for name in names:
+                if any(c.isalpha() for c in el.get(name)):
+                    units.append(InlineParagraph([TextSlot(el.get(name), None, lambda text, el=el, n=name: el.set(n, text))]))
+        for child in el:
+            walk(child)
+
+    walk(root)
+    return units
+
+
 def _plain(el: etree._Element) -> InlineParagraph:
     def write(text: str) -> None:
         el.text = text
@@ -205,7 +230,8 @@ def read_epub(data: bytes) -> Document:
             units += [_plain(t) for t in tree.getroot().iter(f"{{{NCX}}}text") if (t.text or "").strip()
                       and t.getparent().tag != f"{{{NCX}}}docAuthor"]
         else:
-            units += inline_runs(tree.getroot())
+            runs = inline_runs(tree.getroot())
+            units += runs + attribute_units(tree.getroot(), runs)
 
     package: dict[str, etree._Element] = {}  # the package document, once its dc:language is changed
 

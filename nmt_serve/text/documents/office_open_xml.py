@@ -241,6 +241,24 @@ def package_writer(package, stored: list[tuple[object, etree._Element]]) -> Call
     return save
 
 
+# the non-visual properties of a picture, shape or chart (Word's wp:docPr, DrawingML's p:cNvPr, pic:cNvPr,
+# xdr:cNvPr): their description and title are its alternative text, what a screen reader speaks for it
+_NON_VISUAL = ("docPr", "cNvPr")
+ALT_TEXT = ("descr", "title")
+
+
+def alt_texts(root: etree._Element) -> list[InlineParagraph]:
+    """Every picture's and shape's alternative text in the part (its description and title), each a unit."""
+    units = []
+    for el in root.iter():
+        if isinstance(el.tag, str) and etree.QName(el).localname in _NON_VISUAL:
+            for attribute in ALT_TEXT:
+                value = el.get(attribute) or ""
+                if any(c.isalpha() for c in value):
+                    units.append(InlineParagraph([TextSlot(value, None, lambda text, el=el, a=attribute: el.set(a, text))]))
+    return units
+
+
 def plain_text_unit(el: etree._Element) -> InlineParagraph:
     """An element whose text is all it has (a legacy PowerPoint comment), as a unit."""
     return InlineParagraph([TextSlot(el.text or "", None, _writer(el))])

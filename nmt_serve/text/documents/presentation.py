@@ -1,6 +1,6 @@
 """PowerPoint presentations (.pptx) through python-pptx: every slide's text (text boxes,
 placeholders, tables, grouped shapes, SmartArt, chart titles), the speaker notes and the comments,
-each paragraph translated in place. Slide layouts and masters are left alone: their text is the
+each paragraph translated in place, and the alternative text of pictures and shapes. Slide layouts and masters are left alone: their text is the
 template's prompts ("Click to edit"), not the author's.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from nmt_serve.text.documents.document import Document
 from nmt_serve.text.documents.language_marks import relabel_drawing
 from nmt_serve.text.documents.office_open_xml import (
     DRAWING,
+    alt_texts,
     held_roots,
     package_writer,
     paragraphs,
@@ -37,7 +38,7 @@ def read_pptx(data: bytes) -> Document:
     for part in presentation.part.package.iter_parts():
         if part.content_type in _PARTS:
             root, as_bytes = part_root(part)
-            found = paragraphs(root, DRAWING)
+            found = paragraphs(root, DRAWING) + alt_texts(root)
         elif part.content_type == _LEGACY_COMMENTS:
             root, as_bytes = part_root(part)
             found = [plain_text_unit(t) for t in root.iter(f"{{{_P}}}text") if (t.text or "").strip()]

@@ -6,7 +6,8 @@ index: each shared string with a letter in it is one unit (its runs inline HTML,
 inline_runs.py), so a text in a hundred cells is translated once. Cells of inline strings (`<is>`, as
 some generators write them) are units too, and so are the comments (notes: rich text as a cell's, the
 author's name Excel writes first kept out; threaded comments: plain text), and the paragraphs of charts
-(titles, axis titles) and drawings (text boxes, shapes), DrawingML as a presentation's. Numbers, dates,
+(titles, axis titles) and drawings (text boxes, shapes), DrawingML as a presentation's, and the alternative
+text of pictures, shapes and charts. Numbers, dates,
 formulas and their cached results, a chart's cached copies of cells, and sheet names (formulas refer to
 them) are left as they are. The parts are edited with lxml rather than loaded into a spreadsheet library,
 which would write back only what it models.
@@ -22,7 +23,7 @@ from lxml import etree
 from nmt_serve.text.documents.document import Document, DocumentError, open_zip, rewrite_zip
 from nmt_serve.text.documents.inline_runs import InlineParagraph, TextSlot
 from nmt_serve.text.documents.language_marks import relabel_drawing
-from nmt_serve.text.documents.office_open_xml import DRAWING, SAFE_PARSER, paragraphs, plain_text_unit
+from nmt_serve.text.documents.office_open_xml import DRAWING, SAFE_PARSER, alt_texts, paragraphs, plain_text_unit
 
 SML = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
 _RELATIONSHIPS = "http://schemas.openxmlformats.org/package/2006/relationships"
@@ -143,6 +144,7 @@ def read_xlsx(data: bytes) -> Document:
             root = etree.fromstring(archive.read(name), SAFE_PARSER)
             found = paragraphs(root, DRAWING)
             drawings += [root] if found else []
+            found += alt_texts(root)
         else:
             continue
         if found:

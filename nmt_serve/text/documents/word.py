@@ -1,6 +1,7 @@
 """Word documents (.docx) through python-docx: the body, headers, footers, footnotes, endnotes and
 comments, each paragraph translated in place (tables, text boxes and nested tables included, as
-they are paragraphs too), and the DrawingML text of its charts (titles, axis titles) and SmartArt.
+they are paragraphs too), the DrawingML text of its charts (titles, axis titles) and SmartArt, and the
+alternative text of its pictures, shapes and charts (office_open_xml.alt_texts).
 
 python-docx models the body, headers, footers and comments; the rest of the package (footnotes,
 endnotes, charts, diagrams) it keeps as bytes, which are parsed here and written back. Runs are
@@ -21,6 +22,7 @@ from nmt_serve.text.documents.office_open_xml import (
     DRAWING,
     WORD,
     WORD_NS,
+    alt_texts,
     held_roots,
     package_writer,
     paragraphs,
@@ -48,7 +50,7 @@ def read_docx(data: bytes) -> Document:
         if part.content_type not in STORIES and part.content_type not in DRAWINGS:
             continue
         root, as_bytes = part_root(part)
-        found = paragraphs(root, WORD if part.content_type in STORIES else DRAWING)
+        found = paragraphs(root, WORD if part.content_type in STORIES else DRAWING) + alt_texts(root)
         units += found
         if as_bytes and found:
             stored.append((part, root))
