@@ -417,6 +417,8 @@ def _png() -> bytes:
 def _described_docx() -> bytes:
     d = docx.Document()
     d.add_paragraph("Ein Mann lacht.")
+    link = etree.SubElement(d.paragraphs[0]._p, f"{{{WORD_NS}}}hyperlink", {f"{{{WORD_NS}}}tooltip": "Zur Startseite"})
+    etree.SubElement(etree.SubElement(link, f"{{{WORD_NS}}}r"), f"{{{WORD_NS}}}t").text = " Start"
     d.add_picture(io.BytesIO(_png()))
     doc_pr = d.inline_shapes[0]._inline.docPr
     doc_pr.set("descr", "Ein roter Hund im Park")
@@ -437,7 +439,8 @@ def _described_pptx() -> bytes:
 
 
 def _described_odt() -> bytes:
-    body = ('<office:body><office:text><text:p>Ein Mann lacht.<draw:frame draw:name="Bild1"><draw:image/>'
+    body = ('<office:body><office:text><text:p>Ein Mann <text:a xmlns:xlink="http://www.w3.org/1999/xlink" xlink:href="https://a.de" office:title="Zur Startseite">'
+            'lacht</text:a>.<draw:frame draw:name="Bild1"><draw:image/>'
             '<svg:title>Hund</svg:title><svg:desc>Ein roter Hund im Park</svg:desc></draw:frame></text:p></office:text></office:body>')
     return odf("application/vnd.oasis.opendocument.text", body)
 
@@ -462,6 +465,8 @@ def test_the_alternative_text_of_pictures_is_translated(name, build):
     assert "EIN ROTER HUND IM PARK" in xml and "Ein roter Hund im Park" not in xml
     if name != "a.pptx":
         assert "Hund<" not in xml and '"Hund"' not in xml  # the picture's (or paragraph's) title too
+    if name in ("a.docx", "a.odt"):  # a link's tooltip
+        assert "ZUR STARTSEITE" in xml and "Zur Startseite" not in xml
     if name == "a.epub":  # an image inside a sentence: its alt translated with the sentence's words
         assert 'alt="ZWEI KINDER"' in xml and "MANN LACHT." in xml
 

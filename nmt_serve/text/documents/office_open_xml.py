@@ -241,21 +241,23 @@ def package_writer(package, stored: list[tuple[object, etree._Element]]) -> Call
     return save
 
 
-# the non-visual properties of a picture, shape or chart (Word's wp:docPr, DrawingML's p:cNvPr, pic:cNvPr,
-# xdr:cNvPr): their description and title are its alternative text, what a screen reader speaks for it
-_NON_VISUAL = ("docPr", "cNvPr")
-ALT_TEXT = ("descr", "title")
+# attributes that hold text for people, by their element: the description and title in the non-visual
+# properties of a picture, shape or chart (Word's wp:docPr, DrawingML's p:cNvPr, pic:cNvPr, xdr:cNvPr), its
+# alternative text, which a screen reader speaks; a link's tooltip (Word's w:hyperlink, DrawingML's a:hlinkClick)
+_FOR_PEOPLE = {"docPr": ("descr", "title"), "cNvPr": ("descr", "title"), "hyperlink": ("tooltip",),
+               "hlinkClick": ("tooltip",), "hlinkHover": ("tooltip",)}
 
 
 def alt_texts(root: etree._Element) -> list[InlineParagraph]:
-    """Every picture's and shape's alternative text in the part (its description and title), each a unit."""
+    """Every picture's and shape's alternative text in the part (its description and title) and every link's
+    tooltip, each a unit."""
     units = []
     for el in root.iter():
-        if isinstance(el.tag, str) and etree.QName(el).localname in _NON_VISUAL:
-            for attribute in ALT_TEXT:
-                value = el.get(attribute) or ""
-                if any(c.isalpha() for c in value):
-                    units.append(InlineParagraph([TextSlot(value, None, lambda text, el=el, a=attribute: el.set(a, text))]))
+        names = _FOR_PEOPLE.get(etree.QName(el).localname) if isinstance(el.tag, str) else None
+        for key in [k for k in el.attrib if names and etree.QName(k).localname in names]:
+            value = el.get(key)
+            if any(c.isalpha() for c in value):
+                units.append(InlineParagraph([TextSlot(value, None, lambda text, el=el, k=key: el.set(k, text))]))
     return units
 
 

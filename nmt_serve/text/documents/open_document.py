@@ -2,7 +2,7 @@
 every paragraph (`text:p`, `text:h`) of content.xml translated in place (body, tables, lists, frames,
 slides, speaker notes, footnotes and comments: each of those holds paragraphs of its own), those
 of the headers and footers in styles.xml, and the titles and descriptions of frames and shapes (their
-alternative text). A password-protected document (its manifest lists
+alternative text) and links' titles. A password-protected document (its manifest lists
 encryption data) is refused as such.
 
 Not odfpy: its last release is from 2020, its DOM rebuilds and reserializes every part it loads,
@@ -32,6 +32,7 @@ FO = "urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0"
 DC = "http://purl.org/dc/elements/1.1/"
 XLINK = "http://www.w3.org/1999/xlink"
 SVG = "urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0"
+_TITLE = "{urn:oasis:names:tc:opendocument:xmlns:office:1.0}title"
 MANIFEST = "urn:oasis:names:tc:opendocument:xmlns:manifest:1.0"
 MEDIA_TYPES = {".odt": "application/vnd.oasis.opendocument.text", ".odp": "application/vnd.oasis.opendocument.presentation"}
 
@@ -117,6 +118,9 @@ def read_open_document(data: bytes, extension: str) -> Document:
     # a frame's or shape's title and description: its alternative text, what a screen reader speaks for it
     units += [_plain(el) for el in content.iter(f"{{{SVG}}}title", f"{{{SVG}}}desc")
               if any(c.isalpha() for c in el.text or "") and not len(el)]
+    # a link's title (its tooltip)
+    units += [InlineParagraph([TextSlot(a.get(_TITLE), None, lambda text, a=a: a.set(_TITLE, text))])
+              for a in content.iter(f"{{{TEXT}}}a") if any(c.isalpha() for c in a.get(_TITLE) or "")]
     if "styles.xml" in roots:
         units += _paragraphs(p for hf in roots["styles.xml"].iter(*_HEADERS_FOOTERS) for p in hf.iter(*p_tags))
 

@@ -1,7 +1,7 @@
 """Word documents (.docx) through python-docx: the body, headers, footers, footnotes, endnotes and
 comments, each paragraph translated in place (tables, text boxes and nested tables included, as
 they are paragraphs too), the DrawingML text of its charts (titles, axis titles) and SmartArt, and the
-alternative text of its pictures, shapes and charts (office_open_xml.alt_texts).
+alternative text of its pictures, shapes and charts and its links' tooltips (office_open_xml.alt_texts).
 
 python-docx models the body, headers, footers and comments; the rest of the package (footnotes,
 endnotes, charts, diagrams) it keeps as bytes, which are parsed here and written back. Runs are
