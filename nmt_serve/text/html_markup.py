@@ -181,6 +181,14 @@ def _decode(raw: str) -> tuple[str, list[str]]:
     return "".join(chars), pieces
 
 
+_PUNCTUATION = ".,;:!?…)]}»«“”„\"'’(["
+
+def _edge_punctuation(text: str, step: int) -> int:
+    """How many punctuation characters the text ends (step -1) or starts (step 1) with."""
+    stripped = text.rstrip(_PUNCTUATION) if step < 0 else text.lstrip(_PUNCTUATION)
+    return len(text) - len(stripped) if stripped.strip(_WS) else 0
+
+
 def _equal_run(a: str, ai: int, b: str, bi: int, limit: int, step: int, words: bool = True) -> int:
     """How many chars (at most `limit`) match between a and b walking from ai/bi by step (+1 or -1);
     words=False: only spaces and punctuation (a letter that matches may be part of another word)."""
@@ -289,6 +297,11 @@ class Segment:
             first, last = min(x[1][0] for x in over), max(x[1][1] for x in over)
             ts -= _equal_run(tgt, ts, src, first, max(0, first - n.start), -1, words=False)
             te += _equal_run(tgt, te, src, last, max(0, n.end - last), 1, words=False)
+            # a word's punctuation the element does not hold in the source stays outside it: "<a>Wiese</a>."
+            # as "<a>meadow</a>.", where the target word aligned is "meadow." whole
+            inner = src[n.start:n.end]
+            te -= max(0, _edge_punctuation(tgt[ts:te], -1) - _edge_punctuation(inner, -1))
+            ts += max(0, _edge_punctuation(tgt[ts:te], 1) - _edge_punctuation(inner, 1))
             return ts, te
 
         def ws(text: str, i: int) -> bool:

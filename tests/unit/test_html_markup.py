@@ -203,7 +203,7 @@ def test_a_mark_with_a_letter_glued_to_a_word_is_not_the_word():
     doc = parse_html("<p>Ein Mann spielt <b>Fuß</b>ball.</p>")
     align = [((0, 1), (0, 3)), ((2, 5), (4, 8)), ((6, 11), (9, 15)), ((12, 19), (16, 24))]
     out = doc.rebuild([AlignedText("A man plays soccer.", align)])
-    assert out == "<p>A man plays <b>soccer.</b></p>"
+    assert out == "<p>A man plays <b>soccer</b>.</p>"  # (the full stop was not the element's)
 
 
 def test_words_the_attention_left_unaligned_are_paired_where_the_translation_shows():
@@ -330,3 +330,17 @@ def test_attributes_that_are_text_for_people_are_translated_in_their_own_quotes(
     assert parse_html(page).rebuild([s.text for s in doc.segments]) == page
     assert 'title="Ein Hund"' in parse_html(page).rebuild([*[s.text for s in doc.segments][:3], "Ein Hund", *[s.text for s in doc.segments][4:]])
 
+
+
+def test_a_words_punctuation_the_element_does_not_hold_stays_outside_it():
+    # the word alignment pairs whole words, punctuation and all: "meadow." with "Wiese"; the full stop stood
+    # after the link in the source, and stays after it
+    doc = parse_html('<p>Er sieht die <a href="x">Wiese</a>.</p>')
+    out = doc.rebuild([AlignedText("He sees the meadow.", [((0, 2), (0, 2)), ((3, 7), (3, 8)), ((8, 11), (9, 12)),
+                                                             ((12, 19), (13, 18))])])
+    assert out == '<p>He sees the <a href="x">meadow</a>.</p>'
+    # punctuation the element holds in the source it holds in the translation
+    doc = parse_html('<p>Er sagt <i>"Hallo!"</i> dann</p>')
+    out = doc.rebuild([AlignedText('He says "Hello!" then', [((0, 2), (0, 2)), ((3, 7), (3, 7)), ((8, 16), (11, 19)),
+                                                               ((17, 21), (24, 28))])])
+    assert out == '<p>He says <i>"Hello!"</i> then</p>'
