@@ -1,6 +1,6 @@
 """Files translated whole, for LibreTranslate's /translate_file and our /v1/translate_file: plain
 text and HTML through the pipeline as one text, office documents, e-books, subtitles and gettext
-catalogs and XLIFF (.docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po, .xlf, .xliff) through nmt_serve/text/documents: read into paragraph units (inline HTML), translated
+catalogs, XLIFF and Markdown (.docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po, .xlf, .xliff, .md) through nmt_serve/text/documents: read into paragraph units (inline HTML), translated
 as HTML (so the runs' formatting lands on the target words by the alignment), written back.
 
 A document's units go to the pipeline in groups of max_texts_per_request, a few groups at once: the

@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(20_000_000, ge=1, description="an uploaded file (/translate_file, /v1/translate_file: these two "
                                                              "take bodies up to this size instead of max_body_bytes)")
     max_document_chars: int = Field(100_000, ge=1, description="characters of text in one uploaded document (.docx, .pptx, .xlsx, .odt, "
-                                                               ".odp, .epub, .srt, .vtt, .po, .xlf, .xliff), all its paragraphs together, translated in "
+                                                               ".odp, .epub, .srt, .vtt, .po, .xlf, .xliff, .md), all its paragraphs together, translated in "
                                                                "the request (/translate_file makes a larger one a job)")
     sync_file_chars: int = Field(20_000, ge=0, description="LibreTranslate's /translate_file translates a .txt file or a document "
                                                            "of up to this many characters in the request; a larger one (or one "

@@ -236,6 +236,18 @@ def test_xliff_files_come_back_with_targets_that_keep_their_codes(client):
     assert '<pc id="1">dogs</pc>' in target and '<ph id="2"/>' in target and out.get("trgLang") == "en", target
 
 
+def test_a_markdown_file_comes_back_translated_with_its_markup(client):
+    source = ("# Ein Hund\n\nEin **brauner Hund** rennt über die [Wiese](https://a.de/wiese).\n\n"
+              "- Zwei Kinder spielen.\n- Ein Mann lacht.\n\n```\nEin Hund\n```\n").encode()
+    r = translate_file(client, "liesmich.md", source)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/markdown"), r.text
+    out = r.content.decode()
+    lines = out.split("\n")
+    assert lines[0].startswith("# ") and "dog" in lines[0].lower(), out
+    assert "**" in lines[2] and "](https://a.de/wiese)" in lines[2] and "rennt" not in lines[2], out
+    assert lines[4].startswith("- Two children") and lines[5].startswith("- ") and lines[7:10] == ["```", "Ein Hund", "```"], out
+
+
 def test_a_workbook_comes_back_with_its_cells_translated(client):
     import openpyxl
     from test_document_formats import build_xlsx
@@ -287,7 +299,7 @@ def test_bad_files_get_the_one_error_shape(client):
     for name, data in (("kaputt.docx", good[: len(good) // 2]), ("kaputt.docx", b"plain text"), ("kaputt.pptx", good),
                        ("kaputt.epub", good), ("kaputt.odt", b"")):
         assert "cannot be read" in our_error(translate_file(client, name, data), 400, "invalid_request")
-    assert "supported: .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po, .xlf, .xliff" in our_error(
+    assert "supported: .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po, .xlf, .xliff, .md, .markdown" in our_error(
         translate_file(client, "scan.pdf", b"%PDF-1.4"), 400, "invalid_request")
     assert "max_file_bytes" in our_error(translate_file(client, "gross.docx", b"x" * (MAX_FILE_BYTES + 1)), 413, "request_too_large")
     # past the file routes' body limit (the file and its form's framing) the body is refused unread

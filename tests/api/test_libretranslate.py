@@ -178,7 +178,7 @@ def test_frontend_settings(base, http):
     settings = http.get(base + "/frontend/settings").json()
     assert settings["charLimit"] == CHAR_LIMIT and settings["keyRequired"] is False and settings["apiKeys"] is False
     assert settings["suggestions"] is False and isinstance(settings["frontendTimeout"], int)
-    assert settings["supportedFilesFormat"] == [".txt", ".html", ".htm", ".docx", ".pptx", ".xlsx", ".odt", ".odp", ".epub", ".srt", ".vtt", ".po", ".xlf", ".xliff"]
+    assert settings["supportedFilesFormat"] == [".txt", ".html", ".htm", ".docx", ".pptx", ".xlsx", ".odt", ".odp", ".epub", ".srt", ".vtt", ".po", ".xlf", ".xliff", ".md", ".markdown"]
     assert settings["language"] == {"source": {"code": "auto", "name": "Auto Detect"}, "target": {"code": "en", "name": "English"}}
 
 
@@ -422,7 +422,7 @@ def test_libretranslate_aio(base, http, tmp_path):
         assert lt.detect(GERMAN)[0].language == "de"
         assert {(lang.code, tuple(lang.targets)) for lang in lt.languages()} == {("de", ("en",)), ("en", ("de",))}
         settings = lt.frontend_settings()
-        assert settings.char_limit == CHAR_LIMIT and settings.supported_files_format == [".txt", ".html", ".htm", ".docx", ".pptx", ".xlsx", ".odt", ".odp", ".epub", ".srt", ".vtt", ".po", ".xlf", ".xliff"]
+        assert settings.char_limit == CHAR_LIMIT and settings.supported_files_format == [".txt", ".html", ".htm", ".docx", ".pptx", ".xlsx", ".odt", ".odp", ".epub", ".srt", ".vtt", ".po", ".xlf", ".xliff", ".md", ".markdown"]
         assert settings.language.source.code == "auto" and not settings.key_required
         assert lt.health() is True
         path = tmp_path / "notiz.txt"

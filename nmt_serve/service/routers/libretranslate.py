@@ -49,7 +49,7 @@ from nmt_serve.text.language_detection import language_name
 log = logging.getLogger("nmt_serve.service.libretranslate")
 GLOSSARY_ID = re.compile("[0-9a-f]{32}")
 
-FILE_FORMATS = FORMATS  # .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po, .xlf, .xliff
+FILE_FORMATS = FORMATS  # .txt, .html, .htm, .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po, .xlf, .xliff, .md, .markdown
 FRONTEND_TIMEOUT_MS = 500  # upstream's default: how long its front-end waits after typing before it translates
 
 

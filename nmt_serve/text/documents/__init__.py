@@ -1,5 +1,5 @@
-"""Office documents, e-books, subtitles, gettext catalogs and translation tools' XLIFF translated in place:
-.docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po, .xlf and .xliff.
+"""Office documents, e-books, subtitles, gettext catalogs, translation tools' XLIFF and Markdown translated in
+place: .docx, .pptx, .xlsx, .odt, .odp, .epub, .srt, .vtt, .po, .xlf, .xliff, .md and .markdown.
 
 `read_document(data, filename)` reads a file into a `Document`: its translatable units (HTML
 fragments, one per paragraph, its runs' formatting as inline tags) and `write(translations, language)`,
@@ -12,7 +12,8 @@ python-pptx), both through `office_open_xml.py`; `spreadsheet.py` (.xlsx, lxml: 
 (.epub), zip and lxml; `subrip.py` (.srt, the srt library) and `web_vtt.py` (.vtt, webvtt-py), whose cues
 `subtitles.py` makes units (a cue, or the cues one sentence runs over; timings kept); `gettext.py` (.po,
 polib: the entries without a translation filled, marked fuzzy); `xliff.py` (.xlf, .xliff 1.2 and 2.x, lxml:
-the segments without a target get one, inline codes kept);
+the segments without a target get one, inline codes kept); `markdown.py` (.md, markdown-it-py: paragraphs,
+headings and table cells, their inline Markdown as inline HTML and back);
 `inline_runs.py` turns a paragraph's runs into inline HTML and back.
 
 Before any of them reads a file, its zip container is checked (`document.open_zip`: what it expands
@@ -42,6 +43,8 @@ MEDIA_TYPES = {
     ".po": "text/x-gettext-translation",
     ".xlf": "application/xliff+xml",
     ".xliff": "application/xliff+xml",
+    ".md": "text/markdown; charset=utf-8",
+    ".markdown": "text/markdown; charset=utf-8",
 }
 FORMATS = tuple(MEDIA_TYPES)
 
@@ -70,6 +73,10 @@ def _reader(extension: str) -> Callable[[bytes], Document]:
         from nmt_serve.text.documents.gettext import read_po
 
         return read_po
+    if extension in (".md", ".markdown"):
+        from nmt_serve.text.documents.markdown import read_markdown
+
+        return read_markdown
     if extension in (".xlf", ".xliff"):
         from nmt_serve.text.documents.xliff import read_xliff
 

@@ -1,0 +1,307 @@
+"""Markdown (.md, .markdown), parsed with markdown-it-py (CommonMark, with GitHub's tables and strikethrough):
+each paragraph, heading and table cell translated in place, every other line kept as it was (code blocks,
+HTML blocks, link reference definitions, blank lines, a YAML front matter block).
+
+A block's inline Markdown goes to the HTML path as inline HTML and comes back as Markdown: emphasis,
+strong emphasis and strikethrough as `<i>`, `<b>`, `<s>` placed on the target words by the alignment and
+written back with the source's own markers (`*` or `_`, `**` or `__`); a link as `<a>` (its title
+translated, its destination kept); an image as `<img>` (its alt text and title translated); code spans,
+autolinks, and placeholders and URLs in the text (protected_spans.py) kept as written, out of what the
+model reads; inline HTML (`<kbd>`) as itself. A paragraph comes back on one line (its line breaks were
+soft: Markdown joins them) behind its first line's container markers (`> `, `- `, `1. `), a hard break
+as a backslash at the end of a line; characters that Markdown would read as markup are escaped. A
+reference link (`[text][ref]`) comes back as an inline one (`[text](url)`), to the same destination.
+"""
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from html.parser import HTMLParser
+
+from markdown_it import MarkdownIt
+
+from nmt_serve.text import protected_spans
+from nmt_serve.text.documents.document import Document, DocumentError
+
+_ATTRIBUTE = "data-md"
+_TAG = re.compile(r"<[^<>]*>")
+_WRAPS = {"em_open": "i", "strong_open": "b", "s_open": "s"}
+_FENCE = re.compile(r"^(---|\.\.\.)\s*$")
+_HARD_BREAK = "\x00"  # stands for a hard break until the soft ones are folded
+
+
+def _parser() -> MarkdownIt:
+    md = MarkdownIt("commonmark").enable("table").enable("strikethrough")
+    # destinations as written (markdown-it percent-encodes them for HTML; they go back into Markdown)
+    md.normalizeLink = lambda url: url
+    md.normalizeLinkText = lambda url: url
+    return md
+
+
+@dataclass
+class _Code:
+    kind: str  # "wrap": open and close markers; "link": its destination; "image": its source; "verbatim": as written
+    markup: str = ""
+    target: str = ""
+    title: str | None = None
+
+
+def _title(title: str | None) -> str:
+    return "" if title is None else ' "' + title.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _destination(url: str) -> str:
+    return f"<{url}>" if re.search(r"[\s()<>]", url) else url
+
+
+def _inline_html(children: list, codes: list[_Code]) -> str:
+    """A block's inline tokens as HTML for the HTML path; each construct's Markdown in `codes`."""
+    out: list[str] = []
+    closing: list[str] = []
+    skip_to = None  # an autolink's tokens after its opening: written with it
+    for token in children:
+        if skip_to is not None:
+            if token.type == skip_to:
+                skip_to = None
+            continue
+        kind = token.type
+        if kind == "text":
+            marked = protected_spans.as_html(token.content)
+            if marked is None:
+                out.append(html.escape(token.content, quote=False))
+            else:  # each protected span its own verbatim code, written back as the text it is
+                for piece in re.split(r"(<span translate=\"no\">.*?</span>)", marked):
+                    if piece.startswith("<span"):
+                        text = html.unescape(piece[len('<span translate="no">'):-len("</span>")])
+                        codes.append(_Code("verbatim", text))
+                        out.append(f'<span translate="no" {_ATTRIBUTE}="{len(codes) - 1}">{html.escape(text, quote=False)}</span>')
+                    else:
+                        out.append(piece)
+        elif kind == "softbreak":
+            out.append("\n")
+        elif kind == "hardbreak":
+            codes.append(_Code("verbatim", _HARD_BREAK))
+            out.append(f'<br {_ATTRIBUTE}="{len(codes) - 1}">')
+        elif kind == "code_inline":
+            ticks = token.markup
+            padded = token.content.startswith("`") or token.content.endswith("`")
+            codes.append(_Code("verbatim", ticks + (" " if padded else "") + token.content + (" " if padded else "") + ticks))
+            out.append(f'<code {_ATTRIBUTE}="{len(codes) - 1}">{html.escape(token.content, quote=False)}</code>')
+        elif kind in _WRAPS:
+            codes.append(_Code("wrap", token.markup))
+            out.append(f'<{_WRAPS[kind]} {_ATTRIBUTE}="{len(codes) - 1}">')
+            closing.append(f"</{_WRAPS[kind]}>")
+        elif kind in ("em_close", "strong_close", "s_close", "link_close"):
+            out.append(closing.pop() if closing else "")
+        elif kind == "link_open" and token.markup in ("autolink", "linkify"):
+            codes.append(_Code("verbatim", f"<{token.attrGet('href')}>"))
+            out.append(f'<span translate="no" {_ATTRIBUTE}="{len(codes) - 1}">{html.escape(token.attrGet("href") or "")}</span>')
+            skip_to = "link_close"
+        elif kind == "link_open":
+            title = token.attrGet("title")
+            codes.append(_Code("link", target=token.attrGet("href") or "", title=title))
+            title_attr = "" if title is None else f' title="{html.escape(title)}"'
+            out.append(f'<a {_ATTRIBUTE}="{len(codes) - 1}"{title_attr}>')
+            closing.append("</a>")
+        elif kind == "image":
+            title = token.attrGet("title")
+            codes.append(_Code("image", target=token.attrGet("src") or "", title=title))
+            title_attr = "" if title is None else f' title="{html.escape(title)}"'
+            out.append(f'<img {_ATTRIBUTE}="{len(codes) - 1}" alt="{html.escape(token.content)}"{title_attr}>')
+        elif kind == "html_inline":
+            out.append(token.content)
+        else:  # (none other in CommonMark's inline set)
+            out.append(html.escape(token.content, quote=False))
+    return "".join(out)
+
+
+def _escaped(text: str, table: bool) -> str:
+    """Text as Markdown that reads as this text: the characters that would be markup escaped."""
+    text = re.sub(r"([\\`*\[\]<])", r"\\\1", text)
+    text = re.sub(r"(?<!\w)_|_(?!\w)", r"\\_", text)
+    text = re.sub(r"&(?=#?\w+;)", "&amp;", text)
+    return text.replace("|", "\\|") if table else text
+
+
+def _line_starts(text: str) -> str:
+    """Each line's start escaped where Markdown would read it as a block's marker (a heading, a quote, a list)."""
+    def fix(line: str) -> str:
+        if m := re.match(r"(\s*\d{1,9})([.)])(\s|$)", line):
+            return m.group(1) + "\\" + line[m.end(1):]
+        if m := re.match(r"(\s*)([#>+=-])", line):
+            return m.group(1) + "\\" + line[m.end(1):]
+        return line
+    return "\n".join(fix(line) for line in text.split("\n"))
+
+
+class _Markdown(HTMLParser):
+    """A block's translated HTML written as Markdown."""
+
+    def __init__(self, codes: list[_Code], table: bool):
+        super().__init__(convert_charrefs=True)
+        self.codes, self.table = codes, table
+        self.out: list[str] = []
+        self.closing: list[str] = []
+        self.skipping = 0
+
+    def _code(self, attrs) -> _Code | None:
+        value = dict(attrs).get(_ATTRIBUTE)
+        return self.codes[int(value)] if value is not None and value.isdigit() and int(value) < len(self.codes) else None
+
+    def handle_starttag(self, tag, attrs):
+        if self.skipping:
+            self.skipping += tag not in ("img", "br")
+            return
+        code, given = self._code(attrs), dict(attrs)
+        if code is None:
+            self.out.append(self.get_starttag_text())  # the source's own inline HTML
+            if tag not in ("img", "br", "wbr"):
+                self.closing.append(f"</{tag}>")
+        elif code.kind == "verbatim":
+            self.out.append(code.markup)
+            self.skipping = tag not in ("img", "br")
+        elif code.kind == "wrap":
+            self.out.append(code.markup)
+            self.closing.append(code.markup)
+        elif code.kind == "link":
+            self.out.append("[")
+            self.closing.append(f"]({_destination(code.target)}{_title(given.get('title') if code.title is not None else None)})")
+        elif code.kind == "image":
+            alt = _escaped(given.get("alt") or "", self.table)
+            self.out.append(f"![{alt}]({_destination(code.target)}{_title(given.get('title') if code.title is not None else None)})")
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+        if tag not in ("img", "br", "wbr"):
+            self.handle_endtag(tag)
+
+    def handle_endtag(self, tag):
+        if self.skipping:
+            self.skipping -= 1
+            return
+        if tag not in ("img", "br", "wbr") and self.closing:
+            self.out.append(self.closing.pop())
+
+    def handle_data(self, data):
+        if not self.skipping:
+            self.out.append(_escaped(data, self.table))
+
+
+def _as_markdown(translated_html: str, codes: list[_Code], table: bool) -> str:
+    writer = _Markdown(codes, table)
+    writer.feed(translated_html)
+    writer.close()
+    # a soft break the HTML path kept is a space (the block comes back on one line); a hard break a backslash
+    # at a line's end
+    text = re.sub(r"\s*\n\s*", " ", "".join(writer.out).strip())
+    return _line_starts(re.sub(f"[ \t]*{_HARD_BREAK}[ \t]*", "\\\\\n", text))
+
+
+@dataclass
+class _Block:
+    """One paragraph, heading or table cell."""
+
+    html: str
+    text: str
+    put: Callable[[str], None]  # its Markdown written into the document
+    codes: list[_Code]
+    table: bool
+
+    def write(self, translated_html: str) -> None:
+        if translated_html == self.html:  # not translated (a partial job's result): the lines as they were
+            return
+        self.put(_as_markdown(translated_html, self.codes, self.table))
+
+
+def _front_matter(lines: list[str]) -> int:
+    """How many lines a YAML front matter block at the start takes (0: none)."""
+    if not lines or lines[0].rstrip() != "---":
+        return 0
+    for k in range(1, len(lines)):
+        if _FENCE.match(lines[k]):
+            return k + 1
+    return 0
+
+
+def read_markdown(data: bytes) -> Document:
+    try:
+        source = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(f"it is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    bom = "\ufeff" if data.startswith(b"\xef\xbb\xbf") else ""
+    eol = "\r\n" if "\r\n" in source else "\n"
+    lines = source.split(eol)
+    skipped = _front_matter(lines)
+    tokens = _parser().parse(eol.join(lines[skipped:]))
+    replaced: dict[int, tuple[int, list[str]]] = {}  # first line -> (line after the last, the new lines)
+    rows: dict[int, list[str]] = {}  # a table row's line -> its cells' Markdown
+    units: list[_Block] = []
+
+    def paragraph(first: int, end: int, content: str) -> Callable[[str], None]:
+        line = lines[first]
+        head = content.split("\n")[0].rstrip()
+        prefix = line[:len(line.rstrip()) - len(head)] if line.rstrip().endswith(head) else line[:len(line) - len(line.lstrip())]
+
+        def put(markdown: str) -> None:
+            replaced[first] = (end, (prefix + markdown).split("\n"))
+        return put
+
+    def heading(first: int, content: str) -> Callable[[str], None]:
+        line = lines[first]
+        markers = re.match(r"\s*#{1,6}[ \t]*", line).end()
+        start = line.find(content, markers)
+        prefix, suffix = (line[:start], line[start + len(content):]) if start >= 0 else (line[:markers], "")
+
+        def put(markdown: str) -> None:
+            replaced[first] = (first + 1, [prefix + markdown.replace("\\\n", " ") + suffix])
+        return put
+
+    def cell(row: int, index: int, cells: list[str]) -> Callable[[str], None]:
+        def put(markdown: str) -> None:
+            rows.setdefault(row, list(cells))[index] = markdown.replace("\\\n", " ")
+        return put
+
+    cells_of: dict[int, list[str]] = {}
+    block = None
+    for k, token in enumerate(tokens):
+        if token.type in ("paragraph_open", "heading_open", "th_open", "td_open"):
+            block = token
+        if token.type != "inline" or token.map is None or block is None:
+            continue
+        first, end = token.map[0] + skipped, token.map[1] + skipped
+        codes: list[_Code] = []
+        table = block.type in ("th_open", "td_open")
+        marked = _inline_html(token.children or [], codes).strip()
+        text = html.unescape(_TAG.sub("", marked))
+        if table:
+            row = cells_of.setdefault(first, [])
+            row.append(token.content)
+            put = cell(first, len(row) - 1, row)
+        elif block.type == "heading_open" and block.markup.startswith("#"):
+            put = heading(first, token.content)
+        else:  # a paragraph, or a setext heading's text (its underline, the line after, kept)
+            put = paragraph(first, end, token.content)
+        if any(c.isalpha() for c in text):
+            units.append(_Block(marked, text, put, codes, table))
+
+    def save() -> bytes:
+        for row, cells in rows.items():
+            line = lines[row]
+            stripped = line.strip()
+            lead, trail = stripped.startswith("|"), stripped.endswith("|") and not stripped.endswith("\\|")
+            replaced[row] = (row + 1, [line[:len(line) - len(line.lstrip())] + ("| " if lead else "") + " | ".join(cells)
+                                       + (" |" if trail else "")])
+        out, i = [], 0
+        while i < len(lines):
+            if i in replaced:
+                end, new = replaced[i]
+                out += new
+                i = end
+            else:
+                out.append(lines[i])
+                i += 1
+        return (bom + eol.join(out)).encode("utf-8")
+
+    return Document(units, save)

@@ -1,0 +1,114 @@
+"""Markdown files translated in place (nmt_serve/text/documents/markdown.py), with the stand-in translators of
+test_document_formats (every word upper-cased, or the words reversed), inline tags placed by the HTML path."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from markdown_it import MarkdownIt
+from test_document_formats import reversed_words, translator
+
+from nmt_serve.text.documents import DocumentError, read_document, translate_document
+
+SOURCE = """---
+title: Ein Titel
+---
+# Ein *Hund* ##
+
+> - Ein **brauner** Hund rennt
+>   über die [Wiese](https://a.de/wiese "Eine Wiese") und `code` hier.\\
+> Zweite ![ein Bild](b.png) <kbd>Strg</kbd> <https://x.de> Zeile
+
+| Kopf | Zwei |
+|:-----|-----:|
+| Ein Hund | ~~nein~~ |
+| 42 | Siehe %s |
+
+Setext Titel
+============
+
+```python
+print("nicht übersetzen")
+```
+
+[ref]: https://r.de
+Ein [Link][ref] mit __fett__ und _kursiv_.
+
+1. Erster Punkt
+2. Zweiter Punkt
+"""
+
+EXPECTED = """---
+title: Ein Titel
+---
+# EIN *HUND* ##
+
+> - EIN **BRAUNER** HUND RENNT ÜBER DIE [WIESE](https://a.de/wiese "EINE WIESE") UND `code` HIER.\\
+ZWEITE ![EIN BILD](b.png) <kbd>STRG</kbd> <https://x.de> ZEILE
+
+| KOPF | ZWEI |
+|:-----|-----:|
+| EIN HUND | ~~NEIN~~ |
+| 42 | SIEHE %s |
+
+SETEXT TITEL
+============
+
+```python
+print("nicht übersetzen")
+```
+
+[ref]: https://r.de
+EIN [LINK](https://r.de) MIT __FETT__ UND _KURSIV_.
+
+1. ERSTER PUNKT
+2. ZWEITER PUNKT
+"""
+
+
+def shape(markdown: str) -> list:
+    """The document as CommonMark reads it: its elements and their nesting, without the text."""
+    md = MarkdownIt("commonmark").enable("table").enable("strikethrough")
+    return re.findall(r"</?[a-z0-9]+", md.render(markdown))
+
+
+def test_every_paragraph_heading_and_cell_is_translated_and_the_rest_kept():
+    document = read_document(SOURCE.encode(), "readme.md")
+    # inline Markdown as inline HTML: code spans, autolinks and placeholders kept out of what the model reads
+    assert document.texts[:2] == [
+        'Ein <i data-md="0">Hund</i>',
+        'Ein <b data-md="0">brauner</b> Hund rennt\nüber die <a data-md="1" title="Eine Wiese">Wiese</a> und '
+        '<code data-md="2">code</code> hier.<br data-md="3">Zweite <img data-md="4" alt="ein Bild"> <kbd>Strg</kbd> '
+        '<span translate="no" data-md="5">https://x.de</span> Zeile']
+    assert len(document.texts) == 11  # not the front matter, the code block, the number alone
+    out = translate_document(SOURCE.encode(), "readme.md", translator(), "en").decode()
+    assert out == EXPECTED
+    assert shape(out) == shape(SOURCE)
+
+
+def test_markers_follow_their_words_when_the_translation_reorders_them():
+    reverse = translator(reversed_words)
+    assert translate_document(b"Ein Hund sieht [einen Link](a.html) hier\n", "a.md", reverse) == b"HIER [LINK EINEN](a.html) SIEHT HUND EIN\n"
+    assert translate_document(b"Ein **brauner Hund** sieht uns\n", "a.md", reverse) == b"UNS SIEHT **HUND BRAUNER** EIN\n"
+
+
+def test_text_that_markdown_would_read_as_markup_is_escaped():
+    document = read_document(b"- Ein Punkt\n\nEin Satz.\n", "a.md")
+    # (the translations as the HTML path gives them: text escaped as HTML)
+    out = document.write(["1. a*b*c [x] &lt;y&gt; snake_case _x_", "# kein Titel"]).decode()
+    assert out == "- 1\\. a\\*b\\*c \\[x\\] \\<y> snake_case \\_x\\_\n\n\\# kein Titel\n"
+    rendered = MarkdownIt("commonmark").render(out)
+    assert "<ul>\n<li>1. a*b*c [x] &lt;y&gt; snake_case _x_</li>" in rendered and "<p># kein Titel</p>" in rendered
+
+
+def test_line_endings_a_byte_order_mark_and_untranslated_blocks_are_kept():
+    source = "\ufeff# Titel\r\n\r\nEin Satz\r\nüber zwei Zeilen.\r\n".encode()
+    document = read_document(source, "a.md")
+    assert document.write(document.texts) == source  # a partial job's result: nothing translated yet
+    out = read_document(source, "a.md").write(["Title", "A sentence over two lines."])
+    assert out == "\ufeff# Title\r\n\r\nA sentence over two lines.\r\n".encode()
+
+
+def test_a_file_that_is_no_utf8_text_is_refused_saying_why():
+    with pytest.raises(DocumentError, match="UTF-8"):
+        read_document("Grüße".encode("latin-1"), "a.md")
