@@ -44,7 +44,7 @@ title: Ein Titel
 # EIN *HUND* ##
 
 > - EIN **BRAUNER** HUND RENNT ÜBER DIE [WIESE](https://a.de/wiese "EINE WIESE") UND `code` HIER.\\
-ZWEITE ![EIN BILD](b.png) <kbd>STRG</kbd> <https://x.de> ZEILE
+>   ZWEITE ![EIN BILD](b.png) <kbd>STRG</kbd> <https://x.de> ZEILE
 
 | KOPF | ZWEI |
 |:-----|-----:|
@@ -90,6 +90,17 @@ def test_markers_follow_their_words_when_the_translation_reorders_them():
     reverse = translator(reversed_words)
     assert translate_document(b"Ein Hund sieht [einen Link](a.html) hier\n", "a.md", reverse) == b"HIER [LINK EINEN](a.html) SIEHT HUND EIN\n"
     assert translate_document(b"Ein **brauner Hund** sieht uns\n", "a.md", reverse) == b"UNS SIEHT **HUND BRAUNER** EIN\n"
+
+
+def test_githubs_alerts_task_lists_and_footnotes_keep_their_marks():
+    source = (b"> [!NOTE]\n> Ein Hinweis hier.\n\n- [ ] Eine Aufgabe\\\n  zweite Zeile\n- [x] Erledigt [^1]\n\n"
+              b"[^1]: Eine Fussnote.\n\nText mit [eckigen] Klammern.\n")
+    out = translate_document(source, "a.md", translator()).decode()
+    # an alert's kind on a line of its own; a line after a hard break behind the source's markers; brackets
+    # that are text escaped
+    assert out == ("> [!NOTE]\n> EIN HINWEIS HIER.\n\n- [ ] EINE AUFGABE\\\n  ZWEITE ZEILE\n- [x] ERLEDIGT [^1]\n\n"
+                   "[^1]: EINE FUSSNOTE.\n\nTEXT MIT \\[ECKIGEN\\] KLAMMERN.\n")
+    assert shape(out) == shape(source.decode())
 
 
 def test_text_that_markdown_would_read_as_markup_is_escaped():

@@ -6,8 +6,9 @@ A block's inline Markdown goes to the HTML path as inline HTML and comes back as
 strong emphasis and strikethrough as `<i>`, `<b>`, `<s>` placed on the target words by the alignment and
 written back with the source's own markers (`*` or `_`, `**` or `__`); a link as `<a>` (its title
 translated, its destination kept); an image as `<img>` (its alt text and title translated); code spans,
-autolinks, and placeholders and URLs in the text (protected_spans.py) kept as written, out of what the
-model reads; inline HTML (`<kbd>`) as itself. A paragraph comes back on one line (its line breaks were
+autolinks, placeholders and URLs in the text (protected_spans.py) and GitHub's marks (a footnote's `[^1]`,
+an alert's `[!NOTE]`, a task's `[ ]`) kept as written, out of what the model reads; inline HTML (`<kbd>`)
+as itself. A paragraph comes back on one line (its line breaks were
 soft: Markdown joins them) behind its first line's container markers (`> `, `- `, `1. `), a hard break
 as a backslash at the end of a line; characters that Markdown would read as markup are escaped. A
 reference link (`[text][ref]`) comes back as an inline one (`[text](url)`), to the same destination.
@@ -30,6 +31,11 @@ _TAG = re.compile(r"<[^<>]*>")
 _WRAPS = {"em_open": "i", "strong_open": "b", "s_open": "s"}
 _FENCE = re.compile(r"^(---|\.\.\.)\s*$")
 _HARD_BREAK = "\x00"  # stands for a hard break until the soft ones are folded
+_LINE_BREAK = "\x01"  # a soft break kept: after an alert's kind, which GitHub reads on a line of its own
+# brackets that mean something on GitHub though CommonMark reads them as text: a footnote's mark ([^1]), an
+# alert's kind (> [!NOTE]), a task list item's box (- [ ] / - [x]); kept as written, never escaped
+_GITHUB_MARKS = re.compile(r"\[\^[^\]\s]+\]|\[![A-Za-z]+\]")
+_TASK_BOX = re.compile(r"\[[ xX]\](?=\s)")  # at a block's start
 
 
 def _parser() -> MarkdownIt:
@@ -61,24 +67,31 @@ def _inline_html(children: list, codes: list[_Code]) -> str:
     out: list[str] = []
     closing: list[str] = []
     skip_to = None  # an autolink's tokens after its opening: written with it
-    for token in children:
+    alert = bool(children) and children[0].type == "text" and re.fullmatch(r"\[![A-Za-z]+\]", children[0].content.strip())
+    for k, token in enumerate(children):
         if skip_to is not None:
             if token.type == skip_to:
                 skip_to = None
             continue
         kind = token.type
         if kind == "text":
-            marked = protected_spans.as_html(token.content)
-            if marked is None:
-                out.append(html.escape(token.content, quote=False))
-            else:  # each protected span its own verbatim code, written back as the text it is
-                for piece in re.split(r"(<span translate=\"no\">.*?</span>)", marked):
-                    if piece.startswith("<span"):
-                        text = html.unescape(piece[len('<span translate="no">'):-len("</span>")])
-                        codes.append(_Code("verbatim", text))
-                        out.append(f'<span translate="no" {_ATTRIBUTE}="{len(codes) - 1}">{html.escape(text, quote=False)}</span>')
-                    else:
-                        out.append(piece)
+            # placeholders, URLs (protected_spans.py) and GitHub's marks: each a verbatim code, written back as it is
+            spans = sorted([m.span() for m in protected_spans.PROTECTED.finditer(token.content)]
+                           + [m.span() for m in _GITHUB_MARKS.finditer(token.content)]
+                           + ([m.span()] if not out and (m := _TASK_BOX.match(token.content)) else []))
+            cur = 0
+            for start, end in spans:
+                if start < cur:
+                    continue
+                text = token.content[start:end]
+                codes.append(_Code("verbatim", text))
+                out += [html.escape(token.content[cur:start], quote=False),
+                        f'<span translate="no" {_ATTRIBUTE}="{len(codes) - 1}">{html.escape(text, quote=False)}</span>']
+                cur = end
+            out.append(html.escape(token.content[cur:], quote=False))
+        elif kind == "softbreak" and alert and k == 1:
+            codes.append(_Code("verbatim", _LINE_BREAK))
+            out.append(f'<br {_ATTRIBUTE}="{len(codes) - 1}">')
         elif kind == "softbreak":
             out.append("\n")
         elif kind == "hardbreak":
@@ -196,7 +209,8 @@ def _as_markdown(translated_html: str, codes: list[_Code], table: bool) -> str:
     # a soft break the HTML path kept is a space (the block comes back on one line); a hard break a backslash
     # at a line's end
     text = re.sub(r"\s*\n\s*", " ", "".join(writer.out).strip())
-    return _line_starts(re.sub(f"[ \t]*{_HARD_BREAK}[ \t]*", "\\\\\n", text))
+    text = re.sub(f"[ \t]*{_LINE_BREAK}[ \t]*", "\n", re.sub(f"[ \t]*{_HARD_BREAK}[ \t]*", "\\\\\n", text))
+    return _line_starts(text)
 
 
 @dataclass
@@ -239,13 +253,22 @@ def read_markdown(data: bytes) -> Document:
     rows: dict[int, list[str]] = {}  # a table row's line -> its cells' Markdown
     units: list[_Block] = []
 
+    def prefix_of(line: str, content: str) -> str:
+        """What stands before a block's content on its line: indentation and container markers (> , - , 1. )."""
+        head = content.rstrip()
+        return line[:len(line.rstrip()) - len(head)] if head and line.rstrip().endswith(head) else line[:len(line) - len(line.lstrip())]
+
     def paragraph(first: int, end: int, content: str) -> Callable[[str], None]:
-        line = lines[first]
-        head = content.split("\n")[0].rstrip()
-        prefix = line[:len(line.rstrip()) - len(head)] if line.rstrip().endswith(head) else line[:len(line) - len(line.lstrip())]
+        contents = content.split("\n")
+        prefix = prefix_of(lines[first], contents[0])
+        # a line after a break: behind the source's second line's markers, or the first's with a list's
+        # marker as spaces (a quote's > stays)
+        after = (prefix_of(lines[first + 1], contents[1]) if len(contents) > 1 and first + 1 < end
+                 else re.sub(r"[-+*]|\d{1,9}[.)]", lambda m: " " * len(m.group()), prefix))
 
         def put(markdown: str) -> None:
-            replaced[first] = (end, (prefix + markdown).split("\n"))
+            new = markdown.split("\n")
+            replaced[first] = (end, [prefix + new[0]] + [after + line for line in new[1:]])
         return put
 
     def heading(first: int, content: str) -> Callable[[str], None]:
