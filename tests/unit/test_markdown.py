@@ -23,6 +23,7 @@ title: Ein Titel
 |:-----|-----:|
 | Ein Hund | ~~nein~~ |
 | 42 | Siehe %s |
+| `a\\|b` | Ein Mann |
 
 Setext Titel
 ============
@@ -50,6 +51,7 @@ title: Ein Titel
 |:-----|-----:|
 | EIN HUND | ~~NEIN~~ |
 | 42 | SIEHE %s |
+| `a\\|b` | EIN MANN |
 
 SETEXT TITEL
 ============
@@ -80,7 +82,7 @@ def test_every_paragraph_heading_and_cell_is_translated_and_the_rest_kept():
         'Ein <b data-md="0">brauner</b> Hund rennt\nüber die <a data-md="1" title="Eine Wiese">Wiese</a> und '
         '<code data-md="2">code</code> hier.<br data-md="3">Zweite <img data-md="4" alt="ein Bild"> <kbd>Strg</kbd> '
         '<span translate="no" data-md="5">https://x.de</span> Zeile']
-    assert len(document.texts) == 11  # not the front matter, the code block, the number alone
+    assert len(document.texts) == 13  # not the front matter, the code block, the number alone
     out = translate_document(SOURCE.encode(), "readme.md", translator(), "en").decode()
     assert out == EXPECTED
     assert shape(out) == shape(SOURCE)
@@ -94,13 +96,25 @@ def test_markers_follow_their_words_when_the_translation_reorders_them():
 
 def test_githubs_alerts_task_lists_and_footnotes_keep_their_marks():
     source = (b"> [!NOTE]\n> Ein Hinweis hier.\n\n- [ ] Eine Aufgabe\\\n  zweite Zeile\n- [x] Erledigt [^1]\n\n"
-              b"[^1]: Eine Fussnote.\n\nText mit [eckigen] Klammern.\n")
+              b"[^1]: Eine Fussnote.\n\nText mit [eckigen] Klammern an <a@b.org>.\n")
     out = translate_document(source, "a.md", translator()).decode()
     # an alert's kind on a line of its own; a line after a hard break behind the source's markers; brackets
     # that are text escaped
     assert out == ("> [!NOTE]\n> EIN HINWEIS HIER.\n\n- [ ] EINE AUFGABE\\\n  ZWEITE ZEILE\n- [x] ERLEDIGT [^1]\n\n"
-                   "[^1]: EINE FUSSNOTE.\n\nTEXT MIT \\[ECKIGEN\\] KLAMMERN.\n")
+                   "[^1]: EINE FUSSNOTE.\n\nTEXT MIT \\[ECKIGEN\\] KLAMMERN AN <a@b.org>.\n")
     assert shape(out) == shape(source.decode())
+
+
+def test_an_emphasis_keeps_no_space_at_its_edges_and_an_empty_one_goes():
+    document = read_document(b"See the **[Cargo Guide](https://a.org)** for **all** of it.\n", "a.md")
+    assert document.texts == ['See the <b data-md="0"><a data-md="1">Cargo Guide</a></b> for <b data-md="2">all</b> of it.']
+    # as the HTML path may place them: the space before the words inside the element, an element emptied
+    out = document.write(['Die<b data-md="0"><a data-md="1"> Anleitung</a></b> für<b data-md="2"> </b>alles.']).decode()
+    assert out == "Die **[Anleitung](https://a.org)** für alles.\n"
+    assert shape(out) == shape("x **[y](https://a.org)** z\n")
+    # two code spans the translation put side by side stay two
+    document = read_document(b"`a` uses `b` here.\n", "a.md")
+    assert document.write(['<code data-md="0">a</code><code data-md="1">b</code> hier.']) == b"`a` `b` hier.\n"
 
 
 def test_text_that_markdown_would_read_as_markup_is_escaped():

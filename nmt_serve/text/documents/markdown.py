@@ -109,8 +109,10 @@ def _inline_html(children: list, codes: list[_Code]) -> str:
         elif kind in ("em_close", "strong_close", "s_close", "link_close"):
             out.append(closing.pop() if closing else "")
         elif kind == "link_open" and token.markup in ("autolink", "linkify"):
-            codes.append(_Code("verbatim", f"<{token.attrGet('href')}>"))
-            out.append(f'<span translate="no" {_ATTRIBUTE}="{len(codes) - 1}">{html.escape(token.attrGet("href") or "")}</span>')
+            # as written: its text (an e-mail address's href has a mailto: the source does not)
+            shown = children[k + 1].content if k + 1 < len(children) and children[k + 1].type == "text" else token.attrGet("href") or ""
+            codes.append(_Code("verbatim", f"<{shown}>"))
+            out.append(f'<span translate="no" {_ATTRIBUTE}="{len(codes) - 1}">{html.escape(shown)}</span>')
             skip_to = "link_close"
         elif kind == "link_open":
             title = token.attrGet("title")
@@ -150,14 +152,21 @@ def _line_starts(text: str) -> str:
 
 
 class _Markdown(HTMLParser):
-    """A block's translated HTML written as Markdown."""
+    """A block's translated HTML written as Markdown. An emphasis or a link's text keeps no space at its
+    edges (the HTML path may put the space between two words inside the element; `Die** [x]**` is no
+    emphasis in Markdown, `Die **[x]**` is), and an emphasis the translation left empty goes (`****` would
+    be text)."""
 
     def __init__(self, codes: list[_Code], table: bool):
         super().__init__(convert_charrefs=True)
         self.codes, self.table = codes, table
         self.out: list[str] = []
-        self.closing: list[str] = []
+        self.closing: list[tuple[str, int | None]] = []  # per open element: its closing text, its opening's index
         self.skipping = 0
+
+    def _open(self, markup: str, closing: str) -> None:
+        self.out.append(markup)
+        self.closing.append((closing, len(self.out) - 1))
 
     def _code(self, attrs) -> _Code | None:
         value = dict(attrs).get(_ATTRIBUTE)
@@ -171,16 +180,17 @@ class _Markdown(HTMLParser):
         if code is None:
             self.out.append(self.get_starttag_text())  # the source's own inline HTML
             if tag not in ("img", "br", "wbr"):
-                self.closing.append(f"</{tag}>")
+                self.closing.append((f"</{tag}>", None))
         elif code.kind == "verbatim":
-            self.out.append(code.markup)
+            if code.markup.startswith("`") and "".join(self.out).endswith("`"):
+                self.out.append(" ")  # two code spans the translation put side by side: `a` `b`, not `a``b`
+            # (in a table cell a pipe ends the cell even inside a code span: GitHub's tables take it escaped)
+            self.out.append(code.markup.replace("|", "\\|") if self.table else code.markup)
             self.skipping = tag not in ("img", "br")
         elif code.kind == "wrap":
-            self.out.append(code.markup)
-            self.closing.append(code.markup)
+            self._open(code.markup, code.markup)
         elif code.kind == "link":
-            self.out.append("[")
-            self.closing.append(f"]({_destination(code.target)}{_title(given.get('title') if code.title is not None else None)})")
+            self._open("[", f"]({_destination(code.target)}{_title(given.get('title') if code.title is not None else None)})")
         elif code.kind == "image":
             alt = _escaped(given.get("alt") or "", self.table)
             self.out.append(f"![{alt}]({_destination(code.target)}{_title(given.get('title') if code.title is not None else None)})")
@@ -194,8 +204,21 @@ class _Markdown(HTMLParser):
         if self.skipping:
             self.skipping -= 1
             return
-        if tag not in ("img", "br", "wbr") and self.closing:
-            self.out.append(self.closing.pop())
+        if tag in ("img", "br", "wbr") or not self.closing:
+            return
+        closing, opened = self.closing.pop()
+        if opened is None:
+            self.out.append(closing)
+            return
+        inner = "".join(self.out[opened + 1:])
+        if not inner.strip() and closing[:1] != "]":  # an emphasis of nothing: its markers go, its spaces stay
+            self.out[opened] = ""
+            return
+        # spaces at the edges of its content move outside its markers
+        lead, trail = inner[:len(inner) - len(inner.lstrip())], inner[len(inner.rstrip()):]
+        self.out[opened + 1:] = [inner.strip()]
+        self.out[opened] = lead + self.out[opened]
+        self.out.append(closing + trail)
 
     def handle_data(self, data):
         if not self.skipping:
@@ -250,7 +273,7 @@ def read_markdown(data: bytes) -> Document:
     skipped = _front_matter(lines)
     tokens = _parser().parse(eol.join(lines[skipped:]))
     replaced: dict[int, tuple[int, list[str]]] = {}  # first line -> (line after the last, the new lines)
-    rows: dict[int, list[str]] = {}  # a table row's line -> its cells' Markdown
+    rows: dict[int, dict[int, str]] = {}  # a table row's line -> its translated cells' Markdown, by column
     units: list[_Block] = []
 
     def prefix_of(line: str, content: str) -> str:
@@ -281,12 +304,12 @@ def read_markdown(data: bytes) -> Document:
             replaced[first] = (first + 1, [prefix + markdown.replace("\\\n", " ") + suffix])
         return put
 
-    def cell(row: int, index: int, cells: list[str]) -> Callable[[str], None]:
+    def cell(row: int, index: int) -> Callable[[str], None]:
         def put(markdown: str) -> None:
-            rows.setdefault(row, list(cells))[index] = markdown.replace("\\\n", " ")
+            rows.setdefault(row, {})[index] = markdown.replace("\\\n", " ")
         return put
 
-    cells_of: dict[int, list[str]] = {}
+    cells_of: dict[int, int] = {}  # a table row's line -> its cells so far
     block = None
     for k, token in enumerate(tokens):
         if token.type in ("paragraph_open", "heading_open", "th_open", "td_open"):
@@ -299,9 +322,8 @@ def read_markdown(data: bytes) -> Document:
         marked = _inline_html(token.children or [], codes).strip()
         text = html.unescape(_TAG.sub("", marked))
         if table:
-            row = cells_of.setdefault(first, [])
-            row.append(token.content)
-            put = cell(first, len(row) - 1, row)
+            cells_of[first] = cells_of.get(first, 0) + 1
+            put = cell(first, cells_of[first] - 1)
         elif block.type == "heading_open" and block.markup.startswith("#"):
             put = heading(first, token.content)
         else:  # a paragraph, or a setext heading's text (its underline, the line after, kept)
@@ -311,11 +333,14 @@ def read_markdown(data: bytes) -> Document:
 
     def save() -> bytes:
         for row, cells in rows.items():
-            line = lines[row]
-            stripped = line.strip()
-            lead, trail = stripped.startswith("|"), stripped.endswith("|") and not stripped.endswith("\\|")
-            replaced[row] = (row + 1, [line[:len(line) - len(line.lstrip())] + ("| " if lead else "") + " | ".join(cells)
-                                       + (" |" if trail else "")])
+            # the row's cells as written, between its unescaped pipes (a pipe in a code span ends a cell too, as
+            # GitHub reads it); the translated ones replaced, the others (and cells past the header's) kept
+            pieces = re.split(r"(?<!\\)\|", lines[row])
+            lead = 1 if lines[row].lstrip().startswith("|") else 0
+            for column, markdown in cells.items():
+                if lead + column < len(pieces):
+                    pieces[lead + column] = f" {markdown} "
+            replaced[row] = (row + 1, ["|".join(pieces)])
         out, i = [], 0
         while i < len(lines):
             if i in replaced:
