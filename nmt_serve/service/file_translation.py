@@ -94,14 +94,23 @@ async def read_file(state: ServiceState, *, name: str, data: bytes, param: str =
 
 def file_source(state: ServiceState, file: UploadedFile, source: str, target: str, param: str = "file",
                 upstream_fallbacks: bool = False) -> str | None:
-    """One source language for the whole file: "auto" told from its beginning; None when there is
-    nothing to translate (the source is the target, or the file is already in it). upstream_fallbacks:
-    LibreTranslate's answer where ours is a 400 (pipeline.resolve_model)."""
+    """One source language for the whole file: "auto" the language the file declares (XLIFF's source
+    language: short interface strings say little to a detector) where a loaded model translates it to the
+    target, else told from its beginning; None when there is nothing to translate (the source is the
+    target, or the file is already in it). upstream_fallbacks: LibreTranslate's answer where ours is a 400
+    (pipeline.resolve_model)."""
     if state.language(source) == state.language(target):
         return None
     sample = file.sample()
     if source != AUTO or not sample.strip():
         return source
+    declared = file.document.source_language if file.document is not None else None
+    if declared:
+        named = state.language(declared.replace("_", "-").split("-")[0])
+        if named == state.language(target):
+            return None
+        if f"{named}-{state.language(target)}" in state.models:
+            return named
     model, _ = resolve_model(state, AUTO, state.language(target), sample, param, upstream_fallbacks)
     return model.source if model is not None else None
 

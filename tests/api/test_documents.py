@@ -236,6 +236,24 @@ def test_xliff_files_come_back_with_targets_that_keep_their_codes(client):
     assert '<pc id="1">dogs</pc>' in target and '<ph id="2"/>' in target and out.get("trgLang") == "en", target
 
 
+def test_an_xliff_file_s_declared_source_language_is_the_one_auto_takes(client):
+    from lxml import etree
+
+    ns = "urn:oasis:names:tc:xliff:document:2.0"
+    # three German interface strings that a detector calls English: the file says what they are
+    xliff = (f'<xliff xmlns="{ns}" version="2.0" srcLang="de-DE"><file id="f"><unit id="1"><segment><source>Name</source>'
+             f'</segment></unit><unit id="2"><segment><source>Hand</source></segment></unit><unit id="3"><segment><source>'
+             f'Start</source></segment></unit></file></xliff>').encode()
+    assert client.post("/detect", data={"q": "Name\nHand\nStart"}).json()[0]["language"] == "en"
+    r = client.post("/v1/translate_file", data={"source": "auto", "target": "en"}, files={"file": ("ui.xliff", xliff)})
+    assert r.status_code == 200, r.text
+    root = etree.fromstring(r.content)
+    assert len(list(root.iter(f"{{{ns}}}target"))) == 3 and root.get("trgLang") == "en"
+    # declared in the target language: nothing to translate, the file as it came
+    same = client.post("/v1/translate_file", data={"source": "auto", "target": "de"}, files={"file": ("ui.xliff", xliff)})
+    assert same.status_code == 200 and same.content == xliff
+
+
 def test_a_markdown_file_comes_back_translated_with_its_markup(client):
     source = ("# Ein Hund\n\nEin **brauner Hund** rennt über die [Wiese](https://a.de/wiese).\n\n"
               "- Zwei Kinder spielen.\n- Ein Mann lacht.\n\n```\nEin Hund\n```\n").encode()

@@ -42,6 +42,9 @@ class Document:
     _save: Callable[[], bytes]
     # says, where the file says which language its text is in, that it is in this one (a BCP 47 tag)
     _relabel: Callable[[str], None] | None = None
+    # the language the file declares its source text is in, where a format declares it for translation
+    # (XLIFF's source language; a BCP 47 tag as written), else None
+    source_language: str | None = None
 
     @property
     def texts(self) -> list[str]:

@@ -10,7 +10,8 @@ the file is kept (its declaration, comments, notes, other namespaces' elements a
 - 2.x: each `<segment>` without a target (or with an empty one) gets one, and `state="translated"`.
 - A target that has text is kept (a translator's); a unit, group or file marked `translate="no"` is left
   alone; a segment with no letter in it (codes, numbers) too. The file's target language (1.2
-  `<file target-language>`, 2.x `<xliff trgLang>`) becomes the translation's.
+  `<file target-language>`, 2.x `<xliff trgLang>`) becomes the translation's; its source language is the
+  document's `source_language` (a request's `auto` takes it).
 
 Inline codes go through as inline HTML and are placed on the target words as any document's formatting
 (html_markup.py): an element around text (1.2 `<g>`, `<mrk>`; 2.x `<pc>`, `<mrk>`) and a pair of codes
@@ -265,6 +266,16 @@ def _insert_after(anchor: etree._Element, element: etree._Element) -> None:
         anchor.tail = before
 
 
+def _place(parent: etree._Element, filled: etree._Element, target: etree._Element | None, after: etree._Element) -> None:
+    """A translation's target where the empty one stood (its attributes kept), or after `after`."""
+    if target is not None:
+        filled.attrib.update(target.attrib)
+        parent.replace(target, filled)
+        filled.tail = target.tail
+    else:
+        _insert_after(after, filled)
+
+
 def _segments_1(root: etree._Element, ns: str) -> list[_Segment]:
     q = lambda name: f"{{{ns}}}{name}" if ns else name  # noqa: E731
     segments: list[_Segment] = []
@@ -309,12 +320,7 @@ def _segments_1(root: etree._Element, ns: str) -> list[_Segment]:
             continue
 
         def put(filled, unit=unit, after=source if seg_source is None else seg_source, target=target):
-            if target is not None:
-                filled.attrib.update(target.attrib)
-                unit.replace(target, filled)
-                filled.tail = target.tail
-            else:
-                _insert_after(after, filled)
+            _place(unit, filled, target, after)
             filled.set("state", "needs-review-translation")
             filled.set("state-qualifier", "mt-suggestion")
 
@@ -333,12 +339,7 @@ def _segments_2(root: etree._Element, ns: str) -> list[_Segment]:
             continue
 
         def put(filled, seg=seg, source=source, target=target):
-            if target is not None:
-                filled.attrib.update(target.attrib)
-                seg.replace(target, filled)
-                filled.tail = target.tail
-            else:
-                _insert_after(source, filled)
+            _place(seg, filled, target, source)
             if seg.get("state", "initial") == "initial":
                 seg.set("state", "translated")
 
@@ -388,4 +389,5 @@ def read_xliff(data: bytes) -> Document:
             for file in root.iter(f"{{{ns}}}file" if ns else "file"):
                 file.set("target-language", tag)
 
-    return Document(segments, save, relabel)
+    declared = root.get("srcLang") if second else next((f.get("source-language") for f in root.iter(f"{{{ns}}}file" if ns else "file")), None)
+    return Document(segments, save, relabel, declared or None)
