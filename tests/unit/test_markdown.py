@@ -117,6 +117,15 @@ def test_an_emphasis_keeps_no_space_at_its_edges_and_an_empty_one_goes():
     assert document.write(['<code data-md="0">a</code><code data-md="1">b</code> hier.']) == b"`a` `b` hier.\n"
 
 
+def test_an_html_block_is_translated_as_html():
+    source = (b'<p align="center">\n  <img src="logo.png" alt="Ein Hund" width="100">\n</p>\n\n<details>\n'
+              b"<summary>Mehr zeigen</summary>\n\nEin Text.\n\n</details>\n\n<!-- Kommentar -->\n\n- Eine Liste\n\n  <div>Nicht</div>\n")
+    out = translate_document(source, "a.md", translator()).decode()
+    # a centred logo's alt text, a <details>' summary; a comment, and a block inside a list item, as they were
+    assert out == ('<p align="center">\n  <img src="logo.png" alt="EIN HUND" width="100">\n</p>\n\n<details>\n'
+                   "<summary>MEHR ZEIGEN</summary>\n\nEIN TEXT.\n\n</details>\n\n<!-- Kommentar -->\n\n- EINE LISTE\n\n  <div>Nicht</div>\n")
+
+
 def test_text_that_markdown_would_read_as_markup_is_escaped():
     document = read_document(b"- Ein Punkt\n\nEin Satz.\n", "a.md")
     # (the translations as the HTML path gives them: text escaped as HTML)

@@ -1,6 +1,7 @@
 """Markdown (.md, .markdown), parsed with markdown-it-py (CommonMark, with GitHub's tables and strikethrough):
-each paragraph, heading and table cell translated in place, every other line kept as it was (code blocks,
-HTML blocks, link reference definitions, blank lines, a YAML front matter block).
+each paragraph, heading and table cell translated in place, and each HTML block as HTML (a README's centred
+logo's alt text, a `<details>` summary); every other line kept as it was (code blocks, link reference
+definitions, blank lines, a YAML front matter block).
 
 A block's inline Markdown goes to the HTML path as inline HTML and comes back as Markdown: emphasis,
 strong emphasis and strikethrough as `<i>`, `<b>`, `<s>` placed on the target words by the alignment and
@@ -25,6 +26,7 @@ from markdown_it import MarkdownIt
 
 from nmt_serve.text import protected_spans
 from nmt_serve.text.documents.document import Document, DocumentError
+from nmt_serve.text.html_markup import parse_html
 
 _ATTRIBUTE = "data-md"
 _TAG = re.compile(r"<[^<>]*>")
@@ -252,6 +254,19 @@ class _Block:
         self.put(_as_markdown(translated_html, self.codes, self.table))
 
 
+@dataclass
+class _HtmlBlock:
+    """An HTML block, translated as HTML."""
+
+    html: str
+    text: str
+    put: Callable[[str], None]
+
+    def write(self, translated_html: str) -> None:
+        if translated_html != self.html:
+            self.put(translated_html)
+
+
 def _front_matter(lines: list[str]) -> int:
     """How many lines a YAML front matter block at the start takes (0: none)."""
     if not lines or lines[0].rstrip() != "---":
@@ -274,7 +289,7 @@ def read_markdown(data: bytes) -> Document:
     tokens = _parser().parse(eol.join(lines[skipped:]))
     replaced: dict[int, tuple[int, list[str]]] = {}  # first line -> (line after the last, the new lines)
     rows: dict[int, dict[int, str]] = {}  # a table row's line -> its translated cells' Markdown, by column
-    units: list[_Block] = []
+    units: list[_Block | _HtmlBlock] = []
 
     def prefix_of(line: str, content: str) -> str:
         """What stands before a block's content on its line: indentation and container markers (> , - , 1. )."""
@@ -314,6 +329,15 @@ def read_markdown(data: bytes) -> Document:
     for k, token in enumerate(tokens):
         if token.type in ("paragraph_open", "heading_open", "th_open", "td_open"):
             block = token
+        if token.type == "html_block" and token.level == 0 and token.map is not None:
+            # HTML as it is (a centred logo's alt text, <details>' summary): a unit for the HTML path, its lines
+            # replaced by the translated HTML; one inside a list or a quote stays as it is
+            segments = parse_html(token.content).segments
+            if any(c.isalpha() for s in segments for c in s.text):
+                units.append(_HtmlBlock(token.content.rstrip("\n"), " ".join(s.text for s in segments),
+                                        put=lambda markup, first=token.map[0] + skipped, end=token.map[1] + skipped:
+                                        replaced.__setitem__(first, (end, markup.split("\n")))))
+            continue
         if token.type != "inline" or token.map is None or block is None:
             continue
         first, end = token.map[0] + skipped, token.map[1] + skipped
