@@ -23,10 +23,15 @@ from nmt_serve.service.pipeline import AUTO, resolve_model, translate_texts
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.documents import Document, DocumentError, read_document
 from nmt_serve.text.glossary import Terminology
+from nmt_serve.text.language_codes import iso_639_1
+from nmt_serve.text.text_encoding import TextEncodingError, decode
 
 DETECTION_SAMPLE_CHARS = 5000  # a file's language is told from its beginning (on the event loop: kept short)
 GROUPS_AT_ONCE = 4  # groups of a document's paragraphs in the engine at once
 TEXT_FORMATS = {".txt": "text", ".html": "html", ".htm": "html"}
+# formats an editor saves in the system's code page where it is not UTF-8 (XLIFF and HTML name their encoding,
+# a gettext catalog its charset; WebVTT is UTF-8 by definition)
+LEGACY_TEXT = (".txt", ".srt", ".md", ".markdown")
 FORMATS = tuple(MEDIA_TYPES)  # .txt, .html, .htm, then the documents'
 
 
@@ -76,11 +81,35 @@ class UploadedFile:
         return text[:DETECTION_SAMPLE_CHARS]
 
 
-async def read_file(state: ServiceState, *, name: str, data: bytes, param: str = "file") -> UploadedFile:
+def utf8_file(state: ServiceState, name: str, data: bytes, source: str, param: str = "file") -> bytes:
+    """A text format's bytes in UTF-8: read in the encoding they were saved in (text/text_encoding.py: UTF-8,
+    else the code page of the source language, or with "auto" of the served ones, that the language detector
+    reads best); other formats as they are. 400 where no encoding reads them. Blocking: on a thread."""
+    extension = os.path.splitext(name)[1].lower()
+    if extension not in LEGACY_TEXT:
+        return data
+    languages = [iso_639_1(m.source) or m.source for m in state.models.values()] if source == AUTO else [state.language(source)]
+
+    def detect(text: str) -> tuple[str | None, float]:
+        found = state.detector().detect(text) if state.settings.language_detection and state.models else []
+        return (found[0].language, found[0].confidence) if found else (None, 0.0)
+
+    try:
+        text, encoding = decode(data, languages, detect)
+    except TextEncodingError as exc:
+        raise bad_request(f"the file cannot be read as {extension}: {exc}", param) from None
+    return data if encoding in ("utf-8", "utf-8-sig") else text.encode("utf-8")
+
+
+async def read_file(state: ServiceState, *, name: str, data: bytes, source: str = AUTO, param: str = "file") -> UploadedFile:
     """The file decoded (a text) or read (a document, on a thread); 400 for a format not in FORMATS or a
-    file that cannot be read as its extension says, 413 past max_file_bytes."""
+    file that cannot be read as its extension says, 413 past max_file_bytes. A text format not in UTF-8 is
+    read in the encoding it was saved in (utf8_file), and is from then on its UTF-8 bytes. source: the
+    file's language as the request names it (what a legacy encoding is guessed for)."""
     extension = check_format(name, param)
     state.limits.check_file_bytes(len(data), param)
+    if extension in LEGACY_TEXT:
+        data = await asyncio.to_thread(utf8_file, state, name, data, source, param)
     if extension in TEXT_FORMATS:
         try:
             return UploadedFile(name, data, extension, text=data.decode("utf-8-sig"))
@@ -123,7 +152,7 @@ async def translate_file(state: ServiceState, request: Request, *, name: str, da
     state.limits.check_file_bytes(len(data), param)
     if state.language(source) == state.language(target):
         return data  # nothing to translate (LibreTranslate gives a text back as it is, too)
-    return await translate_uploaded(state, request, await read_file(state, name=name, data=data, param=param), source, target, param,
+    return await translate_uploaded(state, request, await read_file(state, name=name, data=data, source=source, param=param), source, target, param,
                                     terminology=terminology)
 
 

@@ -94,11 +94,11 @@ async def translate_or_submit(state: ServiceState, request: Request, runner: Job
     upstream takes it (pipeline.resolve_model's upstream_fallbacks)."""
     if state.language(source) == state.language(target):
         return await translate_file(state, request, name=name, data=data, source=source, target=target)  # given back
-    file = await read_file(state, name=name, data=data)
+    file = await read_file(state, name=name, data=data, source=source)
     if not runs_as_job(state.settings, file):
         return await translate_uploaded(state, request, file, source, target, upstream_fallbacks=True)
     source = file_source(state, file, source, target, upstream_fallbacks=True)
     if source is None:
         return data  # already in the target language
-    texts, format = read_texts(name, data, file.document)
-    return await submit_file(state, runner, name=name, data=data, texts=texts, format=format, source=source, target=target, **spec)
+    texts, format = read_texts(name, file.data, file.document)  # (a text format's in UTF-8 now)
+    return await submit_file(state, runner, name=name, data=file.data, texts=texts, format=format, source=source, target=target, **spec)

@@ -254,6 +254,31 @@ def test_an_xliff_file_s_declared_source_language_is_the_one_auto_takes(client):
     assert same.status_code == 200 and same.content == xliff
 
 
+def test_subtitles_and_texts_in_a_legacy_code_page_are_read_in_it(client):
+    import srt
+
+    # a Czech subtitle file as Czech sites serve them (Windows-1250), the language not named; a German text in
+    # Latin-1; each comes back translated, in UTF-8
+    czech = ("1\n00:00:01,000 --> 00:00:03,000\nMuž jede na kole po ulici.\n\n2\n00:00:04,000 --> 00:00:06,000\n"
+             "Dvě děti si hrají ve sněhu.\n").encode("cp1250")
+    r = translate_file(client, "film.srt", czech, source="auto")
+    assert r.status_code == 200, r.text
+    cues = list(srt.parse(r.content.decode("utf-8")))
+    assert len(cues) == 2 and "children" in cues[1].content.lower(), cues
+    r = translate_file(client, "brief.txt", "Zwei Kinder spielen im Schnee. Ein Mann fährt Fahrrad.".encode("latin-1"))
+    assert r.status_code == 200 and "children" in r.text.lower() and "bicycle" in r.text.lower(), r.text
+    # as a job: its texts read the same way, its result in UTF-8
+    job = client.post("/v1/jobs/file", data={"source": "auto", "target": "en"}, files={"file": ("film.srt", czech)})
+    assert job.status_code == 202, job.text
+    for _ in range(300):
+        if (status := client.get(f"/v1/jobs/{job.json()['id']}").json())["state"] in ("done", "failed"):
+            break
+        time.sleep(0.05)
+    assert status["state"] == "done", status
+    result = client.get(f"/v1/jobs/{job.json()['id']}/result")
+    assert "children" in list(srt.parse(result.content.decode("utf-8")))[1].content.lower()
+
+
 def test_a_markdown_file_comes_back_translated_with_its_markup(client):
     source = ("# Ein Hund\n\nEin **brauner Hund** rennt über die [Wiese](https://a.de/wiese).\n\n"
               "- Zwei Kinder spielen.\n- Ein Mann lacht.\n\n```\nEin Hund\n```\n").encode()

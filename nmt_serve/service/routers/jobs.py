@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from nmt_serve.service.dependencies import get_state, job_owner, require_api_key, seen_owner
 from nmt_serve.service.errors import APIError, bad_request, documented_error
-from nmt_serve.service.file_translation import attachment_headers
+from nmt_serve.service.file_translation import attachment_headers, utf8_file
 from nmt_serve.service.jobs_files import (
     FORMATS,
     extension_of,
@@ -154,6 +154,7 @@ async def create_file_job(request: Request, response: Response, file: UploadFile
     if extension_of(name) not in FORMATS:
         raise bad_request(f"file format not supported ({extension_of(name) or 'no extension'}); supported: {', '.join(FORMATS)}", "file")
     data = await file.read()
+    data = await asyncio.to_thread(utf8_file, state, name, data, source)  # a text format in its legacy encoding
     try:
         texts, format = await asyncio.to_thread(read_texts, name, data)
     except ValueError as exc:
