@@ -23,6 +23,8 @@ from nmt_serve.text.documents import MEDIA_TYPES as DOCUMENT_MEDIA_TYPES
 ID = re.compile(r"[0-9a-f]{32}")
 MEDIA_TYPES = {".txt": "text/plain; charset=utf-8", ".html": "text/html; charset=utf-8", ".htm": "text/html; charset=utf-8",
                **DOCUMENT_MEDIA_TYPES}
+# a response that is a translated file, as OpenAPI documents it: each media type a file is served as
+FILE_CONTENT = {media.split(";")[0]: {"schema": {"type": "string", "format": "binary"}} for media in dict.fromkeys(MEDIA_TYPES.values())}
 
 
 @dataclass

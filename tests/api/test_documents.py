@@ -277,6 +277,7 @@ def test_subtitles_and_texts_in_a_legacy_code_page_are_read_in_it(client):
     assert status["state"] == "done", status
     result = client.get(f"/v1/jobs/{job.json()['id']}/result")
     assert "children" in list(srt.parse(result.content.decode("utf-8")))[1].content.lower()
+    assert client.delete(f"/v1/jobs/{job.json()['id']}").status_code == 200  # (the jobs directory is the default one)
 
 
 def test_a_markdown_file_comes_back_translated_with_its_markup(client):

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from nmt_serve.service.dependencies import get_state, job_owner, require_api_key, seen_owner
 from nmt_serve.service.errors import APIError, bad_request, documented_error
+from nmt_serve.service.file_store import FILE_CONTENT
 from nmt_serve.service.file_translation import attachment_headers, utf8_file
 from nmt_serve.service.jobs_files import (
     FORMATS,
@@ -200,7 +201,7 @@ router.add_api_route("/jobs/{job_id:hex_id}", job, methods=["DELETE"], response_
                                                "cancelled)", "job_not_done", "the job is running", "id"),
                        200: {"description": "the translations (with partial=true, of a job not done: PartialJobResult); "
                                             "for a file job, the file translated",
-                             "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+                             "content": FILE_CONTENT}})
 async def job_result(job_id: JobId, request: Request,
                      partial: Annotated[bool, Query(description="a job that is not done yet (queued, running, failed): what it "
                                                                 "has so far, null for each text not translated yet (a file "

@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from nmt_serve.service.deadlines import until_disconnected
 from nmt_serve.service.dependencies import authorize, get_state, job_owner
 from nmt_serve.service.errors import APIError, bad_request, printable
-from nmt_serve.service.file_store import FileStore
+from nmt_serve.service.file_store import FILE_CONTENT, FileStore
 from nmt_serve.service.file_translation import FORMATS, attachment_headers, check_format, translated_name
 from nmt_serve.service.file_translation import media_type as media_type_of
 from nmt_serve.service.jobs_files import translate_or_submit, translated_file
@@ -503,7 +503,7 @@ async def translate_file(request: Request, state: ServiceState = Depends(get_sta
 
 @router.get(
     "/download_file/{file}", response_class=Response,
-    responses={200: {"description": "the translated file, as an attachment", "content": {"text/plain": {"example": "A dog runs."}}},
+    responses={200: {"description": "the translated file, as an attachment", "content": FILE_CONTENT},
                202: {"description": "a job's file not ready yet (after waiting up to `wait` seconds for it): its progress (as "
                                     "GET /v1/jobs/{id}), with Retry-After; a "
                                     "browser (Accept: text/html) gets a page that reloads itself until the file downloads",

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFil
 from nmt_serve.service.deadlines import request_timeout, with_deadline
 from nmt_serve.service.dependencies import get_state, require_api_key, seen_owner
 from nmt_serve.service.errors import bad_request
+from nmt_serve.service.file_store import FILE_CONTENT
 from nmt_serve.service.file_translation import (
     FORMATS,
     attachment_headers,
@@ -46,8 +47,7 @@ async def translate(body: TranslateRequest, request: Request, state: ServiceStat
 @router.post(
     "/translate_file", response_class=Response,
     responses={200: {"description": "the translated file, as an attachment named <name>_<target>.<extension>",
-                     "content": {media: {"schema": {"type": "string", "format": "binary"}} for media in
-                                 ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", "text/plain")}},
+                     "content": FILE_CONTENT},
                400: {"description": "a format not in " + ", ".join(FORMATS) + ", or a file that cannot be read as its "
                                     "extension says (corrupt, encrypted, another format)",
                      "content": {"application/json": {"example": {"error": {
