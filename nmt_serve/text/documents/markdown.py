@@ -184,7 +184,7 @@ class _Markdown(HTMLParser):
             if tag not in ("img", "br", "wbr"):
                 self.closing.append((f"</{tag}>", None))
         elif code.kind == "verbatim":
-            if code.markup.startswith("`") and "".join(self.out).endswith("`"):
+            if code.markup.startswith("`") and next((piece for piece in reversed(self.out) if piece), "").endswith("`"):
                 self.out.append(" ")  # two code spans the translation put side by side: `a` `b`, not `a``b`
             # (in a table cell a pipe ends the cell even inside a code span: GitHub's tables take it escaped)
             self.out.append(code.markup.replace("|", "\\|") if self.table else code.markup)
