@@ -9,7 +9,10 @@ the model writes "man"); an entry is kept for a sentence only where the unconstr
 lacks the term and its reference holds the usual word, which the rewritten reference replaces by
 the term (plural -s kept). Reported: the share of outputs holding every term, BLEU (sacreBLEU)
 against the rewritten references with and without the glossary, and sentences/s at batch 32 with
-and without it (beam 4 both; greedy too). --search device runs both through the static decoder's
+and without it (beam 4 both; greedy too); and how the terms fit, for those synonyms, for words the
+model never saw, and for function words: the log-prob each term costs against the free translation
+(what the service's constraint_strained flag reads) and the outputs with words after their
+sentence's end. --search device runs both through the static decoder's
 search (DeviceSearch, constraints in its step program: device_constraints.py) instead of the eager
 one, on the CPU op by op as the engine's device search runs there. Not part of the test suite.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import math
 import re
 import time
 
@@ -26,7 +30,8 @@ from torch.nn.utils.rnn import pad_sequence
 from bench.common import ROOT, emit, machine, table
 from nmt_serve.inference.search import SearchOptions, generate
 from nmt_serve.inference.translator import Translator
-from nmt_serve.text.glossary import GlossaryEntry, Terminology
+from nmt_serve.text.glossary import GlossaryEntry, GlossaryIndex, Terminology
+from nmt_serve.text.quality_flags import MAX_CONSTRAINT_COST
 
 DATA = ROOT.parent / "shared" / "data" / "multi30k"
 
@@ -43,6 +48,10 @@ LEXICON = {
     "Fahrrad": ("bike", "bicycle"), "Baby": ("baby", "infant"), "Bürgersteig": ("sidewalk", "pavement"),
 }
 UNSEEN = {"Hund": ("dog", "hound"), "Junge": ("boy", "lad"), "Mädchen": ("girl", "lass")}
+# function words to targets the model would not write there: up to 7 terms a sentence, none of which fits well
+FUNCTION_WORDS = {"auf": "upon", "ein": "one", "einem": "one", "mit": "alongside", "in": "within", "Mann": "fellow", "vor": "ahead of"}
+# a sentence's end followed by more words: a term written after the sentence the model had finished
+FRAGMENT = re.compile(r"[.!?]\s+\w")
 
 
 def read(name: str) -> list[str]:
@@ -115,6 +124,26 @@ def run_device(translator: Translator, sources: list[str], terms: list[list[str]
     return texts, unmet, time.perf_counter() - started
 
 
+def strain(translator: Translator, sources: list[str], terms: list[list[str]]) -> list[str]:
+    """How well the terms fit (beam 4, those whose free translation lacks them, as the engine searches
+    them): the log-prob given up per term against the free translation (EngineHypothesis.constraint_cost,
+    percentiles), the share the service flags constraint_strained, and the outputs with words after
+    their sentence's end."""
+    kw = dict(beam_size=4, target_lang="en", max_batch_size=32, return_scores=True)
+    free = translator.translate(sources, **kw)
+    con = translator.translate(sources, terms=terms, **kw)
+    costs, fragments = [], 0
+    for ts, f, c in zip(terms, free, con):
+        f, c = f.hypotheses[0], c.hypotheses[0]
+        if ts and not c.constraint_unmet and f.text != c.text:
+            costs.append((f.score - c.score) / len(ts))
+            fragments += bool(FRAGMENT.search(c.text)) and not FRAGMENT.search(f.text)
+    costs.sort()
+    pct = [costs[min(len(costs) - 1, int(p * len(costs)))] for p in (0.05, 0.5, 0.95, 0.99)] if costs else [math.nan] * 4
+    flagged = sum(c > MAX_CONSTRAINT_COST for c in costs)
+    return [str(len(costs)), *(f"{v:.1f}" for v in pct), f"{flagged / max(len(costs), 1):.0%}", str(fragments)]
+
+
 def main(argv: list[str] | None = None) -> int:
     import sacrebleu
 
@@ -153,13 +182,22 @@ def main(argv: list[str] | None = None) -> int:
     unseen_rows = [[f"{len(u_sources)} sentences, terms never in the training data (hound, lad, lass)", f"{u_placed / len(u_sources):.1%}",
                     f"{sacrebleu.corpus_bleu(u_free, [u_references]).score:.2f}",
                     f"{sacrebleu.corpus_bleu(u_con, [u_references]).score:.2f}"]]
+    index = GlossaryIndex([GlossaryEntry(a, b) for a, b in FUNCTION_WORDS.items()])
+    f_sources = read("test_2016_flickr.de.gz")[: args.sentences // 2]
+    strain_rows = [["caption nouns to synonyms it knows", *strain(translator, sources, terms)],
+                   ["terms never in its training data", *strain(translator, u_sources, u_terms)],
+                   ["function words (auf -> upon, ein -> one, ...)", *strain(translator, f_sources, [index.applicable(x) for x in f_sources])]]
     entries = sum(len(g) for g in glossaries)
     report = [f"Machine: {machine()}; {args.threads} thread(s); {args.search} search.",
               f"{len(sources)} sentences of test_2016_flickr (de-en), {entries} glossary entries (1-3 per sentence), model {args.model}.\n",
               table(["beam 4", "outputs holding every term", "BLEU vs rewritten references", "constraint_unmet"], rows), "",
               table(["beam", "sentences/s without", "sentences/s with", "ratio"],
                     [[str(b), f"{a:.1f}", f"{c:.1f}", f"{c / a:.2f}"] for b, a, c in speed]), "",
-              table(["beam 4", "outputs holding every term", "BLEU without glossary", "BLEU with"], unseen_rows)]
+              table(["beam 4", "outputs holding every term", "BLEU without glossary", "BLEU with"], unseen_rows), "",
+              f"How the terms fit: log-prob per term given up against the free translation (constraint_strained above "
+              f"{MAX_CONSTRAINT_COST}), and outputs with words after their sentence's end.\n",
+              table(["glossary", "sentences with terms placed", "cost p5", "p50", "p95", "p99", "constraint_strained",
+                     "words after the end"], strain_rows)]
     return emit("\n".join(report) + "\n", args.output)
 
 

@@ -384,7 +384,7 @@ class EngineCore:
         self.calls[call.id] = state
         search_options = SearchOptions(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses,
                                        max_length=options.max_length, length_penalty=options.length_penalty)
-        state.lexical = translator.lexical_constraints(call.terms, call.avoid, len(sources))
+        state.lexical = translator.lexical_constraints(call.terms, call.avoid, len(sources), sources)
         limits = self._length_limits(translator, [sources[i] for i in todo], search_options)
         state.max_lengths = [0] * len(sources)
         for i, limit in zip(todo, limits):
@@ -844,6 +844,11 @@ class EngineCore:
         forced = len(state.message.target_prefix)
         state.results[index] = [self._translation(translator, h, options, state.max_lengths[index], forced,
                                                   unmet=index in state.unmet, source=state.sources[index]) for h in hyps]
+        free = state.free.get(index) if lexical and index not in state.unmet else None
+        if free:  # the terms were placed: what they cost against the model's own translation
+            for result, h in zip(state.results[index], hyps):
+                result.free_mean_logprob = free[0].score / (len(free[0].tokens) - forced + 1)
+                result.constraint_cost = (free[0].score - h.score) / len(lexical.include)
         state.left -= 1
         n_src = state.source_tokens[index]
         n_out = len(hyps[0].tokens) + 1

@@ -60,6 +60,11 @@ class EngineHypothesis:
     alignment: list[int] | None = None
     source_pieces: list[str] | None = None
     target_pieces: list[str] | None = None
+    # where glossary terms were placed (the model's free translation lacked them): that free translation's
+    # log-prob per token (eos included), the model's own certainty about the source, which the forced terms
+    # do not lower; and the log-prob given up per term against it (text/quality_flags.py: constraint_strained)
+    free_mean_logprob: float | None = None
+    constraint_cost: float | None = None
 
 
 @dataclass

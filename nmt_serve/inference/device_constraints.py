@@ -6,8 +6,8 @@ Each group's constraints sit in fixed-shape buffers, written when its sentence j
 tokens padded into (groups, MAX_TERMS, MAX_TERM_TOKENS) with their lengths, the avoided sequences
 likewise, and per row its progress on each term (tokens of it matched). A step then
   - masks per row (`mask`): the last token of an avoided sequence whose other tokens the row has just
-    written, word continuations right after a term, and eos while a term is unmet (not at the
-    length limit);
+    written, word continuations right after a term, and eos and the sentence's end while a term is
+    unmet (not at the length limit);
   - chooses per group (`choose`) among a fixed number M of candidates: its best 2K (as the free
     search), each beam's own best OWN_BEST, and for every beam and term the token that advances it
     (and the term's first, where a partial match could start over); the same list, in the same
@@ -70,6 +70,9 @@ class DeviceConstraints:
         self.progress = torch.zeros(R, C, **long)  # per row and term: tokens matched
         self.continuations = torch.zeros(V, dtype=torch.bool, device=device)  # the tokenizer's (LexicalConstraints.continuations)
         self._continuations_from: torch.Tensor | None = None
+        self.hold_ends = torch.zeros(groups, dtype=torch.bool, device=device)  # no sentence end before the terms
+        self.sentence_ends = torch.zeros(V, dtype=torch.bool, device=device)  # the tokenizer's (LexicalConstraints.sentence_ends)
+        self._sentence_ends_from: torch.Tensor | None = None
         # constants of the step
         self.group_of_row = torch.arange(R, device=device) // K
         self.row_offset = torch.arange(R, device=device) * V  # a row's first index in a flattened (rows, V)
@@ -90,7 +93,7 @@ class DeviceConstraints:
         C, Lc, A, La = MAX_TERMS, MAX_TERM_TOKENS, MAX_AVOIDED, MAX_AVOIDED_TOKENS
         include = torch.full((n, C, Lc), -1, dtype=torch.long)
         avoid = torch.full((n, A, La), -1, dtype=torch.long)
-        flags = torch.zeros(n, 3, dtype=torch.long)
+        flags = torch.zeros(n, 4, dtype=torch.long)
         for i, lex in enumerate(constraints):
             if not lex:
                 continue
@@ -101,26 +104,30 @@ class DeviceConstraints:
             for a, seq in enumerate(lex.avoid):
                 avoid[i, a, : len(seq)] = torch.tensor(seq)
             whole = lex.continuations is not None and bool(lex.include)
-            flags[i] = torch.tensor([1, bool(lex.include), whole])
+            hold = lex.sentence_ends is not None and bool(lex.include)
+            flags[i] = torch.tensor([1, bool(lex.include), whole, hold])
             if whole and lex.continuations is not self._continuations_from:
                 self.continuations.copy_(lex.continuations)  # one per tokenizer: copied once
                 self._continuations_from = lex.continuations
+            if hold and lex.sentence_ends is not self._sentence_ends_from:
+                self.sentence_ends.copy_(lex.sentence_ends)
+                self._sentence_ends_from = lex.sentence_ends
         host = torch.cat([include.view(n, -1), (include >= 0).sum(-1), avoid.view(n, -1), (avoid >= 0).sum(-1), flags], 1)
         packed = host.to(self.include.device)
-        sizes = [C * Lc, C, A * La, A, 3]
+        sizes = [C * Lc, C, A * La, A, 4]
         inc, inc_len, av, av_len, flag = packed.split(sizes, 1)
         self.include[groups] = inc.view(n, C, Lc)
         self.include_len[groups] = inc_len
         self.avoid[groups] = av.view(n, A, La)
         self.avoid_len[groups] = av_len
-        _, self.has_terms[groups], self.whole_words[groups] = flag.bool().unbind(1)
+        _, self.has_terms[groups], self.whole_words[groups], self.hold_ends[groups] = flag.bool().unbind(1)
         rows = (groups[:, None] * self.K + torch.arange(self.K, device=groups.device)).view(-1)
         self.progress[rows] = 0
 
     def keep(self, groups: torch.Tensor, rows: torch.Tensor) -> None:
         """Groups [0, len(groups)) become the old `groups`, rows likewise (SearchSlots.keep)."""
         m = groups.numel()
-        for buffer in (self.include, self.include_len, self.avoid, self.avoid_len, self.has_terms, self.whole_words):
+        for buffer in (self.include, self.include_len, self.avoid, self.avoid_len, self.has_terms, self.whole_words, self.hold_ends):
             buffer[:m] = buffer[groups]
         self.progress[: rows.numel()] = self.progress[rows]
 
@@ -156,9 +163,11 @@ class DeviceConstraints:
         next_piece = terms.gather(2, progress.clamp(max=Lc - 1)[:, :, None]).squeeze(2)  # (B, terms)
         exempt = torch.zeros(B, V + 1, dtype=torch.bool, device=lp.device).scatter_(1, torch.where(progress < length, next_piece, V), True)
         lp.masked_fill_(ban & ~exempt[:, :V], -math.inf)
-        # eos only once every term is in, or at the length limit
+        # eos, and the sentence's end where its source has none before, only once every term is in, or at the length limit
         met = (progress >= length).all(-1)
-        lp[:, eos].masked_fill_(~met & (pos + 1 < max_len), -math.inf)
+        unmet = ~met & (pos + 1 < max_len)
+        lp.masked_fill_((unmet & self.hold_ends[group])[:, None] & self.sentence_ends, -math.inf)
+        lp[:, eos].masked_fill_(unmet, -math.inf)
 
     def choose(self, candidates: torch.Tensor, top_scores: torch.Tensor, top_index: torch.Tensor, alive: torch.Tensor,
                eos: int, terms: int) -> dict[str, torch.Tensor]:

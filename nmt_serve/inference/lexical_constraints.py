@@ -15,8 +15,11 @@ A term counts as a whole word: right after it, pieces that continue its last wor
 the next piece of another term it is nested in ("zebra", "zebras"), which goes on into that term and
 breaks the shorter one as a word (its progress says whether the word is still open: Progress).
 
-A hypothesis may end (eos) only when every positive constraint is met, except at its length limit,
-where eos is forced and it ends unmet: the caller then translates the sentence again without the
+A hypothesis may end (eos) only when every positive constraint is met, nor end its sentence
+(`sentence_ends`: a piece that is only a full stop, question or exclamation mark): a model that reaches
+the end of its own sentence with a term unplaced writes the term after it, as a fragment ("A child
+splashing in the water. one": a glossary of function words did that to 27 of 116 captions). At its
+length limit eos is forced and it ends unmet: the caller then translates the sentence again without the
 positive constraints and says so (`unmet`): the best free translation and a flag, never an error.
 Negative constraints ban, at each step, the last token of an avoided sequence whose other tokens the
 hypothesis has just produced (a one-token sequence: always).
@@ -48,6 +51,10 @@ class LexicalConstraints:
     # (V,) bool: the target pieces that continue a word (no word-start marker); after a term they are
     # banned, so that a term is a whole word ("lass", not "lasso"). One tensor per tokenizer, shared.
     continuations: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    # (V,) bool: the pieces that end a sentence, banned with eos while a term is unmet. None where the
+    # source holds such a mark before its end (a number, an abbreviation, two sentences): the
+    # translation may need one there too. One tensor per tokenizer, shared.
+    sentence_ends: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if any(not seq for seq in (*self.include, *self.avoid)):
@@ -171,12 +178,13 @@ def choose_constrained(constraints: LexicalConstraints, progress: list[Progress]
 def mask_lexical(lp: torch.Tensor, lexical: list[LexicalConstraints | None], progress: list[list[Progress]],
                  history: Callable[[int], list[int]], K: int, at_max: list[bool], eos: int) -> None:
     """lp (N*K, V) in place: avoided sequences' last tokens banned, word continuations right after a
-    term (but those that go on into another term), and eos while positive constraints are unmet (except at the length limit, where eos is the
-    one choice). lexical, progress, at_max: per group of K rows (None: a free sentence, or an empty
+    term (but those that go on into another term), and eos and the sentence's end while positive
+    constraints are unmet (except at the length limit, where eos is the one choice). lexical, progress, at_max: per group of K rows (None: a free sentence, or an empty
     group); history(row): the row's tokens so far."""
     rows: list[int] = []
     tokens: list[int] = []
     whole_words: list[int] = []  # rows that have just written a term's last piece
+    open_rows: list[int] = []  # rows that may not end their sentence yet
     for b, lex in enumerate(lexical):
         if not lex:
             continue
@@ -194,6 +202,12 @@ def mask_lexical(lp: torch.Tensor, lexical: list[LexicalConstraints | None], pro
             if not at_max[b] and not lex.all_met(progress[b][k]):
                 rows.append(row)
                 tokens.append(eos)
+                if lex.sentence_ends is not None:
+                    open_rows.append(row)
+    if open_rows:
+        ends = next(lex.sentence_ends for lex in lexical if lex and lex.sentence_ends is not None)
+        held = torch.tensor(open_rows, device=lp.device)
+        lp[held] = lp[held].masked_fill(ends, -math.inf)
     if rows:
         lp[torch.tensor(rows, device=lp.device), torch.tensor(tokens, device=lp.device)] = -math.inf
     if whole_words:

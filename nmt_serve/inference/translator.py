@@ -11,6 +11,7 @@ Options are keyword-only; optional result fields (scores, attention) stay None u
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -34,6 +35,9 @@ ATTENTION_KINDS = ("cross", "decoder_self", "encoder_self")
 # eager: always the eager reference search; static: the static decoder everywhere (on CPU it runs
 # op by op, for tests: it is slower there than the eager search)
 STEP_MODES = ("auto", "eager", "static")
+# a target piece that only ends a sentence, and a source with such a mark before a later word
+_SENTENCE_END_PIECE = re.compile(r"[.!?\u2026\u3002\uff01\uff1f]+")
+_INNER_SENTENCE_END = re.compile(r"[.!?\u2026\u3002\uff01\uff1f](?=.*\w)", re.S)
 STATIC_LENGTH = 256  # positions of source and target the static decoder holds by default
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -132,6 +136,7 @@ class Translator:
         self.static_rows, self.static_length = static_rows, min(static_length, model.config.max_positions)
         self.packed_weights = packed_weights
         self._continuations: torch.Tensor | None = None
+        self._sentence_ends: torch.Tensor | None = None
         self._runner = self._new_runner()  # built now: a problem shows at load time
         self._device_search: DeviceSearch | None = None
         self.info = info
@@ -299,7 +304,7 @@ class Translator:
             target_prefix=tuple(target_prefix if target_prefix is not None else self.inputs.target_prefix(target_lang)),
         )
         self._check_include(attention_include)
-        lexical = self.lexical_constraints(terms, avoid, len(sources)) if terms or avoid else None
+        lexical = self.lexical_constraints(terms, avoid, len(sources), sources) if terms or avoid else None
         results: list[TranslationResult | None] = [
             None if ids is not None else TranslationResult([self._hypothesis(EMPTY, return_scores)] * num_hypotheses)
             for ids in sources]
@@ -321,18 +326,33 @@ class Translator:
                     result.hypotheses = [replace(h, text=restore_unknowns(h.text, spans)) for h in result.hypotheses]
         return results  # type: ignore[return-value]
 
-    def lexical_constraints(self, terms: Sequence[Sequence[str]] | None, avoid: Sequence[str], n: int) -> list[LexicalConstraints | None]:
+    def lexical_constraints(self, terms: Sequence[Sequence[str]] | None, avoid: Sequence[str], n: int,
+                            sources: Sequence[Sequence[int] | None] | None = None) -> list[LexicalConstraints | None]:
         """Per text, its terms and the avoided ones as target token ids (None: free). An avoided term is
         avoided in any case a sentence may write it: as given, lower case, capitalized (first in a
-        sentence) and upper case, each its own token sequence ("Dog" is not "dog" to the model)."""
+        sentence) and upper case, each its own token sequence ("Dog" is not "dog" to the model).
+        sources: the texts' encoder ids; a text whose source ends a sentence only at its end (or not at
+        all) may not end its translation's sentence before its terms are in (LexicalConstraints.sentence_ends)."""
         encode = self.tgt_tokenizer.encode
         forms = dict.fromkeys(f for t in avoid for f in (t, t.lower(), t[:1].upper() + t[1:], t[:1].upper() + t[1:].lower(), t.upper()))
         avoided = tuple(dict.fromkeys(ids for ids in (tuple(encode(t)) for t in forms) if ids))
         out: list[LexicalConstraints | None] = []
-        for text_terms in terms if terms is not None else [()] * n:
+        for i, text_terms in enumerate(terms if terms is not None else [()] * n):
             include = tuple(dict.fromkeys(ids for ids in (tuple(encode(t)) for t in text_terms) if ids))
-            out.append(LexicalConstraints(include, avoided, self.word_continuations()) if include or avoided else None)
+            source = sources[i] if sources is not None else None
+            ends = (self.sentence_end_pieces() if include and source is not None
+                    and not _INNER_SENTENCE_END.search(self.inputs.tokenizer.decode(list(source))) else None)
+            out.append(LexicalConstraints(include, avoided, self.word_continuations(), ends) if include or avoided else None)
         return out
+
+    def sentence_end_pieces(self) -> torch.Tensor:
+        """(V,) bool on this device: target pieces that are only a sentence's final mark (".", "?", "!",
+        "...", with or without the word-start marker)."""
+        if self._sentence_ends is None:
+            known = min(self.tgt_tokenizer.vocab_size, self.config.tgt_vocab_size)
+            pieces = self.tgt_tokenizer.pieces(list(range(known))) + [""] * (self.config.tgt_vocab_size - known)
+            self._sentence_ends = torch.tensor([bool(_SENTENCE_END_PIECE.fullmatch(p.lstrip("\u2581"))) for p in pieces], device=self.device)
+        return self._sentence_ends
 
     def word_continuations(self) -> torch.Tensor:
         """(V,) bool on this device: target pieces that continue a word (a letter or digit first, no

@@ -358,7 +358,11 @@ async def _attention(engine, prepared: list[_Text], batches: dict[str, list[list
 
 
 def _mean_logprob(h: EngineHypothesis) -> float | None:
-    """The score per generated token, eos included (what low_confidence reads)."""
+    """The score per generated token, eos included (what low_confidence reads); where glossary terms were
+    placed, the free translation's: the terms' own improbability is the glossary's doing, not doubt about
+    the source (it put 66 of 120 well-placed glossaries' sentences under low_confidence's threshold)."""
+    if h.free_mean_logprob is not None:
+        return h.free_mean_logprob
     return h.score / (h.tokens + 1) if h.score is not None else None
 
 
@@ -386,7 +390,7 @@ def _assemble(state: ServiceState, text: _Text, hyps: list[list[EngineHypothesis
                               long=len(ids[first + k]) > state.settings.max_sentence_tokens,
                               mean_logprob=_mean_logprob(best),
                               source_entropy=attention.source_entropy.get((text.model.id, first + k)),
-                              thresholds=text.model.flag_thresholds)
+                              constraint_cost=best.constraint_cost, thresholds=text.model.flag_thresholds)
             if best.constraint_unmet:  # its glossary terms did not fit: this is its free translation
                 found = (*found, "constraint_unmet")
             if found:

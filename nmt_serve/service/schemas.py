@@ -47,7 +47,8 @@ class WithTerminology(RequestBody):
         None, max_length=64, description="terminology: where an entry's source term occurs in a sentence (case- and "
         "inflection-tolerant: README, terminology), its target term appears in that sentence's translation, as written "
         "(constrained beam search, at least 2 beams). A term that cannot be placed within max_length leaves that "
-        "sentence's free translation, flagged constraint_unmet")
+        "sentence's free translation, flagged constraint_unmet; one the model cannot fit well is placed and flagged "
+        "constraint_strained")
     avoid: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
         None, max_length=64, description="target terms no translation may contain (as they tokenize when written)")
     glossary_id: str | None = Field(None, pattern="^[0-9a-f]{32}$", description="a stored glossary's entries as the "
@@ -91,7 +92,7 @@ class SentenceFlag(BaseModel):
     source: str
     text: str = Field(description="its translation")
     flags: list[str] = Field(description="repetition, length_ratio, copied_source, truncated, split, long, low_confidence, "
-                                         "detached, constraint_unmet "
+                                         "detached, constraint_unmet, constraint_strained "
                                          "(README: quality flags)")
 
 

@@ -2,6 +2,7 @@
 running batch, and a term that cannot fit giving the free translation flagged."""
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -14,6 +15,11 @@ from nmt_serve.inference.translator import Translator
 
 GERMAN = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch im Park.",
           "Ein kleines Kind sitzt auf einer Bank."]
+
+
+def sources(translator):
+    """The encoder's ids of GERMAN, as the engine gets them (they decide the sentence-end rule of its constraints)."""
+    return [translator.inputs.source_ids(translator.src_tokenizer.encode(t)) for t in GERMAN]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +53,7 @@ def test_terms_appear_where_asked_and_free_sentences_are_as_alone(translator):
     # the engine's constrained search is the eager one's, token for token
     encode = translator.tgt_tokenizer.encode
     src = translator.inputs
-    lexical = translator.lexical_constraints(terms, (), len(terms))
+    lexical = translator.lexical_constraints(terms, (), len(terms), sources(translator))
     for i, (hyp, lex) in enumerate(zip(out, lexical)):
         if lex is None:
             continue
@@ -152,3 +158,52 @@ def test_a_term_that_does_not_fit_gives_the_free_translation_flagged(translator)
     assert out[0].constraint_unmet and out[0].text == free[0].text
     assert not any(h.constraint_unmet for h in out[1:])
 
+
+
+@pytest.mark.parametrize("step_mode", ["eager", "static"])
+def test_terms_are_placed_inside_the_sentence_not_after_its_end(step_mode):
+    """Where the model reaches its sentence's end with a term unplaced, it may not write the full stop
+    either (LexicalConstraints.sentence_ends): before, these came out as "A man is preparing food fellow
+    at the stove. one.", "People sitting in a train. within one." (a glossary of function words: 27
+    of 116 captions so). The eager search, the device search's step program and the engine alike; and
+    the engine says what the terms cost against the free translation, which scores the source."""
+    from conftest import ROOT
+
+    from nmt_serve.text.quality_flags import MAX_CONSTRAINT_COST
+
+    translator = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu", step_mode=step_mode, warmup=False)
+    texts = ["Ein Mann bereitet am Herd Essen zu.", "Leute sitzen in einem Zug.",
+             "Eine Teenagerin spielt bei einem Spiel Trompete auf dem Feld.", "Ein Mann fährt Fahrrad.",
+             "Ein Mädchen springt ins Wasser."]
+    terms = [["one", "fellow"], ["one", "within"], ["upon", "one"], ["guy"], ["lass"]]
+    offline = translator.translate(texts, source_lang="de", target_lang="en", beam_size=4, terms=terms)
+    core = EngineCore({"de-en": translator}, EngineConfig())
+    core.admission.rate = 1e9
+    replies = core.handle(Translate("c", "de-en", [translator.inputs.tokens(t, "en", "de") for t in texts],
+                                    DecodeOptions(beam_size=4, return_scores=True), time.monotonic() + 60, terms=terms))
+    while core.busy:
+        replies += core.work()
+    [reply] = replies
+    engine = [nbest[0] for nbest in reply.value]
+    assert [h.text for h in engine] == [r.text for r in offline]
+    free = translator.translate(texts, source_lang="de", target_lang="en", beam_size=4, return_scores=True)
+    for hyp, wanted, alone in zip(engine, terms, free):
+        assert not hyp.constraint_unmet and all(f" {t}" in f" {hyp.text}" for t in wanted), hyp.text
+        assert not re.search(r"[.!?]\s*\w", hyp.text), hyp.text  # nothing after a sentence's end
+        assert hyp.free_mean_logprob == pytest.approx(alone.hypotheses[0].score / (len(alone.hypotheses[0].tokens) + 1), abs=1e-4)
+        assert hyp.constraint_cost == pytest.approx((alone.hypotheses[0].score - hyp.score) / len(wanted), abs=1e-3)
+    # "guy" fits (3.9 a term); "one" and "fellow" do not (13.5), nor does "lass", never in its training data (24)
+    assert engine[3].constraint_cost < MAX_CONSTRAINT_COST < min(engine[0].constraint_cost, engine[4].constraint_cost)
+
+
+def test_a_source_with_a_sentence_end_inside_may_end_one_before_its_terms(translator):
+    """A number, an abbreviation or two sentences: the translation may need a full stop before the
+    terms are in, so only a source that ends its sentence at its end (or nowhere) holds it back."""
+    texts = ["Ein Mann fährt Fahrrad.", "Ein Mann fährt Fahrrad", "Dr. Müller fährt Fahrrad.", "Er fährt 3.5 km. Sie läuft!"]
+    ids = [translator.inputs.source_ids(translator.src_tokenizer.encode(t)) for t in texts]
+    lexical = translator.lexical_constraints([["house"]] * 4, (), 4, ids)
+    assert [lex.sentence_ends is not None for lex in lexical] == [True, True, False, False]
+    ends = lexical[0].sentence_ends
+    pieces = translator.tgt_tokenizer.pieces(ends.nonzero().view(-1).tolist())
+    assert pieces and all(set(p.lstrip("\u2581")) <= set(".!?\u2026\u3002\uff01\uff1f") for p in pieces)
+    assert translator.lexical_constraints([["house"]], (), 1)[0].sentence_ends is None  # no sources: as before

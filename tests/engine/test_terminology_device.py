@@ -13,6 +13,11 @@ from nmt_serve.inference.search import SearchOptions, generate
 from nmt_serve.inference.translator import Translator
 
 
+def sources(translator):
+    """The encoder's ids of GERMAN, as the engine gets them (they decide the sentence-end rule of its constraints)."""
+    return [translator.inputs.source_ids(translator.src_tokenizer.encode(t)) for t in GERMAN]
+
+
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint):
     return Translator.load(tiny_checkpoint, device="cpu", step_mode="static", static_rows=64, static_length=64)
@@ -42,7 +47,7 @@ def test_constrained_and_free_sentences_share_the_device_search(translator, kind
     terms = [["house"], [], ["green", "cat"], ["dog"]]
     out = run(translator, terms=terms, beam=4)
     assert kinds == {"device"}  # no eager group
-    lexical = translator.lexical_constraints(terms, (), len(terms))
+    lexical = translator.lexical_constraints(terms, (), len(terms), sources(translator))
     for i, (hyp, wanted, alone) in enumerate(zip(out, terms, free)):
         assert not hyp.constraint_unmet
         if wanted:
@@ -59,7 +64,7 @@ def test_greedy_calls_with_terms_and_avoided_terms(translator, kinds):
     terms = [["house"], [], [], ["green"]]
     out = run(translator, terms=terms, avoid=[avoided])
     assert kinds == {"device"}
-    lexical = translator.lexical_constraints(terms, [avoided], len(terms))
+    lexical = translator.lexical_constraints(terms, [avoided], len(terms), sources(translator))
     for i, hyp in enumerate(out):
         assert hyp.text == eager(translator, i, lexical[i], beam=1)  # greedy with constraints: CONSTRAINED_MIN_BEAM beams, there too
 

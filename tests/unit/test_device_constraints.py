@@ -41,7 +41,8 @@ def contains(tokens, seq):
     return any(tuple(tokens[i:i + len(seq)]) == seq for i in range(len(tokens) - len(seq) + 1))
 
 
-def random_constraints(rng: random.Random, V: int, continuations: torch.Tensor | None) -> LexicalConstraints | None:
+def random_constraints(rng: random.Random, V: int, continuations: torch.Tensor | None,
+                       sentence_ends: torch.Tensor | None = None) -> LexicalConstraints | None:
     kind = rng.choice(["free", "terms", "avoid", "both"])
     if kind == "free":
         return None
@@ -49,7 +50,15 @@ def random_constraints(rng: random.Random, V: int, continuations: torch.Tensor |
         if kind in ("terms", "both") else ()
     avoid = tuple(tuple(rng.randrange(4, V) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 3))) \
         if kind in ("avoid", "both") else ()
-    return LexicalConstraints(include, avoid, continuations)
+    held = sentence_ends if sentence_ends is not None and rng.random() < 0.5 else None  # per sentence, as its source decides
+    return LexicalConstraints(include, avoid, continuations, held)
+
+
+def random_ends(V: int, seed: int, device: str = "cpu") -> torch.Tensor:
+    """A few tokens that end a sentence (held back while a term is unmet)."""
+    ends = torch.zeros(V, dtype=torch.bool, device=device)
+    ends[torch.randperm(V, generator=torch.Generator().manual_seed(seed + 7))[:5].to(device)] = True
+    return ends
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -95,15 +104,17 @@ def test_the_choice_is_the_eager_choice(seed, spare_slots):
 @pytest.mark.parametrize("check_every", [1, 4])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_device_search_gives_the_eager_constrained_results(beam_size, check_every, seed):
-    """Terms of one to three tokens, avoided sequences, whole-word terms, free sentences among them;
-    sentences finish at different steps (the bucket shrinks); n-best lists and unmet flags agree."""
+    """Terms of one to three tokens, avoided sequences, whole-word terms, sentence ends held back, free
+    sentences among them; sentences finish at different steps (the bucket shrinks); n-best lists and
+    unmet flags agree."""
     model = random_model(seed=seed, final_logits_bias=True)
     V = model.config.tgt_vocab_size
     continuations = torch.zeros(V, dtype=torch.bool)
     continuations[torch.randperm(V, generator=torch.Generator().manual_seed(seed))[: V // 3]] = True
     rng = random.Random(seed)
     src = random_sources(13, 9, model.config.src_vocab_size, seed=seed + 40)
-    lexical = [random_constraints(rng, V, continuations if rng.random() < 0.5 else None) for _ in range(13)]
+    ends = random_ends(V, seed)
+    lexical = [random_constraints(rng, V, continuations if rng.random() < 0.5 else None, ends) for _ in range(13)]
     opts = SearchOptions(beam_size=beam_size, num_hypotheses=min(beam_size, 2), max_length=rng.choice([None, 14]), length_penalty=0.8)
     reference = generate(ModelRunner(model), src, opts, constraints=lexical)
     searcher = device_search(model, max_rows=128, check_every=check_every)
@@ -169,7 +180,7 @@ def test_continuous_device_search_with_constraints_joining_at_different_steps(ch
     V = model.config.tgt_vocab_size
     rng = random.Random(11)
     srcs = [row[row != 0].tolist() for row in random_sources(12, 10, 64, seed=12)]
-    lexical = [random_constraints(rng, V, None) for _ in srcs]
+    lexical = [random_constraints(rng, V, None, random_ends(V, 11)) for _ in srcs]
     lexical[0] = LexicalConstraints(include=((40, 41, 42, 43),))  # cannot fit in max_length 4
     K = 4
     search = ContinuousDeviceSearch(DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64)), beam_size=K, check_every=check_every)
@@ -201,7 +212,7 @@ def test_constrained_steps_captured_as_cuda_graphs_give_the_uncaptured_results()
     continuations = torch.zeros(V, dtype=torch.bool, device="cuda")
     continuations[: V // 3] = True
     rng = random.Random(31)
-    lexical = [random_constraints(rng, V, continuations) for _ in range(13)]
+    lexical = [random_constraints(rng, V, continuations, random_ends(V, 31, "cuda")) for _ in range(13)]
     src = random_sources(13, 9, 64, seed=32).cuda()
     opts = SearchOptions(beam_size=4, num_hypotheses=2, max_length=20)
     captured = DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64), check_every=1)

@@ -46,6 +46,29 @@ def test_a_term_nested_in_another_goes_on_into_it_and_only_a_whole_word_counts()
     assert c.advance(p, 3) == (3, 0) and not c.all_met(c.advance(p, 3))  # "zebra" closed, "zebras" broken
 
 
+def test_the_sentence_end_waits_for_the_terms_as_eos_does():
+    """A row with a term unmet may write neither eos nor a piece that ends the sentence; once every term
+    is in, or at the length limit, both are open; constraints without sentence_ends ban eos only."""
+    import math
+
+    import torch
+
+    from nmt_serve.inference.lexical_constraints import mask_lexical
+
+    ends = torch.zeros(12, dtype=torch.bool)
+    ends[[7, 9]] = True  # "." and "?"
+    c = LexicalConstraints(include=((5,),), sentence_ends=ends)
+    plain = LexicalConstraints(include=((5,),))
+    lp = torch.zeros(4, 12)
+    unmet, met = c.start(), c.advance(c.start(), 5)
+    mask_lexical(lp, [c, c, plain, c], [[unmet], [met], [unmet], [unmet]], lambda row: [], 1, [False, False, False, True], eos=0)
+    assert lp[0].isinf().nonzero().view(-1).tolist() == [0, 7, 9]
+    assert not lp[1].isinf().any()  # met
+    assert lp[2].isinf().nonzero().view(-1).tolist() == [0]  # no sentence_ends: eos only
+    assert not lp[3].isinf().any()  # at the length limit
+    assert lp[0, 7] == -math.inf
+
+
 def test_avoided_sequences_ban_their_last_token_after_the_others():
     c = LexicalConstraints(avoid=((4,), (7, 8)))
     assert c.banned([1, 2]) == [4]

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from nmt_serve.text.quality_flags import (
     ATTENTION_CHECK_BELOW,
+    CONSTRAINT_STRAINED,
     COPIED_SOURCE,
     DETACHED,
     LENGTH_RATIO,
     LOW_CONFIDENCE,
+    MAX_CONSTRAINT_COST,
     MAX_SOURCE_ENTROPY,
     MIN_MEAN_LOGPROB,
     REPETITION,
@@ -58,6 +60,16 @@ def test_detached_threshold():
     # low_confidence lets through
     assert flags_for("Wo ist der Bahnhof?", "A train station is at the train station.", mean_logprob=-0.62,
                      source_entropy=0.86) == (DETACHED,)
+
+
+def test_constraint_strained_threshold():
+    """Set between terms the model can fit (synonyms it knows: 99% cost it at most 10.0 nats a term) and
+    terms it cannot (words it never saw: 95% cost more than 11)."""
+    assert 8.0 <= MAX_CONSTRAINT_COST <= 11.0
+    assert flags_for(SOURCE, "Two kids are playing in the garden behind the house.", mean_logprob=-0.3, constraint_cost=5.0) == ()
+    assert flags_for("Ein Mädchen springt ins Wasser.", "A girl is jumping into the water in the water lass.", mean_logprob=-0.27,
+                     constraint_cost=24.1) == (CONSTRAINT_STRAINED,)
+    assert flags_for(SOURCE, GOOD, mean_logprob=-0.3, constraint_cost=None) == ()  # no terms placed
 
 
 def test_the_attention_is_checked_only_where_the_score_is_borderline():
