@@ -11,6 +11,7 @@ has the request's deadline). Reading and writing the file run on a thread; a fil
 from __future__ import annotations
 
 import asyncio
+import codecs
 import os
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -24,14 +25,15 @@ from nmt_serve.service.state import ServiceState
 from nmt_serve.text.documents import Document, DocumentError, read_document
 from nmt_serve.text.glossary import Terminology
 from nmt_serve.text.language_codes import iso_639_1
-from nmt_serve.text.text_encoding import TextEncodingError, decode
+from nmt_serve.text.text_encoding import TextEncodingError, decode, decode_html
 
 DETECTION_SAMPLE_CHARS = 5000  # a file's language is told from its beginning (on the event loop: kept short)
 GROUPS_AT_ONCE = 4  # groups of a document's paragraphs in the engine at once
 TEXT_FORMATS = {".txt": "text", ".html": "html", ".htm": "html"}
-# formats an editor saves in the system's code page where it is not UTF-8 (XLIFF and HTML name their encoding,
-# a gettext catalog its charset; WebVTT is UTF-8 by definition)
+# formats an editor saves in the system's code page where it is not UTF-8 (XLIFF names its encoding, a
+# gettext catalog its charset; WebVTT is UTF-8 by definition); HTML, which may name its own
 LEGACY_TEXT = (".txt", ".srt", ".md", ".markdown")
+HTML_TEXT = (".html", ".htm")
 FORMATS = tuple(MEDIA_TYPES)  # .txt, .html, .htm, then the documents'
 
 
@@ -83,10 +85,11 @@ class UploadedFile:
 
 def utf8_file(state: ServiceState, name: str, data: bytes, source: str, param: str = "file") -> bytes:
     """A text format's bytes in UTF-8: read in the encoding they were saved in (text/text_encoding.py: UTF-8,
-    else the code page of the source language, or with "auto" of the served ones, that the language detector
-    reads best); other formats as they are. 400 where no encoding reads them. Blocking: on a thread."""
+    an HTML page's declared encoding, else the code page of the source language, or with "auto" of the
+    served ones, that the language detector reads best); other formats as they are. An HTML page's
+    declaration then names UTF-8. 400 where no encoding reads them. Blocking: on a thread."""
     extension = os.path.splitext(name)[1].lower()
-    if extension not in LEGACY_TEXT:
+    if extension not in LEGACY_TEXT + HTML_TEXT:
         return data
     languages = [iso_639_1(m.source) or m.source for m in state.models.values()] if source == AUTO else [state.language(source)]
 
@@ -95,10 +98,11 @@ def utf8_file(state: ServiceState, name: str, data: bytes, source: str, param: s
         return (found[0].language, found[0].confidence) if found else (None, 0.0)
 
     try:
-        text, encoding = decode(data, languages, detect)
+        text, encoding = (decode_html if extension in HTML_TEXT else decode)(data, languages, detect)
     except TextEncodingError as exc:
         raise bad_request(f"the file cannot be read as {extension}: {exc}", param) from None
-    return data if encoding in ("utf-8", "utf-8-sig") else text.encode("utf-8")
+    utf8 = text.encode("utf-8")
+    return data if utf8 == data.removeprefix(codecs.BOM_UTF8) else utf8
 
 
 async def read_file(state: ServiceState, *, name: str, data: bytes, source: str = AUTO, param: str = "file") -> UploadedFile:
@@ -108,7 +112,7 @@ async def read_file(state: ServiceState, *, name: str, data: bytes, source: str 
     file's language as the request names it (what a legacy encoding is guessed for)."""
     extension = check_format(name, param)
     state.limits.check_file_bytes(len(data), param)
-    if extension in LEGACY_TEXT:
+    if extension in LEGACY_TEXT + HTML_TEXT:
         data = await asyncio.to_thread(utf8_file, state, name, data, source, param)
     if extension in TEXT_FORMATS:
         try:

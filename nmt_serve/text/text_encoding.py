@@ -14,6 +14,7 @@ tie, the more common page on a tie of both: Czech in ISO 8859-2 read as Windows-
 from __future__ import annotations
 
 import codecs
+import re
 import unicodedata
 from collections.abc import Callable, Iterable
 
@@ -36,6 +37,10 @@ _SCRIPT = {language: script for script, languages in {
 _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
          (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 SAMPLE_CHARS = 5000  # what the judge reads of each candidate's text
+# where an HTML page names its encoding: a meta element's charset (its own attribute or http-equiv's
+# content) and XHTML's XML declaration; browsers look only at the page's start
+_DECLARED = re.compile(r"""(<meta\b[^>]*?charset\s*=\s*["']?\s*|<\?xml\b[^>]*?\bencoding\s*=\s*["'])([\w.:-]+)""", re.IGNORECASE)
+DECLARATION_CHARS = 4096
 
 
 class TextEncodingError(ValueError):
@@ -98,3 +103,31 @@ def decode(data: bytes, languages: Iterable[str] = (),
     if controls > len(readings[page]) / 100:  # what an ISO page makes of bytes that are no text at all
         raise TextEncodingError(f"it is not text: read in {page}, {controls} of its {len(readings[page])} characters are control codes")
     return readings[page], page
+
+
+def decode_html(data: bytes, languages: Iterable[str] = (),
+                detect: Callable[[str], tuple[str | None, float]] | None = None) -> tuple[str, str]:
+    """An HTML page's bytes as text and the encoding they were read in: by its byte order mark; else UTF-8
+    where the bytes read as UTF-8 (a page saved as UTF-8 under an older declaration: multi-byte sequences do
+    not happen by chance in a code page's text); else the encoding its start declares, the label mapped as
+    browsers map it (w3lib: "ISO-8859-1" is read as Windows-1252); else as decode() guesses a text file's.
+    The text's declarations then name UTF-8, the encoding it is written back in."""
+    from w3lib.encoding import html_body_declared_encoding, resolve_encoding
+
+    if any(data.startswith(bom) for bom, _ in _BOMS):
+        text, encoding = decode(data)
+    else:
+        try:
+            text, encoding = data.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            declared = html_body_declared_encoding(data)
+            codec = resolve_encoding(declared) if declared else None
+            if codec is None or codecs.lookup(codec).name == "utf-8":  # none, or one the bytes belie
+                text, encoding = decode(data, languages, detect)
+            else:
+                try:
+                    text, encoding = data.decode(codec), codec
+                except UnicodeDecodeError as exc:
+                    raise TextEncodingError(f"it declares {declared} but is not ({exc.reason} at byte {exc.start})") from None
+    head = _DECLARED.sub(lambda m: m.group(1) + "utf-8", text[:DECLARATION_CHARS])
+    return head + text[DECLARATION_CHARS:], encoding

@@ -279,6 +279,16 @@ def test_subtitles_and_texts_in_a_legacy_code_page_are_read_in_it(client):
     assert client.delete(f"/v1/jobs/{job.json()['id']}").status_code == 200  # (the jobs directory is the default one)
 
 
+def test_an_html_page_in_the_encoding_it_declares_comes_back_in_utf8_declaring_it(client):
+    """Before, a page that was not UTF-8 was refused (400) whatever it declared."""
+    page = ('<!DOCTYPE html><html lang="de"><head><meta http-equiv="Content-Type" content="text/html; charset=iso-8859-1">'
+            "<title>Straße</title></head><body><p>Zwei Kinder spielen im Schnee.</p><p>Ein Mädchen läuft.</p></body></html>")
+    r = translate_file(client, "seite.html", page.encode("latin-1"))
+    assert r.status_code == 200, r.text
+    out = r.content.decode("utf-8")
+    assert "charset=utf-8" in out and "iso-8859-1" not in out and "children" in out.lower() and "Mädchen" not in out, out
+
+
 def test_a_markdown_file_comes_back_translated_with_its_markup(client):
     source = ("# Ein Hund\n\nEin **brauner Hund** rennt über die [Wiese](https://a.de/wiese).\n\n"
               "- Zwei Kinder spielen.\n- Ein Mann lacht.\n\n```\nEin Hund\n```\n").encode()
