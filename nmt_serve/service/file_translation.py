@@ -20,7 +20,7 @@ from fastapi import Request
 
 from nmt_serve.service.errors import bad_request
 from nmt_serve.service.file_store import MEDIA_TYPES
-from nmt_serve.service.pipeline import AUTO, resolve_model, translate_texts
+from nmt_serve.service.pipeline import AUTO, TextResult, resolve_model, translate_texts
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text.documents import Document, DocumentError, read_document
 from nmt_serve.text.glossary import Terminology
@@ -177,15 +177,20 @@ async def translate_uploaded(state: ServiceState, request: Request, file: Upload
         source = file_source(state, file, source, target, param, upstream_fallbacks)
         if source is None:
             return file.data  # already in the target language
-    translations = await _translate_units(state, request, document.texts, source, target, options, param, terminology)
+    results = await _translate_units(state, request, document.texts, source, target, options, param, terminology)
     try:
-        return await asyncio.to_thread(document.write, translations, state.language(target))
+        return await asyncio.to_thread(document.write, [r.text for r in results], state.language(target), [unit_flags(r) for r in results])
     except (DocumentError, ValueError) as exc:
         raise bad_request(f"the document could not be written back: {exc}", param) from None
 
 
+def unit_flags(result: TextResult) -> tuple[str, ...]:
+    """A unit's quality flags: its sentences', each once (Document.write notes them where the format can)."""
+    return tuple(dict.fromkeys(flag for sentence in result.flags for flag in sentence.flags))
+
+
 async def _translate_units(state: ServiceState, request: Request, texts: list[str], source: str, target: str, options,
-                           param: str, terminology: Terminology | None = None) -> list[str]:
+                           param: str, terminology: Terminology | None = None) -> list[TextResult]:
     size = state.settings.max_texts_per_request
     running = asyncio.Semaphore(GROUPS_AT_ONCE)
 
@@ -202,4 +207,4 @@ async def _translate_units(state: ServiceState, request: Request, texts: list[st
         for task in tasks:  # one group failed: the others' sentences leave the engine too
             task.cancel()
         raise
-    return [r.text for group in groups for r in group]
+    return [r for group in groups for r in group]

@@ -42,28 +42,33 @@ def read_texts(name: str, data: bytes, document: Document | None = None) -> tupl
     return (document or read_document(data, name)).texts, "html"
 
 
-def write_file(name: str, data: bytes, translations: list[str], language: str | None = None) -> bytes:
+def write_file(name: str, data: bytes, translations: list[str], language: str | None = None,
+               flags: list[tuple[str, ...]] | None = None) -> bytes:
     """The file with the texts read from it replaced by their translations, in order; language: the
-    translations' (a document then says its text is in it: Document.write)."""
+    translations' (a document then says its text is in it: Document.write); flags: per text, its
+    translation's quality flags (noted for a reviewer where the format can)."""
     if extension_of(name) == ".txt":
         return "\n".join(translations).encode()
-    return read_document(data, name).write(translations, language)
+    return read_document(data, name).write(translations, language, flags)
 
 
 def translated_file(store: JobStore, record: dict, partial: bool = False) -> tuple[str, bytes]:
     """A done file job's result: its name (as LibreTranslate names it) and its bytes (blocking: on a thread).
     partial: a job not done yet, its texts that are not translated yet kept as they are."""
     job_id, name = record["id"], record["file_name"]
+    done: list[dict | None] = []  # per text its translation (schemas.Translation as JSON), None where not yet
     if partial:
         texts = store.texts(job_id)
-        translations = []
         for (start, end), chunk in zip(record["chunks"], store.chunks_so_far(record)):
-            translations += texts[start:end] if chunk is None else [t["text"] for t in chunk["translations"]]
+            done += [None] * (end - start) if chunk is None else chunk["translations"]
+        translations = [texts[i] if t is None else t["text"] for i, t in enumerate(done)]
     else:
-        translations = [t["text"] for chunk in store.chunks(record) for t in chunk["translations"]]
+        done = [t for chunk in store.chunks(record) for t in chunk["translations"]]
+        translations = [t["text"] for t in done]
+    flags = [tuple(dict.fromkeys(f for sentence in (t or {}).get("flags") or [] for f in sentence["flags"])) for t in done]
     # a partial result is in two languages: it keeps saying the source's
     return translated_name(name, record["target"]), write_file(name, store.original(job_id), translations,
-                                                               None if partial else record["target"])
+                                                               None if partial else record["target"], flags)
 
 
 def runs_as_job(settings: Settings, file: UploadedFile) -> bool:

@@ -29,7 +29,7 @@ from nmt_serve.text.glossary import check as check_glossary
 from nmt_serve.text.html_markup import AlignedText, HtmlDocument, parse_html
 from nmt_serve.text.language_codes import bcp47
 from nmt_serve.text.language_detection import UNDETERMINED, Detection, language_name
-from nmt_serve.text.quality_flags import SentenceFlags, flags_for, needs_attention_check
+from nmt_serve.text.quality_flags import CONSTRAINT_UNMET, SentenceFlags, flags_for, needs_attention_check
 from nmt_serve.text.segmentation import Segmented, segment
 from nmt_serve.text.word_alignment import word_alignment
 
@@ -392,7 +392,7 @@ def _assemble(state: ServiceState, text: _Text, hyps: list[list[EngineHypothesis
                               source_entropy=attention.source_entropy.get((text.model.id, first + k)),
                               constraint_cost=best.constraint_cost, thresholds=text.model.flag_thresholds)
             if best.constraint_unmet:  # its glossary terms did not fit: this is its free translation
-                found = (*found, "constraint_unmet")
+                found = (*found, CONSTRAINT_UNMET)
             if found:
                 flags.append(SentenceFlags(count, sources[first + k], best.text, found))
                 for flag in found:

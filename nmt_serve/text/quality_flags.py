@@ -41,6 +41,7 @@ SPLIT = "split"
 LOW_CONFIDENCE = "low_confidence"
 LONG = "long"
 DETACHED = "detached"
+CONSTRAINT_UNMET = "constraint_unmet"
 CONSTRAINT_STRAINED = "constraint_strained"
 
 FLAG_DESCRIPTIONS = {
@@ -55,6 +56,7 @@ FLAG_DESCRIPTIONS = {
     DETACHED: "the model's attention was spread over the whole source instead of following it, as when it writes what its "
               "decoder expects rather than a translation (cross-attention entropy above what 99% of held-out in-domain "
               "sentences get)",
+    CONSTRAINT_UNMET: "the glossary's terms could not be placed within max_length: this is the translation without them",
     CONSTRAINT_STRAINED: "the glossary's terms are in, but the model could not fit them into its sentence: each cost more "
                          "log-probability against its translation without them than 99% of well-placed terms do",
 }
@@ -173,3 +175,9 @@ def flags_for(source: str, output: str, *, truncated: bool = False, split: bool 
     if constraint_cost is not None and constraint_cost > MAX_CONSTRAINT_COST:
         found.append(CONSTRAINT_STRAINED)
     return tuple(found)
+
+
+def review_note(flags: tuple[str, ...] | list[str]) -> str:
+    """What a reviewer reads of a translation's flags: each with what it means."""
+    return "Machine translation flagged: " + "; ".join(f"{f} ({FLAG_DESCRIPTIONS[f]})" if f in FLAG_DESCRIPTIONS else f
+                                                        for f in flags)

@@ -289,6 +289,34 @@ def test_an_html_page_in_the_encoding_it_declares_comes_back_in_utf8_declaring_i
     assert "charset=utf-8" in out and "iso-8859-1" not in out and "children" in out.lower() and "Mädchen" not in out, out
 
 
+def test_doubtful_segments_of_an_xliff_file_get_a_note_for_the_reviewer(client):
+    """In the request and as a job: the quality flags /v1/translate shows go where a CAT tool shows them."""
+    from lxml import etree
+
+    ns = "urn:oasis:names:tc:xliff:document:1.2"
+    units = ["Zwei Kinder spielen im Schnee.", "Alles klar.", "Ich habe keine Ahnung."]
+    xliff = (f'<xliff version="1.2" xmlns="{ns}"><file original="ui" source-language="de" datatype="plaintext"><body>'
+             + "".join(f'<trans-unit id="{k}"><source>{text}</source></trans-unit>' for k, text in enumerate(units))
+             + "</body></file></xliff>").encode()
+
+    def notes(data: bytes) -> list[list[str]]:
+        root = etree.fromstring(data)
+        return [[n.text for n in u.iter(f"{{{ns}}}note") if n.get("from") == "nmt-serve"] for u in root.iter(f"{{{ns}}}trans-unit")]
+
+    r = translate_file(client, "ui.xlf", xliff)
+    assert r.status_code == 200, r.text
+    found = notes(r.content)
+    assert found[0] == [] and all(n and n[0].startswith("Machine translation flagged: low_confidence (") for n in found[1:]), found
+    job = client.post("/v1/jobs/file", data={"source": "de", "target": "en"}, files={"file": ("ui.xlf", xliff)})
+    assert job.status_code == 202, job.text
+    deadline = time.time() + 300
+    while (status := client.get(f"/v1/jobs/{job.json()['id']}").json())["state"] not in ("done", "failed") and time.time() < deadline:
+        time.sleep(0.05)
+    assert status["state"] == "done", status
+    assert notes(client.get(f"/v1/jobs/{job.json()['id']}/result").content) == found
+    assert client.delete(f"/v1/jobs/{job.json()['id']}").status_code == 200  # (the jobs directory is the default one)
+
+
 def test_a_markdown_file_comes_back_translated_with_its_markup(client):
     source = ("# Ein Hund\n\nEin **brauner Hund** rennt über die [Wiese](https://a.de/wiese).\n\n"
               "- Zwei Kinder spielen.\n- Ein Mann lacht.\n\n```\nEin Hund\n```\n").encode()

@@ -777,6 +777,19 @@ def test_a_catalog_gets_the_translations_it_lacks_marked_fuzzy_and_keeps_the_res
     assert [e.msgid for e in catalog.obsolete_entries()] == ["Alt"]
 
 
+def test_a_doubtful_translation_gets_a_translator_comment_in_its_entry():
+    import polib
+
+    document = read_document(CATALOG.encode(), "cs.po")
+    flags = [("low_confidence",), (), (), ("repetition",), ("repetition", "truncated")]  # per unit (line or plural form)
+    catalog = polib.pofile(document.write(translator()(document.texts), "cs", flags).decode())
+    first = catalog.find("  Datei %s nicht gefunden.\n\nSiehe https://example.org/hilfe?a=1&b=2")
+    assert first.tcomment.startswith("Machine translation flagged: low_confidence (")
+    # the plural entry's forms together, each flag once; the entry without a flag gets no comment
+    assert catalog.find("%d Hund").tcomment.count("repetition (") == 1 and "truncated (" in catalog.find("%d Hund").tcomment
+    assert not catalog.find("Ein Mann").tcomment
+
+
 @pytest.mark.parametrize("charset", ["ISO-8859-1", "CHARSET"])
 def test_a_catalog_is_read_in_its_charset_and_written_in_utf8(charset):
     import polib

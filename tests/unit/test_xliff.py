@@ -118,6 +118,29 @@ def test_an_xliff_2_file_gets_a_target_for_each_untranslated_segment():
     assert unit(root, "s4", NS_2).find(f"{{{NS_2}}}target") is None
 
 
+def test_a_doubtful_translation_gets_a_note_for_the_reviewer_in_its_unit():
+    """1.2: a note after what the unit holds, from this service, on the target (a segmented unit's note says
+    which segment); 2.x: in the unit's notes, which come before its segments."""
+    document = read_document(XLIFF_1.encode(), "app.xlf")
+    flags = [("low_confidence",), (), (), ("repetition",), ()]
+    root = etree.fromstring(document.write(translator()(document.texts), "en", flags))
+    first = unit(root, "1")
+    assert [etree.QName(c).localname for c in first] == ["source", "target", "note", "note"]
+    note = first.findall(f"{{{NS_1}}}note")[1]
+    assert (note.get("from"), note.get("annotates")) == ("nmt-serve", "target")
+    assert note.text.startswith("Machine translation flagged: low_confidence (the model was unsure")
+    assert unit(root, "2").find(f"{{{NS_1}}}note") is None
+    [segmented] = unit(root, "7").findall(f"{{{NS_1}}}note")
+    assert segmented.text.startswith('"Zwei Sätze.": Machine translation flagged: repetition (')
+    document = read_document(XLIFF_2.encode(), "app.xliff")
+    root = etree.fromstring(document.write(translator()(document.texts), "en", [(), ("constraint_unmet", "long")]))
+    u1 = root.find(f".//{{{NS_2}}}unit")
+    assert etree.QName(u1[0]).localname == "notes"
+    [note] = u1[0]
+    assert (note.get("category"), note.get("appliesTo")) == ("nmt-serve", "target")
+    assert note.text.startswith('"Ein kleiner Hund bellt.": Machine translation flagged: constraint_unmet (') and "; long (" in note.text
+
+
 def test_codes_follow_their_words_when_the_translation_reorders_them():
     data = f'<xliff xmlns="{NS_2}" version="2.1" srcLang="de"><file id="f"><unit id="u"><segment id="s">' \
            f'<source><pc id="1">Rote</pc> Hunde <ph id="2"/>rennen</source></segment></unit></file></xliff>'

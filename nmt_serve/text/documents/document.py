@@ -45,19 +45,27 @@ class Document:
     # the language the file declares its source text is in, where a format declares it for translation
     # (XLIFF's source language; a BCP 47 tag as written), else None
     source_language: str | None = None
+    # takes, per unit, the quality flags of its translation (text/quality_flags.py), where a format has a
+    # place for a reviewer's notes (XLIFF's notes, a gettext entry's translator comment)
+    _annotate: Callable[[list[tuple[str, ...]]], None] | None = None
 
     @property
     def texts(self) -> list[str]:
         return [u.html for u in self.units]
 
-    def write(self, translations: list[str], language: str | None = None) -> bytes:
+    def write(self, translations: list[str], language: str | None = None, flags: list[tuple[str, ...]] | None = None) -> bytes:
         """The file with each unit's translation in place (call once: the units write into the
         document as it was read); language: the translation's, as the service names it, written where
-        the file names its text's language (language_marks.py)."""
+        the file names its text's language (language_marks.py); flags: per unit, its translation's
+        quality flags, noted for a reviewer where the format has a place for it."""
         if len(translations) != len(self.units):
             raise ValueError(f"{len(translations)} translations for {len(self.units)} units")
         for unit, text in zip(self.units, translations):
             unit.write(text)
+        if flags is not None and self._annotate is not None:
+            if len(flags) != len(self.units):
+                raise ValueError(f"flags for {len(flags)} units of {len(self.units)}")
+            self._annotate(flags)
         if language and self._relabel is not None:
             from nmt_serve.text.language_codes import bcp47
 

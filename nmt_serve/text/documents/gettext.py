@@ -8,7 +8,8 @@ A message is translated line by line (a catalog's line breaks are the program's:
 each line's leading and trailing spaces kept, and its placeholders and markup-like spans (%s, {name},
 `code`, URLs: text/protected_spans.py) kept out of what the model reads and put back as written. A plural
 entry's first form is translated from msgid, the others from msgid_plural, as many as the catalog's
-Plural-Forms says (two where it says nothing, as a template does).
+Plural-Forms says (two where it says nothing, as a template does). A translation the service flags as
+doubtful (text/quality_flags.py) gets a translator comment that says which flags and what they mean.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import polib
 
 from nmt_serve.text import protected_spans
 from nmt_serve.text.documents.document import Document, DocumentError
+from nmt_serve.text.quality_flags import review_note
 
 
 @dataclass
@@ -29,7 +31,9 @@ class _Message:
 
     lines: list[str]
     put: object  # called with the message translated
+    entry: polib.POEntry | None = None
     translated: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # its lines' quality flags
 
     def __post_init__(self) -> None:
         self.translated = list(self.lines)  # an empty line stays empty
@@ -84,9 +88,9 @@ def read_po(data: bytes) -> Document:
             entry.msgstr_plural = {}
             for form in range(_forms(catalog)):
                 source = entry.msgid if form == 0 else entry.msgid_plural
-                messages.append(_Message(source.split("\n"), lambda t, e=entry, f=form: e.msgstr_plural.__setitem__(f, t)))
+                messages.append(_Message(source.split("\n"), lambda t, e=entry, f=form: e.msgstr_plural.__setitem__(f, t), entry))
         else:
-            messages.append(_Message(entry.msgid.split("\n"), lambda t, e=entry: setattr(e, "msgstr", t)))
+            messages.append(_Message(entry.msgid.split("\n"), lambda t, e=entry: setattr(e, "msgstr", t), entry))
         if "fuzzy" not in entry.flags:
             entry.flags.append("fuzzy")
 
@@ -99,8 +103,15 @@ def read_po(data: bytes) -> Document:
                                    line.strip()))
 
     def save() -> bytes:
+        noted: dict[int, list[str]] = {}
         for message in messages:
             message.put(message.done())
+            if message.flags:
+                noted.setdefault(id(message.entry), []).extend(message.flags)
+        for entry in {id(m.entry): m.entry for m in messages if id(m.entry) in noted}.values():
+            # a translator comment (#), as a reviewer would leave one; the entry is fuzzy already
+            note = review_note(list(dict.fromkeys(noted[id(entry)])))
+            entry.tcomment = f"{entry.tcomment}\n{note}" if entry.tcomment else note
         # written in UTF-8, whatever it was read in: a translation may hold characters the catalog's own
         # charset lacks (Czech into ISO-8859-1), and a template's header names none
         catalog.metadata["Content-Type"] = "text/plain; charset=UTF-8"
@@ -110,4 +121,8 @@ def read_po(data: bytes) -> Document:
     def relabel(tag: str) -> None:
         catalog.metadata["Language"] = tag.replace("-", "_")  # gettext's locale names: pt_BR
 
-    return Document(units, save, relabel)
+    def annotate(flags: list[tuple[str, ...]]) -> None:
+        for unit, found in zip(units, flags):
+            unit.message.flags.extend(f for f in found if f not in unit.message.flags)
+
+    return Document(units, save, relabel, None, annotate)

@@ -12,6 +12,9 @@ the file is kept (its declaration, comments, notes, other namespaces' elements a
   alone; a segment with no letter in it (codes, numbers) too. The file's target language (1.2
   `<file target-language>`, 2.x `<xliff trgLang>`) becomes the translation's; its source language is the
   document's `source_language` (a request's `auto` takes it).
+- A translation the service flags as doubtful (text/quality_flags.py) gets a note for the reviewer in its
+  unit, each flag with what it means: 1.2 `<note from="nmt-serve" annotates="target">`, 2.x `<note
+  category="nmt-serve" appliesTo="target">` in the unit's `<notes>`.
 
 Inline codes go through as inline HTML and are placed on the target words as any document's formatting
 (html_markup.py): an element around text (1.2 `<g>`, `<mrk>`; 2.x `<pc>`, `<mrk>`) and a pair of codes
@@ -35,11 +38,13 @@ from lxml import etree
 
 from nmt_serve.text import protected_spans
 from nmt_serve.text.documents.document import MAX_MARKUP_BYTES, Document, DocumentError
+from nmt_serve.text.quality_flags import review_note
 
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, remove_blank_text=False)
 _NS_1 = "urn:oasis:names:tc:xliff:document:1."  # 1.0, 1.1, 1.2
 _NS_2 = "urn:oasis:names:tc:xliff:document:2."  # 2.0 (2.1 uses its namespace), 2.2
 _ATTRIBUTE = "data-xliff"
+NOTE_AUTHOR = "nmt-serve"  # a note's `from` (1.2) or `category` (2.x): what wrote it
 _TAG = re.compile(r"<[^<>]*>")
 _LETTER = re.compile(r"[^\W\d_]")  # a segment without one (codes, numbers, punctuation) is not translated
 _WRAPPING = {"g", "pc", "mrk"}  # elements whose content is text of the segment
@@ -91,6 +96,8 @@ class _Segment:
     put: Callable[[etree._Element | None], None]  # called with the translation as a target-shaped element
     make: Callable[[], etree._Element]  # an empty element to write the translation into
     translated: str | None = field(default=None, repr=False)
+    owner: etree._Element | None = field(default=None, repr=False)  # the unit (1.2 trans-unit) its notes go in
+    flags: tuple[str, ...] = ()  # its translation's quality flags
 
     def write(self, translated_html: str) -> None:
         self.translated = translated_html
@@ -316,6 +323,7 @@ def _segments_1(root: etree._Element, ns: str) -> list[_Segment]:
 
                 segment = _segment(mark, lambda: etree.Element(q("mrk")), put)
                 if segment is not None:
+                    segment.owner = unit
                     segments.append(segment)
             continue
 
@@ -326,6 +334,7 @@ def _segments_1(root: etree._Element, ns: str) -> list[_Segment]:
 
         segment = _segment(source, lambda: etree.Element(q("target")), put)
         if segment is not None:
+            segment.owner = unit
             segments.append(segment)
     return segments
 
@@ -345,8 +354,25 @@ def _segments_2(root: etree._Element, ns: str) -> list[_Segment]:
 
         segment = _segment(source, lambda: etree.Element(q("target")), put)
         if segment is not None:
+            segment.owner = seg.getparent()
             segments.append(segment)
     return segments
+
+
+def _note(owner: etree._Element, ns: str, second: bool, text: str) -> None:
+    """A note for the reviewer in the unit: 1.2's `<note from annotates="target">` after what the unit holds;
+    2.x's `<note category appliesTo="target">` in its `<notes>`, which comes before its data and segments."""
+    q = lambda name: f"{{{ns}}}{name}" if ns else name  # noqa: E731
+    if not second:
+        note = etree.SubElement(owner, q("note"), {"from": NOTE_AUTHOR, "annotates": "target"})
+    else:
+        notes = owner.find(q("notes"))
+        if notes is None:
+            notes = etree.Element(q("notes"))
+            first = next((i for i, child in enumerate(owner) if _name(child) in ("originalData", "segment", "ignorable")), len(owner))
+            owner.insert(first, notes)
+        note = etree.SubElement(notes, q("note"), {"category": NOTE_AUTHOR, "appliesTo": "target"})
+    note.text = text
 
 
 def read_xliff(data: bytes) -> Document:
@@ -373,12 +399,18 @@ def read_xliff(data: bytes) -> Document:
     labelled: list[str] = []
 
     def save() -> bytes:
+        notes: dict[etree._Element, list[_Segment]] = {}
         for segment in segments:
             # a partial job's result (written without a language) holds texts not translated yet as they were:
             # their segments stay without a target
             if segment.translated is None or (segment.translated == segment.html and not labelled):
                 continue
             segment.put(_fill(segment.make(), segment, segment.translated))
+            if segment.flags and segment.owner is not None:
+                notes.setdefault(segment.owner, []).append(segment)
+        for owner, flagged in notes.items():  # one note per unit; its segment named where it has several
+            several = sum(s.owner is owner for s in segments) > 1
+            _note(owner, ns, second, "\n".join((f'"{s.text}": ' if several else "") + review_note(s.flags) for s in flagged))
         return etree.tostring(tree, xml_declaration=True, encoding=tree.docinfo.encoding or "UTF-8", standalone=standalone)
 
     def relabel(tag: str) -> None:
@@ -389,5 +421,9 @@ def read_xliff(data: bytes) -> Document:
             for file in root.iter(f"{{{ns}}}file" if ns else "file"):
                 file.set("target-language", tag)
 
+    def annotate(flags: list[tuple[str, ...]]) -> None:
+        for segment, found in zip(segments, flags):
+            segment.flags = tuple(found)
+
     declared = root.get("srcLang") if second else next((f.get("source-language") for f in root.iter(f"{{{ns}}}file" if ns else "file")), None)
-    return Document(segments, save, relabel, declared or None)
+    return Document(segments, save, relabel, declared or None, annotate)
