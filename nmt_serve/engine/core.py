@@ -63,6 +63,7 @@ from nmt_serve.engine.protocol import (
     Reply,
     Translate,
 )
+from nmt_serve.engine.result_cache import ResultCache
 from nmt_serve.inference.attention import attention_backend
 from nmt_serve.inference.continuous import ContinuousSearch, Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
@@ -107,6 +108,7 @@ class EngineConfig:
     admission_margin: float = 0.8
     retry_after_s: int = 1
     background_share: float = 0.25  # of a search's running sentences, at most this share (at least one) background ones
+    translation_cache_entries: int = 0  # n-best lists kept for all API workers (result_cache.py); the service sets it where workers > 1
 
 
 @dataclass
@@ -120,6 +122,7 @@ class _Call:
     groups: set = field(default_factory=set)  # the keys of the groups its sentences run in
     unmet: set = field(default_factory=set)  # texts whose terms did not fit: their free translation goes, flagged
     sources: list = field(default_factory=list)  # per text its encoder ids (None: empty)
+    keys: list = field(default_factory=list)  # per text its key in the translation cache (ResultCache.keys)
     lexical: list = field(default_factory=list)  # per text its LexicalConstraints (None: free)
     # texts with terms, translated free first (search.constrained_search): their free n-best, kept for
     # when the terms cannot be placed
@@ -211,7 +214,8 @@ class EngineCore:
         self._cpu = not on_cuda
         self._interactive_at = -1e9  # when the last interactive call left
         # call id -> what screen() reserved (work units, sentences) and the sources it checked, until handle() takes them
-        self._reserved: dict[Any, tuple[float, int, list]] = {}
+        self._reserved: dict[Any, tuple[float, int, list, list, list]] = {}  # screen()'s: cost, sentences, sources, keys, kept n-best
+        self.cache = ResultCache(config.translation_cache_entries)
         self._attention_calls: list[Attention] = []  # for the next round
         self._attending: tuple[Future, list[Attention]] | None = None  # the attention calls running on their thread
         self.started = time.monotonic()
@@ -223,6 +227,7 @@ class EngineCore:
             "busy_seconds", "steps", "step_seconds", "join_seconds", "rows_computed", "rows_live", "joins", "sentences_joined",
             "sentences_done", "admitted_units", "refused_units", "refused_calls", "expired_calls",
             "failed_calls", "calls", "call_seconds", "result_seconds", "io_seconds", "attention_calls", "attention_seconds",
+            "cache_hits",
         ), 0.0)
 
     # ------------------------------------------------------------------ status
@@ -321,7 +326,10 @@ class EngineCore:
             if unknown := translator.tgt_tokenizer.unknown_spans(term):
                 return [Reply(message.id, error=INVALID, message=f"the glossary's target term {term!r} has characters this model "
                                                                  f"cannot write: {' '.join(unknown)}", param="glossary")]
-        counts = [len(ids) for ids in message.sources if ids]  # source tokens, eos excluded: the unit the rate was measured in
+        keys = self.cache.keys(message, sources)
+        kept = self.cache.get(keys)  # answered from memory: no work to admit
+        # source tokens, eos excluded: the unit the rate was measured in
+        counts = [len(ids) for ids, hit in zip(message.sources, kept) if ids and hit is None]
         cost = 0.0
         with self.admission.lock:  # the queue bound and the admitted work change together
             if self._queued_sentences + len(counts) > self.config.max_queue_sentences:
@@ -337,7 +345,7 @@ class EngineCore:
                         "the server is busy: the work queued ahead would not finish before this request's deadline, retry later"))]
                 self.stats["admitted_units"] += cost
             self._queued_sentences += len(counts)
-        self._reserved[message.id] = (cost, len(counts), sources)
+        self._reserved[message.id] = (cost, len(counts), sources, keys, kept)
         return None
 
     def _release(self, reservation: tuple[float, int, bool]) -> None:
@@ -353,10 +361,10 @@ class EngineCore:
             try:
                 if message.id not in self._reserved and (settled := self.screen(message)) is not None:
                     return settled
-                cost, count, sources = self._reserved.pop(message.id)
+                cost, count, sources, keys, kept = self._reserved.pop(message.id)
                 reservation = (cost, count, message.priority != INTERACTIVE)
                 try:
-                    return self._translate(message, reservation, sources)
+                    return self._translate(message, reservation, sources, keys, kept)
                 except Exception as exc:  # noqa: BLE001 - one call that cannot be taken in fails, not the engine (_call_failed)
                     return self._call_failed(message.id, exc, "taking in a call failed", reservation)
             finally:
@@ -370,17 +378,21 @@ class EngineCore:
             return []
         raise TypeError(f"unknown message {type(message).__name__}")
 
-    def _translate(self, call: Translate, reservation: tuple[float, int, bool], sources: list[list[int] | None]) -> list[Reply]:
-        """The screened call's sentences (their encoder ids, None for an empty text) join their groups' queues."""
+    def _translate(self, call: Translate, reservation: tuple[float, int, bool], sources: list[list[int] | None],
+                   keys: list, kept: list[list[EngineHypothesis] | None]) -> list[Reply]:
+        """The screened call's sentences (their encoder ids, None for an empty text) join their groups' queues,
+        but those the translation cache kept (kept: their n-best)."""
         translator = self.models[call.model]
         options = call.options
-        todo = [i for i, s in enumerate(sources) if s is not None]
+        todo = [i for i, s in enumerate(sources) if s is not None and kept[i] is None]
         empty = self._translation(translator, EMPTY, options, max_length=1 << 30)
-        results: list[list[EngineHypothesis] | None] = [None if s is not None else [empty] * options.num_hypotheses for s in sources]
+        results: list[list[EngineHypothesis] | None] = [kept[i] if s is not None else [empty] * options.num_hypotheses
+                                                        for i, s in enumerate(sources)]
+        self.stats["cache_hits"] += sum(k is not None for k in kept)
         if not todo:
             self._release(reservation)
             return [Reply(call.id, value=results)]
-        state = _Call(call, results, len(todo), reservation, [len(s) - 1 if s else 0 for s in sources], sources=sources)
+        state = _Call(call, results, len(todo), reservation, [len(s) - 1 if s else 0 for s in sources], sources=sources, keys=keys)
         self.calls[call.id] = state
         search_options = SearchOptions(beam_size=options.beam_size, num_hypotheses=options.num_hypotheses,
                                        max_length=options.max_length, length_penalty=options.length_penalty)
@@ -849,6 +861,7 @@ class EngineCore:
             for result, h in zip(state.results[index], hyps):
                 result.free_mean_logprob = free[0].score / (len(free[0].tokens) - forced + 1)
                 result.constraint_cost = (free[0].score - h.score) / len(lexical.include)
+        self.cache.put(state.keys[index], state.results[index])
         state.left -= 1
         n_src = state.source_tokens[index]
         n_out = len(hyps[0].tokens) + 1

@@ -42,6 +42,8 @@ ENGINE_COUNTERS = {
     "refused_calls": ("nmt_engine_refused_calls", "calls refused by admission or a full queue"),
     "expired_calls": ("nmt_engine_expired_calls", "calls whose deadline passed in the engine"),
     "failed_calls": ("nmt_engine_failed_calls", "calls that failed in the engine"),
+    "cache_hits": ("nmt_engine_cache_hits", "sentences the engine answered from its translation cache (workers > 1: "
+                                            "translation_cache_entries)"),
 }
 ENGINE_GAUGES = {
     "waiting_sentences": ("nmt_queue_depth", "sentences waiting to join a batch"),

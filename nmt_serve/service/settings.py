@@ -69,9 +69,10 @@ class Settings(BaseSettings):
                                                        "opinion, built before readiness: seconds and some 200 MB per API worker); false: "
                                                        "a request must name its source language (\"auto\" and /detect answer 400), and "
                                                        "neither is loaded")
-    translation_cache_entries: int = Field(0, ge=0, description="sentences' translations each API worker keeps (the least "
-                                           "recently used go first) to answer a sentence asked for again with the same model "
-                                           "and options without the engine; 0 = off (a sentence repeated within one request "
+    translation_cache_entries: int = Field(0, ge=0, description="sentences' translations kept (the least recently used go "
+                                           "first) to answer a sentence asked for again with the same model and options "
+                                           "without a search: by the API worker itself where workers = 1, by the engine for all "
+                                           "of them where there are several; 0 = off (a sentence repeated within one request "
                                            "is translated once either way). About 1 KB each")
     max_beam_size: int = Field(8, ge=1)
     max_output_length: int = Field(512, ge=1, description="upper bound for max_length in a request")
@@ -139,7 +140,15 @@ class Settings(BaseSettings):
                  "graceful_shutdown_s", "background_share", "engine_heartbeat_timeout_s")
         # the engine runs in the repository's directory: a relative models_dir means this process's directory
         return dict({n: getattr(self, n) for n in names}, models_dir=str(Path(self.models_dir).resolve()),
-                    log_level=logging.getLevelName(logging.getLogger().level).lower())
+                    log_level=logging.getLevelName(logging.getLogger().level).lower(),
+                    # one cache for every worker, in the engine they share; a lone worker keeps its own (api_cache_entries)
+                    translation_cache_entries=self.translation_cache_entries if self.workers > 1 else 0)
+
+    @property
+    def api_cache_entries(self) -> int:
+        """The translations an API worker keeps itself: all of them where it is the only one (no call to the
+        engine for a repeat), none where several share the engine's cache."""
+        return self.translation_cache_entries if self.workers == 1 else 0
 
     def keys(self) -> list[str]:
         keys = [k.strip() for k in self.api_keys.split(",") if k.strip()]

@@ -38,7 +38,7 @@ class ServiceState:
     glossaries: GlossaryStore = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
-        self.translation_cache = TranslationCache(self.settings.translation_cache_entries)
+        self.translation_cache = TranslationCache(self.settings.api_cache_entries)
         # beside the jobs, on the volume they are kept on: every worker and replica sees the same glossaries
         self.glossaries = GlossaryStore(Path(self.settings.jobs_dir or default_directory()) / "glossaries")
         self.keys = KeyChecker(self.settings.keys())

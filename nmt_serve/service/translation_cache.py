@@ -1,8 +1,10 @@
 """Sentences the engine is asked for once: within a call, a sentence that occurs twice (a document's repeated
 heading, a subtitle's "Ja." in many cues, the same text in one request) is sent once and its translation
-given to each place; across calls, where the `translation_cache_entries` setting is above 0, each API worker
-keeps the n-best lists of the sentences it translated lately (least recently used out), and a sentence asked
-for again with the same model, options, forced prefix and terms is answered from memory.
+given to each place; across calls, where the `translation_cache_entries` setting is above 0 and the API
+process is the only worker, it keeps the n-best lists of the sentences it translated lately (least recently
+used out), and a sentence asked for again with the same model, options, forced prefix and terms is answered
+from memory. Where several workers share the engine, the engine keeps them for all (engine/result_cache.py)
+and this cache only sends each distinct sentence of a call once.
 
 A kept translation is what the engine gave for exactly that input: the key is the model, the sentence's
 ids as the engine reads them, every decoding option (the scores, alignment and attention figures asked for

@@ -640,12 +640,45 @@ def test_the_io_thread_answers_what_needs_no_step_while_the_main_thread_is_busy(
     assert not io.is_alive()
 
 
-def test_several_api_workers_share_one_engine(models_dir):
-    with running_server(models_dir, "--workers", "2") as base:
+def test_several_api_workers_share_one_engine_and_its_translation_cache(models_dir):
+    """With a cache, the engine keeps it for both workers: every repeat is answered from it, whichever
+    worker takes it (each worker kept its own before, so a repeat reaching the other one was searched again)."""
+    with running_server(models_dir, "--workers", "2", "--translation-cache-entries", "100") as base:
+        first = [post_json(base + "/v1/translate", {"text": t, "max_length": 6}) for t in GERMAN]
         with ThreadPoolExecutor(8) as pool:
             results = list(pool.map(lambda t: post_json(base + "/v1/translate", {"text": t, "max_length": 6}), GERMAN * 3))
-        assert [r[0] for r in results] == [200] * len(results)
-        assert "nmt_engine_up 1.0" in urllib.request.urlopen(base + "/metrics").read().decode()
+        assert [r[0] for r in first + results] == [200] * (len(first) + len(results))
+        assert [r[2]["translations"] for r in results] == [r[2]["translations"] for r in first] * 3
+        deadline = time.time() + 60  # the engine's counters reach the workers with its next status
+        while True:
+            metrics = urllib.request.urlopen(base + "/metrics").read().decode()
+            hits = float(re.search(r"^nmt_engine_cache_hits_total (\S+)", metrics, re.M).group(1))
+            if hits >= 3 * len(GERMAN) or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        assert "nmt_engine_up 1.0" in metrics
+        assert hits == 3 * len(GERMAN), metrics
+
+
+def test_the_engine_answers_a_kept_sentence_without_a_search(translator):
+    core = core_of(translator, translation_cache_entries=10)
+    first = run(core, call(1, GERMAN[:3]))[1]
+    admitted, steps = core.stats["admitted_units"], core.stats["steps"]
+    # two kept, one new: only the new one is searched and admitted
+    mixed = run(core, call(2, [GERMAN[1], GERMAN[4], GERMAN[0]]))[2]
+    assert texts_of(mixed)[0::2] == texts_of(first)[1::-1] and core.stats["cache_hits"] == 2
+    assert core.stats["admitted_units"] > admitted and core.stats["steps"] > steps
+    # all kept: the reply comes as the call is taken in, nothing admitted, no step
+    admitted, steps = core.stats["admitted_units"], core.stats["steps"]
+    [reply] = core.handle(call(3, GERMAN[:2]))
+    assert texts_of(reply) == texts_of(first)[:2] and [h.score for h, *_ in reply.value] == [h.score for h, *_ in first.value[:2]]
+    assert (core.stats["admitted_units"], core.stats["steps"], core.stats["cache_hits"]) == (admitted, steps, 4)
+    # other options are another question; no cache, no hit
+    run(core, call(4, GERMAN[:1], beam=1))
+    assert core.stats["cache_hits"] == 4
+    plain = core_of(translator)
+    run(plain, call(1, GERMAN[:1]), call(2, GERMAN[:1]))
+    assert plain.stats["cache_hits"] == 0
 
 
 def test_engine_errors_map_to_statuses():
