@@ -32,9 +32,11 @@ class ResultCache:
     def __len__(self) -> int:
         return len(self._kept)
 
-    @staticmethod
-    def keys(call: Translate, sources: list[list[int] | None]) -> list[Hashable | None]:
-        """Per text of the call, its key (None for an empty text, which is never searched)."""
+    def keys(self, call: Translate, sources: list[list[int] | None]) -> list[Hashable | None]:
+        """Per text of the call, its key (None for an empty text, which is never searched, and for every
+        text when nothing is kept)."""
+        if not self.entries:
+            return [None] * len(sources)
         common = (call.model, astuple(call.options), tuple(call.target_prefix), tuple(call.avoid))
         return [None if ids is None else (common, tuple(ids), tuple(call.terms[i]) if call.terms else ())
                 for i, ids in enumerate(sources)]
