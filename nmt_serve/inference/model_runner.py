@@ -36,6 +36,7 @@ the whole batch, a sentence's int8 translation can depend on the other sentences
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -238,9 +239,22 @@ class FloatLinear:
 ONEDNN_INT8_MIN_ROWS = 64
 
 
+@functools.cache
 def onednn_int8_runs() -> bool:
-    """Whether this PyTorch build has oneDNN's quantized linear (x86 builds with mkldnn)."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
+    """Whether this PyTorch build has oneDNN's quantized linear (x86 builds with mkldnn) and it is exact on
+    this CPU. Without VNNI (AVX2 only: AMD Zen 2 and 3, Intel before Cascade Lake) it sums the u8 x s8
+    products in pairs into int16, which saturates with 8-bit activations: one step above the zero point
+    against the largest weight already overflows (on an AMD EPYC with AVX2 a row of 130s against 127s came
+    out 8,160 for 16,256, and the output layer's logits were off by up to a third of their range). fbgemm's
+    7-bit activations (reduce_range) do not overflow, so there it serves every row count."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")):
+        return False
+    width = 64
+    weight = torch.ops.onednn.qlinear_prepack(torch.full((8, width), 127, dtype=torch.int8), None)
+    x = torch.full((ONEDNN_INT8_MIN_ROWS, width), 130, dtype=torch.uint8)  # 2 above the zero point
+    y = torch.ops.onednn.qlinear_pointwise(x, 1.0, 128, weight, torch.ones(8), torch.zeros(8, dtype=torch.long), None,
+                                           1.0, 0, torch.float32, "none", [], "")
+    return bool((y == 2 * 127 * width).all())
 
 
 class Int8Linear:
