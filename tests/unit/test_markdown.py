@@ -61,7 +61,7 @@ print("nicht übersetzen")
 ```
 
 [ref]: https://r.de
-EIN [LINK](https://r.de) MIT __FETT__ UND _KURSIV_.
+EIN [LINK][ref] MIT __FETT__ UND _KURSIV_.
 
 1. ERSTER PUNKT
 2. ZWEITER PUNKT
@@ -92,6 +92,18 @@ def test_markers_follow_their_words_when_the_translation_reorders_them():
     reverse = translator(reversed_words)
     assert translate_document(b"Ein Hund sieht [einen Link](a.html) hier\n", "a.md", reverse) == b"HIER [LINK EINEN](a.html) SIEHT HUND EIN\n"
     assert translate_document(b"Ein **brauner Hund** sieht uns\n", "a.md", reverse) == b"UNS SIEHT **HUND BRAUNER** EIN\n"
+
+
+def test_reference_links_and_images_stay_references_to_their_definitions():
+    """Before, each came back inline ([LINK](https://r.de)), the definitions left unused. A collapsed or
+    shortcut reference names its label, which was its text and is not the translation's."""
+    source = (b"[![Badge]][ci] Siehe [die Anleitung][Doku], [Doku][] und [Doku], ![ein Bild][Badge] oder [hier](a.html).\n\n"
+              b"[ci]: https://ci.example/x\n[Doku]: https://d.example \"Die Doku\"\n[Badge]: https://b.example/b.svg\n")
+    out = translate_document(source, "a.md", translator()).decode()
+    assert out.split("\n")[0] == ("[![BADGE][Badge]][ci] SIEHE [DIE ANLEITUNG][Doku], [DOKU][Doku] UND [DOKU][Doku], "
+                                   "![EIN BILD][Badge] ODER [HIER](a.html).")
+    assert out.endswith(source.decode()[source.decode().index("[ci]:"):])  # the definitions as they were
+    assert shape(out) == shape(source.decode())
 
 
 def test_githubs_alerts_task_lists_and_footnotes_keep_their_marks():

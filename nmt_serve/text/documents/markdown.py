@@ -12,7 +12,9 @@ an alert's `[!NOTE]`, a task's `[ ]`) kept as written, out of what the model rea
 as itself. A paragraph comes back on one line (its line breaks were
 soft: Markdown joins them) behind its first line's container markers (`> `, `- `, `1. `), a hard break
 as a backslash at the end of a line; characters that Markdown would read as markup are escaped. A
-reference link (`[text][ref]`) comes back as an inline one (`[text](url)`), to the same destination.
+reference link or image (`[text][ref]`, `[text][]`, `[text]`) comes back as a reference to the same
+definition (`[translation][ref]`; a collapsed or shortcut one names its label, which was its text), so
+the definitions at the end still serve and a translated README's links stay where its own were.
 """
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 
 from markdown_it import MarkdownIt
+from markdown_it.helpers import parseLinkLabel
+from markdown_it.rules_inline.image import image as image_rule
+from markdown_it.rules_inline.link import link as link_rule
 
 from nmt_serve.text import protected_spans
 from nmt_serve.text.documents.document import Document, DocumentError
@@ -40,11 +45,32 @@ _GITHUB_MARKS = re.compile(r"\[\^[^\]\s]+\]|\[![A-Za-z]+\]")
 _TASK_BOX = re.compile(r"\[[ xX]\](?=\s)")  # at a block's start
 
 
+def _as_written(rule: Callable, skip: int) -> Callable:
+    """markdown-it's link (or image) rule, which also notes on the token it makes how the source wrote a
+    reference link (`[text][label]`, `[text][]`, `[text]`): meta["reference"], its label, so that it goes
+    back as a reference to the same definition (a collapsed or shortcut one names its label: the text it
+    was is not the translation). skip: the characters before the link text's bracket ("!" of an image)."""
+    def parse(state, silent: bool) -> bool:
+        start, first = state.pos, len(state.tokens)
+        if not rule(state, silent):
+            return False
+        # the link's first token (the text before it may have gone in first)
+        made = next((t for t in state.tokens[first:] if t.type in ("link_open", "image")), None)
+        if not silent and made is not None and not state.src[start:state.pos].endswith(")"):
+            end = parseLinkLabel(state, start + skip, True)  # the text's closing bracket (state.pos is kept)
+            rest = state.src[end + 1:state.pos]  # "[label]", "[]" or nothing
+            made.meta["reference"] = rest[1:-1] if len(rest) > 2 else state.src[start + skip + 1:end]
+        return True
+    return parse
+
+
 def _parser() -> MarkdownIt:
     md = MarkdownIt("commonmark").enable("table").enable("strikethrough")
     # destinations as written (markdown-it percent-encodes them for HTML; they go back into Markdown)
     md.normalizeLink = lambda url: url
     md.normalizeLinkText = lambda url: url
+    md.inline.ruler.at("link", _as_written(link_rule, 0))
+    md.inline.ruler.at("image", _as_written(image_rule, 1))
     return md
 
 
@@ -54,6 +80,7 @@ class _Code:
     markup: str = ""
     target: str = ""
     title: str | None = None
+    reference: str | None = None  # a reference link's or image's label: written back as a reference to it
 
 
 def _title(title: str | None) -> str:
@@ -118,13 +145,13 @@ def _inline_html(children: list, codes: list[_Code]) -> str:
             skip_to = "link_close"
         elif kind == "link_open":
             title = token.attrGet("title")
-            codes.append(_Code("link", target=token.attrGet("href") or "", title=title))
+            codes.append(_Code("link", target=token.attrGet("href") or "", title=title, reference=token.meta.get("reference")))
             title_attr = "" if title is None else f' title="{html.escape(title)}"'
             out.append(f'<a {_ATTRIBUTE}="{len(codes) - 1}"{title_attr}>')
             closing.append("</a>")
         elif kind == "image":
             title = token.attrGet("title")
-            codes.append(_Code("image", target=token.attrGet("src") or "", title=title))
+            codes.append(_Code("image", target=token.attrGet("src") or "", title=title, reference=token.meta.get("reference")))
             title_attr = "" if title is None else f' title="{html.escape(title)}"'
             out.append(f'<img {_ATTRIBUTE}="{len(codes) - 1}" alt="{html.escape(token.content)}"{title_attr}>')
         elif kind == "html_inline":
@@ -192,10 +219,12 @@ class _Markdown(HTMLParser):
         elif code.kind == "wrap":
             self._open(code.markup, code.markup)
         elif code.kind == "link":
-            self._open("[", f"]({_destination(code.target)}{_title(given.get('title') if code.title is not None else None)})")
+            self._open("[", f"][{code.reference}]" if code.reference is not None
+                       else f"]({_destination(code.target)}{_title(given.get('title') if code.title is not None else None)})")
         elif code.kind == "image":
             alt = _escaped(given.get("alt") or "", self.table)
-            self.out.append(f"![{alt}]({_destination(code.target)}{_title(given.get('title') if code.title is not None else None)})")
+            self.out.append(f"![{alt}][{code.reference}]" if code.reference is not None
+                            else f"![{alt}]({_destination(code.target)}{_title(given.get('title') if code.title is not None else None)})")
 
     def handle_startendtag(self, tag, attrs):
         self.handle_starttag(tag, attrs)
