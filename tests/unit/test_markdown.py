@@ -9,6 +9,7 @@ from markdown_it import MarkdownIt
 from test_document_formats import reversed_words, translator
 
 from nmt_serve.text.documents import DocumentError, read_document, translate_document
+from nmt_serve.text.html_markup import AlignedText
 
 SOURCE = """---
 title: Ein Titel
@@ -104,6 +105,30 @@ def test_reference_links_and_images_stay_references_to_their_definitions():
                                    "![EIN BILD][Badge] ODER [HIER](a.html).")
     assert out.endswith(source.decode()[source.decode().index("[ci]:"):])  # the definitions as they were
     assert shape(out) == shape(source.decode())
+
+
+def test_a_table_padded_to_columns_is_padded_to_its_new_widths_and_one_in_a_quote_keeps_its_markers():
+    """Before, a translated row came back with one space around each cell (the columns no longer lined up in
+    the file) and a table in a quote lost its `>` on every translated row."""
+    source = ("| Name | Wert | Anmerkung |\n|:-----|-----:|:---------:|\n| Hund | 3    | bellt     |\n\n"
+              "> | Ein Hund | zwei |\n> |---|---|\n> | Katze | drei |\n\n"
+              "  | x | Spalte |\n  | --- | --- |\n  | Ein sehr langer Wert | y |\n")
+    out = translate_document(source.encode(), "a.md", translator()).decode()
+    assert out.split("\n")[:3] == ["| NAME | WERT | ANMERKUNG |", "|:-----|-----:|:---------:|", "| HUND | 3    | BELLT     |"]
+    assert out.split("\n")[4:7] == ["> | EIN HUND | ZWEI |", "> |---|---|", "> | KATZE | DREI |"]  # not padded: as it was
+    assert out.split("\n")[8:11] == ["  | X | SPALTE |", "  | --- | --- |", "  | EIN SEHR LANGER WERT | Y |"]
+
+    def longer(text: str) -> AlignedText:  # each word two letters longer
+        words = list(re.finditer(r"\S+", text))
+        out = " ".join(m.group().upper() + "EN" for m in words)
+        starts = [0]
+        for m in words[:-1]:
+            starts.append(starts[-1] + len(m.group()) + 3)
+        return AlignedText(out, [((a, a + len(m.group()) + 2), m.span()) for a, m in zip(starts, words)])
+
+    wider = translate_document(source.encode(), "a.md", translator(longer)).decode().split("\n")
+    assert wider[:3] == ["| NAMEEN | WERTEN | ANMERKUNGEN |", "|:-------|-------:|:-----------:|", "| HUNDEN | 3      | BELLTEN     |"]
+    assert shape(out) == shape(source)
 
 
 def test_githubs_alerts_task_lists_and_footnotes_keep_their_marks():

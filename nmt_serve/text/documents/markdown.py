@@ -14,12 +14,15 @@ soft: Markdown joins them) behind its first line's container markers (`> `, `- `
 as a backslash at the end of a line; characters that Markdown would read as markup are escaped. A
 reference link or image (`[text][ref]`, `[text][]`, `[text]`) comes back as a reference to the same
 definition (`[translation][ref]`; a collapsed or shortcut one names its label, which was its text), so
-the definitions at the end still serve and a translated README's links stay where its own were.
+the definitions at the end still serve and a translated README's links stay where its own were. A
+table's rows are rebuilt from their own pipes (in a quote or a list behind its markers), and a table whose
+pipes lined up in the source is padded to line up again at the translation's widths.
 """
 from __future__ import annotations
 
 import html
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -296,6 +299,52 @@ class _HtmlBlock:
             self.put(translated_html)
 
 
+_PIPE = re.compile(r"(?<!\\)\|")  # a cell's edge: a pipe not escaped
+
+
+def _container(line: str) -> tuple[str, str]:
+    """A table row's line as its container's markers (indentation, a quote's `>`) and the row itself."""
+    prefix = re.match(r"[ \t]*(?:>[ \t]?)*[ \t]*", line).group()
+    return prefix, line[len(prefix):]
+
+
+def _width(text: str) -> int:
+    """Columns a text takes in a monospaced font: wide (East Asian) characters two, combining marks none."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _aligned(rows: list[str]) -> bool:
+    """Whether a table's rows were padded so that their pipes line up (as formatters and editors write them)."""
+    edges = [[_width(row[:m.start()]) for m in _PIPE.finditer(row)] for row in rows]
+    return len(rows) > 1 and len(edges[0]) > 1 and all(e == edges[0] for e in edges)
+
+
+def _align(rows: list[str]) -> list[str]:
+    """A table's rows padded again so that their pipes line up: each column as wide as its widest cell (three
+    at least), the delimiter row's dashes (its colons kept) filling the width as they filled it before."""
+    split = [_PIPE.split(row) for row in rows]
+    columns = max(len(cells) for cells in split)
+    widths = [max([3] + [_width(cells[c].strip()) for k, cells in enumerate(split) if k != 1 and c < len(cells)])
+              for c in range(columns)]
+    out = []
+    for k, cells in enumerate(split):
+        padded = []
+        for c, cell in enumerate(cells):
+            text = cell.strip()
+            if c in (0, len(cells) - 1) and not text:  # before a leading pipe, after a trailing one
+                padded.append(cell)
+            elif k == 1:  # the delimiter row: `---`, `:--`, `--:`, `:-:`, with spaces around or filling the cell
+                spaced = cell.startswith(" ")
+                left, right = text.startswith(":"), text.endswith(":") and len(text) > 1
+                dashes = "-" * (widths[c] + (0 if spaced else 2) - left - right)
+                marks = (":" if left else "") + dashes + (":" if right else "")
+                padded.append(f" {marks} " if spaced else marks)
+            else:
+                padded.append(" " + text + " " * (widths[c] - _width(text)) + " ")
+        out.append("|".join(padded))
+    return out
+
+
 def _front_matter(lines: list[str]) -> int:
     """How many lines a YAML front matter block at the start takes (0: none)."""
     if not lines or lines[0].rstrip() != "---":
@@ -354,8 +403,11 @@ def read_markdown(data: bytes) -> Document:
         return put
 
     cells_of: dict[int, int] = {}  # a table row's line -> its cells so far
+    tables: list[tuple[int, int]] = []  # each table's first line and the line after its last
     block = None
     for k, token in enumerate(tokens):
+        if token.type == "table_open" and token.map is not None:
+            tables.append((token.map[0] + skipped, token.map[1] + skipped))
         if token.type in ("paragraph_open", "heading_open", "th_open", "td_open"):
             block = token
         if token.type == "html_block" and token.level == 0 and token.map is not None:
@@ -388,12 +440,18 @@ def read_markdown(data: bytes) -> Document:
         for row, cells in rows.items():
             # the row's cells as written, between its unescaped pipes (a pipe in a code span ends a cell too, as
             # GitHub reads it); the translated ones replaced, the others (and cells past the header's) kept
-            pieces = re.split(r"(?<!\\)\|", lines[row])
-            lead = 1 if lines[row].lstrip().startswith("|") else 0
+            prefix, body = _container(lines[row])
+            pieces = _PIPE.split(body)
+            lead = 1 if body.startswith("|") else 0
             for column, markdown in cells.items():
                 if lead + column < len(pieces):
                     pieces[lead + column] = f" {markdown} "
-            replaced[row] = (row + 1, ["|".join(pieces)])
+            replaced[row] = (row + 1, [prefix + "|".join(pieces)])
+        for first, end in tables:
+            if _aligned([_container(line)[1] for line in lines[first:end]]):  # padded to columns: padded to the new widths
+                now = [_container(replaced[i][1][0] if i in replaced else lines[i]) for i in range(first, end)]
+                for i, ((prefix, _), line) in enumerate(zip(now, _align([body for _, body in now]))):
+                    replaced[first + i] = (first + i + 1, [prefix + line])
         out, i = [], 0
         while i < len(lines):
             if i in replaced:
