@@ -156,11 +156,15 @@ def test_an_emphasis_keeps_no_space_at_its_edges_and_an_empty_one_goes():
 
 def test_an_html_block_is_translated_as_html():
     source = (b'<p align="center">\n  <img src="logo.png" alt="Ein Hund" width="100">\n</p>\n\n<details>\n'
-              b"<summary>Mehr zeigen</summary>\n\nEin Text.\n\n</details>\n\n<!-- Kommentar -->\n\n- Eine Liste\n\n  <div>Nicht</div>\n")
+              b"<summary>Mehr zeigen</summary>\n\nEin Text.\n\n</details>\n\n<!-- Kommentar -->\n\n- Eine Liste\n\n  <div>Ein Hund</div>\n"
+              b"  <b>Zwei</b> Kinder\n\n> <p>Im Zitat</p>\n")
     out = translate_document(source, "a.md", translator()).decode()
-    # a centred logo's alt text, a <details>' summary; a comment, and a block inside a list item, as they were
+    # a centred logo's alt text, a <details>' summary; a comment as it was; a block in a list item or a quote
+    # behind its markers (before, those two stayed untranslated)
     assert out == ('<p align="center">\n  <img src="logo.png" alt="EIN HUND" width="100">\n</p>\n\n<details>\n'
-                   "<summary>MEHR ZEIGEN</summary>\n\nEIN TEXT.\n\n</details>\n\n<!-- Kommentar -->\n\n- EINE LISTE\n\n  <div>Nicht</div>\n")
+                   "<summary>MEHR ZEIGEN</summary>\n\nEIN TEXT.\n\n</details>\n\n<!-- Kommentar -->\n\n- EINE LISTE\n\n"
+                   "  <div>EIN HUND</div>\n  <b>ZWEI</b> KINDER\n\n> <p>IM ZITAT</p>\n")
+    assert shape(out) == shape(source.decode())
 
 
 def test_text_that_markdown_would_read_as_markup_is_escaped():

@@ -1,6 +1,6 @@
 """Markdown (.md, .markdown), parsed with markdown-it-py (CommonMark, with GitHub's tables and strikethrough):
 each paragraph, heading and table cell translated in place, and each HTML block as HTML (a README's centred
-logo's alt text, a `<details>` summary); every other line kept as it was (code blocks, link reference
+logo's alt text, a `<details>` summary; in a list or a quote, behind its markers); every other line kept as it was (code blocks, link reference
 definitions, blank lines, a YAML front matter block).
 
 A block's inline Markdown goes to the HTML path as inline HTML and comes back as Markdown: emphasis,
@@ -410,14 +410,20 @@ def read_markdown(data: bytes) -> Document:
             tables.append((token.map[0] + skipped, token.map[1] + skipped))
         if token.type in ("paragraph_open", "heading_open", "th_open", "td_open"):
             block = token
-        if token.type == "html_block" and token.level == 0 and token.map is not None:
+        if token.type == "html_block" and token.map is not None:
             # HTML as it is (a centred logo's alt text, <details>' summary): a unit for the HTML path, its lines
-            # replaced by the translated HTML; one inside a list or a quote stays as it is
+            # replaced by the translated HTML, each behind the markers its source line had in a list or a quote
             segments = parse_html(token.content).segments
             if any(c.isalpha() for s in segments for c in s.text):
-                units.append(_HtmlBlock(token.content.rstrip("\n"), " ".join(s.text for s in segments),
-                                        put=lambda markup, first=token.map[0] + skipped, end=token.map[1] + skipped:
-                                        replaced.__setitem__(first, (end, markup.split("\n")))))
+                first, end = token.map[0] + skipped, token.map[1] + skipped
+                own = token.content.rstrip("\n").split("\n")
+                prefixes = [prefix_of(lines[first + i], own[i]) if own[i].strip() else _container(lines[first + i])[0]
+                            for i in range(min(len(own), end - first))] or [""]
+
+                def put(markup: str, first=first, end=end, prefixes=prefixes) -> None:
+                    new = markup.split("\n")
+                    replaced[first] = (end, [prefixes[min(i, len(prefixes) - 1)] + line for i, line in enumerate(new)])
+                units.append(_HtmlBlock(token.content.rstrip("\n"), " ".join(s.text for s in segments), put))
             continue
         if token.type != "inline" or token.map is None or block is None:
             continue
