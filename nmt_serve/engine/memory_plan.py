@@ -72,11 +72,14 @@ class ModelNeeds:
 
     def weights_bytes(self) -> int:
         """The model's parameters, plus what its runner holds beside them: int8's packed weights (the
-        output layer's twice: fbgemm's and oneDNN's), or the float Linear weights' copies (packed for
-        oneDNN, and laid out for a lone row)."""
+        output layer's twice, fbgemm's and oneDNN's, where oneDNN's int8 kernel is exact on this CPU), or
+        the float Linear weights' copies (packed for oneDNN, and laid out for a lone row)."""
         total, linear = self.parameters()
         if self.quantization == "int8":
-            return total * self.itemsize + linear + self.config.tgt_vocab_size * self.config.d_model
+            from nmt_serve.inference.model_runner import onednn_int8_runs
+
+            second = self.config.tgt_vocab_size * self.config.d_model if onednn_int8_runs() else 0
+            return total * self.itemsize + linear + second
         if not self.packed_weights:
             return total * self.itemsize
         from nmt_serve.inference.model_runner import lone_row_elements

@@ -86,9 +86,11 @@ def test_int8_keeps_no_float_copy_for_a_lone_row_at_any_thread_count(tiny_checkp
         for n in (1, 2):
             torch.set_num_threads(n)
             int8 = Translator.load(tiny_checkpoint, device="cpu", quantization="int8")
-            held = [v for linear in runner_linears(int8.runner) for v in vars(linear).values()
-                    if isinstance(v, torch.Tensor)]
-            assert held and all(t.dim() == 1 for t in held if t.is_floating_point())
+            linears = runner_linears(int8.runner)
+            held = [v for linear in linears for v in vars(linear).values() if isinstance(v, torch.Tensor)]
+            # (the output layer's oneDNN path holds its scales and bias; where oneDNN's int8 kernel is not exact
+            # there is none, and fbgemm's packed weights are no tensor)
+            assert linears and all(t.dim() == 1 for t in held if t.is_floating_point())
             assert lone_row_threads(n, packed=True, quantization="int8") == 0
             row = torch.randn(1, int8.config.d_model)
             small = int8.runner.decoder_layers[0].self_out
