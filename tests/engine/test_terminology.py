@@ -160,18 +160,17 @@ def test_a_term_that_does_not_fit_gives_the_free_translation_flagged(translator)
 
 
 
-@pytest.mark.parametrize("step_mode", ["eager", "static"])
-def test_terms_are_placed_inside_the_sentence_not_after_its_end(step_mode):
+def test_terms_are_placed_inside_the_sentence_not_after_its_end():
     """Where the model reaches its sentence's end with a term unplaced, it may not write the full stop
     either (LexicalConstraints.sentence_ends): before, these came out as "A man is preparing food fellow
     at the stove. one.", "People sitting in a train. within one." (a glossary of function words: 27
-    of 116 captions so). The eager search, the device search's step program and the engine alike; and
-    the engine says what the terms cost against the free translation, which scores the source."""
+    of 116 captions so). The eager search and the engine alike; and the engine says what the terms cost
+    against the free translation, which scores the source."""
     from conftest import ROOT
 
     from nmt_serve.text.quality_flags import MAX_CONSTRAINT_COST
 
-    translator = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu", step_mode=step_mode, warmup=False)
+    translator = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu", warmup=False)
     texts = ["Ein Mann bereitet am Herd Essen zu.", "Leute sitzen in einem Zug.",
              "Eine Teenagerin spielt bei einem Spiel Trompete auf dem Feld.", "Ein Mann fährt Fahrrad.",
              "Ein Mädchen springt ins Wasser."]
@@ -194,6 +193,28 @@ def test_terms_are_placed_inside_the_sentence_not_after_its_end(step_mode):
         assert hyp.constraint_cost == pytest.approx((alone.hypotheses[0].score - hyp.score) / len(wanted), abs=1e-3)
     # "guy" fits (3.9 a term); "one" and "fellow" do not (13.5), nor does "lass", never in its training data (24)
     assert engine[3].constraint_cost < MAX_CONSTRAINT_COST < min(engine[0].constraint_cost, engine[4].constraint_cost)
+
+
+def test_the_device_search_holds_the_sentence_end_back_too():
+    """The same rule in the device search's step program (the engine's search with the static decoder, on the
+    CPU op by op): the eager search's translations."""
+    from conftest import ROOT
+
+    texts, terms = ["Ein Mann bereitet am Herd Essen zu.", "Leute sitzen in einem Zug."], [["one", "fellow"], ["one", "within"]]
+    static = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu", step_mode="static", warmup=False,
+                             static_rows=8, static_length=32)
+    core = EngineCore({"de-en": static}, EngineConfig())
+    core.admission.rate = 1e9
+    replies = core.handle(Translate("c", "de-en", [static.inputs.tokens(t, "en", "de") for t in texts], DecodeOptions(beam_size=4),
+                                    time.monotonic() + 60, terms=terms))
+    while core.busy:
+        replies += core.work()
+    [reply] = replies
+    assert {key[2] for key in core.groups} == {"device"}
+    device = [nbest[0].text for nbest in reply.value]
+    eager = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu", warmup=False)
+    assert device == [r.text for r in eager.translate(texts, source_lang="de", target_lang="en", beam_size=4, terms=terms)]
+    assert not any(re.search(r"[.!?]\s*\w", t) for t in device), device
 
 
 def test_a_source_with_a_sentence_end_inside_may_end_one_before_its_terms(translator):
