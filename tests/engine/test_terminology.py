@@ -41,6 +41,20 @@ def run(translator, *, terms=None, avoid=(), beam=1, max_length=16):
     return [nbest[0] for nbest in reply.value]
 
 
+def through_engine(translator, texts, terms, **options):
+    """German texts into English through an engine core of this shipped (multilingual) translator: each
+    text's best hypothesis, and the core."""
+    core = EngineCore({"de-en": translator}, EngineConfig())
+    core.admission.rate = 1e9
+    replies = core.handle(Translate("c", "de-en", [translator.inputs.tokens(t, "en", "de") for t in texts],
+                                    DecodeOptions(beam_size=4, **options), time.monotonic() + 60, terms=terms))
+    while core.busy:
+        replies += core.work()
+    [reply] = replies
+    assert reply.error is None, reply.message
+    return [nbest[0] for nbest in reply.value], core
+
+
 def test_terms_appear_where_asked_and_free_sentences_are_as_alone(translator):
     free = run(translator)
     terms = [["house"], [], ["green", "cat"], []]
@@ -108,15 +122,9 @@ def test_a_term_the_model_writes_anyway_leaves_its_translation_as_it_is():
     assert all(t[0] in r.text for r, t in zip(free, terms))
     constrained = translator.translate(texts, source_lang="de", target_lang="en", beam_size=4, terms=terms)
     assert [r.text for r in constrained] == [r.text for r in free]
-    core = EngineCore({"de-en": translator}, EngineConfig())
-    core.admission.rate = 1e9
-    replies = core.handle(Translate("c", "de-en", [translator.inputs.tokens(t, "en", "de") for t in texts], DecodeOptions(beam_size=4),
-                                    time.monotonic() + 60, terms=terms))
-    while core.busy:
-        replies += core.work()
-    [reply] = replies
-    assert [nbest[0].text for nbest in reply.value] == [r.text for r in free]
-    assert not any(nbest[0].constraint_unmet for nbest in reply.value)
+    engine, _ = through_engine(translator, texts, terms)
+    assert [h.text for h in engine] == [r.text for r in free]
+    assert not any(h.constraint_unmet for h in engine)
 
 
 @pytest.mark.parametrize("step_mode", ["eager", "static"])
@@ -176,14 +184,7 @@ def test_terms_are_placed_inside_the_sentence_not_after_its_end():
              "Ein Mädchen springt ins Wasser."]
     terms = [["one", "fellow"], ["one", "within"], ["upon", "one"], ["guy"], ["lass"]]
     offline = translator.translate(texts, source_lang="de", target_lang="en", beam_size=4, terms=terms)
-    core = EngineCore({"de-en": translator}, EngineConfig())
-    core.admission.rate = 1e9
-    replies = core.handle(Translate("c", "de-en", [translator.inputs.tokens(t, "en", "de") for t in texts],
-                                    DecodeOptions(beam_size=4, return_scores=True), time.monotonic() + 60, terms=terms))
-    while core.busy:
-        replies += core.work()
-    [reply] = replies
-    engine = [nbest[0] for nbest in reply.value]
+    engine, _ = through_engine(translator, texts, terms, return_scores=True)
     assert [h.text for h in engine] == [r.text for r in offline]
     free = translator.translate(texts, source_lang="de", target_lang="en", beam_size=4, return_scores=True)
     for hyp, wanted, alone in zip(engine, terms, free):
@@ -203,15 +204,9 @@ def test_the_device_search_holds_the_sentence_end_back_too():
     texts, terms = ["Ein Mann bereitet am Herd Essen zu.", "Leute sitzen in einem Zug."], [["one", "fellow"], ["one", "within"]]
     static = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu", step_mode="static", warmup=False,
                              static_rows=8, static_length=32)
-    core = EngineCore({"de-en": static}, EngineConfig())
-    core.admission.rate = 1e9
-    replies = core.handle(Translate("c", "de-en", [static.inputs.tokens(t, "en", "de") for t in texts], DecodeOptions(beam_size=4),
-                                    time.monotonic() + 60, terms=terms))
-    while core.busy:
-        replies += core.work()
-    [reply] = replies
+    engine, core = through_engine(static, texts, terms)
     assert {key[2] for key in core.groups} == {"device"}
-    device = [nbest[0].text for nbest in reply.value]
+    device = [h.text for h in engine]
     eager = Translator.load(ROOT / "checkpoints" / "debian-multi30k", device="cpu", warmup=False)
     assert device == [r.text for r in eager.translate(texts, source_lang="de", target_lang="en", beam_size=4, terms=terms)]
     assert not any(re.search(r"[.!?]\s*\w", t) for t in device), device
