@@ -423,6 +423,8 @@ def _described_docx() -> bytes:
     doc_pr = d.inline_shapes[0]._inline.docPr
     doc_pr.set("descr", "Ein roter Hund im Park")
     doc_pr.set("title", "Hund")
+    # Word writes the description in the picture's own properties too
+    d.inline_shapes[0]._inline.graphic.graphicData.pic.nvPicPr.cNvPr.set("descr", "Ein roter Hund im Park")
     out = io.BytesIO()
     d.save(out)
     return out.getvalue()
@@ -458,7 +460,7 @@ def _described_epub() -> bytes:
 def test_the_alternative_text_of_pictures_is_translated(name, build):
     data = build()
     texts = read_document(data, name).texts
-    assert "Ein roter Hund im Park" in texts, texts
+    assert texts.count("Ein roter Hund im Park") == 1, texts  # one unit where the file holds it twice (docx)
     out = translate_document(data, name, translator(), "en")
     with zipfile.ZipFile(io.BytesIO(out)) as z:
         xml = "".join(z.read(n).decode("utf-8", "replace") for n in z.namelist() if n.endswith((".xml", ".xhtml")))

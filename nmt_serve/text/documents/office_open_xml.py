@@ -250,15 +250,17 @@ _FOR_PEOPLE = {"docPr": ("descr", "title"), "cNvPr": ("descr", "title"), "hyperl
 
 def alt_texts(root: etree._Element) -> list[InlineParagraph]:
     """Every picture's and shape's alternative text in the part (its description and title) and every link's
-    tooltip, each a unit."""
-    units = []
+    tooltip, a unit per distinct text: Word writes a picture's description twice (`wp:docPr` and
+    `pic:cNvPr`), and both places take the one translation."""
+    places: dict[str, list[Callable[[str], None]]] = {}  # text -> where it is written, in document order
     for el in root.iter():
         names = _FOR_PEOPLE.get(etree.QName(el).localname) if isinstance(el.tag, str) else None
         for key in [k for k in el.attrib if names and etree.QName(k).localname in names]:
             value = el.get(key)
             if any(c.isalpha() for c in value):
-                units.append(InlineParagraph([TextSlot(value, None, lambda text, el=el, k=key: el.set(k, text))]))
-    return units
+                places.setdefault(value, []).append(lambda text, el=el, k=key: el.set(k, text))
+    return [InlineParagraph([TextSlot(value, None, lambda text, setters=setters: [put(text) for put in setters])])
+            for value, setters in places.items()]
 
 
 def plain_text_unit(el: etree._Element) -> InlineParagraph:
