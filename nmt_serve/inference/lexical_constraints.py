@@ -18,9 +18,10 @@ breaks the shorter one as a word (its progress says whether the word is still op
 A hypothesis may end (eos) only when every positive constraint is met, nor end its sentence
 (`sentence_ends`: a piece that is only a full stop, question or exclamation mark): a model that reaches
 the end of its own sentence with a term unplaced writes the term after it, as a fragment ("A child
-splashing in the water. one": a glossary of function words did that to 27 of 116 captions). At its
-length limit eos is forced and it ends unmet: the caller then translates the sentence again without the
-positive constraints and says so (`unmet`): the best free translation and a flag, never an error.
+splashing in the water. one": with a glossary of function words the de-en model did that to 27 of 116
+captions). At its length limit eos is forced and it ends unmet: the caller then translates the sentence
+again without the positive constraints and says so (`unmet`): the best free translation and a flag,
+never an error.
 Negative constraints ban, at each step, the last token of an avoided sequence whose other tokens the
 hypothesis has just produced (a one-token sequence: always).
 
