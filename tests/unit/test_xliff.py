@@ -139,6 +139,11 @@ def test_a_doubtful_translation_gets_a_note_for_the_reviewer_in_its_unit():
     [note] = u1[0]
     assert (note.get("category"), note.get("appliesTo")) == ("nmt-serve", "target")
     assert note.text.startswith('"Ein kleiner Hund bellt.": Machine translation flagged: constraint_unmet (') and "; long (" in note.text
+    # a unit's own notes kept, ours after them
+    document = read_document(XLIFF_2.replace('<unit id="u1">', '<unit id="u1"><notes><note>mine</note></notes>').encode(), "a.xliff")
+    root = etree.fromstring(document.write(translator()(document.texts), "en", [("repetition",), ()]))
+    notes = root.find(f".//{{{NS_2}}}notes")
+    assert [n.text[:20] for n in notes] == ["mine", '"Ein roter Hund renn'] and len(root.findall(f".//{{{NS_2}}}notes")) == 1
 
 
 def test_codes_follow_their_words_when_the_translation_reorders_them():

@@ -364,14 +364,27 @@ def _note(owner: etree._Element, ns: str, second: bool, text: str) -> None:
     2.x's `<note category appliesTo="target">` in its `<notes>`, which comes before its data and segments."""
     q = lambda name: f"{{{ns}}}{name}" if ns else name  # noqa: E731
     if not second:
-        note = etree.SubElement(owner, q("note"), {"from": NOTE_AUTHOR, "annotates": "target"})
+        note = etree.Element(q("note"), {"from": NOTE_AUTHOR, "annotates": "target"})
+        _insert_after(owner[-1], note)  # (a unit holds its source at least)
     else:
+        note = etree.Element(q("note"), {"category": NOTE_AUTHOR, "appliesTo": "target"})
         notes = owner.find(q("notes"))
-        if notes is None:
+        if notes is not None and len(notes):
+            _insert_after(notes[-1], note)
+        elif notes is not None:
+            notes.append(note)
+        else:
             notes = etree.Element(q("notes"))
-            first = next((i for i, child in enumerate(owner) if _name(child) in ("originalData", "segment", "ignorable")), len(owner))
-            owner.insert(first, notes)
-        note = etree.SubElement(notes, q("note"), {"category": NOTE_AUTHOR, "appliesTo": "target"})
+            notes.append(note)
+            first = next((child for child in owner if _name(child) in ("originalData", "segment", "ignorable")), None)
+            if first is None:
+                owner.append(notes)
+            else:  # before it, on a line of its own as it is
+                index = owner.index(first)
+                before = owner.text if index == 0 else owner[index - 1].tail
+                first.addprevious(notes)
+                if before and not before.strip():
+                    notes.tail = before
     note.text = text
 
 
