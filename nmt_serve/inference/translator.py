@@ -349,18 +349,20 @@ class Translator:
         """(V,) bool on this device: target pieces that are only a sentence's final mark (".", "?", "!",
         "...", with or without the word-start marker)."""
         if self._sentence_ends is None:
-            known = min(self.tgt_tokenizer.vocab_size, self.config.tgt_vocab_size)
-            pieces = self.tgt_tokenizer.pieces(list(range(known))) + [""] * (self.config.tgt_vocab_size - known)
-            self._sentence_ends = torch.tensor([bool(_SENTENCE_END_PIECE.fullmatch(p.lstrip("\u2581"))) for p in pieces], device=self.device)
+            self._sentence_ends = self._piece_mask(lambda p: bool(_SENTENCE_END_PIECE.fullmatch(p.lstrip("\u2581"))))
         return self._sentence_ends
+
+    def _piece_mask(self, test) -> torch.Tensor:
+        """(V,) bool on this device: the target pieces that pass `test` (rows past the pieces: padding, never)."""
+        known = min(self.tgt_tokenizer.vocab_size, self.config.tgt_vocab_size)
+        pieces = self.tgt_tokenizer.pieces(list(range(known)))
+        return torch.tensor([test(p) for p in pieces] + [False] * (self.config.tgt_vocab_size - known), device=self.device)
 
     def word_continuations(self) -> torch.Tensor:
         """(V,) bool on this device: target pieces that continue a word (a letter or digit first, no
         sentencepiece word-start marker)."""
         if self._continuations is None:
-            known = min(self.tgt_tokenizer.vocab_size, self.config.tgt_vocab_size)  # rows past the pieces: padding
-            pieces = self.tgt_tokenizer.pieces(list(range(known))) + [""] * (self.config.tgt_vocab_size - known)
-            self._continuations = torch.tensor([p[:1].isalnum() for p in pieces], device=self.device)
+            self._continuations = self._piece_mask(lambda p: p[:1].isalnum())
         return self._continuations
 
     def _hypothesis(self, h: SearchHypothesis, return_scores: bool, forced: int = 0) -> TranslationHypothesis:

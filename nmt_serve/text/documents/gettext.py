@@ -103,14 +103,15 @@ def read_po(data: bytes) -> Document:
                                    line.strip()))
 
     def save() -> bytes:
-        noted: dict[int, list[str]] = {}
+        noted: dict[int, tuple[polib.POEntry, list[str]]] = {}  # an entry's flags, over its messages (plural forms)
         for message in messages:
             message.put(message.done())
             if message.flags:
-                noted.setdefault(id(message.entry), []).extend(message.flags)
-        for entry in {id(m.entry): m.entry for m in messages if id(m.entry) in noted}.values():
+                entry, found = noted.setdefault(id(message.entry), (message.entry, []))
+                found.extend(f for f in message.flags if f not in found)
+        for entry, found in noted.values():
             # a translator comment (#), as a reviewer would leave one; the entry is fuzzy already
-            note = review_note(list(dict.fromkeys(noted[id(entry)])))
+            note = review_note(found)
             entry.tcomment = f"{entry.tcomment}\n{note}" if entry.tcomment else note
         # written in UTF-8, whatever it was read in: a translation may hold characters the catalog's own
         # charset lacks (Czech into ISO-8859-1), and a template's header names none
