@@ -15,7 +15,8 @@ ratio compares runs made side by side. Sections:
 6. static vs eager on all of test_2016_flickr (float16): identical outputs and sacreBLEU;
 7. warm-up time and the static decoder's memory;
 8. joins: n sentences joining a continuous search of 256 running (ContinuousDeviceSearch, its joins
-   captured per bucket), the join's host and GPU time against a replayed step's.
+   captured per bucket), the join's host and GPU time against a replayed step's;
+9. kernels: one batch's static search under the profiler, its GPU time by kernel name.
 Timings use CUDA events around work whose results are read back to the host.
 """
 from __future__ import annotations
@@ -233,6 +234,57 @@ def busy_section(quick: bool, results: dict) -> str:
             "is in the wall time)\n\n" + table(["decoder", "wall ms", "kernel ms", "busy", "kernels"], rows))
 
 
+def kernels_section(quick: bool, results: dict) -> str:
+    """Where a static search's GPU time goes: the offline search of one batch under the torch profiler
+    (CUDA graphs' kernels are reported one by one), its kernels grouped by name, the largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    translator, _ = load("auto", rows=2048)
+    ids = [translator.encode_source(t) for t in test_sources("de")]
+    out = []
+    for beam, size in ((1, 2048), (1, 256), (4, 256)):
+        work = batches_of(ids, size, 1)
+        run_batches(translator, work, beam)  # warm-up: every bucket this batch meets is captured
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            started = time.perf_counter()
+            run_batches(translator, work, beam)
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - started
+        by_name: dict[str, list[float]] = {}
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                by_name.setdefault(e.name, []).append(e.device_time)
+        total = sum(sum(v) for v in by_name.values())
+        launches = sum(e.name == "cudaGraphLaunch" for e in prof.events())  # one per replayed step or join
+        top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:10]
+        search = "greedy" if beam == 1 else f"beam {beam}"
+        results[f"kernels,{beam},{size}"] = {"wall_ms": wall * 1000, "kernel_ms": total / 1000,
+                                             "graph_launches": launches, "top": [(name[:120], sum(v) / 1000, len(v)) for name, v in top]}
+        rows = [[name[:90].replace("|", "/"), f"{sum(v) / 1000:.2f}", f"{100 * sum(v) / max(total, 1e-9):.0f}%", len(v),
+                 f"{sum(v) / len(v):.1f}"] for name, v in top]
+        out.append(f"#### {search}, batch {size}: wall {wall * 1000:.1f} ms, kernels {total / 1000:.1f} ms "
+                   f"({100 * total / 1000 / (wall * 1000):.0f}% busy, profiler overhead in the wall time), "
+                   f"{launches} graph launches (steps and joins)\n\n"
+                   + table(["kernel", "ms", "share", "calls", "us per call"], rows))
+    # one replayed step by (rows, positions): the buffers hold the last search's finished rows, so a step
+    # changes nothing; its cost does not depend on the values (every position of the bucket is computed)
+    searcher = translator.device_search()
+    steps = []
+    for K, G in ((1, 256), (1, 512), (1, 1024), (1, 2048), (4, 64), (4, 128), (4, 256), (4, 512)):
+        for L in (32, 64):
+            key, fn = searcher.program(K, G, L)
+            searcher.decoder.run(key, fn)  # captured on first use
+            seconds, _ = cuda_time(lambda: [searcher.decoder.run(key, fn) for _ in range(20)], 3)
+            steps.append(["greedy" if K == 1 else f"beam {K}", G * K, L, f"{seconds / 20 * 1000:.3f}"])
+            results[f"step,{K},{G},{L}"] = seconds / 20
+    del translator, searcher
+    torch.cuda.empty_cache()
+    return ("### Where a static search's GPU time goes (torch profiler, float16, one batch)\n\n" + "\n\n".join(out)
+            + "\n\n#### One replayed step by rows and positions (CUDA events, best of 3 x 20 replays)\n\n"
+            + table(["search", "rows", "positions", "ms per step"], steps))
+
+
 def parity_section(quick: bool, results: dict) -> str:
     import sacrebleu
 
@@ -324,7 +376,8 @@ def joins_section(quick: bool, results: dict, device: str = "cuda") -> str:
 
 
 SECTIONS = {"attention": attention_section, "latency": latency_section, "throughput": throughput_section,
-            "hf": hugging_face_section, "busy": busy_section, "parity": parity_section, "joins": joins_section}
+            "hf": hugging_face_section, "busy": busy_section, "parity": parity_section, "joins": joins_section,
+            "kernels": kernels_section}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -208,7 +208,7 @@ def mixed(args, offline: Offline) -> str:
         kind_short = i % 10 != 0
         bodies.append({"text": short[i % len(short)] if kind_short else long[i % len(long)], "beam_size": 4, **SOURCE})
         is_short.append(kind_short)
-    proc = start_server(args)
+    proc = start_server(args, "--workers", str(args.mixed_workers))
     try:
         url = f"http://127.0.0.1:{args.port}/v1/translate"
         alone_bodies = [{"text": t, "beam_size": 4, **SOURCE} for t in short[:48]]
@@ -225,7 +225,8 @@ def mixed(args, offline: Offline) -> str:
     row = [f"{alone * 1000:.0f}", f"{p50(short_lat) * 1000:.0f}", f"{p50(short_lat) / alone:.2f}", f"{only_short * 1000:.0f}",
            f"{p50(short_lat) / only_short:.2f}", f"{p50(long_lat) * 1000:.0f}", result.counts().get(200, 0)]
     print(f"  mixed: {row}", file=sys.stderr)
-    return ("### Mixed traffic: 10% long (60+ tokens), 90% short (<= 12 tokens), beam 4, concurrency 32\n\n"
+    return ("### Mixed traffic: 10% long (60+ tokens), 90% short (<= 12 tokens), beam 4, concurrency 32, "
+            f"{args.mixed_workers} API worker(s)\n\n"
             + table(["short alone p50 ms", "short p50 ms in the mix", "ratio (goal <= 2)", "short only, concurrency 32, p50 ms",
                      "mix / short only", "long p50 ms", "200s of 320"], [row]) + "\n")
 
@@ -358,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lanes", type=int, default=1, help="the engine's lanes (1: one loop with --threads threads, as the "
                                                            "offline engine; 0: the service's default, one per core, "
                                                            "one thread each)")
+    parser.add_argument("--mixed-workers", type=int, default=1, help="API workers in the mixed-traffic section (on a GPU the "
+                        "API is the bottleneck: 4 is the documented setting there)")
     parser.add_argument("--clients", type=int, default=2, help="load generator processes")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--flood", type=int, default=400)

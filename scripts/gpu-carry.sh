@@ -19,32 +19,37 @@ EXCLUDE=$(git rev-parse --git-path info/exclude)
 case ${1:-} in
     slim)
         mkdir -p "$(dirname "$EXCLUDE")"
-        for c in $UNREAD; do echo "/$c/  # gpu-carry.sh slim" >> "$EXCLUDE"; done
+        for c in $UNREAD; do echo "/$c/" >> "$EXCLUDE"; done  # git reads no comment after a pattern
         git rm -r -q --cached $UNREAD
         echo "untracked for one call: $UNREAD (restore: scripts/gpu-carry.sh restore)"
         exit 0 ;;
     restore)
         git reset -q -- $UNREAD
-        [ ! -f "$EXCLUDE" ] || sed -i '/# gpu-carry.sh slim$/d' "$EXCLUDE"
+        for c in $UNREAD; do [ ! -f "$EXCLUDE" ] || sed -i "\\#^/$c/\$#d" "$EXCLUDE"; done
         git status --short -- checkpoints
         exit 0 ;;
 esac
 PY=${PY:-.venv/bin/python}
 DATA=${NMT_DATA:-../shared/data/multi30k}
 PACKAGES="fastapi fastapi-offline starlette uvicorn httptools pydantic pydantic-core pydantic-settings python-multipart
-annotated-types typing-inspection python-dotenv pyzmq sentencex polib python-docx python-pptx"
+annotated-types typing-inspection python-dotenv pyzmq sentencex polib python-docx python-pptx py3langid webvtt-py w3lib opentelemetry-api"
+# published as source only: built into a wheel here (pure Python, so it runs there too)
+SOURCE_ONLY="srt"
 
 rm -rf .whl && mkdir -p .whl .gpudata
-pins=()
-for name in $PACKAGES; do
-    version=$("$PY" -m pip show "$name" 2>/dev/null | sed -n 's/^Version: //p')
-    [ -n "$version" ] || { echo "gpu-carry: $name is not installed in $PY's environment" >&2; exit 1; }
-    pins+=("$name==$version")
-done
+pin() {
+    local version
+    version=$("$PY" -m pip show "$1" 2>/dev/null | sed -n 's/^Version: //p')
+    [ -n "$version" ] || { echo "gpu-carry: $1 is not installed in $PY's environment" >&2; exit 1; }
+    echo "$1==$version"
+}
+pins=(); for name in $PACKAGES; do pins+=("$(pin "$name")"); done
+sources=(); for name in $SOURCE_ONLY; do sources+=("$(pin "$name")"); done
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
     -d .whl "${pins[@]}"
+"$PY" -m pip wheel -q --no-deps -w .whl "${sources[@]}"
 cp "$DATA"/test_2016_flickr.* "$DATA"/test_2017_flickr.* .gpudata/ 2>/dev/null || cp "$DATA"/test_2016_flickr.* .gpudata/
 du -sh .whl .gpudata
 echo "carry: .whl .gpudata (with checkpoints/ and the code, under the 64 MiB a call takes)"

@@ -6,12 +6,14 @@
 # Stages, in the order to spend a lease on them:
 #   tests    the CUDA tests: captured steps, joins and constraints against the eager programs (~2 min)
 #   joins    bench.gpu: a join's host and GPU time against a replayed step's; latency; busy share
-#   server   bench.server_load on the GPU: the engine alone, server vs offline at concurrency 256, mixed
+#   server   bench.server_load on the GPU: the engine alone, server vs offline at concurrency 256 (4 API workers,
+#            4 load generators, 4,096 requests), one request at a time, mixed traffic (4 API workers)
 #   gpu      bench.gpu: throughput (batch 1-2048), ours vs transformers' generate, static vs eager parity
+#   kernels  bench.gpu: a static search's GPU time by kernel (greedy 2048 and 256, beam 4 256), busy share
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ -d .whl ]; then
@@ -28,10 +30,12 @@ case $stage in
     joins)
         python3 -m bench.gpu --quick --sections joins,latency,busy --output "$out/joins.md" --json "$out/joins.json" 2>&1 | tee "$out/joins.log" ;;
     server)
-        python3 -m bench.server_load --device cuda --sections engine,throughput,mixed --concurrency 256 --batch 256 \
-            --output "$out/server.md" 2>&1 | tee "$out/server.log" ;;
+        python3 -m bench.server_load --device cuda --sections engine,throughput,single,mixed --concurrency 256 --batch 256 \
+            --requests 4096 --workers 4 --mixed-workers 4 --clients 4 --output "$out/server.md" 2>&1 | tee "$out/server.log" ;;
     gpu)
         python3 -m bench.gpu --quick --sections throughput,hf,parity --output "$out/gpu.md" --json "$out/gpu.json" 2>&1 | tee "$out/gpu.log" ;;
+    kernels)
+        python3 -m bench.gpu --quick --sections kernels,busy --output "$out/kernels.md" --json "$out/kernels.json" 2>&1 | tee "$out/kernels.log" ;;
     *)
         echo "unknown stage: $stage" >&2; exit 2 ;;
 esac
