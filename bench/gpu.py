@@ -25,6 +25,7 @@ import argparse
 import json
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -131,12 +132,14 @@ def latency_section(quick: bool, results: dict) -> str:
             + table(["decoder", "search", "p50", "p90", "p99", "max", "first request after load", "load + warm-up (s)"], rows))
 
 
-def throughput_section(quick: bool, results: dict) -> str:
+PLANS = "float16:auto,float16:eager,bfloat16:auto,float32:auto"  # the throughput section's dtype:step_mode runs
+
+
+def throughput_section(quick: bool, results: dict, plans: str = PLANS) -> str:
     ids_cache = {}
     rows = []
     sizes = [1, 8, 32, 128, 512, 2048]
-    plans = [("float16", mode) for mode in ("auto", "eager")] + [("bfloat16", "auto"), ("float32", "auto")]
-    for dtype, mode in plans:
+    for dtype, mode in (plan.split(":") for plan in plans.split(",")):
         translator, _ = load(mode, dtype)
         if "ids" not in ids_cache:
             ids_cache["ids"] = [translator.encode_source(t) for t in test_sources("de")]
@@ -384,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer sentences per measurement")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {list(SECTIONS)}")
+    parser.add_argument("--plans", default=PLANS, help="the throughput section's runs, dtype:step_mode (auto: the static "
+                        "decoder on CUDA, eager: the eager search)")
     parser.add_argument("--output")
     parser.add_argument("--json", help="write the raw figures here")
     args = parser.parse_args(argv)
@@ -393,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = [f"GPU: {torch.cuda.get_device_name()}; {machine()}\n"]
     for name in args.sections.split(","):
         started = time.perf_counter()
-        fn = SECTIONS[name]
+        fn = partial(throughput_section, plans=args.plans) if name == "throughput" else SECTIONS[name]
         part = fn(args.quick) if name == "attention" else fn(args.quick, results)
         parts.append(part)
         print(part + f"\n\n({name}: {time.perf_counter() - started:.0f} s)\n", flush=True)

@@ -611,21 +611,30 @@ def collect(decoder: StaticDecoder, slots: SearchSlots, groups: list[int], lengt
     index = torch.tensor(groups, device=slots.score.device)
     keeps = attention if attention is not None and any(attention) else [False] * len(groups)
     entropies = looks = None
-    if any(keeps):
-        kept = slots.kept.buffers()
-        entropies, looks = (b[index].tolist() for b in (kept[0] if K == 1 else kept[1]))
+
+    def read(buffers, width):
+        # the per-position buffers are max_length wide; what lies past the longest hypothesis is never read,
+        # and turning it into Python lists cost more than the rest of a large batch's collection
+        return (b[index, ..., :width].tolist() for b in buffers)
+
     if K == 1:
         lengths = decoder.pos[index].tolist()  # tokens generated, eos included
+        width = max(lengths)
         scores = slots.score[index].tolist()
-        histories = slots.history[index].tolist()
+        (histories,) = read((slots.history,), width)
+        if any(keeps):
+            entropies, looks = read(slots.kept.buffers()[0], width)
         return [[SearchHypothesis(tokens[: length - 1], score, normalize(score, length, lp), True,
                                   entropies=entropies[i][:length] if keep else None, looks=looks[i][:length] if keep else None)]
                 for i, (length, score, tokens, lp, keep) in enumerate(zip(lengths, scores, histories, length_penalties, keeps))]
     counts = slots.fin_count[index].tolist()
     scores = slots.fin_score[index].tolist()
     lengths = slots.fin_len[index].tolist()
-    tokens = slots.fin_tokens[index].tolist()
+    width = max((length for n, row in zip(counts, lengths) for length in row[:n]), default=1)  # slots past a count are stale
+    (tokens,) = read((slots.fin_tokens,), width)
     unmet = slots.fin_unmet[index].tolist()
+    if any(keeps):
+        entropies, looks = read(slots.kept.buffers()[1], width)
     found = []
     for i, (lp, n, keep) in enumerate(zip(length_penalties, num_hypotheses, keeps)):
         hyps = [

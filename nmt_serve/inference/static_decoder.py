@@ -40,6 +40,17 @@ def buckets(limit: int, first: int = 1) -> list[int]:
     return out + [limit]
 
 
+def as_words(t: torch.Tensor) -> torch.Tensor:
+    """The same memory seen as the widest integers its last dimension's bytes divide into: the gathers
+    and copies that move rows of the cache (beam reordering, rows leaving) are element-wise kernels, and
+    move 8 bytes an element this way instead of 2 (half precision): fewer, wider accesses, the same bits."""
+    row_bytes = t.size(-1) * t.element_size()
+    for dtype in (torch.int64, torch.int32):
+        if dtype.itemsize > t.element_size() and row_bytes % dtype.itemsize == 0:
+            return t.view(dtype)
+    return t
+
+
 def bucket_of(n: int, sizes: list[int]) -> int:
     for size in sizes:
         if size >= n:
@@ -70,6 +81,7 @@ class StaticDecoder:
         per_layer = self.self_kv[0].numel() * self.self_kv.element_size()
         self.reorder_layers = max(1, min(self.n_layers, REORDER_CHUNK_BYTES // max(per_layer, 1)))
         self.cross_kv = torch.zeros(shape, dtype=dtype, device=device)
+        self._moved = (as_words(self.self_kv), as_words(self.cross_kv))  # what row moves copy (as_words)
         self.tokens = torch.full((max_rows,), cfg.decoder_start_id, dtype=torch.long, device=device)
         self.pos = torch.zeros(max_rows, dtype=torch.long, device=device)  # position of each row's newest token
         self.src_len = torch.ones(max_rows, dtype=torch.long, device=device)
@@ -107,7 +119,7 @@ class StaticDecoder:
         """Rows [0, len(rows)) become the old rows `rows` (the ones still running); the rest are left as
         they are and must be reset or masked by the caller."""
         n = rows.numel()
-        for buffer in (self.self_kv, self.cross_kv):
+        for buffer in self._moved:
             for layer in buffer:  # a layer at a time: the gathered copy is one layer's, not the whole buffer's
                 layer[:, :n] = layer[:, rows]
         for buffer in (self.tokens, self.pos, self.src_len):
@@ -119,7 +131,7 @@ class StaticDecoder:
         REORDER_CHUNK_BYTES rather than a copy of every layer's history."""
         B = parent.numel()
         for start in range(0, self.n_layers, self.reorder_layers):
-            chunk = self.self_kv[start:start + self.reorder_layers]
+            chunk = self._moved[0][start:start + self.reorder_layers]
             chunk[:, :, :B, :, :length] = chunk[:, :, parent, :, :length]
 
     def length_bucket(self, positions: int) -> int:

@@ -11,7 +11,7 @@ from torch.utils._pytree import tree_flatten
 from nmt_serve.inference.device_search import DeviceSearch, supports
 from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import SearchOptions, generate
-from nmt_serve.inference.static_decoder import StaticDecoder, bucket_of, buckets
+from nmt_serve.inference.static_decoder import StaticDecoder, as_words, bucket_of, buckets
 from nmt_serve.inference.translator import Translator
 
 SHAPES = [
@@ -40,6 +40,22 @@ def test_buckets():
     assert bucket_of(5, buckets(20)) == 8 and bucket_of(17, buckets(20)) == 20
     with pytest.raises(ValueError):
         bucket_of(21, buckets(20))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_row_moves_see_the_cache_as_wide_integers(dtype):
+    """Beam reordering and rows leaving gather through an integer view of the cache: the same memory,
+    8 bytes an element, and a gather through it moves exactly the bits a gather of the floats moves."""
+    cache = torch.randn(2, 6, 3, 16, 64).to(dtype)
+    words = as_words(cache)
+    assert words.dtype == torch.int64 and words.data_ptr() == cache.data_ptr()
+    assert words.shape[-1] == 64 * cache.element_size() // 8
+    parent = torch.tensor([2, 2, 0, 5, 1, 1])
+    expected = cache[:, parent, :, :9].clone()
+    words[:, :6, :, :9] = words[:, parent, :, :9]
+    assert torch.equal(cache[:, :, :, :9].view(torch.int16 if dtype != torch.float32 else torch.int32),
+                       expected.view(torch.int16 if dtype != torch.float32 else torch.int32))
+    assert as_words(torch.zeros(4, 3, dtype=torch.float16)).dtype == torch.float16  # 6 bytes a row: left as it is
 
 
 @pytest.mark.parametrize("overrides", SHAPES)
