@@ -228,7 +228,9 @@ class ContinuousDeviceSearch:
         K, device = self.K, self.decoder.device
         groups = torch.tensor(live, device=device)
         rows = (groups[:, None] * K + torch.arange(K, device=device)).view(-1)
-        self.decoder.keep_rows(rows)
+        # no running row has more positions than the longest source or the oldest sentence's target
+        positions = min(max(self._longest_source, self.steps - self._first_joined + 1), self.decoder.max_length)
+        self.decoder.keep_rows(rows, positions)
         self.state.keep(groups, rows)
         self.slots = [self.slots[g] for g in live]
         self._summarize()

@@ -586,7 +586,7 @@ class DeviceSearch:
                 self._collect(slots, [g for g in range(G) if not alive[g]], sentences, results, options)
                 groups = torch.tensor(running, device=device)
                 rows = (groups[:, None] * K + torch.arange(K, device=device)).view(-1)
-                dec.keep_rows(rows)
+                dec.keep_rows(rows, min(max(S, steps + 1), dec.max_length))
                 slots.keep(groups, rows)
                 sentences = [sentences[g] for g in running]
                 G, Gb = len(running), smaller

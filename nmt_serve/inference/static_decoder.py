@@ -115,13 +115,14 @@ class StaticDecoder:
         self.src_len[n:end] = 1
         return n
 
-    def keep_rows(self, rows: torch.Tensor) -> None:
+    def keep_rows(self, rows: torch.Tensor, positions: int | None = None) -> None:
         """Rows [0, len(rows)) become the old rows `rows` (the ones still running); the rest are left as
-        they are and must be reset or masked by the caller."""
-        n = rows.numel()
+        they are and must be reset or masked by the caller. positions: how many of each row's cache
+        positions hold anything (its source's and its target's so far; default all)."""
+        n, P = rows.numel(), positions or self.max_length
         for buffer in self._moved:
             for layer in buffer:  # a layer at a time: the gathered copy is one layer's, not the whole buffer's
-                layer[:, :n] = layer[:, rows]
+                layer[:, :n, :, :P] = layer[:, rows, :, :P]
         for buffer in (self.tokens, self.pos, self.src_len):
             buffer[:n] = buffer[rows]
 
