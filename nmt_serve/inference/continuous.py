@@ -53,6 +53,7 @@ from nmt_serve.inference.search import (
     ranking,
 )
 from nmt_serve.inference.top_k import top_k
+from nmt_serve.network.masks import pad_batch
 
 INITIAL_CAPACITY = 64  # decoder positions preallocated; the cache doubles it when needed
 
@@ -145,10 +146,7 @@ class ContinuousSearch:
             return
         cfg, device, K = self.config, self.runner.device, self.K
         self._forcing = self._forcing or any(s.prefix for s in sentences)
-        width = max(len(s.src) for s in sentences)
-        src = torch.full((len(sentences), width), cfg.pad_id, dtype=torch.long)
-        for i, s in enumerate(sentences):
-            src[i, : len(s.src)] = torch.tensor(s.src, dtype=torch.long)
+        src = pad_batch([s.src for s in sentences], cfg.pad_id)
         with attention_backends(device):
             states, src_mask = self.runner.encode(src.to(device))  # (n, S, C), (n, 1, 1, S)
         kv = self.runner.source_kv(states, src_mask)  # (n_layers, 2, n, H, S, D)

