@@ -12,6 +12,11 @@
 #   scripts/gpu-carry.sh slim      untrack (git rm --cached, files kept) the checkpoints no GPU row reads
 #   ... run(command="bash scripts/gpu-rows.sh server", carry=[".whl", ".gpudata"]) ...
 #   scripts/gpu-carry.sh restore   track them again (nothing is committed in between)
+# The tracked files are now 18 MB without those checkpoints, so `slim` before every call leaves room.
+#
+# A change measured before/after on one machine (the host's pace moves 30% between machines and runs):
+#   scripts/gpu-carry.sh base REV  .gpubase/nmt_serve: the package as it was at REV (git-ignored)
+#   ... run(command="bash scripts/gpu-rows.sh ab", carry=[".whl", ".gpudata", ".gpubase"]) ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 UNREAD="checkpoints/en-de checkpoints/multi30k checkpoints/debian-multi30k"  # the GPU rows read de-en
@@ -22,6 +27,13 @@ case ${1:-} in
         for c in $UNREAD; do echo "/$c/" >> "$EXCLUDE"; done  # git reads no comment after a pattern
         git rm -r -q --cached $UNREAD
         echo "untracked for one call: $UNREAD (restore: scripts/gpu-carry.sh restore)"
+        exit 0 ;;
+    base)
+        rev=${2:?"base REV: the revision to measure against"}
+        rm -rf .gpubase && mkdir -p .gpubase
+        git archive "$rev" nmt_serve | tar -x -C .gpubase
+        echo "$(git rev-parse --short "$rev")" > .gpubase/REVISION
+        echo ".gpubase: nmt_serve at $(cat .gpubase/REVISION) (carry it with the ab stage)"
         exit 0 ;;
     restore)
         git reset -q -- $UNREAD

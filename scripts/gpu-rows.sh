@@ -10,10 +10,12 @@
 #            4 load generators, 4,096 requests), one request at a time, mixed traffic (4 API workers)
 #   gpu      bench.gpu: throughput (batch 1-2048), ours vs transformers' generate, static vs eager parity
 #   kernels  bench.gpu: a static search's GPU time by kernel (greedy 2048 and 256, beam 4 256), busy share
+#   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
+#            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | ab"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ -d .whl ]; then
@@ -36,6 +38,20 @@ case $stage in
         python3 -m bench.gpu --quick --sections throughput,hf,parity --output "$out/gpu.md" --json "$out/gpu.json" 2>&1 | tee "$out/gpu.log" ;;
     kernels)
         python3 -m bench.gpu --quick --sections kernels,busy --output "$out/kernels.md" --json "$out/kernels.json" 2>&1 | tee "$out/kernels.log" ;;
+    ab)
+        [ -d .gpubase/nmt_serve ] || { echo "no .gpubase: run scripts/gpu-carry.sh base REV here first" >&2; exit 2; }
+        here=$PWD
+        for round in 1 2; do
+            for tree in base new; do
+                # python -m puts the working directory first on sys.path: the base runs from inside .gpubase
+                # so that its nmt_serve, not this tree's, is the one imported (bench/ comes from this tree)
+                if [ $tree = base ]; then dir=$here/.gpubase; else dir=$here; fi
+                (cd "$dir" && PYTHONPATH=$dir:$PYTHONPATH python3 -c "import nmt_serve; print('$tree:', nmt_serve.__file__)" &&
+                 PYTHONPATH=$dir:$PYTHONPATH python3 -m bench.gpu --quick --sections throughput --plans float16:auto \
+                     --output "$out/ab-$tree-$round.md" > "$out/ab-$tree-$round.log" 2>&1)
+                grep static "$out/ab-$tree-$round.md" | cut -d'|' -f4-6 | tr -d ' ' | sed "s/^/$tree $round /"
+            done
+        done 2>&1 | tee "$out/ab.txt" ;;
     *)
         echo "unknown stage: $stage" >&2; exit 2 ;;
 esac
