@@ -3,6 +3,9 @@
 # call's 10 minutes; what a stage prints also lands in $OUT, which comes back. Prepare here first with
 # scripts/gpu-carry.sh, then call, for example:
 #   run(command="bash scripts/gpu-rows.sh tests", carry=[".whl", ".gpudata"])
+#   run(command="bash scripts/gpu-rows.sh all", carry=[".whl", ".gpudata"], timeout_s=600)
+# runs tests, joins, kernels, gpu and server in one call (about 5 minutes on an H200); a list picks others,
+# within the call's 600 s: run(command="bash scripts/gpu-rows.sh all 'tests ab kernels gpu'", carry=[..., ".gpubase"])
 # Stages, in the order to spend a lease on them:
 #   tests    the CUDA tests: captured steps, joins and constraints against the eager programs (~2 min)
 #   joins    bench.gpu: a join's host and GPU time against a replayed step's; latency; busy share
@@ -15,9 +18,23 @@
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | ab"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | ab | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
+if [ "$stage" = all ]; then
+    # every stage in one call (a lease is 15 minutes, each start costs one): each under its own time limit,
+    # their files packed into $OUT/rows.tgz after each (a call brings back at most 8 files), a summary printed
+    # (the limits add up to 570 s, inside a call's 600; a stage took about half its limit on an H200)
+    work=/tmp/gpu-rows-all && mkdir -p "$work"
+    declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180)
+    for name in ${2:-tests joins kernels gpu server}; do
+        OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
+        echo "== $name rc=$?"
+        tail -n 25 "$work/$name.out"
+        tar czf "$out/rows.tgz" -C "$work" .
+    done
+    exit 0
+fi
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site
