@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare what a GPU machine without network access needs to run scripts/gpu-rows.sh (#28's GPU rows):
-#   .whl/      the service's packages that the GPU image lacks, as cp312 manylinux wheels, at the
+#   .whl/      the service's packages that the GPU image lacks (and py-spy), as cp312 manylinux wheels, at the
 #              versions this checkout's .venv runs (lingua is left out: 170 MB, over the 64 MiB a call
 #              may carry; gpu-rows.sh serves with --language-detection false, which needs none of it)
 #   .gpudata/  Multi30k's test sets that the benchmarks read (NMT_DATA)
@@ -42,6 +42,7 @@ case ${1:-} in
         exit 0 ;;
 esac
 PY=${PY:-.venv/bin/python}
+PY_SPY=0.4.3
 DATA=${NMT_DATA:-../shared/data/multi30k}
 PACKAGES="fastapi fastapi-offline starlette uvicorn httptools pydantic pydantic-core pydantic-settings python-multipart
 annotated-types typing-inspection python-dotenv pyzmq sentencex polib python-docx python-pptx py3langid webvtt-py w3lib opentelemetry-api"
@@ -62,6 +63,9 @@ sources=(); for name in $SOURCE_ONLY; do sources+=("$(pin "$name")"); done
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
     -d .whl "${pins[@]}"
 "$PY" -m pip wheel -q --no-deps -w .whl "${sources[@]}"
+# py-spy (a sampling profiler, a static binary in its wheel) for gpu-rows.sh's engine-profile stage
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 -d .whl "py-spy==$PY_SPY"
 cp "$DATA"/test_2016_flickr.* "$DATA"/test_2017_flickr.* .gpudata/ 2>/dev/null || cp "$DATA"/test_2016_flickr.* .gpudata/
 du -sh .whl .gpudata
 echo "carry: .whl .gpudata (with checkpoints/ and the code, under the 64 MiB a call takes)"

@@ -13,12 +13,14 @@
 #            4 load generators, 4,096 requests), one request at a time, mixed traffic (4 API workers)
 #   gpu      bench.gpu: throughput (batch 1-2048), ours vs transformers' generate, static vs eager parity
 #   kernels  bench.gpu: a static search's GPU time by kernel (greedy 2048 and 256, beam 4 256), busy share
+#   engine-profile  py-spy on the engine process through bench.server_load's throughput section (4 API
+#            workers, 8,192 requests, greedy then beam 4): where the engine loop's host time goes
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | ab | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | ab | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -26,7 +28,7 @@ if [ "$stage" = all ]; then
     # their files packed into $OUT/rows.tgz after each (a call brings back at most 8 files), a summary printed
     # (the limits add up to 570 s, inside a call's 600; a stage took about half its limit on an H200)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
-    declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180)
+    declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -55,6 +57,25 @@ case $stage in
         python3 -m bench.gpu --quick --sections throughput,hf,parity --output "$out/gpu.md" --json "$out/gpu.json" 2>&1 | tee "$out/gpu.log" ;;
     kernels)
         python3 -m bench.gpu --quick --sections kernels,busy --output "$out/kernels.md" --json "$out/kernels.json" 2>&1 | tee "$out/kernels.log" ;;
+    engine-profile)
+        python3 -m bench.server_load --device cuda --sections throughput --workers 4 --clients 4 --concurrency 256 \
+            --batch 256 --requests 8192 --output "$out/engine-profile-load.md" > "$out/engine-profile-load.log" 2>&1 &
+        load=$!
+        pid=
+        for _ in $(seq 1 1200); do
+            pid=$(pgrep -f nmt_serve.engine.process | head -1)
+            [ -n "$pid" ] && break
+            sleep 0.1
+        done
+        [ -n "$pid" ] || { echo "no engine process appeared" >&2; wait $load; exit 1; }
+        # until the engine exits (the section stops the server): its start, warm-up and both loads
+        /tmp/site/bin/py-spy record -p "$pid" -r 250 -f raw -o "$out/engine.raw" --nonblocking > "$out/py-spy.log" 2>&1 &
+        spy=$!
+        wait $load
+        wait $spy
+        tail -n 3 "$out/py-spy.log"
+        grep -A4 "^| API workers" "$out/engine-profile-load.md"
+        python3 -m bench.folded "$out/engine.raw" --top 60 | tee "$out/engine-profile.txt" ;;
     ab)
         [ -d .gpubase/nmt_serve ] || { echo "no .gpubase: run scripts/gpu-carry.sh base REV here first" >&2; exit 2; }
         here=$PWD
