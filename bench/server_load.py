@@ -15,10 +15,17 @@ the server is measured and not the client (its CPU time is reported). Sections:
 - flood: N requests at once, each four of the longest test sentences at beam 5, default settings:
   status counts, how fast refusals come back, what was delivered as 200s against the offline
   engine's capacity for that time, and the worst /health latency meanwhile.
+- api: the API processes alone: the engine answers every sentence from its result cache (each was
+  translated once before the count, `--workers` 2 or more so that the engine keeps it), so what is
+  measured is the HTTP and pipeline work of a request in the API processes, and the engine's own per
+  request bookkeeping: requests/s and CPU milliseconds per request of each (read from /proc). On a GPU
+  the API processes are what limits the server; this measures their cost on any machine. `--compare
+  TREE` serves another checkout in alternating rounds (`--rounds`), to measure a change.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -47,6 +54,25 @@ def start_server(args, *extra: str) -> subprocess.Popen:
 def stop_server(proc: subprocess.Popen) -> None:
     proc.terminate()
     proc.wait(timeout=60)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_processes(root: int) -> tuple[list[int], list[int]]:
+    """(API processes, engine processes) of the server whose first process is `root`: it and its
+    descendants, the engine's by its command line (the others are the API and its helpers)."""
+    pids, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        children = Path(f"/proc/{pid}/task/{pid}/children")
+        todo += [int(c) for c in children.read_text().split()] if children.exists() else []
+    engine = [p for p in pids if b"nmt_serve.engine.process" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    return [p for p in pids if p not in engine], engine
 
 
 def engine_counters(port: int) -> dict[str, float]:
@@ -151,15 +177,16 @@ def throughput(args, offline: Offline) -> str:
             for beam in (1, 4):
                 bodies = [{"text": t, "beam_size": beam, **SOURCE} for t in texts]
                 run_load(url, bodies[:args.concurrency], concurrency=args.concurrency, processes=args.clients)  # warm-up
-                before = engine_counters(args.port)
+                api, _ = server_processes(proc.pid)
+                before, api_before = engine_counters(args.port), sum(map(cpu_seconds, api))
                 result = run_load(url, bodies, concurrency=args.concurrency, processes=args.clients)
-                after = engine_counters(args.port)
+                after, api_cpu = engine_counters(args.port), sum(map(cpu_seconds, api)) - api_before
                 d = {k: after[k] - before.get(k, 0.0) for k in after}
                 served = result.throughput()
                 rows.append([workers, "greedy" if beam == 1 else f"beam {beam}", f"{served:.1f}", f"{rates[beam]:.1f}",
                              f"{served / rates[beam]:.2f}", f"{p50(result.latencies()) * 1000:.0f}",
                              f"{percentile(result.latencies(), 99) * 1000:.0f}", result.counts().get(200, 0),
-                             f"{1000 * result.client_cpu_seconds / len(bodies):.2f}",
+                             f"{1000 * result.client_cpu_seconds / len(bodies):.2f}", f"{1000 * api_cpu / len(bodies):.2f}",
                              f"{d['busy_seconds'] / result.elapsed:.2f}", engine_shares(d, result.elapsed),
                              f"{d['rows_live'] / max(d['steps'], 1):.0f}", f"{1000 * result.elapsed / max(d['steps'], 1):.2f}"])
                 print(f"  throughput workers={workers} beam={beam}: {rows[-1]}", file=sys.stderr)
@@ -169,7 +196,7 @@ def throughput(args, offline: Offline) -> str:
             f"Machine: {machine()}; {device_line(args)}; {engine_line(args)}, up to {args.batch} "
             f"sentences per batch; {args.clients} client processes.\n\n"
             + table(["API workers", "search", "server req/s", f"offline sent/s (batch {args.batch})", "server / offline", "p50 ms",
-                     "p99 ms", "200s", "client CPU ms/request", "engine busy share", "join / step / attention / calls / results / io", "rows per step", "ms per step"], rows)
+                     "p99 ms", "200s", "client CPU ms/request", "API CPU ms/request", "engine busy share", "join / step / attention / calls / results / io", "rows per step", "ms per step"], rows)
             + "\n\nEngine busy share: engine time in joins and steps over the run's time; then the shares of the run's time "
               "the engine spent joining sentences (their encoder), stepping, on attention calls (the `detached` check's "
               "forced decodings; beside the steps, on a thread of their own, where the engine has lanes), taking calls in, making replies and passing them to its I/O thread "
@@ -348,7 +375,43 @@ def engine(args, offline: Offline) -> str:
                      "same translations as offline"], rows) + "\n")
 
 
-SECTIONS = {"engine": engine, "throughput": throughput, "mixed": mixed, "single": single, "flood": flood}
+def api(args, offline: Offline) -> str:
+    """The API processes' cost per request, the engine answering from its result cache (see the module's
+    docstring); with --compare, this checkout and the other in alternating rounds."""
+    texts = (test_sources("de") * (1 + args.requests // 1000))[:args.requests]
+    workers = max(2, max(int(w) for w in args.workers.split(",")))  # the engine keeps results where there are several
+    trees = [("this checkout", Path(args.tree) if args.tree else ROOT)] + ([("compared", Path(args.compare))] if args.compare else [])
+    rows = []
+    for round_ in range(args.rounds):
+        for name, root in trees:
+            proc = start_service(args.port, CHECKPOINT, ["--device", args.device, "--workers", str(workers),
+                                                         "--translation-cache-entries", str(2 * len(texts))], root=root)
+            try:
+                url = f"http://127.0.0.1:{args.port}/v1/translate"
+                api_pids, engine_pids = server_processes(proc.pid)
+                for beam in (1, 4):
+                    bodies = [{"text": t, "beam_size": beam, **SOURCE} for t in texts]
+                    run_load(url, bodies, concurrency=args.concurrency, processes=args.clients)  # every sentence into the cache
+                    api0, engine0 = sum(map(cpu_seconds, api_pids)), sum(map(cpu_seconds, engine_pids))
+                    result = run_load(url, bodies, concurrency=args.concurrency, processes=args.clients)
+                    api_ms = 1000 * (sum(map(cpu_seconds, api_pids)) - api0) / len(bodies)
+                    engine_ms = 1000 * (sum(map(cpu_seconds, engine_pids)) - engine0) / len(bodies)
+                    rows.append([round_ + 1, name, "greedy" if beam == 1 else f"beam {beam}", f"{result.throughput():.1f}",
+                                 f"{api_ms:.3f}", f"{engine_ms:.3f}", f"{1000 * result.client_cpu_seconds / len(bodies):.3f}",
+                                 result.counts().get(200, 0)])
+                    print(f"  api: {rows[-1]}", file=sys.stderr)
+            finally:
+                stop_server(proc)
+    return (f"### The API processes alone: {len(texts)} one-sentence requests at concurrency {args.concurrency}, the engine "
+            f"answering from its result cache\n\n"
+            f"Machine: {machine()}; {workers} API workers; {args.clients} client processes.\n\n"
+            + table(["round", "server", "search", "requests/s", "API CPU ms/request", "engine CPU ms/request",
+                     "client CPU ms/request", "200s"], rows)
+            + "\n\nCPU per request: user + system time of the API processes (the server's process, its workers and "
+              "their helpers) and of the engine process over the run, from /proc, over the requests.\n")
+
+
+SECTIONS = {"engine": engine, "throughput": throughput, "mixed": mixed, "single": single, "flood": flood, "api": api}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -371,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="the offline batch size and the server's max_batch_sentences")
     parser.add_argument("--requests", type=int, default=256, help="sentences in the throughput and engine sections")
     parser.add_argument("--tree", help="serve another checkout's code (a worktree of an older revision), to compare with it")
+    parser.add_argument("--compare", help="api section: another checkout served in alternating rounds with this one")
+    parser.add_argument("--rounds", type=int, default=1, help="api section: rounds (each serves every tree once)")
     parser.add_argument("--output")
     args = parser.parse_args(argv)
     offline = Offline(args)
