@@ -2,6 +2,7 @@
 one of the workers of workers.py, on the socket their parent bound."""
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -23,8 +24,11 @@ def uvicorn_config(app, settings: Settings, **overrides):
 
     # uvicorn refuses a request once the connections (its own among them) reach limit_concurrency
     limit = settings.max_connections + 1 if settings.max_connections else None
+    # uvicorn's loggers (the access log among them) at the level the process logs at: --log-level warning
+    # leaves out the access log's line per request
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
     return uvicorn.Config(app, **{
-        "host": settings.host, "port": settings.port, "log_level": "info",
+        "host": settings.host, "port": settings.port, "log_level": level,
         "http": bounded_protocol(settings.max_header_bytes, settings.header_timeout_s),
         "timeout_graceful_shutdown": settings.graceful_shutdown_s or None,
         "timeout_keep_alive": settings.keep_alive_s, "limit_concurrency": limit, **overrides})

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import astuple
 
 from nmt_serve.engine.protocol import DecodeOptions, EngineHypothesis
 
@@ -41,7 +40,7 @@ class TranslationCache:
                         terms: list[list[str]] | None = None, avoid: tuple[str, ...] = ()) -> tuple[list[NBest], int]:
         """(each source's n-best, how many the engine translated): `call(sources, terms)` translates what is
         left, each distinct sentence once."""
-        common = (model, astuple(options), tuple(target_prefix), tuple(avoid))
+        common = (model, options, tuple(target_prefix), tuple(avoid))  # options: frozen, compared and hashed by value
         keys = [(common, tuple(ids), tuple(terms[i]) if terms else ()) for i, ids in enumerate(sources)]
         results: list[NBest | None] = [None] * len(sources)
         wanted: dict[Hashable, list[int]] = {}  # key -> the places that take its translation

@@ -63,6 +63,7 @@ FLAG_DESCRIPTIONS = {
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _LETTER_RUN = re.compile(r"(\w)\1{3,}", re.UNICODE)  # "rabbooooo": four or more of one letter
+_NOT_ALNUM = re.compile(r"[\W_]+", re.UNICODE)
 
 # output words / source words on test_2016_flickr (de-en and en-de): 1st-99.9th percentile 0.5-2.0;
 # short sources vary more, so a fixed slack in words is allowed as well
@@ -121,9 +122,11 @@ def _words(text: str) -> list[str]:
 def repeated_run(words: list[str], times: int = 3, longest: int = 4) -> bool:
     """A word or phrase of up to `longest` words said `times` times in a row ("morning morning morning")."""
     for n in range(1, longest + 1):
-        for start in range(0, len(words) - n * times + 1):
-            unit = words[start : start + n]
-            if all(words[start + k * n : start + (k + 1) * n] == unit for k in range(1, times)):
+        # a phrase of n words said `times` times: (times - 1) * n words in a row each equal to the one n further on
+        need, run = (times - 1) * n, 0
+        for a, b in zip(words, words[n:]):
+            run = run + 1 if a == b else 0
+            if run >= need:
                 return True
     return False
 
@@ -134,7 +137,8 @@ def doubled_word(words: list[str]) -> bool:
 
 
 def _plain(text: str) -> str:
-    return "".join(c for c in unicodedata.normalize("NFKC", text).casefold() if c.isalnum())
+    """The text's letters and digits alone, normalized and case-folded (\\w is isalnum() or "_")."""
+    return _NOT_ALNUM.sub("", unicodedata.normalize("NFKC", text).casefold())
 
 
 def needs_attention_check(mean_logprob: float | None, thresholds: FlagThresholds = DEFAULT_THRESHOLDS) -> bool:

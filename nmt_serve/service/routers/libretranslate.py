@@ -340,7 +340,7 @@ async def translate(request: Request, state: ServiceState = Depends(get_state)):
     if alternatives:
         alts = [list(dict.fromkeys(a for a in r.alternatives if a != r.text)) for r in results]
         body["alternatives"] = alts[0] if isinstance(q, str) else alts
-    return body
+    return JSONResponse(body)  # what response_model documents, without FastAPI validating it against it again
 
 
 def terminology_params(params: dict, stored: Terminology | None = None) -> Terminology | None:
