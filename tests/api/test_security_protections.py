@@ -129,6 +129,20 @@ def test_an_api_key_in_the_query_string_stays_out_of_the_access_log(server, capl
     assert KEY not in caplog.text
 
 
+def test_the_access_log_follows_the_log_level():
+    """uvicorn's loggers take the process's level (--log-level): at warning, no line per request."""
+    root, access = logging.getLogger(), logging.getLogger("uvicorn.access")
+    before = root.level, access.level
+    try:
+        for level in (logging.WARNING, logging.INFO):
+            root.setLevel(level)
+            uvicorn_config(lambda scope, receive, send: None, Settings(), log_config=None)
+            assert access.getEffectiveLevel() == level
+    finally:
+        root.setLevel(before[0])
+        access.setLevel(before[1])
+
+
 def test_the_metrics_token_is_compared_without_telling_its_length(models_dir, monkeypatch):
     import hmac
 

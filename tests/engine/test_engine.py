@@ -750,3 +750,73 @@ def test_calibration_keeps_its_best_round(translator, monkeypatch):
     rounds["n"] = 0
     core.calibrate(rounds=3, within_s=1e9)
     assert rounds["n"] == 3 and core.admission.rate > 2 * held_up
+
+
+def test_the_engine_connection_gets_every_reply_of_many_calls_at_once():
+    """The calls socket is read from the event loop directly: 2,000 calls from 64 coroutines against an
+    engine stand-in that answers each at once (replies arrive while other calls are being sent, which
+    the socket's edge-triggered descriptor would not announce again) all get their own reply; a call
+    made while no engine takes calls waits, and its deadline still ends it."""
+    import asyncio
+    import tempfile
+
+    import zmq
+
+    from nmt_serve.engine.protocol import EngineStatus, dumps, loads
+    from nmt_serve.service.engine_client import EngineConnection
+
+    directory = tempfile.mkdtemp()
+    calls_address = f"ipc://{directory}/calls"
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.bind(calls_address)
+
+    def engine():
+        while True:
+            identity, payload = router.recv_multipart()
+            message = loads(payload)
+            if message.id == "stop":
+                return
+            router.send_multipart([identity, dumps(Reply(message.id, value=message.sources))])
+
+    thread = threading.Thread(target=engine, daemon=True)
+    thread.start()
+
+    async def scenario():
+        connection = EngineConnection(calls_address, f"ipc://{directory}/status", heartbeat_timeout_s=60)
+        await connection.start()
+        connection.status, connection.last_status_at = EngineStatus("x", True), time.monotonic()
+        ids = iter(range(2000))
+        answers = {}
+
+        async def caller():
+            for i in ids:
+                message = Translate(connection.new_id(), "m", [[i]], DecodeOptions(), time.monotonic() + 60)
+                answers[i] = (await connection.call(message)).value
+
+        try:
+            await asyncio.wait_for(asyncio.gather(*(caller() for _ in range(64))), 60)
+        finally:
+            await connection.stop()
+        lonely = EngineConnection(f"ipc://{directory}/nobody", f"ipc://{directory}/status", heartbeat_timeout_s=60)
+        await lonely.start()
+        lonely.status, lonely.last_status_at = EngineStatus("y", True), time.monotonic()
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(lonely.call(Translate(lonely.new_id(), "m", [[1]], DecodeOptions(), time.monotonic() + 60)), 0.3)
+            assert not lonely._pending  # the abandoned call is forgotten
+        finally:
+            await lonely.stop()
+        return answers
+
+    try:
+        answers = asyncio.run(scenario())
+    finally:
+        stopper = context.socket(zmq.DEALER)
+        stopper.connect(calls_address)
+        stopper.send(dumps(Translate("stop", "m", [], DecodeOptions(), 0.0)))
+        thread.join(10)
+        stopper.close(0)
+        router.close(0)
+        context.term()
+    assert answers == {i: [[i]] for i in range(2000)}

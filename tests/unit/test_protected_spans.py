@@ -46,3 +46,19 @@ def test_a_protected_span_keeps_its_spacing_where_the_translation_moves_it():
              ((11, 15), (words["hast"], words["hast"] + 4)), ((16, 24), (words["Nachrichten"], words["Nachrichten"] + 11))]
     out = from_html(document.rebuild([AlignedText(tgt, align)]))
     assert out == "Hello {name}, you have %s messages."
+
+
+def test_a_text_is_searched_only_where_something_could_be_protected():
+    """as_html skips the pattern for texts without any character a protected span needs: on random texts
+    of those characters and others, it finds a span exactly where the pattern alone does."""
+    import random
+
+    rng = random.Random(0)
+    alphabet = "ab.:/@{}%$`w_-ftphs1 ()AZ?!,'\"\n"
+    found = 0
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
+        spans = PROTECTED.search(text) is not None
+        assert (as_html(text) is not None) == spans, text
+        found += spans
+    assert 0 < found < 20000

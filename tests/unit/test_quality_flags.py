@@ -91,3 +91,28 @@ def test_a_model_brings_its_own_thresholds():
     assert flags_for(SOURCE, GOOD, mean_logprob=-0.3, source_entropy=0.75, thresholds=own) == ()
     assert needs_attention_check(-0.45) and not needs_attention_check(-0.45, own)
     assert needs_attention_check(-0.85, own) and not needs_attention_check(-0.85)
+
+
+def test_repetition_and_copy_checks_agree_with_their_definitions():
+    """repeated_run looks for a phrase said `times` times in a row as a run of words each equal to the
+    one a phrase further on, and _plain keeps \\w but the underscore: both against their definitions,
+    written out as directly as they read, on random inputs."""
+    import random
+    import unicodedata
+
+    from nmt_serve.text.quality_flags import _plain, repeated_run
+
+    def said_in_a_row(words, times, longest):
+        return any(all(words[s + k * n: s + (k + 1) * n] == words[s: s + n] for k in range(1, times))
+                   for n in range(1, longest + 1) for s in range(len(words) - n * times + 1))
+
+    rng = random.Random(0)
+    for _ in range(5000):
+        words = [rng.choice("ab") for _ in range(rng.randint(0, 14))]
+        times, longest = rng.randint(2, 4), rng.randint(1, 4)
+        assert repeated_run(words, times, longest) == said_in_a_row(words, times, longest), (words, times, longest)
+    assert repeated_run("a b c a b c a b c".split()) and not repeated_run("a b c a b c".split())
+    alphabet = [chr(c) for c in range(0x250)] + ["İ", "ß", "ﬁ", "²", "٣", "\u0301", "Ⅻ", "_", "-", " "]
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20)))
+        assert _plain(text) == "".join(c for c in unicodedata.normalize("NFKC", text).casefold() if c.isalnum())
