@@ -39,42 +39,6 @@ async def until_disconnected(request: Request) -> None:
 async def with_deadline(state: ServiceState, request: Request, timeout: float, awaitable):
     """Await the work, but give up at the deadline (504) or when the client goes away; either way the
     work is cancelled, and the engine drops the request's sentences (queued or running)."""
-    if not hasattr(asyncio, "timeout"):  # Python 3.10
-        return await _with_deadline_in_tasks(state, request, timeout, awaitable)
-    # the work runs in this task (no task of its own, no asyncio.wait: a request's share of the API's CPU);
-    # a watcher cancels it when the client goes away
-    task = asyncio.current_task()
-    watching, gone = True, False
-
-    def disconnected(watcher: asyncio.Future) -> None:
-        nonlocal gone
-        if watching and not watcher.cancelled() and watcher.exception() is None:
-            gone = True
-            task.cancel()
-
-    watcher = asyncio.ensure_future(until_disconnected(request))
-    watcher.add_done_callback(disconnected)
-    deadline = asyncio.timeout(timeout)
-    try:
-        async with deadline:
-            return await awaitable
-    except TimeoutError:
-        if not deadline.expired():  # the work's own
-            raise
-        reason = "timeout"
-    except asyncio.CancelledError:
-        if not gone:
-            raise
-        task.uncancel()
-        reason = "disconnect"
-    finally:
-        watching = False  # a callback already on its way cancels nothing once this returns
-        watcher.cancel()
-    state.metrics.dropped.labels(reason=reason).inc()
-    raise timed_out(timeout) if reason == "timeout" else APIError(499, "client_closed_request", "the client went away")
-
-
-async def _with_deadline_in_tasks(state: ServiceState, request: Request, timeout: float, awaitable):
     work = asyncio.ensure_future(awaitable)
     watcher = asyncio.ensure_future(until_disconnected(request))
     try:

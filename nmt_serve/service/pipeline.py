@@ -228,9 +228,7 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
             state.metrics.cache.labels(result="miss").inc(sent)
             return nbest
 
-        # one model (nearly every request): awaited here, not as a task of its own
-        found = [await translated(served[ids[0]])] if len(ids) == 1 else await asyncio.gather(*(translated(served[m]) for m in ids))
-        results = dict(zip(ids, found))
+        results = dict(zip(ids, await asyncio.gather(*(translated(served[m]) for m in ids))))
         results = {m: _cleaned(hyps, sentence_texts[m], served[m].inputs.tokenizer, sentence_terms[m]) for m, hyps in results.items()}
         attention = await _attention(engine, prepared, batches, sentence_texts, results, timeout, check)
         return results, attention
