@@ -140,8 +140,6 @@ def train_sentencepiece(
     return model_prefix.with_suffix(".model")
 
 
-# NFKC, which sentencepiece applies, writes "1½" as "11⁄2" with a fraction slash that the models have no
-# piece for: the translation read "112". Written out first, a fraction keeps its value.
 # characters that show nothing and mean nothing to a translation: a soft hyphen (a hint where a word may
 # break: "Fahr\u00adrad" would reach the model as "Fahr <unk> rad" and its <unk> come back as a stray
 # soft hyphen), a word joiner, a zero-width no-break space (a byte-order mark); they are left out
@@ -155,6 +153,10 @@ def visible(text: str) -> str:
         if char in text:
             text = text.replace(char, "")
     return text
+
+
+# NFKC, which sentencepiece applies, writes "1½" as "11⁄2" with a fraction slash that the models have no
+# piece for: the translation read "112". Written out first, a fraction keeps its value.
 _FRACTION = re.compile(r"(\d?)([\u00bc-\u00be\u2150-\u215e\u2189])")
 
 
