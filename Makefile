@@ -21,8 +21,11 @@ $(VENV)/.installed: pyproject.toml
 serve: setup
 	$(PY) -m nmt_serve.service $(ARGS)
 
+# Test files spread over one pytest worker per core, at most 4 (pytest-xdist; a file stays on one worker, so
+# its module fixtures start once); TEST_WORKERS=0 runs them in this process, one after another.
+TEST_WORKERS ?= auto
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile)
 
 # Translate lines from stdin with MODEL, or, with nothing piped in, a few demo sentences in its source language.
 # SRC and TGT default to the model's own languages; a multilingual model (its config says mul) needs them:

@@ -25,7 +25,9 @@ from nmt_serve.network.transformer import Transformer
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# torch's threads in this process: at most 2, and the cores shared among pytest-xdist's workers (threads that
+# outnumber the cores wait on each other: see BENCHMARKS.md, "Beside busy neighbours")
+torch.set_num_threads(max(1, min(2, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
 # every server the tests start keeps its jobs apart from a real server's (and from earlier runs'): the
 # jobs directory is shared by design, and a job left in it would be taken up by the next server
 os.environ["NMT_JOBS_DIR"] = tempfile.mkdtemp(prefix="nmt-test-jobs-")

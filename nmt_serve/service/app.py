@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from contextlib import asynccontextmanager
 from typing import Callable
 
@@ -64,6 +65,17 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
     return on_status
 
 
+def preload_language_models() -> None:
+    """The language detector's shared models, loaded while the engine loads its own (the detector for
+    the served languages is built once the engine names them, before readiness: follow_status)."""
+    try:
+        from nmt_serve.text.language_detection import preload
+
+        preload()
+    except Exception:  # noqa: BLE001 - building the detector at readiness raises it again, where it counts
+        log.warning("could not load the language detection models ahead of the engine", exc_info=True)
+
+
 def start_engine(settings: Settings, on_exit: Callable[[int], None] | None = None) -> EngineSupervisor:
     supervisor = EngineSupervisor(settings.engine_config(), on_exit=on_exit)
     supervisor.start()
@@ -84,6 +96,8 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
             if connection is not None:
                 loop.call_soon_threadsafe(lambda: connection.engine_lost(f"the engine process exited (code {code})", down=True))
 
+        if s.language_detection:
+            threading.Thread(target=preload_language_models, name="language-models", daemon=True).start()
         if s.engine_socket_dir:  # a parent process runs the engine for several API workers
             calls, status = addresses(s.engine_socket_dir)
         else:

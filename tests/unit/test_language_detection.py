@@ -2,6 +2,8 @@
 and identify() naming a language no model serves only when it is sure."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,6 +111,28 @@ def test_long_texts_are_judged_quickly(de_en):
 
 def test_detectors_are_built_once_per_set_of_languages(de_en):
     assert detector_for(frozenset({"en", "de"})) is de_en
+
+
+PRELOAD_BESIDE_A_BUILD = """
+import threading
+from nmt_serve.text import language_detection as ld
+loading = threading.Thread(target=ld.preload)
+loading.start()
+detector = ld.LanguageDetector(["de", "en"])
+loading.join()
+ld.preload()
+print(ld._langid.cache_info().misses, ld._preloaded, detector.detect("Zwei Hunde spielen im Schnee.")[0].language)
+"""
+
+
+def test_a_detector_built_while_the_shared_models_load_waits_for_them():
+    """The API process loads the shared models (preload) while the engine starts, and builds the detector
+    of the served languages on the engine's first status, possibly before that load is done: the build
+    waits for it (one load of py3langid's model, not two racing), and preload again does nothing."""
+    out = subprocess.run([sys.executable, "-c", PRELOAD_BESIDE_A_BUILD], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "True", "de"]
 
 
 def test_one_served_language_and_unknown_codes():
