@@ -9,8 +9,9 @@
 # Stages, in the order to spend a lease on them:
 #   tests    the CUDA tests: captured steps, joins and constraints against the eager programs (~2 min)
 #   joins    bench.gpu: a join's host and GPU time against a replayed step's; latency; busy share
-#   server   bench.server_load on the GPU: the engine alone, server vs offline at concurrency 256 (4 API workers,
-#            4 load generators, 4,096 requests), one request at a time, mixed traffic (4 API workers)
+#   server   bench.server_load on the GPU: the engine alone, server vs offline at concurrency 256 (4 and 8 API
+#            workers, 4 load generators, 4,096 requests), one request at a time, mixed traffic (4 API workers);
+#            greedy with 4 workers left the engine idle half of each step (the API processes' CPU set the pace)
 #   gpu      bench.gpu: throughput (batch 1-2048), ours vs transformers' generate, static vs eager parity
 #   kernels  bench.gpu: a static search's GPU time by kernel (greedy 2048 and 256, beam 4 256), busy share
 #   engine-profile  py-spy on the engine process through bench.server_load's throughput section (4 API
@@ -52,7 +53,7 @@ case $stage in
         python3 -m bench.gpu --quick --sections joins,latency,busy --output "$out/joins.md" --json "$out/joins.json" 2>&1 | tee "$out/joins.log" ;;
     server)
         python3 -m bench.server_load --device cuda --sections engine,throughput,single,mixed --concurrency 256 --batch 256 \
-            --requests 4096 --workers 4 --mixed-workers 4 --clients 4 --output "$out/server.md" 2>&1 | tee "$out/server.log" ;;
+            --requests 4096 --workers 4,8 --mixed-workers 4 --clients 4 --output "$out/server.md" 2>&1 | tee "$out/server.log" ;;
     gpu)
         python3 -m bench.gpu --quick --sections throughput,hf,parity --output "$out/gpu.md" --json "$out/gpu.json" 2>&1 | tee "$out/gpu.log" ;;
     kernels)
