@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import astuple
 
 from nmt_serve.engine.protocol import EngineHypothesis, Translate
 
@@ -37,7 +36,8 @@ class ResultCache:
         text when nothing is kept)."""
         if not self.entries:
             return [None] * len(sources)
-        common = (call.model, astuple(call.options), tuple(call.target_prefix), tuple(call.avoid))
+        # options: a frozen dataclass, compared and hashed by value as it is
+        common = (call.model, call.options, tuple(call.target_prefix), tuple(call.avoid))
         return [None if ids is None else (common, tuple(ids), tuple(call.terms[i]) if call.terms else ())
                 for i, ids in enumerate(sources)]
 
