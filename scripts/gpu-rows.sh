@@ -16,12 +16,16 @@
 #   kernels  bench.gpu: a static search's GPU time by kernel (greedy 2048 and 256, beam 4 256), busy share
 #   engine-profile  py-spy on the engine process through bench.server_load's throughput section (4 API
 #            workers, 8,192 requests, greedy then beam 4): where the engine loop's host time goes
+#   switch   bench.server_load's throughput section (greedy and beam 4, 4 API workers) with the engine process's
+#            GIL switch interval at Python's 5 ms and at 0.5 ms, alternating, one run each: the engine's I/O
+#            thread screens thousands of calls a second beside the main loop (on 2 CPU cores: +8% with one
+#            lane of two threads, nothing with the default lanes; not adopted on that evidence)
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | ab | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | switch | ab | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -29,7 +33,7 @@ if [ "$stage" = all ]; then
     # their files packed into $OUT/rows.tgz after each (a call brings back at most 8 files), a summary printed
     # (the default list's limits add up to 570 s, inside a call's 600; a stage took about half its limit on an H200)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
-    declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150)
+    declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -77,6 +81,18 @@ case $stage in
         tail -n 3 "$out/py-spy.log"
         grep -A4 "^| API workers" "$out/engine-profile-load.md"
         python3 -m bench.folded "$out/engine.raw" --top 60 | tee "$out/engine-profile.txt" ;;
+    switch)
+        # a sitecustomize that sets the interval in the engine process only (its command line names it)
+        mkdir -p /tmp/switch-site
+        printf '%s\n' 'import os, sys' \
+            'if os.environ.get("NMT_ENGINE_SWITCH_S") and b"nmt_serve.engine.process" in open("/proc/self/cmdline", "rb").read():' \
+            '    sys.setswitchinterval(float(os.environ["NMT_ENGINE_SWITCH_S"]))' > /tmp/switch-site/sitecustomize.py
+        for interval in default 0.0005; do
+            if [ $interval = default ]; then unset NMT_ENGINE_SWITCH_S; else export NMT_ENGINE_SWITCH_S=$interval; fi
+            PYTHONPATH=/tmp/switch-site:$PYTHONPATH python3 -m bench.server_load --device cuda --sections throughput --workers 4 \
+                --clients 4 --concurrency 256 --batch 256 --requests 4096 --output "$out/switch-$interval.md" > "$out/switch-$interval.log" 2>&1
+            grep -A4 "^| API workers" "$out/switch-$interval.md" | sed "s/^/$interval /"
+        done 2>&1 | tee "$out/switch.txt" ;;
     ab)
         [ -d .gpubase/nmt_serve ] || { echo "no .gpubase: run scripts/gpu-carry.sh base REV here first" >&2; exit 2; }
         here=$PWD
