@@ -45,7 +45,9 @@ def authorize(state: ServiceState, request: Request, body_key: str | None = None
     does not override a LibreTranslate client's key) and the rate limit."""
     key = body_key or bearer_token(request)
     check_key(state, request, key)
-    rate_limiter(state).check(client_id(request, key if state.keys.enabled else None))
+    limiter = rate_limiter(state)
+    if limiter.per_minute:  # (the client's id, an address parsed, only where a limit counts it)
+        limiter.check(client_id(request, key if state.keys.enabled else None))
 
 
 def job_owner(state: ServiceState, request: Request, body_key: str | None = None) -> str:

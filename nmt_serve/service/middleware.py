@@ -32,6 +32,9 @@ class MetricsMiddleware:
     def __init__(self, app, metrics: Metrics):
         self.app = app
         self.metrics = metrics
+        # (endpoint, status) -> its counter and histogram children: labels() takes a lock and checks its
+        # arguments on every call (the routes and statuses are few)
+        self._children: dict[tuple[str, int], tuple] = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -54,8 +57,12 @@ class MetricsMiddleware:
             self.metrics.in_flight.dec()
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or ("/ui" if scope["path"].startswith("/ui") else "unmatched")
-            self.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
-            self.metrics.latency.labels(endpoint=endpoint).observe(time.perf_counter() - started)
+            children = self._children.get((endpoint, status))
+            if children is None:
+                children = self._children[(endpoint, status)] = (
+                    self.metrics.requests.labels(endpoint=endpoint, status=str(status)), self.metrics.latency.labels(endpoint=endpoint))
+            children[0].inc()
+            children[1].observe(time.perf_counter() - started)
 
 
 async def within(awaitable, seconds: float):
