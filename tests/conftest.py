@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # torch's threads in this process: at most 2, and the cores shared among pytest-xdist's workers (threads that
 # outnumber the cores wait on each other: see BENCHMARKS.md, "Beside busy neighbours")
-torch.set_num_threads(max(1, min(2, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+torch.set_num_threads(max(1, min(2, _CORES // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
 # every server the tests start keeps its jobs apart from a real server's (and from earlier runs'): the
 # jobs directory is shared by design, and a job left in it would be taken up by the next server
 os.environ["NMT_JOBS_DIR"] = tempfile.mkdtemp(prefix="nmt-test-jobs-")
