@@ -385,10 +385,14 @@ class EngineCore:
         translator = self.models[call.model]
         options = call.options
         todo = [i for i, s in enumerate(sources) if s is not None and kept[i] is None]
-        empty = self._translation(translator, EMPTY, options, max_length=1 << 30)
-        results: list[list[EngineHypothesis] | None] = [kept[i] if s is not None else [empty] * options.num_hypotheses
-                                                        for i, s in enumerate(sources)]
-        self.stats["cache_hits"] += sum(k is not None for k in kept)
+        results: list[list[EngineHypothesis] | None] = list(kept)
+        hits = sum(k is not None for k in kept)
+        if len(todo) + hits < len(sources):  # empty texts: the empty translation, no search
+            empty = self._translation(translator, EMPTY, options, max_length=1 << 30)
+            for i, s in enumerate(sources):
+                if s is None:
+                    results[i] = [empty] * options.num_hypotheses
+        self.stats["cache_hits"] += hits
         if not todo:
             self._release(reservation)
             return [Reply(call.id, value=results)]
@@ -431,17 +435,16 @@ class EngineCore:
         sentence fits it, else the eager search; made on first use. A background sentence keeps to
         the first lanes (_background_lanes), so that interactive ones find lanes with no job in them."""
         translator = self.models[model_id]
-        kind = "eager"
         # a sentence with lexical constraints joins the device search too (its fits() says whether they fit
         # the device buffers): constrained and free sentences share its steps
         if translator.uses_static_decoder and self._decoder_fits(model_id, beam):
             device = self.groups.get((model_id, beam, "device", 0))
             search = device.search if device is not None else self._new_search(model_id, beam, "device")
             if search.fits(sentence):
-                kind = "device"
                 if device is None:
-                    self.groups[(model_id, beam, kind, 0)] = _Group(search)
-        lanes = self.config.lanes if kind == "eager" else 1
+                    device = self.groups[(model_id, beam, "device", 0)] = _Group(search)
+                return (model_id, beam, "device", 0), device  # one lane
+        kind, lanes = "eager", self.config.lanes
         for lane in range(lanes):
             if (model_id, beam, kind, lane) not in self.groups:
                 self.groups[(model_id, beam, kind, lane)] = _Group(self._new_search(model_id, beam, kind))

@@ -333,6 +333,8 @@ class Translator:
         sentence) and upper case, each its own token sequence ("Dog" is not "dog" to the model).
         sources: the texts' encoder ids; a text whose source ends a sentence only at its end (or not at
         all) may not end its translation's sentence before its terms are in (LexicalConstraints.sentence_ends)."""
+        if not avoid and not terms:
+            return [None] * n
         encode = self.tgt_tokenizer.encode
         forms = dict.fromkeys(f for t in avoid for f in (t, t.lower(), t[:1].upper() + t[1:], t[:1].upper() + t[1:].lower(), t.upper()))
         avoided = tuple(dict.fromkeys(ids for ids in (tuple(encode(t)) for t in forms) if ids))

@@ -1,0 +1,173 @@
+"""The engine process's host work per sentence, with a device that takes no time.
+
+    python -m bench.engine_host [--compare TREE] [--rounds 3] [--callgrind]
+
+On a GPU the engine's main loop spends most of a greedy step's wall time on the host: taking calls in,
+preparing joins, reading back which sentences finished, making replies (BENCHMARKS.md, "The server on
+the H200": 1.39 ms a step for 0.36 ms of GPU). That work is Python and small torch calls, the same on
+any machine, so it can be measured here: a child process drives the EngineCore of `tree` in one process
+as the engine process does (each call unpickled and screened as on the I/O thread, handled, the core's
+work run until every call is answered, each reply pickled), one-sentence greedy calls of the test
+sentences `--concurrency` at a time, over the device search (the continuous search over the static
+decoder, the GPU's path, run op by op on this CPU).
+
+The device's share is taken out: the step and join programs are replaced by stand-ins of a few tensor
+operations each (a replayed CUDA graph is one launch), in which every sentence runs as many steps as its
+source has tokens. What is counted is everything else: screening, queues, the joins' tables, the
+searches' bookkeeping, reads of which sentences finished, collecting their hypotheses, detokenizing,
+replies. Reported per sentence: CPU time, and with `--callgrind` the instructions (valgrind's callgrind,
+from the first call counted to the last: deterministic to a few percent, where CPU time on a shared VM
+moves by 10-30%). `--compare TREE` runs another checkout's code in alternating rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKPOINT = ROOT / "checkpoints" / "de-en"
+VALGRIND = ["valgrind", "--tool=callgrind", "--zero-before=os_getloadavg", "--dump-before=os_times"]
+
+
+def instant_device() -> None:
+    """Replace the device search's step and join programs by stand-ins: a joining sentence's rows start at
+    position 0 with its source length as the steps it runs (kept in min_len, which the stand-in step reads
+    instead of choosing tokens); a step writes one token for every row, moves the live rows on and ends
+    the rows that reached their length. Greedy search only (rows are groups)."""
+    from nmt_serve.inference import device_search
+
+    def program(self, K, G, L, terms=None, attention=False):
+        dec, slots = self.decoder, self.slots(K)
+
+        def step():
+            pos, alive = dec.pos[:G], slots.alive[:G]
+            slots.history[dec.rows[:G], pos] = 7
+            pos.add_(alive)
+            alive.logical_and_(pos < slots.min_len[:G])
+        return ("instant", K, G, L), step
+
+    def join_program(self, K, n, W, min_length):
+        dec, slots, table = self.decoder, self.slots(K), self.join_tables.table(n, W)
+
+        def join():
+            info = table[:, :device_search.JOIN_INFO]
+            groups = info[:, 0]
+            dec.pos.index_fill_(0, groups, 0)
+            slots.min_len[groups] = info[:, 1]
+            slots.score.index_fill_(0, groups, 0.0)
+            slots.alive.index_fill_(0, groups, True)
+        return ("instant-join", K, n, W), join
+
+    device_search.DeviceSearch.program = program
+    device_search.DeviceSearch.join_program = join_program
+
+
+def child(tree: str, requests: int, concurrency: int) -> None:
+    """In the child: the engine core of `tree`, driven in one process; prints one JSON line."""
+    sys.path.insert(0, tree)
+    import resource
+    import time
+
+    import torch
+
+    torch.set_num_threads(1)
+    instant_device()
+    from nmt_serve.engine.core import EngineConfig, EngineCore
+    from nmt_serve.engine.protocol import DecodeOptions, Translate, dumps, loads
+    from nmt_serve.inference.translator import Translator
+
+    translator = Translator.load(CHECKPOINT, device="cpu", step_mode="static", static_rows=256, static_length=128, warmup=False)
+    data = Path(os.environ.get("NMT_DATA", ROOT.parent / "shared" / "data" / "multi30k")) / "test_2016_flickr.de.gz"
+    with gzip.open(data, "rt", encoding="utf-8") as f:
+        ids = [translator.src_tokenizer.encode(line.strip()) for line in f if line.strip()]
+    core = EngineCore({"de-en": translator}, EngineConfig(admission=False))
+    deadline = time.monotonic() + 3600
+
+    def drive(first: int) -> tuple[int, int]:
+        """`requests` calls through the core, at most `concurrency` unanswered; (sentences, reply bytes)."""
+        calls = [dumps(Translate(f"{first + i}", "de-en", [ids[i % len(ids)]], DecodeOptions(beam_size=1), deadline))
+                 for i in range(requests)]
+        sent = answered = size = 0
+        while answered < requests:
+            while sent < requests and sent - answered < concurrency:
+                message = loads(calls[sent])
+                sent += 1
+                replies = core.screen(message) or core.handle(message)
+                for reply in replies:
+                    size += len(dumps(reply))
+                    answered += 1
+            for reply in core.work():
+                assert reply.error is None, reply.message
+                size += len(dumps(reply))
+                answered += 1
+        return answered, size
+
+    drive(0)  # the programs' first runs, the sentences' first trip
+    usage0, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    os.getloadavg()  # callgrind starts counting here (--zero-before=os_getloadavg)
+    answered, size = drive(requests)
+    os.times()  # and stops here (--dump-before=os_times)
+    elapsed, usage1 = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage1.ru_utime + usage1.ru_stime - usage0.ru_utime - usage0.ru_stime
+    print(json.dumps({"sentences": answered, "us": 1e6 * cpu / answered, "sentences_per_s": answered / elapsed,
+                      "steps": core.stats["steps"], "reply_bytes": size / answered}), flush=True)
+
+
+def measure(tree: Path, args, out_dir: Path) -> dict:
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", str(tree),
+               "--requests", str(args.requests), "--concurrency", str(args.concurrency)]
+    if args.callgrind:
+        command = [*VALGRIND, f"--callgrind-out-file={out_dir}/callgrind.%p", *command]
+    done = subprocess.run(command, cwd=tree, capture_output=True, text=True, timeout=3600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the measurement failed: {done.stderr[-2000:]}")
+    result = json.loads(lines[-1])
+    if args.callgrind:
+        [counted] = out_dir.glob("callgrind.*.1")  # the dump at the end of the count
+        summary = next(line for line in counted.read_text().splitlines() if line.startswith("summary:"))
+        result["instructions"] = int(summary.split()[1]) / result["sentences"]
+        for f in out_dir.glob("callgrind.*"):
+            f.unlink()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--requests", type=int, default=4000, help="calls counted, one sentence each (1000 is plenty with --callgrind)")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--compare", help="another checkout, run in alternating rounds with this one")
+    parser.add_argument("--callgrind", action="store_true", help="count instructions under valgrind (50x slower)")
+    parser.add_argument("--output")
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.requests, args.concurrency)
+        return 0
+    import tempfile
+
+    from bench.common import emit, machine, table
+
+    trees = [("this checkout", ROOT)] + ([("compared", Path(args.compare).resolve())] if args.compare else [])
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_ in range(args.rounds):
+            for name, tree in trees:
+                r = measure(tree, args, Path(scratch))
+                rows.append([round_ + 1, name, f"{r['us']:.1f}", f"{r['instructions'] / 1e3:.0f}" if "instructions" in r else "",
+                             f"{r['steps']:.0f}", f"{r['sentences']}"])
+                print(f"  {rows[-1]}", file=sys.stderr)
+    report = (f"### The engine's host work: {args.requests} one-sentence greedy calls at concurrency {args.concurrency}, "
+              f"an instant device\n\nMachine: {machine()}{'; under callgrind' if args.callgrind else ''}.\n\n"
+              + table(["round", "code", "CPU us/sentence", "instructions/sentence (k)", "steps (both passes)", "sentences"], rows) + "\n")
+    return emit(report, args.output)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
