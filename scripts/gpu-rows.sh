@@ -20,12 +20,16 @@
 #            GIL switch interval at Python's 5 ms and at 0.5 ms, alternating, one run each: the engine's I/O
 #            thread screens thousands of calls a second beside the main loop (on 2 CPU cores: +8% with one
 #            lane of two threads, nothing with the default lanes; not adopted on that evidence)
+#   check    bench.server_load's throughput section (greedy and beam 4, 4 API workers) with the `detached` check
+#            as shipped (attention_check=borderline: every /v1/translate sentence's search keeps its attention,
+#            steps 1.5-1.7x a plain step's GPU time in bench.gpu's joins section) and off, one run each: how much
+#            of the server's gap to the offline engine (which keeps none) the quality check is
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | switch | ab | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | switch | check | ab | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -33,7 +37,7 @@ if [ "$stage" = all ]; then
     # their files packed into $OUT/rows.tgz after each (a call brings back at most 8 files), a summary printed
     # (the default list's limits add up to 570 s, inside a call's 600; a stage took about half its limit on an H200)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
-    declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240)
+    declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240 [check]=240)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -93,6 +97,12 @@ case $stage in
                 --clients 4 --concurrency 256 --batch 256 --requests 4096 --output "$out/switch-$interval.md" > "$out/switch-$interval.log" 2>&1
             grep -A4 "^| API workers" "$out/switch-$interval.md" | sed "s/^/$interval /"
         done 2>&1 | tee "$out/switch.txt" ;;
+    check)
+        for check in borderline off; do
+            NMT_ATTENTION_CHECK=$check python3 -m bench.server_load --device cuda --sections throughput --workers 4 \
+                --clients 4 --concurrency 256 --batch 256 --requests 4096 --output "$out/check-$check.md" > "$out/check-$check.log" 2>&1
+            grep -A4 "^| API workers" "$out/check-$check.md" | sed "s/^/$check /"
+        done 2>&1 | tee "$out/check.txt" ;;
     ab)
         [ -d .gpubase/nmt_serve ] || { echo "no .gpubase: run scripts/gpu-carry.sh base REV here first" >&2; exit 2; }
         here=$PWD

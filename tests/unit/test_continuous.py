@@ -252,6 +252,36 @@ def test_device_slots_are_reused_and_compacted(beam):
         assert_same(results[i], alone(runner, src, SearchOptions(beam_size=beam, max_length=caps[i])))
 
 
+@pytest.mark.parametrize("beam", [1, 2])
+def test_the_device_search_summaries_kept_as_sentences_join_equal_them_remade(beam):
+    """Joins update what the steps read of the running sentences (the longest source, the first to reach its
+    max_length, constraints, kept attention) from the newcomers alone; remade from every slot they are the same."""
+    runner = ModelRunner(random_model(seed=17))
+    search = make_search("device", runner, beam, check_every=2, max_rows=32 * beam)
+    rng = random.Random(3)
+    names = ("_running", "_longest_source", "_first_joined", "_first_end", "_terms", "_attention")
+
+    def summaries():
+        return tuple(getattr(search, n) for n in names)
+
+    for step in range(40):
+        if search.joinable() and search.room():
+            joining = []
+            for i in range(rng.randint(1, min(3, search.room()))):
+                src = sources(1, seed=1000 + 10 * step + i)[0][: rng.randint(2, 12)]
+                terms = LexicalConstraints(include=((7, 8),)) if beam > 1 and rng.random() < 0.15 else None
+                span = (0, len(src)) if rng.random() < 0.2 else None
+                joining.append(Sentence((step, i), src, rng.randint(3, 20), constraints=terms, attention_span=span))
+            search.add(joining)
+            kept = summaries()
+            search._summarize()
+            assert summaries() == kept
+        search.step()
+        kept = summaries()
+        search._summarize()
+        assert summaries() == kept
+
+
 def test_device_search_takes_joins_right_after_a_check():
     """Joins cost an encoder run: the device search takes them when nothing runs or right after it read
     which sentences finished, once every check_every steps."""
