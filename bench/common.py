@@ -133,3 +133,27 @@ def start_service(port: int, models_dir: Path, flags: list[str], timeout: float 
     proc.kill()
     log.seek(0)
     raise RuntimeError(f"server did not start: {log.read()[-2000:]!r}")
+
+
+# callgrind counts from the child's os.getloadavg() call to its os.times() call: the measured stretch only
+CALLGRIND = ["valgrind", "--tool=callgrind", "--zero-before=os_getloadavg", "--dump-before=os_times"]
+
+
+def run_counted(command: list[str], cwd: Path, callgrind: bool, scratch: Path, per: str) -> dict:
+    """Run a benchmark's child, which prints one JSON line with the count of what it measured under `per`;
+    with callgrind, under valgrind, the result gains `instructions`: per `per`, those the child ran between
+    its os.getloadavg() and os.times() calls."""
+    if callgrind:
+        command = [*CALLGRIND, f"--callgrind-out-file={scratch}/callgrind.%p", *command]
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=3600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the measurement failed: {done.stderr[-2000:]}")
+    result = json.loads(lines[-1])
+    if callgrind:
+        [counted] = scratch.glob("callgrind.*.1")  # the dump at the end of the count
+        summary = next(line for line in counted.read_text().splitlines() if line.startswith("summary:"))
+        result["instructions"] = int(summary.split()[1]) / result[per]
+        for f in scratch.glob("callgrind.*"):
+            f.unlink()
+    return result

@@ -25,13 +25,11 @@ import argparse
 import gzip
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT = ROOT / "checkpoints" / "de-en"
-VALGRIND = ["valgrind", "--tool=callgrind", "--zero-before=os_getloadavg", "--dump-before=os_times"]
 
 
 def instant_device() -> None:
@@ -125,20 +123,9 @@ def child(tree: str, requests: int, concurrency: int) -> None:
 def measure(tree: Path, args, out_dir: Path) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", str(tree),
                "--requests", str(args.requests), "--concurrency", str(args.concurrency)]
-    if args.callgrind:
-        command = [*VALGRIND, f"--callgrind-out-file={out_dir}/callgrind.%p", *command]
-    done = subprocess.run(command, cwd=tree, capture_output=True, text=True, timeout=3600)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"the measurement failed: {done.stderr[-2000:]}")
-    result = json.loads(lines[-1])
-    if args.callgrind:
-        [counted] = out_dir.glob("callgrind.*.1")  # the dump at the end of the count
-        summary = next(line for line in counted.read_text().splitlines() if line.startswith("summary:"))
-        result["instructions"] = int(summary.split()[1]) / result["sentences"]
-        for f in out_dir.glob("callgrind.*"):
-            f.unlink()
-    return result
+    from bench.common import run_counted  # the parent only: bench.common imports torch
+
+    return run_counted(command, tree, args.callgrind, out_dir, "sentences")
 
 
 def main(argv: list[str] | None = None) -> int:
