@@ -44,6 +44,9 @@ ENGINE_COUNTERS = {
     "failed_calls": ("nmt_engine_failed_calls", "calls that failed in the engine"),
     "cache_hits": ("nmt_engine_cache_hits", "sentences the engine answered from its translation cache (workers > 1: "
                                             "translation_cache_entries)"),
+    "gc_seconds": ("nmt_engine_gc_seconds", "time the engine process spent in Python's cyclic garbage collector since it "
+                                            "was ready (every thread waits meanwhile)"),
+    "gc_full_collections": ("nmt_engine_gc_full_collections", "full collections of the engine process since it was ready"),
 }
 ENGINE_GAUGES = {
     "waiting_sentences": ("nmt_queue_depth", "sentences waiting to join a batch"),
@@ -57,6 +60,8 @@ ENGINE_GAUGES = {
     "step_ms": ("nmt_engine_step_milliseconds", "time of one decoder step, recent average"),
     "device_memory_bytes": ("nmt_device_memory_bytes", "GPU memory allocated by torch in the engine"),
     "uptime_seconds": ("nmt_engine_uptime_seconds", "seconds since this engine process started"),
+    "gc_frozen_objects": ("nmt_engine_gc_frozen_objects", "objects start-up built (models, modules, captured programs) that "
+                                                          "the garbage collector no longer walks"),
 }
 MODEL_COUNTERS = {
     "source_tokens": ("nmt_source_tokens", "source tokens translated"),

@@ -347,8 +347,11 @@ def test_metrics_change_as_requests_are_served(client):
     text = client.get("/metrics").text
     for name in ("nmt_request_latency_seconds_bucket", "nmt_generated_tokens_total", "nmt_requests_in_flight", "nmt_queue_depth",
                  "nmt_model_load_seconds", "nmt_engine_busy_seconds_total", "nmt_engine_rows_live_total", "nmt_engine_steps_total",
-                 "nmt_engine_rate_units_per_second", "nmt_admitted_work_units_total", "nmt_engine_up"):
+                 "nmt_engine_rate_units_per_second", "nmt_admitted_work_units_total", "nmt_engine_up",
+                 "nmt_engine_gc_seconds_total", "nmt_engine_gc_full_collections_total"):
         assert name in text
+    # the engine took its start-up heap (the models, the modules) out of the garbage collector's reach
+    assert metric(client, "nmt_engine_gc_frozen_objects") > 10_000
 
 
 def test_readiness_turns_200_only_after_load(models_dir):

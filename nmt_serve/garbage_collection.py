@@ -1,0 +1,57 @@
+"""Python's cyclic garbage collector in the engine process: the start-up heap out of its reach, its pauses counted.
+
+A full (oldest-generation) collection walks every tracked object of the process and stops every thread
+meanwhile. Most of them are what start-up built and what lives as long as the process: modules,
+tokenizers, the models' modules, captured programs (the engine process holds ~170,000 after loading the
+shipped model). On this project's 2-core VM a full collection took ~100 ms in the engine, and one comes
+whenever enough objects have outlived the younger generations: its translation cache filling up, for one. That
+is a stall of every running sentence (`bench.engine_host --cache`: the longest pause 225-236 ms as the cache
+filled, 108-113 ms with the start-up heap frozen; BENCHMARKS.md, "The engine's garbage collection").
+
+Once the engine is ready (its programs run and captured), `freeze_startup_heap()` collects what start-up left
+behind and moves everything alive into the permanent generation (`gc.freeze`), which collections never walk;
+what is made later is collected as before. The price: a start-up object that later becomes part of unreachable
+cycles is not freed (start-up objects live as long as the process here, and an engine that is restarted is a
+new process). vLLM, SGLang and TensorRT-LLM freeze their serving processes' heaps the same way.
+
+The API processes do not (yet): frozen at their first readiness, an API worker whose readiness came while its
+lifespan still waited for the engine's first status (a loaded machine) never finished starting up, where the
+same freeze two seconds later, or a collection without the freeze, did not stop it; why is not known.
+"""
+from __future__ import annotations
+
+import gc
+import time
+
+
+def freeze_startup_heap() -> int:
+    """Collect start-up's garbage, then take every live object out of the collector's reach; how many."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
+class CollectorClock:
+    """Time this process spends in the collector and how many full collections it ran, from the moment
+    start() registers it in gc.callbacks (collections run in whichever thread triggers them, under the GIL)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full_collections = 0
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        self.seconds += time.perf_counter() - self._began
+        if info.get("generation") == 2:
+            self.full_collections += 1
+
+    def start(self) -> CollectorClock:
+        gc.callbacks.append(self)
+        return self
+
+    def stop(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
