@@ -11,17 +11,23 @@ def test_freezing_takes_live_objects_out_of_the_collectors_reach_and_collects_th
         pass
 
     collected = []
-    gc.callbacks.append(lambda phase, info: collected.append(info.get("collected", 0)) if phase == "stop" else None)
+
+    def count(phase, info):
+        if phase == "stop":
+            collected.append(info.get("collected", 0))
+
+    gc.callbacks.append(count)
     try:
         alive, dead = Node(), Node()
         alive.me, dead.me = alive, dead  # cycles: only the collector frees the dead one
         del dead
         frozen = freeze_startup_heap()
         assert sum(collected) >= 1  # the dead cycle, before the freeze
-        assert frozen == gc.get_freeze_count() > 0
+        # a frozen object freed by its reference count leaves the permanent generation: the count only falls
+        assert 0 < gc.get_freeze_count() <= frozen
         assert not any(o is alive for o in gc.get_objects())  # frozen objects are not walked
     finally:
-        gc.callbacks.pop()
+        gc.callbacks.remove(count)
         gc.unfreeze()  # the rest of the test session's objects stay collectable
     assert any(o is alive for o in gc.get_objects())
 
