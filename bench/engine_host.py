@@ -13,11 +13,18 @@ decoder, the GPU's path, run op by op on this CPU).
 
 The device's share is taken out: the step and join programs are replaced by stand-ins of a few tensor
 operations each (a replayed CUDA graph is one launch), in which every sentence runs as many steps as its
-source has tokens. What is counted is everything else: screening, queues, the joins' tables, the
+source has tokens, and rows moving to the front of a shrinking bucket copy one cache position each (the
+same calls, no volume). What is counted is everything else: screening, queues, the joins' tables, the
 searches' bookkeeping, reads of which sentences finished, collecting their hypotheses, detokenizing,
 replies. Reported per sentence: CPU time, and with `--callgrind` the instructions (valgrind's callgrind,
 from the first call counted to the last: deterministic to a few percent, where CPU time on a shared VM
 moves by 10-30%). `--compare TREE` runs another checkout's code in alternating rounds.
+
+`--process` measures the engine process itself instead: `process.run` with the same stand-in programs, its
+I/O thread, queues and ZeroMQ sockets, called by the API's own client (`EngineConnection`, in a second
+process, `--concurrency` calls in flight). Reported per sentence: the engine process's CPU time (all its
+threads, ZeroMQ's included), the calling process's, and with `--callgrind` the engine process's instructions
+from the first counted call's arrival to the last's.
 """
 from __future__ import annotations
 
@@ -37,8 +44,9 @@ def instant_device() -> None:
     """Replace the device search's step and join programs by stand-ins: a joining sentence's rows start at
     position 0 with its source length as the steps it runs (kept in min_len, which the stand-in step reads
     instead of choosing tokens); a step writes one token for every row, moves the live rows on and ends
-    the rows that reached their length. Greedy search only (rows are groups)."""
-    from nmt_serve.inference import device_search
+    the rows that reached their length. Greedy search only (rows are groups). Rows moved to the front of
+    a shrinking bucket are copied as they are, but one cache position of each."""
+    from nmt_serve.inference import device_search, static_decoder
 
     def program(self, K, G, L, terms=None, attention=False):
         dec, slots = self.decoder, self.slots(K)
@@ -64,6 +72,9 @@ def instant_device() -> None:
 
     device_search.DeviceSearch.program = program
     device_search.DeviceSearch.join_program = join_program
+    # rows leaving a shrinking bucket: the same copies, of one cache position (a GPU's copy is launched, not waited for)
+    keep_rows = static_decoder.StaticDecoder.keep_rows
+    static_decoder.StaticDecoder.keep_rows = lambda self, rows, positions=None: keep_rows(self, rows, 1)
 
 
 def child(tree: str, requests: int, concurrency: int, cache: int, freeze: bool) -> None:
@@ -139,6 +150,136 @@ def child(tree: str, requests: int, concurrency: int, cache: int, freeze: bool) 
                       "full_collections": sum(g == 2 for g, _ in pauses)}), flush=True)
 
 
+def engine_child(tree: str, socket_dir: str, models_dir: str, supervisor: int) -> int:
+    """In the engine's child: the engine process of `tree` (process.run) over the stand-in programs; the calls
+    with ids "mark-start" and "mark-end" bound what callgrind counts."""
+    sys.path.insert(0, tree)
+    import logging
+
+    instant_device()
+    from nmt_serve.engine import core as engine_core
+    from nmt_serve.engine import process
+
+    handle = engine_core.EngineCore.handle
+
+    def marked(self, message):
+        if message.id == "mark-start":
+            os.getloadavg()  # callgrind starts counting here
+        elif message.id == "mark-end":
+            os.times()  # and stops here
+        return handle(self, message)
+    engine_core.EngineCore.handle = marked
+    engine_core.EngineCore.warmup = lambda self: 0  # nothing to capture: the stand-ins are plain functions
+    logging.basicConfig(level="WARNING")
+    return process.run(dict(models_dir=models_dir, device="cpu", threads=1, step_mode="static", admission=False,
+                            socket_dir=socket_dir, supervisor_pid=supervisor))
+
+
+def client_child(tree: str, socket_dir: str, engine_pid: int, ids_file: str, requests: int, concurrency: int) -> None:
+    """In the calling child: the API's engine client of `tree` drives the engine process; prints one JSON line."""
+    sys.path.insert(0, tree)
+    import asyncio
+    import time
+
+    from nmt_serve.engine.process import addresses
+    from nmt_serve.engine.protocol import DecodeOptions, Translate
+    from nmt_serve.service.engine_client import EngineConnection
+
+    ids = json.loads(Path(ids_file).read_text())
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu_of(stat: str) -> float:
+        fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+
+    def engine_cpu() -> tuple[float, float]:
+        """The engine process's CPU time: all its threads (ZeroMQ's included), and its main thread's (the loop
+        that steps: on a host with cores to spare, the other threads' work runs beside it)."""
+        return cpu_of(f"/proc/{engine_pid}/stat"), cpu_of(f"/proc/{engine_pid}/task/{engine_pid}/stat")
+
+    async def drive() -> dict:
+        connection = EngineConnection(*addresses(socket_dir), heartbeat_timeout_s=36000)
+        await connection.start()
+        waited = time.monotonic()
+        while not connection.ready:
+            if time.monotonic() - waited > 3600:
+                raise RuntimeError("the engine did not get ready")
+            await asyncio.sleep(0.1)
+        deadline = time.monotonic() + 36000
+
+        async def one(call_id: str, i: int) -> None:
+            reply = await connection.call(Translate(call_id, "de-en", [ids[i % len(ids)]], DecodeOptions(beam_size=1), deadline))
+            assert reply.error is None, reply.message
+
+        async def calls() -> None:
+            order = iter(range(requests))
+
+            async def caller() -> None:
+                for i in order:
+                    await one(connection.new_id(), i)
+            await asyncio.gather(*(caller() for _ in range(concurrency)))
+
+        await calls()  # the programs' first runs, the sentences' first trip
+        async def steps() -> float:  # the engine's steps so far, from a status sent after this moment
+            await asyncio.sleep(0.3)
+            return connection.status.stats["steps"]
+
+        await one("mark-start", 0)
+        steps0 = await steps()
+        cpu0, mine0, started = engine_cpu(), time.process_time(), time.perf_counter()
+        await calls()
+        elapsed, mine = time.perf_counter() - started, time.process_time() - mine0
+        cpu, main_cpu = (after - before for after, before in zip(engine_cpu(), cpu0))
+        await one("mark-end", 0)
+        stepped = await steps() - steps0
+        await connection.stop()
+        return {"sentences": requests, "us": 1e6 * cpu / requests, "main_us": 1e6 * main_cpu / requests, "client_us": 1e6 * mine / requests,
+                "sentences_per_s": requests / elapsed, "steps": stepped}
+
+    print(json.dumps(asyncio.run(drive())), flush=True)
+
+
+def measure_process(tree: Path, args, scratch: Path) -> dict:
+    """The engine process of `tree` started (under callgrind with --callgrind), driven by a calling child."""
+    import signal
+    import subprocess
+    import tempfile
+
+    from bench.common import CALLGRIND, test_sources
+    from nmt_serve.network.checkpoint import read_info
+    from nmt_serve.network.tokenizer import Tokenizer
+
+    work = Path(tempfile.mkdtemp(dir=scratch))
+    (work / "models").mkdir()
+    (work / "models" / "de-en").symlink_to(CHECKPOINT)
+    info = read_info(CHECKPOINT)
+    tokenizer = Tokenizer(CHECKPOINT / info.src_tokenizer, symbols=info.symbols())
+    (work / "ids.json").write_text(json.dumps([tokenizer.encode(s) for s in test_sources("de")]))
+    here = str(Path(__file__).resolve())
+    command = [sys.executable, here, "--engine-child", str(tree), "--socket-dir", str(work), "--models-dir", str(work / "models"),
+               "--supervisor", str(os.getpid())]
+    if args.callgrind:
+        command = [*CALLGRIND, f"--callgrind-out-file={work}/callgrind.%p", *command]
+    with open(work / "engine.log", "w") as log:
+        engine = subprocess.Popen(command, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        done = subprocess.run([sys.executable, here, "--client-child", str(tree), "--socket-dir", str(work), "--engine-pid", str(engine.pid),
+                               "--ids", str(work / "ids.json"), "--requests", str(args.requests), "--concurrency", str(args.concurrency)],
+                              cwd=tree, capture_output=True, text=True, timeout=7200)
+    finally:
+        engine.send_signal(signal.SIGTERM)
+        engine.wait(timeout=600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the measurement failed: {done.stderr[-2000:]}\n{(work / 'engine.log').read_text()[-2000:]}")
+    result = json.loads(lines[-1])
+    if args.callgrind:
+        [counted] = work.glob("callgrind.*.1")  # the dump at the end of the count
+        summary = next(line for line in counted.read_text().splitlines() if line.startswith("summary:"))
+        result["instructions"] = int(summary.split()[1]) / result["sentences"]
+    return result
+
+
 def measure(tree: Path, args, out_dir: Path) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", str(tree),
                "--requests", str(args.requests), "--concurrency", str(args.concurrency), "--cache", str(args.cache), *(["--no-freeze"] if args.no_freeze else [])]
@@ -159,10 +300,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--compare", help="another checkout, run in alternating rounds with this one")
     parser.add_argument("--callgrind", action="store_true", help="count instructions under valgrind (50x slower)")
+    parser.add_argument("--process", action="store_true", help="the engine process itself over its sockets, called by the "
+                                                                  "API's engine client (--cache and --no-freeze do not apply)")
     parser.add_argument("--output")
+    for hidden in ("--engine-child", "--client-child", "--socket-dir", "--models-dir", "--ids"):
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
+    parser.add_argument("--supervisor", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--engine-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.requests, args.concurrency, args.cache, not args.no_freeze)
+        return 0
+    if args.engine_child:
+        return engine_child(args.engine_child, args.socket_dir, args.models_dir, args.supervisor)
+    if args.client_child:
+        client_child(args.client_child, args.socket_dir, args.engine_pid, args.ids, args.requests, args.concurrency)
         return 0
     import tempfile
 
@@ -173,10 +325,23 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):
             for name, tree in trees:
-                r = measure(tree, args, Path(scratch))
-                rows.append([round_ + 1, name, f"{r['us']:.1f}", f"{r['instructions'] / 1e3:.0f}" if "instructions" in r else "",
-                             f"{r['gc_ms']:.0f}", f"{r['gc_max_ms']:.1f}", r["full_collections"], f"{r['steps']:.0f}", f"{r['sentences']}"])
+                if args.process:
+                    r = measure_process(tree, args, Path(scratch))
+                    rows.append([round_ + 1, name, f"{r['us']:.1f}", f"{r['main_us']:.1f}",
+                                 f"{r['instructions'] / 1e3:.0f}" if "instructions" in r else "", f"{r['client_us']:.1f}", f"{r['sentences_per_s']:.0f}", f"{r['steps']:.0f}", f"{r['sentences']}"])
+                else:
+                    r = measure(tree, args, Path(scratch))
+                    rows.append([round_ + 1, name, f"{r['us']:.1f}", f"{r['instructions'] / 1e3:.0f}" if "instructions" in r else "",
+                                 f"{r['gc_ms']:.0f}", f"{r['gc_max_ms']:.1f}", r["full_collections"], f"{r['steps']:.0f}", f"{r['sentences']}"])
                 print(f"  {rows[-1]}", file=sys.stderr)
+    if args.process:
+        report = (f"### The engine process's host work: {args.requests} one-sentence greedy calls from the API's engine client at "
+                  f"concurrency {args.concurrency}, an instant device\n\n"
+                  f"Machine: {machine()}{'; the engine under callgrind' if args.callgrind else ''}.\n\n"
+                  + table(["round", "code", "engine CPU us/sentence", "its main thread's", "engine instructions/sentence (k)",
+                           "client CPU us/sentence",
+                           "sentences/s", "engine steps", "sentences"], rows) + "\n")
+        return emit(report, args.output)
     report = (f"### The engine's host work: {args.requests} one-sentence greedy calls at concurrency {args.concurrency}, "
               f"an instant device{f', a cache of {args.cache}' if args.cache else ''}"
               f"{', the start-up heap left to the collector' if args.no_freeze else ''}\n\n"

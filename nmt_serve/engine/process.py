@@ -43,6 +43,7 @@ log = logging.getLogger("engine")
 STATUS_INTERVAL_S = 0.1
 IDLE_POLL_MS = 50
 REPLIES_ADDRESS = "inproc://replies"
+CALL_MESSAGES_PER_ROUND = 64
 LOAD_FAILED = 3  # exit code: the models cannot load; restarting would not help
 
 
@@ -64,6 +65,7 @@ def serve_calls(calls: zmq.Socket, replies: zmq.Socket, core, inbox: queue.Queue
     are routed to the API process that made the call. Blocked in zmq it holds no GIL, and the main
     thread releases the GIL inside every torch op, so an answer waits for at most a few ms."""
     routes: dict[str, bytes] = {}  # call id -> the caller's socket identity
+    outgoing: dict[bytes, list[bytes]] = {}  # per caller, its replies of this round: one message each
     poller = zmq.Poller()
     poller.register(calls, zmq.POLLIN)
     poller.register(replies, zmq.POLLIN)
@@ -71,48 +73,64 @@ def serve_calls(calls: zmq.Socket, replies: zmq.Socket, core, inbox: queue.Queue
     def answer(reply: Reply) -> None:
         identity = routes.pop(str(reply.id), None)
         if identity is not None:
-            calls.send_multipart([identity, dumps(reply)])
+            outgoing.setdefault(identity, []).append(dumps(reply))
+
+    def take(identity: bytes, payload: bytes) -> None:
+        try:
+            message = loads(payload)
+        except Exception:  # noqa: BLE001 - not one of our messages: nothing to answer it with
+            log.exception("an unreadable call was dropped")
+            return
+        if isinstance(message, Cancel):  # nothing is sent back for a cancelled call
+            routes.pop(str(message.id), None)
+            inbox.put(message)
+            return
+        routes[str(message.id)] = identity
+        if stopping["at"] is not None:  # the main loop may already have taken its last call
+            answer(Reply(message.id, error=SHUTTING_DOWN, message="the engine is shutting down"))
+            return
+        try:
+            settled = core.screen(message)
+        except Exception as exc:  # noqa: BLE001 - one bad call must not stop the thread every call goes through
+            log.exception("screening a call failed")
+            settled = [Reply(message.id, error=FAILED, message=str(exc))]
+        if settled is None:
+            inbox.put(message)
+        for reply in settled or ():
+            answer(reply)
 
     while True:
         last_round = done.is_set()  # replies pushed before `done` was set are drained below
         events = dict(poller.poll(0 if last_round else IDLE_POLL_MS))
-        while calls in events:
+        # a message: the caller's identity, then its calls (protocol.py); at most CALL_MESSAGES_PER_ROUND a round,
+        # so that a flood of calls does not hold back the replies (refusals among them) of the ones taken
+        for _ in range(CALL_MESSAGES_PER_ROUND if calls in events else 0):
             try:
-                identity, payload = calls.recv_multipart(zmq.NOBLOCK)
+                identity, *payloads = calls.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
+            for payload in payloads:
+                take(identity, payload)
+        while True:  # the core's replies (and at the end, what it sent before it stopped): id, reply, id, reply, ...
             try:
-                message = loads(payload)
-            except Exception:  # noqa: BLE001 - not one of our messages: nothing to answer it with
-                log.exception("an unreadable call was dropped")
-                continue
-            if isinstance(message, Cancel):  # nothing is sent back for a cancelled call
-                routes.pop(str(message.id), None)
-                inbox.put(message)
-                continue
-            routes[str(message.id)] = identity
-            if stopping["at"] is not None:  # the main loop may already have taken its last call
-                answer(Reply(message.id, error=SHUTTING_DOWN, message="the engine is shutting down"))
-                continue
-            try:
-                settled = core.screen(message)
-            except Exception as exc:  # noqa: BLE001 - one bad call must not stop the thread every call goes through
-                log.exception("screening a call failed")
-                settled = [Reply(message.id, error=FAILED, message=str(exc))]
-            if settled is None:
-                inbox.put(message)
-            for reply in settled or ():
-                answer(reply)
-        while True:  # the core's replies (and at the end, what it sent before it stopped)
-            try:
-                call_id, payload = replies.recv_multipart(zmq.NOBLOCK)
+                frames = replies.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            identity = routes.pop(call_id.decode(), None)
-            if identity is not None:
-                calls.send_multipart([identity, payload])
+            for call_id, payload in zip(frames[::2], frames[1::2]):
+                identity = routes.pop(call_id.decode(), None)
+                if identity is not None:
+                    outgoing.setdefault(identity, []).append(payload)
+        for identity, payloads in outgoing.items():
+            calls.send_multipart([identity, *payloads])
+        outgoing.clear()
         if last_round:
             return
+
+
+def send_replies(socket: zmq.Socket, replies: list[Reply]) -> None:
+    """The core's replies of one round to the I/O thread, in one message: id, reply, id, reply, ..."""
+    if replies:
+        socket.send_multipart([part for reply in replies for part in (str(reply.id).encode(), dumps(reply))])
 
 
 def run(config: dict) -> int:
@@ -231,8 +249,7 @@ def run(config: dict) -> int:
                 message = None
         replies += core.work()
         started = time.perf_counter()
-        for reply in replies:
-            replies_out.send_multipart([str(reply.id).encode(), dumps(reply)])
+        send_replies(replies_out, replies)
         core.stats["io_seconds"] += time.perf_counter() - started
         if now - last_status >= STATUS_INTERVAL_S:
             # the heartbeat first: once an API process has heard this engine is ready, its supervisor
@@ -241,8 +258,8 @@ def run(config: dict) -> int:
             core.stats.update(gc_seconds=collector.seconds, gc_full_collections=float(collector.full_collections))
             publish(core.status())
             last_status = now
-    for call_id in list(core.calls):  # past the grace period
-        replies_out.send_multipart([str(call_id).encode(), dumps(Reply(call_id, error=SHUTTING_DOWN, message="the engine shut down"))])
+    # past the grace period
+    send_replies(replies_out, [Reply(call_id, error=SHUTTING_DOWN, message="the engine shut down") for call_id in core.calls])
     io_done.set()  # the I/O thread sends what is queued, then stops
     io.join(timeout=5)
     replies_out.close()

@@ -1,7 +1,10 @@
 """What the API processes and the engine process say to each other over ZeroMQ.
 
 Calls go API -> engine on a DEALER/ROUTER pair, each with an id; the engine answers each call once
-with a Reply carrying that id. The engine also publishes an EngineStatus a few times a second on a
+with a Reply carrying that id. A message holds one or more of them, a pickled call or reply per frame:
+the calls an API process made in one turn of its event loop, the replies to one caller of one round of
+the engine's loop (fewer messages: each costs both ends' ZeroMQ and the engine's I/O thread far more
+than a frame). The engine also publishes an EngineStatus a few times a second on a
 PUB socket: readiness, the loaded models, its incarnation (a new one after every restart, so a client
 knows that calls sent to the previous one are lost) and the statistics for /metrics. Messages are
 pickled dataclasses: both ends are processes of this service, on sockets in a private directory.

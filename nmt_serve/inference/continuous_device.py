@@ -20,7 +20,8 @@ many steps each has run, hence the length bucket) and reads back one small tenso
 are still searching, every `check_every` steps (at once when a sentence reaches its max_length):
 finished sentences are copied out and their slots freed for the next ones to join. Until then a
 finished sentence's rows keep being computed and ignored, a little work instead of a wait on the
-device each step. When the live sentences fit a smaller bucket they move to the front slots.
+device each step. When the live sentences fit a smaller bucket they move to the front slots, before the
+next step: after the sentences that join at the check have taken the free slots.
 
 Sentences with lexical constraints (beam search only) join like the others, their constraints in the
 search's device buffers (device_constraints.py); while any runs, the step is the constrained program,
@@ -84,14 +85,24 @@ class ContinuousDeviceSearch:
         self._terms: int | None = None  # term slots of the running sentences' constraints (term_slots); None: no constraints
         self._attention = False  # some running sentence keeps its attention (attention_span): the steps keep it for every row
         self._cancelled = False
+        # sentences left at the last check: the slots are trimmed before the next step, after the joins that may
+        # fill them (trimmed at once, a bucket that shrank would grow again with the joins, its rows copied for nothing)
+        self._trim_due = False
 
     def __len__(self) -> int:
         return self._running
 
     @property
     def rows(self) -> int:
-        """Rows a step computes: its bucket of groups, times K."""
-        return self._group_bucket() * self.K if self.slots else 0
+        """Rows the next step computes: its bucket of groups (once the slots are trimmed), times K."""
+        if not self._trim_due:
+            return self._group_bucket() * self.K if self.slots else 0
+        if not self._running:
+            return 0
+        used = len(self.slots)
+        while self.slots[used - 1] is None:
+            used -= 1
+        return min(bucket_of(used, self.state.group_buckets), bucket_of(self._running, self.state.group_buckets)) * self.K
 
     def keys(self) -> list[Hashable]:
         return [s.sentence.key for s in self.slots if s is not None]
@@ -212,7 +223,10 @@ class ContinuousDeviceSearch:
             self._summarize()
         if not self._running:
             self.slots = []
+            self._trim_due = False
             return []
+        if self._trim_due:
+            self._trim()
         # positions this step reads: every running row's source, and its target up to the new token;
         # no row has run more steps than the oldest, nor past the decoder's positions
         target = min(self.steps - self._first_joined + 1, dec.max_length)
@@ -237,13 +251,14 @@ class ContinuousDeviceSearch:
         done = [(self.slots[g].sentence.key, hyps) for g, hyps in zip(done_groups, found)]
         for g in done_groups:
             self.slots[g] = None
-        self._trim()
+        self._trim_due = True
         self._summarize()
         return done
 
     def _trim(self) -> None:
         """Drop free slots off the end; when the sentences left fit a smaller bucket, move them to the
         front slots (a copy of their rows) so that steps compute fewer rows."""
+        self._trim_due = False
         while self.slots and self.slots[-1] is None:
             self.slots.pop()
         live = [g for g, s in enumerate(self.slots) if s is not None]

@@ -46,7 +46,7 @@ from nmt_serve.service.errors import APIError, bad_request, overloaded, timed_ou
 
 log = logging.getLogger("nmt_serve.service.engine_calls")
 WATCH_INTERVAL_S = 0.25  # how often the engine process's liveness and the heartbeat are checked
-SEND_RETRY_S = 0.005  # a call that finds the engine's queue full (ZeroMQ's high-water mark) tries again this often
+SEND_RETRY_S = 0.005  # calls that find the engine's queue full (ZeroMQ's high-water mark) try again this often
 
 
 def process_exists(pid: int) -> bool:
@@ -77,6 +77,8 @@ class EngineConnection:
         self._pending: dict[Any, asyncio.Future] = {}
         self._tasks: list[asyncio.Task] = []
         self._context: zmq.asyncio.Context | None = None
+        self._outbox: list[bytes] = []  # calls (and cancels) for the next flush, in order
+        self._flush_due = False
         self._heard = asyncio.Event()  # set at the first status
 
     # ------------------------------------------------------------------ life
@@ -152,44 +154,58 @@ class EngineConnection:
         future = self._loop.create_future()
         self._pending[message.id] = future
         try:
-            await self._send(dumps(message))
+            self._send(dumps(message))
             return await future
         except asyncio.CancelledError:
             if self._pending.pop(message.id, None) is not None and self._context is not None:
-                await self._send(dumps(Cancel(message.id)))  # the engine drops its work
+                self._send(dumps(Cancel(message.id)))  # the engine drops its work
             raise
         finally:
             self._pending.pop(message.id, None)
 
-    async def _send(self, data: bytes) -> None:
-        while True:
-            try:
-                self._calls.send(data, zmq.NOBLOCK)
-                break
-            except zmq.Again:  # SNDHWM calls queued for an engine that takes none (stuck, or not started yet)
-                await asyncio.sleep(SEND_RETRY_S)
+    def _send(self, data: bytes) -> None:
+        """Queue a call for the next flush: the calls made in one turn of the event loop go out as one
+        message (the engine takes a message's calls together; a message per call cost each side's
+        ZeroMQ and the engine's I/O thread several times as much CPU per call)."""
+        self._outbox.append(data)
+        if not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        if not self._outbox or self._context is None:
+            return
+        try:
+            self._calls.send_multipart(self._outbox, zmq.NOBLOCK)
+        except zmq.Again:  # SNDHWM messages queued for an engine that takes none (stuck, or not started yet)
+            self._flush_due = True
+            self._loop.call_later(SEND_RETRY_S, self._flush)
+            return
+        self._outbox = []
         # the socket's descriptor signals only changes (edge-triggered), and a send may have taken in the
         # arrival of replies: read what is there now, or the reader would not be woken for it
         if self._calls.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            self._loop.call_soon(self._read_replies)
+            self._read_replies()
 
     def _read_replies(self) -> None:
         """Every reply that has arrived (the loop calls this when the calls socket's descriptor signals)."""
         while True:
             try:
-                data = self._calls.recv(zmq.NOBLOCK)
+                frames = self._calls.recv_multipart(zmq.NOBLOCK)  # one or more replies (protocol.py)
             except zmq.Again:
                 return
             except zmq.ZMQError:  # closed (stopping)
                 return
-            try:
-                reply: Reply = loads(data)
-            except Exception:  # noqa: BLE001 - not one of the engine's replies: the others are read on
-                log.exception("an unreadable reply was dropped")
-                continue
-            future = self._pending.pop(reply.id, None)
-            if future is not None and not future.done():
-                future.set_result(reply)
+            for data in frames:
+                try:
+                    reply: Reply = loads(data)
+                except Exception:  # noqa: BLE001 - not one of the engine's replies: the others are read on
+                    log.exception("an unreadable reply was dropped")
+                    continue
+                future = self._pending.pop(reply.id, None)
+                if future is not None and not future.done():
+                    future.set_result(reply)
 
     async def _read_status(self) -> None:
         while True:

@@ -631,6 +631,14 @@ def test_the_io_thread_answers_what_needs_no_step_while_the_main_thread_is_busy(
         assert refused.id == 2 and refused.error == REFUSED and inbox.empty()
         replies_out.send_multipart([b"1", dumps(Reply(1, value="translated"))])
         assert client.poll(5000) and loads(client.recv()).value == "translated"
+        # several calls in one message, and the main thread's replies of one round in one message: each
+        # caller gets its replies together
+        client.send_multipart([dumps(call(3, GERMAN[:1])), dumps(call(4, GERMAN[:1]))])  # refused: the queue holds 2
+        assert client.poll(5000) and [loads(frame).id for frame in client.recv_multipart()] == [3, 4]
+        client.send_multipart([dumps(call(4, [])), dumps(call(3, []))])  # nothing to queue: for the main thread
+        assert [inbox.get(timeout=5).id for _ in range(2)] == [4, 3]
+        replies_out.send_multipart([b"4", dumps(Reply(4, value="four")), b"3", dumps(Reply(3, value="three"))])
+        assert client.poll(5000) and [loads(frame).value for frame in client.recv_multipart()] == ["four", "three"]
     finally:
         done.set()
         io.join(timeout=5)
@@ -754,8 +762,9 @@ def test_calibration_keeps_its_best_round(translator, monkeypatch):
 
 def test_the_engine_connection_gets_every_reply_of_many_calls_at_once():
     """The calls socket is read from the event loop directly: 2,000 calls from 64 coroutines against an
-    engine stand-in that answers each at once (replies arrive while other calls are being sent, which
-    the socket's edge-triggered descriptor would not announce again) all get their own reply; a call
+    engine stand-in that answers at once (replies arrive while other calls are being sent, which the
+    socket's edge-triggered descriptor would not announce again; several to a message) all get their own
+    reply, and calls made in one turn of the loop go out in one message; a call
     made while no engine takes calls waits, and its deadline still ends it."""
     import asyncio
     import tempfile
@@ -768,16 +777,21 @@ def test_the_engine_connection_gets_every_reply_of_many_calls_at_once():
     directory = tempfile.mkdtemp()
     calls_address = f"ipc://{directory}/calls"
     context = zmq.Context()
+    batches = []  # calls per message
     router = context.socket(zmq.ROUTER)
     router.bind(calls_address)
 
     def engine():
         while True:
-            identity, payload = router.recv_multipart()
-            message = loads(payload)
-            if message.id == "stop":
+            identity, *payloads = router.recv_multipart()  # the calls of one turn of the client's event loop
+            messages = [loads(payload) for payload in payloads]
+            if any(message.id == "stop" for message in messages):
                 return
-            router.send_multipart([identity, dumps(Reply(message.id, value=message.sources))])
+            batches.append(len(messages))
+            replies = [dumps(Reply(message.id, value=message.sources)) for message in messages]
+            for part in (replies[: len(replies) // 2], replies[len(replies) // 2:]):  # one message, or several
+                if part:
+                    router.send_multipart([identity, *part])
 
     thread = threading.Thread(target=engine, daemon=True)
     thread.start()
@@ -820,3 +834,4 @@ def test_the_engine_connection_gets_every_reply_of_many_calls_at_once():
         router.close(0)
         context.term()
     assert answers == {i: [[i]] for i in range(2000)}
+    assert sum(batches) == 2000 and max(batches) > 1  # calls made in one turn of the loop went out together

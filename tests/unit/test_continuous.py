@@ -21,7 +21,7 @@ from nmt_serve.inference.device_search import DeviceSearch
 from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import SearchOptions, generate, max_lengths_for
-from nmt_serve.inference.static_decoder import StaticDecoder
+from nmt_serve.inference.static_decoder import StaticDecoder, bucket_of
 
 SHAPES = [dict(), dict(norm_placement="post"), dict(n_heads=2, d_model=48, d_ff=96, n_decoder_layers=3)]
 KINDS = ["eager", "device"]
@@ -250,6 +250,42 @@ def test_device_slots_are_reused_and_compacted(beam):
         results.update(dict(search.step()))
     for i, src in enumerate(srcs):
         assert_same(results[i], alone(runner, src, SearchOptions(beam_size=beam, max_length=caps[i])))
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_sentences_joining_at_a_check_fill_the_slots_of_those_that_left_without_a_copy(beam, monkeypatch):
+    """Half the running sentences finish at a check, as many join: they take the freed slots, and the
+    rows left are not first moved into a smaller bucket (a copy of their cache that the joins undo);
+    without joins the bucket shrinks before the next step."""
+    runner = ModelRunner(random_model(seed=19))
+    search = make_search("device", runner, beam, min_length=3, check_every=4, max_rows=32 * beam)
+    copies = []
+    keep_rows = search.decoder.keep_rows
+    monkeypatch.setattr(search.decoder, "keep_rows", lambda *a, **k: copies.append(1) or keep_rows(*a, **k))
+    srcs = sources(30, seed=23)
+    # the short ones end at their max_length, by step 4; the others do not (min_length 3 and these seeds)
+    caps = [3 if i % 2 == 0 and i < 20 else 20 + i if i < 20 else 10 + 2 * (i - 20) for i in range(30)]
+    search.add([Sentence(i, srcs[i], caps[i]) for i in range(20)])
+    assert search.rows == 32 * beam
+    results = {}
+    while not results and search.steps < 5:
+        results.update(dict(search.step()))
+    assert sorted(results) == list(range(0, 20, 2)) and search.joinable()
+    assert search.rows == 16 * beam  # what the next step computes if nobody joins
+    search.add([Sentence(i, srcs[i], caps[i]) for i in range(20, 30)])
+    assert search.rows == 32 * beam
+    search.step()
+    assert not copies and len(search) == 20
+    while len(search) > 8:  # the rest leave at checks with nobody joining: the bucket shrinks before the next step
+        results.update(dict(search.step()))
+    assert len(search) and search.rows == bucket_of(len(search), search.state.group_buckets) * beam
+    results.update(dict(search.step()))
+    assert copies
+    while len(search):
+        results.update(dict(search.step()))
+    options = dict(beam_size=beam, min_length=3)
+    for i, src in enumerate(srcs):
+        assert_same(results[i], alone(runner, src, SearchOptions(max_length=caps[i], **options)))
 
 
 @pytest.mark.parametrize("beam", [1, 2])
