@@ -18,7 +18,7 @@ same calls, no volume). What is counted is everything else: screening, queues, t
 searches' bookkeeping, reads of which sentences finished, collecting their hypotheses, detokenizing,
 replies. Reported per sentence: CPU time, and with `--callgrind` the instructions (valgrind's callgrind,
 from the first call counted to the last: deterministic to a few percent, where CPU time on a shared VM
-moves by 10-30%). `--compare TREE` runs another checkout's code in alternating rounds.
+moves by 10-30%). `--compare TREE` (repeatable) runs other checkouts' code in alternating rounds.
 
 `--process` measures the engine process itself instead: `process.run` with the same stand-in programs, its
 I/O thread, queues and ZeroMQ sockets, called by the API's own client (`EngineConnection`, in a second
@@ -236,7 +236,9 @@ def client_child(tree: str, socket_dir: str, engine_pid: int, ids_file: str, req
         return {"sentences": requests, "us": 1e6 * cpu / requests, "main_us": 1e6 * main_cpu / requests, "client_us": 1e6 * mine / requests,
                 "sentences_per_s": requests / elapsed, "steps": stepped}
 
-    print(json.dumps(asyncio.run(drive())), flush=True)
+    import uvloop  # the API processes' loop (uvicorn's)
+
+    print(json.dumps(uvloop.run(drive())), flush=True)
 
 
 def measure_process(tree: Path, args, scratch: Path) -> dict:
@@ -298,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-freeze", action="store_true", help="leave the start-up heap in the garbage collector's reach "
                                                                  "(the engine process freezes it once ready: garbage_collection.py)")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--compare", help="another checkout, run in alternating rounds with this one")
+    parser.add_argument("--compare", action="append", default=[], help="another checkout, run in alternating rounds with "
+                                                                        "this one (repeatable)")
     parser.add_argument("--callgrind", action="store_true", help="count instructions under valgrind (50x slower)")
     parser.add_argument("--process", action="store_true", help="the engine process itself over its sockets, called by the "
                                                                   "API's engine client (--cache and --no-freeze do not apply)")
@@ -320,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.common import emit, machine, table
 
-    trees = [("this checkout", ROOT)] + ([("compared", Path(args.compare).resolve())] if args.compare else [])
+    trees = [("this checkout", ROOT)] + [(str(Path(tree).resolve()), Path(tree).resolve()) for tree in args.compare]
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):
