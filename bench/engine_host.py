@@ -77,7 +77,7 @@ def instant_device() -> None:
     static_decoder.StaticDecoder.keep_rows = lambda self, rows, positions=None: keep_rows(self, rows, 1)
 
 
-def child(tree: str, requests: int, concurrency: int, cache: int, freeze: bool) -> None:
+def child(tree: str, requests: int, concurrency: int, cache: int, freeze: bool, device: str = "cpu") -> None:
     """In the child: the engine core of `tree`, driven in one process; prints one JSON line."""
     sys.path.insert(0, tree)
     import resource
@@ -91,7 +91,7 @@ def child(tree: str, requests: int, concurrency: int, cache: int, freeze: bool) 
     from nmt_serve.engine.protocol import DecodeOptions, Translate, dumps, loads
     from nmt_serve.inference.translator import Translator
 
-    translator = Translator.load(CHECKPOINT, device="cpu", step_mode="static", static_rows=256, static_length=128, warmup=False)
+    translator = Translator.load(CHECKPOINT, device=device, step_mode="static", static_rows=256, static_length=128, warmup=False)
     data = Path(os.environ.get("NMT_DATA", ROOT.parent / "shared" / "data" / "multi30k")) / "test_2016_flickr.de.gz"
     with gzip.open(data, "rt", encoding="utf-8") as f:
         ids = [translator.src_tokenizer.encode(line.strip()) for line in f if line.strip()]
@@ -150,7 +150,7 @@ def child(tree: str, requests: int, concurrency: int, cache: int, freeze: bool) 
                       "full_collections": sum(g == 2 for g, _ in pauses)}), flush=True)
 
 
-def engine_child(tree: str, socket_dir: str, models_dir: str, supervisor: int) -> int:
+def engine_child(tree: str, socket_dir: str, models_dir: str, supervisor: int, device: str = "cpu") -> int:
     """In the engine's child: the engine process of `tree` (process.run) over the stand-in programs; the calls
     with ids "mark-start" and "mark-end" bound what callgrind counts."""
     sys.path.insert(0, tree)
@@ -171,7 +171,7 @@ def engine_child(tree: str, socket_dir: str, models_dir: str, supervisor: int) -
     engine_core.EngineCore.handle = marked
     engine_core.EngineCore.warmup = lambda self: 0  # nothing to capture: the stand-ins are plain functions
     logging.basicConfig(level="WARNING")
-    return process.run(dict(models_dir=models_dir, device="cpu", threads=1, step_mode="static", admission=False,
+    return process.run(dict(models_dir=models_dir, device=device, threads=1, step_mode="static", admission=False,
                             socket_dir=socket_dir, supervisor_pid=supervisor))
 
 
@@ -236,8 +236,10 @@ def client_child(tree: str, socket_dir: str, engine_pid: int, ids_file: str, req
         return {"sentences": requests, "us": 1e6 * cpu / requests, "main_us": 1e6 * main_cpu / requests, "client_us": 1e6 * mine / requests,
                 "sentences_per_s": requests / elapsed, "steps": stepped}
 
-    import uvloop  # the API processes' loop (uvicorn's)
-
+    try:
+        import uvloop  # the API processes' loop (uvicorn's)
+    except ImportError:  # a machine without the service's packages
+        uvloop = asyncio
     print(json.dumps(uvloop.run(drive())), flush=True)
 
 
@@ -259,7 +261,7 @@ def measure_process(tree: Path, args, scratch: Path) -> dict:
     (work / "ids.json").write_text(json.dumps([tokenizer.encode(s) for s in test_sources("de")]))
     here = str(Path(__file__).resolve())
     command = [sys.executable, here, "--engine-child", str(tree), "--socket-dir", str(work), "--models-dir", str(work / "models"),
-               "--supervisor", str(os.getpid())]
+               "--supervisor", str(os.getpid()), "--device", args.device]
     if args.callgrind:
         command = [*CALLGRIND, f"--callgrind-out-file={work}/callgrind.%p", *command]
     with open(work / "engine.log", "w") as log:
@@ -284,7 +286,8 @@ def measure_process(tree: Path, args, scratch: Path) -> dict:
 
 def measure(tree: Path, args, out_dir: Path) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", str(tree),
-               "--requests", str(args.requests), "--concurrency", str(args.concurrency), "--cache", str(args.cache), *(["--no-freeze"] if args.no_freeze else [])]
+               "--requests", str(args.requests), "--concurrency", str(args.concurrency), "--cache", str(args.cache), "--device", args.device,
+               *(["--no-freeze"] if args.no_freeze else [])]
     from bench.common import run_counted  # the parent only: bench.common imports torch
 
     return run_counted(command, tree, args.callgrind, out_dir, "sentences")
@@ -303,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", action="append", default=[], help="another checkout, run in alternating rounds with "
                                                                         "this one (repeatable)")
     parser.add_argument("--callgrind", action="store_true", help="count instructions under valgrind (50x slower)")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda: where the search's buffers live and the stand-ins run "
+                                                          "(on CUDA captured and replayed like the real programs, its reads back waited for)")
     parser.add_argument("--process", action="store_true", help="the engine process itself over its sockets, called by the "
                                                                   "API's engine client (--cache and --no-freeze do not apply)")
     parser.add_argument("--output")
@@ -312,10 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.requests, args.concurrency, args.cache, not args.no_freeze)
+        child(args.child, args.requests, args.concurrency, args.cache, not args.no_freeze, args.device)
         return 0
     if args.engine_child:
-        return engine_child(args.engine_child, args.socket_dir, args.models_dir, args.supervisor)
+        return engine_child(args.engine_child, args.socket_dir, args.models_dir, args.supervisor, args.device)
     if args.client_child:
         client_child(args.client_child, args.socket_dir, args.engine_pid, args.ids, args.requests, args.concurrency)
         return 0
@@ -340,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.process:
         report = (f"### The engine process's host work: {args.requests} one-sentence greedy calls from the API's engine client at "
                   f"concurrency {args.concurrency}, an instant device\n\n"
-                  f"Machine: {machine()}{'; the engine under callgrind' if args.callgrind else ''}.\n\n"
+                  f"Machine: {machine()}; device {args.device}{'; the engine under callgrind' if args.callgrind else ''}.\n\n"
                   + table(["round", "code", "engine CPU us/sentence", "its main thread's", "engine instructions/sentence (k)",
                            "client CPU us/sentence",
                            "sentences/s", "engine steps", "sentences"], rows) + "\n")
@@ -348,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     report = (f"### The engine's host work: {args.requests} one-sentence greedy calls at concurrency {args.concurrency}, "
               f"an instant device{f', a cache of {args.cache}' if args.cache else ''}"
               f"{', the start-up heap left to the collector' if args.no_freeze else ''}\n\n"
-              f"Machine: {machine()}{'; under callgrind' if args.callgrind else ''}.\n\n"
+              f"Machine: {machine()}; device {args.device}{'; under callgrind' if args.callgrind else ''}.\n\n"
               + table(["round", "code", "CPU us/sentence", "instructions/sentence (k)", "garbage collection ms", "longest collection ms",
                        "full collections", "steps (both passes)", "sentences"], rows) + "\n")
     return emit(report, args.output)

@@ -24,12 +24,16 @@
 #            as shipped (attention_check=borderline: every /v1/translate sentence's search keeps its attention,
 #            steps 1.5-1.7x a plain step's GPU time in bench.gpu's joins section) and off, one run each: how much
 #            of the server's gap to the offline engine (which keeps none) the quality check is
+#   engine-host  bench.engine_host --process --device cuda: the engine process with stand-in programs (captured and
+#            replayed on the GPU, a few kernels each) called by the API's client at concurrency 256: the sentences/s its
+#            host work alone allows (the greedy server needs 0.6 of the offline engine's ~10,500), this tree and, with a
+#            .gpubase of b802041 or later, the base alternating (on the 2-core VM: 0.77 of the CPU per sentence there)
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | switch | check | ab | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | switch | check | engine-host | ab | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -37,7 +41,8 @@ if [ "$stage" = all ]; then
     # their files packed into $OUT/rows.tgz after each (a call brings back at most 8 files), a summary printed
     # (the default list's limits add up to 570 s, inside a call's 600; a stage took about half its limit on an H200)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
-    declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240 [check]=240)
+    declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
+                      [engine-host]=150)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -103,6 +108,9 @@ case $stage in
                 --clients 4 --concurrency 256 --batch 256 --requests 4096 --output "$out/check-$check.md" > "$out/check-$check.log" 2>&1
             grep -A4 "^| API workers" "$out/check-$check.md" | sed "s/^/$check /"
         done 2>&1 | tee "$out/check.txt" ;;
+    engine-host)
+        python3 -m bench.engine_host --process --device cuda --concurrency 256 --requests 20000 --rounds 2 \
+            $([ -d .gpubase/nmt_serve ] && echo --compare .gpubase) --output "$out/engine-host.md" 2>&1 | tee "$out/engine-host.log" ;;
     ab)
         [ -d .gpubase/nmt_serve ] || { echo "no .gpubase: run scripts/gpu-carry.sh base REV here first" >&2; exit 2; }
         here=$PWD

@@ -139,6 +139,7 @@ class EngineConnection:
                 self.losses += 1
             self.last_status_at = 0.0
         pending, self._pending = self._pending, {}
+        self._outbox = []  # calls not sent yet are among those failed: the next engine must not do their work
         for future in pending.values():
             if not future.done():
                 future.set_exception(EngineUnavailable(why))

@@ -760,6 +760,50 @@ def test_calibration_keeps_its_best_round(translator, monkeypatch):
     assert rounds["n"] == 3 and core.admission.rate > 2 * held_up
 
 
+def test_calls_an_engine_would_not_take_are_failed_and_never_sent_once_it_is_lost():
+    """Calls wait in the client while the engine's queue is full (ZeroMQ's high-water mark); when the engine is
+    lost they fail with the others, and the engine that comes next never gets them."""
+    import asyncio
+    import tempfile
+
+    import zmq
+
+    from nmt_serve.engine.protocol import EngineStatus
+    from nmt_serve.service.engine_client import EngineConnection, EngineUnavailable
+
+    class Full:  # the calls socket of an engine whose queue is full, until `taking`
+        taking, sent = False, []
+
+        def send_multipart(self, frames, flags=0):
+            if not self.taking:
+                raise zmq.Again()
+            self.sent.append(frames)
+
+    directory = tempfile.mkdtemp()
+
+    async def scenario():
+        connection = EngineConnection(f"ipc://{directory}/calls", f"ipc://{directory}/status", heartbeat_timeout_s=60)
+        await connection.start()
+        connection.status, connection.last_status_at = EngineStatus("x", True), time.monotonic()
+        calls, full = connection._calls, Full()
+        connection._calls = full
+        try:
+            waiting = asyncio.ensure_future(connection.call(Translate(connection.new_id(), "m", [[1]], DecodeOptions(), time.monotonic() + 60)))
+            await asyncio.sleep(0.05)  # several tries to send
+            assert not waiting.done() and len(connection._outbox) == 1
+            connection.engine_lost("the engine process exited", down=True)
+            with pytest.raises(EngineUnavailable):
+                await waiting
+            full.taking = True
+            await asyncio.sleep(0.05)
+            assert full.sent == [] and connection._outbox == []
+        finally:
+            connection._calls = calls
+            await connection.stop()
+
+    asyncio.run(scenario())
+
+
 def test_the_engine_connection_gets_every_reply_of_many_calls_at_once():
     """The calls socket is read from the event loop directly: 2,000 calls from 64 coroutines against an
     engine stand-in that answers at once (replies arrive while other calls are being sent, which the
