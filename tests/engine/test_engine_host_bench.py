@@ -1,0 +1,29 @@
+"""bench.engine_host, which the GPU script's engine-host stage runs: both modes answer every call of a short run."""
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "bench.engine_host", "--requests", "400", "--concurrency", "16", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def rows(report: str) -> list[list[str]]:
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in report.splitlines() if line.startswith("| 1 |")]
+
+
+def test_the_engine_process_over_its_sockets_answers_every_call_and_counts_its_cpu():
+    [row] = rows(run("--process"))
+    engine_us, main_us, client_us, sentences = float(row[2]), float(row[3]), float(row[5]), int(row[-1])
+    # CPU time comes in ticks of 10 ms, the process's and the thread's read one after the other: one may fall between
+    assert sentences == 400 and engine_us > 0 and client_us > 0 and main_us <= engine_us + 1e6 * 0.01 / sentences
+
+
+def test_the_engine_core_in_one_process_answers_every_call():
+    [row] = rows(run())
+    assert int(row[-1]) == 400 and float(row[2]) > 0
