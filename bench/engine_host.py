@@ -169,7 +169,7 @@ def engine_child(tree: str, socket_dir: str, models_dir: str, supervisor: int, d
             os.times()  # and stops here
         return handle(self, message)
     engine_core.EngineCore.handle = marked
-    engine_core.EngineCore.warmup = lambda self: 0  # nothing to capture: the stand-ins are plain functions
+    engine_core.EngineCore.warmup = lambda self: 0  # the stand-ins: captured (on CUDA) at their first runs, in the warm pass
     logging.basicConfig(level="WARNING")
     return process.run(dict(models_dir=models_dir, device=device, threads=1, step_mode="static", admission=False,
                             socket_dir=socket_dir, supervisor_pid=supervisor))
@@ -202,8 +202,12 @@ def client_child(tree: str, socket_dir: str, engine_pid: int, ids_file: str, req
         await connection.start()
         waited = time.monotonic()
         while not connection.ready:
-            if time.monotonic() - waited > 3600:
-                raise RuntimeError("the engine did not get ready")
+            status = connection.status
+            if status is not None and status.load_error:
+                raise RuntimeError(f"the engine could not load: {status.load_error}")
+            gone = Path(f"/proc/{engine_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+            if gone or time.monotonic() - waited > 3600:
+                raise RuntimeError("the engine exited before it was ready" if gone else "the engine did not get ready")
             await asyncio.sleep(0.1)
         deadline = time.monotonic() + 36000
 
@@ -219,11 +223,11 @@ def client_child(tree: str, socket_dir: str, engine_pid: int, ids_file: str, req
                     await one(connection.new_id(), i)
             await asyncio.gather(*(caller() for _ in range(concurrency)))
 
-        await calls()  # the programs' first runs, the sentences' first trip
         async def steps() -> float:  # the engine's steps so far, from a status sent after this moment
             await asyncio.sleep(0.3)
             return connection.status.stats["steps"]
 
+        await calls()  # the programs' first runs, the sentences' first trip
         await one("mark-start", 0)
         steps0 = await steps()
         cpu0, mine0, started = engine_cpu(), time.process_time(), time.perf_counter()
