@@ -28,12 +28,16 @@
 #            replayed on the GPU, a few kernels each) called by the API's client at concurrency 256: the sentences/s its
 #            host work alone allows (the greedy server needs 0.6 of the offline engine's ~10,500), this tree and, with a
 #            .gpubase of b802041 or later, the base alternating (on the 2-core VM: 0.77 of the CPU per sentence there)
+#   join-any-step  bench.server_load's throughput and mixed sections (4 API workers) with the device search joining
+#            waiting sentences only at its checks (as shipped: every 4 steps) and at any step where it has room (patched
+#            in the engine process only), one run each: the greedy server ran 70 rows a step at concurrency 256, the
+#            rest of its calls waiting for a check among other places; a join costs 0.13-1.04 of a step's GPU time
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | switch | check | engine-host | ab | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | switch | check | engine-host | join-any-step | ab | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -42,7 +46,7 @@ if [ "$stage" = all ]; then
     # (the default list's limits add up to 570 s, inside a call's 600; a stage took about half its limit on an H200)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
     declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
-                      [engine-host]=150)
+                      [engine-host]=150 [join-any-step]=300)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -108,6 +112,19 @@ case $stage in
                 --clients 4 --concurrency 256 --batch 256 --requests 4096 --output "$out/check-$check.md" > "$out/check-$check.log" 2>&1
             grep -A4 "^| API workers" "$out/check-$check.md" | sed "s/^/$check /"
         done 2>&1 | tee "$out/check.txt" ;;
+    join-any-step)
+        mkdir -p /tmp/joins-site
+        printf '%s\n' 'import os' \
+            'if os.environ.get("NMT_JOIN_ANY_STEP") and b"nmt_serve.engine.process" in open("/proc/self/cmdline", "rb").read():' \
+            '    from nmt_serve.inference.continuous_device import ContinuousDeviceSearch' \
+            '    ContinuousDeviceSearch.joinable = lambda self: True' > /tmp/joins-site/sitecustomize.py
+        for policy in checks any-step; do
+            if [ $policy = checks ]; then unset NMT_JOIN_ANY_STEP; else export NMT_JOIN_ANY_STEP=1; fi
+            PYTHONPATH=/tmp/joins-site:$PYTHONPATH python3 -m bench.server_load --device cuda --sections throughput,mixed --workers 4 \
+                --mixed-workers 4 --clients 4 --concurrency 256 --batch 256 --requests 4096 --output "$out/joins-$policy.md" \
+                > "$out/joins-$policy.log" 2>&1
+            grep -A4 -E "^\| (API workers|short alone)" "$out/joins-$policy.md" | sed "s/^/$policy /"
+        done 2>&1 | tee "$out/join-any-step.txt" ;;
     engine-host)
         python3 -m bench.engine_host --process --device cuda --concurrency 256 --requests 20000 --rounds 2 \
             $([ -d .gpubase/nmt_serve ] && echo --compare .gpubase) --output "$out/engine-host.md" 2>&1 | tee "$out/engine-host.log" ;;
