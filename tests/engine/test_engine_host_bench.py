@@ -21,8 +21,8 @@ def test_the_engine_process_over_its_sockets_answers_every_call_and_counts_its_c
     [row] = rows(run("--process"))
     engine_us, main_us, client_us, steps, sentences = float(row[2]), float(row[3]), float(row[5]), float(row[7]), int(row[-1])
     # the engine's CPU time comes in ticks of 10 ms (a fast machine may run the pass within one), the process's and the
-    # thread's read one after the other: one may fall between
-    assert sentences == 400 and steps > 0 and client_us > 0 and 0 <= main_us <= engine_us + 1e6 * 0.01 / sentences
+    # thread's read one after the other and rounded apart: two ticks of slack
+    assert sentences == 400 and steps > 0 and client_us > 0 and 0 <= main_us <= engine_us + 2e6 * 0.01 / sentences
 
 
 def test_the_engine_core_in_one_process_answers_every_call():
