@@ -103,8 +103,10 @@ def serve_calls(calls: zmq.Socket, replies: zmq.Socket, core, inbox: queue.Queue
         last_round = done.is_set()  # replies pushed before `done` was set are drained below
         events = dict(poller.poll(0 if last_round else IDLE_POLL_MS))
         # a message: the caller's identity, then its calls (protocol.py); at most CALL_MESSAGES_PER_ROUND a round,
-        # so that a flood of calls does not hold back the replies (refusals among them) of the ones taken
-        for _ in range(CALL_MESSAGES_PER_ROUND if calls in events else 0):
+        # so that a flood of calls does not hold back the replies (refusals among them) of the ones taken; every one
+        # in the last round, each answered that the engine shuts down
+        budget = 0 if calls not in events else (1 << 62 if last_round else CALL_MESSAGES_PER_ROUND)
+        for _ in range(budget):
             try:
                 identity, *payloads = calls.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:

@@ -639,6 +639,12 @@ def test_the_io_thread_answers_what_needs_no_step_while_the_main_thread_is_busy(
         assert [inbox.get(timeout=5).id for _ in range(2)] == [4, 3]
         replies_out.send_multipart([b"4", dumps(Reply(4, value="four")), b"3", dumps(Reply(3, value="three"))])
         assert client.poll(5000) and [loads(frame).value for frame in client.recv_multipart()] == ["four", "three"]
+        for i in range(200):  # more messages than one round takes (CALL_MESSAGES_PER_ROUND): every one is answered
+            client.send(dumps(call(100 + i, GERMAN[:1])))
+        answered = []
+        while len(answered) < 200 and client.poll(5000):
+            answered += [loads(frame).id for frame in client.recv_multipart()]
+        assert sorted(answered) == list(range(100, 300))
     finally:
         done.set()
         io.join(timeout=5)
