@@ -223,8 +223,14 @@ def client_child(tree: str, socket_dir: str, engine_pid: int, ids_file: str, req
                     await one(connection.new_id(), i)
             await asyncio.gather(*(caller() for _ in range(concurrency)))
 
-        async def steps() -> float:  # the engine's steps so far, from a status sent after this moment
-            await asyncio.sleep(0.3)
+        async def steps() -> float:
+            """The engine's steps so far, from the first status heard after this moment (sent after the replies
+            this client has: the engine sends its status after a round's replies)."""
+            asked = time.monotonic()
+            while connection.last_status_at <= asked:
+                if time.monotonic() - asked > 600:
+                    raise RuntimeError("no status from the engine")
+                await asyncio.sleep(0.01)
             return connection.status.stats["steps"]
 
         await calls()  # the programs' first runs, the sentences' first trip
