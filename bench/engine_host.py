@@ -40,13 +40,23 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT = ROOT / "checkpoints" / "de-en"
 
 
-def instant_device() -> None:
+def instant_device(lookahead: str = "auto") -> None:
     """Replace the device search's step and join programs by stand-ins: a joining sentence's rows start at
     position 0 with its source length as the steps it runs (kept in min_len, which the stand-in step reads
     instead of choosing tokens); a step writes one token for every row, moves the live rows on and ends
     the rows that reached their length. Greedy search only (rows are groups). Rows moved to the front of
-    a shrinking bucket are copied as they are, but one cache position of each."""
+    a shrinking bucket are copied as they are, but one cache position of each. lookahead: on | off: the
+    device searches take their reads in a step later or at once (DeviceSearch's lookahead), whatever the
+    device; auto: its default (on CUDA)."""
+    import inspect
+
     from nmt_serve.inference import device_search, static_decoder
+
+    if lookahead != "auto":
+        init = device_search.DeviceSearch.__init__
+        if "lookahead" not in inspect.signature(init).parameters:
+            raise SystemExit(f"--lookahead {lookahead}: this tree's device search has no lookahead")
+        device_search.DeviceSearch.__init__ = lambda self, *a, **k: init(self, *a, **{**k, "lookahead": lookahead == "on"})
 
     def program(self, K, G, L, terms=None, attention=False):
         dec, slots = self.decoder, self.slots(K)
@@ -77,7 +87,7 @@ def instant_device() -> None:
     static_decoder.StaticDecoder.keep_rows = lambda self, rows, positions=None: keep_rows(self, rows, 1)
 
 
-def child(tree: str, requests: int, concurrency: int, cache: int, freeze: bool, device: str = "cpu") -> None:
+def child(tree: str, requests: int, concurrency: int, cache: int, freeze: bool, device: str = "cpu", lookahead: str = "auto") -> None:
     """In the child: the engine core of `tree`, driven in one process; prints one JSON line."""
     sys.path.insert(0, tree)
     import resource
@@ -86,7 +96,7 @@ def child(tree: str, requests: int, concurrency: int, cache: int, freeze: bool, 
     import torch
 
     torch.set_num_threads(1)
-    instant_device()
+    instant_device(lookahead)
     from nmt_serve.engine.core import EngineConfig, EngineCore
     from nmt_serve.engine.protocol import DecodeOptions, Translate, dumps, loads
     from nmt_serve.inference.translator import Translator
@@ -150,13 +160,13 @@ def child(tree: str, requests: int, concurrency: int, cache: int, freeze: bool, 
                       "full_collections": sum(g == 2 for g, _ in pauses)}), flush=True)
 
 
-def engine_child(tree: str, socket_dir: str, models_dir: str, supervisor: int, device: str = "cpu") -> int:
+def engine_child(tree: str, socket_dir: str, models_dir: str, supervisor: int, device: str = "cpu", lookahead: str = "auto") -> int:
     """In the engine's child: the engine process of `tree` (process.run) over the stand-in programs; the calls
     with ids "mark-start" and "mark-end" bound what callgrind counts."""
     sys.path.insert(0, tree)
     import logging
 
-    instant_device()
+    instant_device(lookahead)
     from nmt_serve.engine import core as engine_core
     from nmt_serve.engine import process
 
@@ -271,7 +281,7 @@ def measure_process(tree: Path, args, scratch: Path) -> dict:
     (work / "ids.json").write_text(json.dumps([tokenizer.encode(s) for s in test_sources("de")]))
     here = str(Path(__file__).resolve())
     command = [sys.executable, here, "--engine-child", str(tree), "--socket-dir", str(work), "--models-dir", str(work / "models"),
-               "--supervisor", str(os.getpid()), "--device", args.device]
+               "--supervisor", str(os.getpid()), "--device", args.device, "--lookahead", args.lookahead]
     if args.callgrind:
         command = [*CALLGRIND, f"--callgrind-out-file={work}/callgrind.%p", *command]
     with open(work / "engine.log", "w") as log:
@@ -297,6 +307,7 @@ def measure_process(tree: Path, args, scratch: Path) -> dict:
 def measure(tree: Path, args, out_dir: Path) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", str(tree),
                "--requests", str(args.requests), "--concurrency", str(args.concurrency), "--cache", str(args.cache), "--device", args.device,
+               "--lookahead", args.lookahead,
                *(["--no-freeze"] if args.no_freeze else [])]
     from bench.common import run_counted  # the parent only: bench.common imports torch
 
@@ -318,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callgrind", action="store_true", help="count instructions under valgrind (50x slower)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the search's buffers live and the stand-ins run "
                                                           "(on CUDA captured and replayed like the real programs, its reads back waited for)")
+    parser.add_argument("--lookahead", choices=("auto", "on", "off"), default="auto",
+                        help="the device search takes a check's reads in once the next step is queued (on), at once (off), "
+                             "or as its default for the device (auto: on CUDA)")
     parser.add_argument("--process", action="store_true", help="the engine process itself over its sockets, called by the "
                                                                   "API's engine client (--cache and --no-freeze do not apply)")
     parser.add_argument("--output")
@@ -327,10 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.requests, args.concurrency, args.cache, not args.no_freeze, args.device)
+        child(args.child, args.requests, args.concurrency, args.cache, not args.no_freeze, args.device, args.lookahead)
         return 0
     if args.engine_child:
-        return engine_child(args.engine_child, args.socket_dir, args.models_dir, args.supervisor, args.device)
+        return engine_child(args.engine_child, args.socket_dir, args.models_dir, args.supervisor, args.device, args.lookahead)
     if args.client_child:
         client_child(args.client_child, args.socket_dir, args.engine_pid, args.ids, args.requests, args.concurrency)
         return 0
@@ -355,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.process:
         report = (f"### The engine process's host work: {args.requests} one-sentence greedy calls from the API's engine client at "
                   f"concurrency {args.concurrency}, an instant device\n\n"
-                  f"Machine: {machine()}; device {args.device}{'; the engine under callgrind' if args.callgrind else ''}.\n\n"
+                  f"Machine: {machine()}; device {args.device}, lookahead {args.lookahead}{'; the engine under callgrind' if args.callgrind else ''}.\n\n"
                   + table(["round", "code", "engine CPU us/sentence", "its main thread's", "engine instructions/sentence (k)",
                            "client CPU us/sentence",
                            "sentences/s", "engine steps", "sentences"], rows) + "\n")
@@ -363,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     report = (f"### The engine's host work: {args.requests} one-sentence greedy calls at concurrency {args.concurrency}, "
               f"an instant device{f', a cache of {args.cache}' if args.cache else ''}"
               f"{', the start-up heap left to the collector' if args.no_freeze else ''}\n\n"
-              f"Machine: {machine()}; device {args.device}{'; under callgrind' if args.callgrind else ''}.\n\n"
+              f"Machine: {machine()}; device {args.device}, lookahead {args.lookahead}{'; under callgrind' if args.callgrind else ''}.\n\n"
               + table(["round", "code", "CPU us/sentence", "instructions/sentence (k)", "garbage collection ms", "longest collection ms",
                        "full collections", "steps (both passes)", "sentences"], rows) + "\n")
     return emit(report, args.output)

@@ -61,6 +61,45 @@ def random_model(seed: int = 0, **overrides) -> Transformer:
     return model
 
 
+def record_reads(monkeypatch, modules, decoder) -> list[tuple[str, object]]:
+    """A log of a device search's steps and reads back, in order: ("step", key) for each step program run,
+    ("copy", read) when a host_copy.HostCopy is queued (by one of `modules`), ("wait", read) when it is
+    waited for."""
+    from nmt_serve.inference.host_copy import HostCopy
+
+    log: list[tuple[str, object]] = []
+
+    class Recorded(HostCopy):
+        def __init__(self, tensors):
+            super().__init__(tensors)
+            log.append(("copy", self))
+
+        def wait(self):
+            log.append(("wait", self))
+            return super().wait()
+
+    for module in modules:
+        monkeypatch.setattr(module, "HostCopy", Recorded)
+    run = decoder.run
+
+    def recorded_run(key, fn):
+        if key[0] != "join":
+            log.append(("step", key))
+        return run(key, fn)
+
+    monkeypatch.setattr(decoder, "run", recorded_run)
+    return log
+
+
+def waits_without_a_step_queued(log: list[tuple[str, object]]) -> int:
+    """Reads waited for, before the last step, with no step queued since the read's copy: the waits that
+    leave a GPU idle while the host waits and then works on what it read."""
+    steps = [i for i, (kind, _) in enumerate(log) if kind == "step"]
+    made = {id(read): i for i, (kind, read) in enumerate(log) if kind == "copy"}
+    return sum(1 for i, (kind, read) in enumerate(log)
+               if kind == "wait" and i < steps[-1] and not any(made[id(read)] < j < i for j in steps))
+
+
 def random_sources(batch: int, max_len: int, vocab: int, seed: int = 0, eos: int = 3, pad: int = 0) -> torch.Tensor:
     """(B, S) right-padded sources of different lengths, each ending with eos."""
     g = torch.Generator().manual_seed(seed)

@@ -47,7 +47,8 @@ import torch
 from nmt_serve.inference.continuous import Sentence
 from nmt_serve.inference.device_constraints import fits as constraints_fit
 from nmt_serve.inference.device_constraints import term_slots
-from nmt_serve.inference.device_search import CHECK_EVERY, JOIN_TOKENS, DeviceSearch, collect, join_chunk
+from nmt_serve.inference.device_search import CHECK_EVERY, JOIN_TOKENS, DeviceSearch, FinishedRead, join_chunk, read_finished
+from nmt_serve.inference.host_copy import HostCopy, device_ids
 from nmt_serve.inference.search import SearchHypothesis
 from nmt_serve.inference.static_decoder import bucket_of
 
@@ -61,9 +62,13 @@ class _Slot:
 
 class ContinuousDeviceSearch:
     def __init__(self, device_search: DeviceSearch, *, beam_size: int = 1, min_length: int = 0, check_every: int = CHECK_EVERY,
-                 join_tokens: int = JOIN_TOKENS):
+                 join_tokens: int = JOIN_TOKENS, lookahead: bool | None = None):
         """join_tokens: the most source positions (sentences x padded length) one join program encodes;
-        a join of more runs in several (the graphs' memory pool holds the largest one's activations)."""
+        a join of more runs in several (the graphs' memory pool holds the largest one's activations).
+        lookahead (default: the DeviceSearch's, on CUDA): what a check reads back is taken in by the next
+        step() once that step is queued, and the finished sentences' hypotheses by the one after, so that
+        the device always has a step to run while the host waits for a read and while the caller works
+        between steps (replies, joins); their slots are free one step later and their results come two."""
         self.device_search = device_search
         self.join_tokens = join_tokens
         self.decoder = device_search.decoder
@@ -72,11 +77,13 @@ class ContinuousDeviceSearch:
         self.K = beam_size
         self.min_length = min_length
         self.check_every = check_every
+        self.lookahead = device_search.lookahead if lookahead is None else lookahead
         self.state = device_search.slots(beam_size)  # the fixed-address search state its programs read
         self.capacity = self.decoder.max_rows // beam_size  # sentences at once
         self.slots: list[_Slot | None] = []  # the sentence in each group of K rows, None where free
         self.steps = 0  # steps run
-        self._since_check = 0
+        self._since_check = 0  # steps since a check's read was taken in (joins come right after one)
+        self._since_read = 0  # steps since a check's read was queued (lookahead: taken in one step later)
         # summaries of the running sentences, remade when they change (not every step)
         self._running = 0
         self._longest_source = 0  # source positions every step reads
@@ -88,9 +95,14 @@ class ContinuousDeviceSearch:
         # sentences left at the last check: the slots are trimmed before the next step, after the joins that may
         # fill them (trimmed at once, a bucket that shrank would grow again with the joins, its rows copied for nothing)
         self._trim_due = False
+        # lookahead: which sentences ran at the last check (its slots then, and their copy on its way), and
+        # the hypotheses of those found finished, on their way with their slots
+        self._reading: tuple[HostCopy, list[_Slot | None]] | None = None
+        self._collecting: tuple[FinishedRead, list[_Slot]] | None = None
 
     def __len__(self) -> int:
-        return self._running
+        """Sentences whose results are still to come: running, or finished and on their way."""
+        return self._running + (len(self._collecting[1]) if self._collecting is not None else 0)
 
     @property
     def rows(self) -> int:
@@ -105,10 +117,12 @@ class ContinuousDeviceSearch:
         return min(bucket_of(used, self.state.group_buckets), bucket_of(self._running, self.state.group_buckets)) * self.K
 
     def keys(self) -> list[Hashable]:
-        return [s.sentence.key for s in self.slots if s is not None]
+        """The keys of the sentences whose results are still to come."""
+        owed = [s.sentence.key for s in self._collecting[1] if not s.cancelled] if self._collecting is not None else []
+        return [s.sentence.key for s in self.slots if s is not None] + owed
 
     def room(self) -> int:
-        return self.capacity - len(self)
+        return self.capacity - self._running
 
     def joinable(self) -> bool:
         """Whether sentences should join now: when nothing runs, or right after a read of which
@@ -170,6 +184,9 @@ class ContinuousDeviceSearch:
         for s in self.slots:
             if s is not None and s.sentence.key in keys:
                 s.cancelled = self._cancelled = True
+        for s in self._collecting[1] if self._collecting is not None else ():
+            if s.sentence.key in keys:
+                s.cancelled = True  # finished already: its result is dropped when it arrives
 
     def _joined(self, sentences: list[Sentence]) -> None:
         """The summaries with these sentences joined at this step (the running ones' stand: the
@@ -216,44 +233,84 @@ class ContinuousDeviceSearch:
         if self._cancelled:
             self._cancelled = False
             cancelled = [g for g, s in enumerate(self.slots) if s is not None and s.cancelled]
-            st.alive[torch.tensor(cancelled, device=dec.device)] = False
+            st.alive[device_ids(cancelled, dec.device)] = False
             for g in cancelled:
                 self.slots[g] = None
             self._trim()
             self._summarize()
+        stepped = bool(self._running)
+        if stepped:
+            if self._trim_due:
+                self._trim()
+            # positions this step reads: every running row's source, and its target up to the new token;
+            # no row has run more steps than the oldest, nor past the decoder's positions
+            target = min(self.steps - self._first_joined + 1, dec.max_length)
+            dec.run(*self.device_search.program(self.K, self._group_bucket(), dec.length_bucket(max(self._longest_source, target)),
+                                                self._terms, self._attention))
+            self.steps += 1
+            self._since_check += 1
+            self._since_read += 1
+        due = stepped and (self._since_read >= self.check_every or self.steps >= self._first_end)
+        if not self.lookahead:
+            done = self._finished(self._read_alive()) if due else []
+        else:
+            # what was read behind the steps before, taken in while this one runs
+            done = self._collected()
+            if self._reading is not None:
+                self._collect(self._finished_slots(*self._reading))
+                self._reading = None
+            if due:
+                self._since_read = 0
+                self._reading = (HostCopy([st.alive[: len(self.slots)]]), list(self.slots))
         if not self._running:
             self.slots = []
             self._trim_due = False
-            return []
-        if self._trim_due:
-            self._trim()
-        # positions this step reads: every running row's source, and its target up to the new token;
-        # no row has run more steps than the oldest, nor past the decoder's positions
-        target = min(self.steps - self._first_joined + 1, dec.max_length)
-        dec.run(*self.device_search.program(self.K, self._group_bucket(), dec.length_bucket(max(self._longest_source, target)),
-                                            self._terms, self._attention))
-        self.steps += 1
-        self._since_check += 1
-        if self._since_check < self.check_every and self.steps < self._first_end:
-            return []
-        return self._finished()
+        return done
 
-    def _finished(self) -> list[tuple[Hashable, list[SearchHypothesis]]]:
-        """Read which sentences still search; copy the others out and free their slots."""
+    def _read_alive(self) -> list[_Slot]:
+        """Which running sentences finished: read now (the one read back of a check, without lookahead)."""
+        self._since_read = 0
+        return self._finished_slots(HostCopy([self.state.alive[: len(self.slots)]]), self.slots)
+
+    def _finished_slots(self, read: HostCopy, seen: list[_Slot | None]) -> list[_Slot]:
+        """Of the sentences in the slots `seen` at a check, those that no longer searched and are still
+        here (not cancelled since; wherever a trim has moved them), from that check's read."""
         self._since_check = 0
-        alive = self.state.alive[: len(self.slots)].tolist()  # the one read back from the device
-        done_groups = [g for g, s in enumerate(self.slots) if s is not None and not alive[g]]
-        if not done_groups:
-            return []
-        sentences = [self.slots[g].sentence for g in done_groups]
-        found = collect(self.decoder, self.state, done_groups, [s.length_penalty for s in sentences], [s.num_hypotheses for s in sentences],
-                        [s.attention_span is not None for s in sentences])
-        done = [(self.slots[g].sentence.key, hyps) for g, hyps in zip(done_groups, found)]
-        for g in done_groups:
+        alive = read.wait()[0].tolist()
+        here = {id(s) for s in self.slots if s is not None}
+        return [s for g, s in enumerate(seen) if s is not None and not alive[g] and id(s) in here]
+
+    def _read(self, finished: list[_Slot]) -> FinishedRead | None:
+        """Queue the copy of the finished sentences' hypotheses and free their slots."""
+        if not finished:
+            return None
+        where = {id(s): g for g, s in enumerate(self.slots) if s is not None}
+        groups = [where[id(s)] for s in finished]
+        sentences = [s.sentence for s in finished]
+        width = min(self.steps - min(s.joined for s in finished), self.decoder.max_length)  # tokens they can hold
+        read = read_finished(self.decoder, self.state, groups, width, [s.length_penalty for s in sentences],
+                             [s.num_hypotheses for s in sentences], [s.attention_span is not None for s in sentences])
+        for g in groups:
             self.slots[g] = None
         self._trim_due = True
         self._summarize()
-        return done
+        return read
+
+    def _finished(self, finished: list[_Slot]) -> list[tuple[Hashable, list[SearchHypothesis]]]:
+        """The finished sentences copied out now, their slots freed."""
+        read = self._read(finished)
+        return [] if read is None else [(s.sentence.key, hyps) for s, hyps in zip(finished, read.hypotheses())]
+
+    def _collect(self, finished: list[_Slot]) -> None:
+        """The finished sentences' slots freed, their hypotheses left on their way (taken by _collected)."""
+        read = self._read(finished)
+        self._collecting = None if read is None else (read, finished)
+
+    def _collected(self) -> list[tuple[Hashable, list[SearchHypothesis]]]:
+        if self._collecting is None:
+            return []
+        (read, finished), self._collecting = self._collecting, None
+        return [(s.sentence.key, hyps) for s, hyps in zip(finished, read.hypotheses()) if not s.cancelled]
 
     def _trim(self) -> None:
         """Drop free slots off the end; when the sentences left fit a smaller bucket, move them to the
@@ -265,7 +322,7 @@ class ContinuousDeviceSearch:
         if not live or bucket_of(len(live), self.state.group_buckets) >= self._group_bucket():
             return
         K, device = self.K, self.decoder.device
-        groups = torch.tensor(live, device=device)
+        groups = device_ids(live, device)
         rows = (groups[:, None] * K + torch.arange(K, device=device)).view(-1)
         # no running row has more positions than the longest source or the oldest sentence's target
         positions = min(max(self._longest_source, self.steps - self._first_joined + 1), self.decoder.max_length)

@@ -30,6 +30,7 @@ import torch
 
 from nmt_serve.inference.device_constraints import MAX_TERMS, DeviceConstraints, term_slots
 from nmt_serve.inference.device_constraints import fits as constraints_fit
+from nmt_serve.inference.host_copy import HostCopy, device_ids
 from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.search import (
     CONSTRAINED_MIN_BEAM,
@@ -425,11 +426,17 @@ class DeviceSearch:
     """Searches over one StaticDecoder; keeps the per-beam-size state between searches (fixed addresses
     that its captured graphs read)."""
 
-    def __init__(self, decoder: StaticDecoder, check_every: int = CHECK_EVERY, forced_first_token: bool = False):
+    def __init__(self, decoder: StaticDecoder, check_every: int = CHECK_EVERY, forced_first_token: bool = False,
+                 lookahead: bool | None = None):
         """forced_first_token: its steps force a per-row first token (a fairseq-family model's target code);
-        without it they leave out those operations, and searches with a target prefix do not fit."""
+        without it they leave out those operations, and searches with a target prefix do not fit.
+        lookahead: a check's read of which sentences still search is taken in once the next step is queued
+        behind it, so that the device computes that step while the host waits for the read and works on
+        it (host_copy.py); the finished sentences' rows run one step more. Default: on CUDA, where the
+        device runs behind the host (elsewhere each operation is done when it returns)."""
         self.decoder = decoder
         self.check_every = check_every
+        self.lookahead = decoder.device.type == "cuda" if lookahead is None else lookahead
         self.constants = _constants(decoder, forced_first_token)
         self._slots: dict[int, SearchSlots] = {}
         self._join_tables: JoinTables | None = None
@@ -570,79 +577,113 @@ class DeviceSearch:
         results: list[list[SearchHypothesis] | None] = [None] * B
 
         steps = 0
+        waiting: HostCopy | None = None  # which sentences still searched at the last check, on its way (lookahead)
+        reads: list[tuple[FinishedRead, list[int]]] = []  # finished sentences' hypotheses on their way, their indices
+
+        def check(alive: list[bool]) -> bool:
+            """The finished leave when the rest fit a smaller bucket (to the front of it); True once none runs."""
+            nonlocal G, Gb, sentences
+            running = [g for g in range(G) if alive[g]]
+            if running and bucket_of(len(running), slots.group_buckets) >= Gb:
+                return False
+            finished = [g for g in range(G) if not alive[g]]
+            if finished:
+                read = read_finished(dec, slots, finished, steps, [options.length_penalty] * len(finished),
+                                     [options.num_hypotheses] * len(finished))
+                reads.append((read, [sentences[g] for g in finished]))
+            if not running:
+                return True
+            groups = device_ids(running, device)
+            rows = (groups[:, None] * K + torch.arange(K, device=device)).view(-1)
+            dec.keep_rows(rows, min(max(S, steps + 1), dec.max_length))
+            slots.keep(groups, rows)
+            sentences = [sentences[g] for g in running]
+            G, Gb = len(running), bucket_of(len(running), slots.group_buckets)
+            slots.alive[G:Gb] = False
+            return False
+
         while True:
             check_deadline(deadline)
             dec.run(*self.program(K, Gb, dec.length_bucket(max(S, steps + 1)), terms))
             steps += 1
+            # what was read behind the steps before, while this one runs
+            for read, indices in reads:
+                for i, hyps in zip(indices, read.hypotheses()):
+                    results[i] = hyps
+            reads.clear()
+            if waiting is not None:
+                alive, waiting = waiting.wait()[0].tolist(), None
+                if check(alive):
+                    break
             if steps % self.check_every and steps < max_steps:
                 continue
-            alive = slots.alive[:G].tolist()  # the one read back from the device
-            running = [g for g in range(G) if alive[g]]
-            if not running:
-                self._collect(slots, list(range(G)), sentences, results, options)
+            if self.lookahead and steps < max_steps:
+                waiting = HostCopy([slots.alive[:G]])  # read once the next step is queued behind it
+            elif check(HostCopy([slots.alive[:G]]).wait()[0].tolist()):
                 break
-            smaller = bucket_of(len(running), slots.group_buckets)
-            if smaller < Gb:  # the finished leave; the rest move to the front of a smaller bucket
-                self._collect(slots, [g for g in range(G) if not alive[g]], sentences, results, options)
-                groups = torch.tensor(running, device=device)
-                rows = (groups[:, None] * K + torch.arange(K, device=device)).view(-1)
-                dec.keep_rows(rows, min(max(S, steps + 1), dec.max_length))
-                slots.keep(groups, rows)
-                sentences = [sentences[g] for g in running]
-                G, Gb = len(running), smaller
-                slots.alive[G:Gb] = False
+        for read, indices in reads:
+            for i, hyps in zip(indices, read.hypotheses()):
+                results[i] = hyps
         return results  # type: ignore[return-value]
 
-    def _collect(self, slots: SearchSlots, groups: list[int], sentences: list[int], results: list, options: SearchOptions) -> None:
-        """Copy the hypotheses of finished sentences (groups of rows) out of the device."""
-        found = collect(self.decoder, slots, groups, [options.length_penalty] * len(groups), [options.num_hypotheses] * len(groups))
-        for g, hyps in zip(groups, found):
-            results[sentences[g]] = hyps
+
+@dataclass
+class FinishedRead:
+    """The hypotheses of finished sentences on their way to the host (read_finished): hypotheses() waits for
+    them and makes the n-best lists."""
+
+    copy: HostCopy
+    K: int
+    length_penalties: list[float]
+    num_hypotheses: list[int]
+    keeps: list[bool]
+
+    def hypotheses(self) -> list[list[SearchHypothesis]]:
+        keep = any(self.keeps)
+        host = [t.tolist() for t in self.copy.wait()]
+        entropies = looks = None
+        if self.K == 1:
+            lengths, scores, histories = host[:3]  # lengths: tokens generated, eos included
+            if keep:
+                entropies, looks = host[3:]
+            return [[SearchHypothesis(tokens[: length - 1], score, normalize(score, length, lp), True,
+                                      entropies=entropies[i][:length] if k else None, looks=looks[i][:length] if k else None)]
+                    for i, (length, score, tokens, lp, k) in enumerate(zip(lengths, scores, histories, self.length_penalties, self.keeps))]
+        counts, scores, lengths, tokens, unmet = host[:5]  # slots past a sentence's count are stale
+        if keep:
+            entropies, looks = host[5:]
+        found = []
+        for i, (lp, n, k) in enumerate(zip(self.length_penalties, self.num_hypotheses, self.keeps)):
+            hyps = [
+                SearchHypothesis(tokens[i][j][: lengths[i][j] - 1], scores[i][j], normalize(scores[i][j], lengths[i][j], lp), True,
+                                 unmet[i][j], entropies[i][j][: lengths[i][j]] if k else None,
+                                 looks[i][j][: lengths[i][j]] if k else None)
+                for j in range(counts[i])
+            ]
+            hyps.sort(key=ranking, reverse=True)
+            found.append(hyps[:n])
+        return found
 
 
-def collect(decoder: StaticDecoder, slots: SearchSlots, groups: list[int], length_penalties: list[float],
-            num_hypotheses: list[int], attention: list[bool] | None = None) -> list[list[SearchHypothesis]]:
-    """The n-best hypotheses of finished sentences (groups of rows), copied out of the device: one read
-    per buffer for all of them. attention: per group, whether its hypotheses carry what the search kept
-    of their attention (entropies, looks: one per generated token, eos's included)."""
-    if not groups:
-        return []
+def read_finished(decoder: StaticDecoder, slots: SearchSlots, groups: list[int], width: int, length_penalties: list[float],
+                  num_hypotheses: list[int], attention: list[bool] | None = None) -> FinishedRead:
+    """Queue the copy of finished sentences' hypotheses (groups of rows) out of the device, one copy per
+    buffer for all of them, without waiting for it. width: no hypothesis has more tokens, eos included
+    (the steps they ran: the host knows it without asking; the per-position buffers are max_length wide,
+    and turning all of it into Python lists cost more than the rest of a large batch's collection).
+    attention: per group, whether its hypotheses carry what the search kept of their attention
+    (entropies, looks: one per generated token, eos's included)."""
     K = slots.K
-    index = torch.tensor(groups, device=slots.score.device)
-    keeps = attention if attention is not None and any(attention) else [False] * len(groups)
-    entropies = looks = None
-
-    def read(buffers, width):
-        # the per-position buffers are max_length wide; what lies past the longest hypothesis is never read,
-        # and turning it into Python lists cost more than the rest of a large batch's collection
-        return (b[index, ..., :width].tolist() for b in buffers)
-
+    index = device_ids(groups, slots.score.device)
+    keeps = list(attention) if attention is not None and any(attention) else [False] * len(groups)
+    width = max(1, min(width, slots.history.size(1)))
     if K == 1:
-        lengths = decoder.pos[index].tolist()  # tokens generated, eos included
-        width = max(lengths)
-        scores = slots.score[index].tolist()
-        (histories,) = read((slots.history,), width)
+        tensors = [decoder.pos[index], slots.score[index], slots.history[index, :width]]
         if any(keeps):
-            entropies, looks = read(slots.kept.buffers()[0], width)
-        return [[SearchHypothesis(tokens[: length - 1], score, normalize(score, length, lp), True,
-                                  entropies=entropies[i][:length] if keep else None, looks=looks[i][:length] if keep else None)]
-                for i, (length, score, tokens, lp, keep) in enumerate(zip(lengths, scores, histories, length_penalties, keeps))]
-    counts = slots.fin_count[index].tolist()
-    scores = slots.fin_score[index].tolist()
-    lengths = slots.fin_len[index].tolist()
-    width = max((length for n, row in zip(counts, lengths) for length in row[:n]), default=1)  # slots past a count are stale
-    (tokens,) = read((slots.fin_tokens,), width)
-    unmet = slots.fin_unmet[index].tolist()
-    if any(keeps):
-        entropies, looks = read(slots.kept.buffers()[1], width)
-    found = []
-    for i, (lp, n, keep) in enumerate(zip(length_penalties, num_hypotheses, keeps)):
-        hyps = [
-            SearchHypothesis(tokens[i][j][: lengths[i][j] - 1], scores[i][j], normalize(scores[i][j], lengths[i][j], lp), True,
-                             unmet[i][j], entropies[i][j][: lengths[i][j]] if keep else None,
-                             looks[i][j][: lengths[i][j]] if keep else None)
-            for j in range(counts[i])
-        ]
-        hyps.sort(key=ranking, reverse=True)
-        found.append(hyps[:n])
-    return found
+            tensors += [b[index, :width] for b in slots.kept.buffers()[0]]
+    else:
+        tensors = [slots.fin_count[index], slots.fin_score[index], slots.fin_len[index], slots.fin_tokens[index, :, :width],
+                   slots.fin_unmet[index]]
+        if any(keeps):
+            tensors += [b[index, :, :width] for b in slots.kept.buffers()[1]]
+    return FinishedRead(HostCopy(tensors), K, list(length_penalties), list(num_hypotheses), keeps)

@@ -9,11 +9,13 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import random_model, random_sources
+from conftest import random_model, random_sources, record_reads, waits_without_a_step_queued
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import nmt_serve.inference.continuous as continuous
+import nmt_serve.inference.continuous_device as continuous_device
+import nmt_serve.inference.device_search as device_search
 from nmt_serve.engine.attention_maps import searched_entropy
 from nmt_serve.inference.continuous import ContinuousSearch, Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
@@ -24,14 +26,15 @@ from nmt_serve.inference.search import SearchOptions, generate, max_lengths_for
 from nmt_serve.inference.static_decoder import StaticDecoder, bucket_of
 
 SHAPES = [dict(), dict(norm_placement="post"), dict(n_heads=2, d_model=48, d_ff=96, n_decoder_layers=3)]
-KINDS = ["eager", "device"]
+KINDS = ["eager", "device", "lookahead"]  # lookahead: the device search taking its reads in a step later
 
 
 def make_search(kind: str, runner: ModelRunner, beam: int, min_length: int = 0, check_every: int = 4, max_rows: int = 64):
     if kind == "eager":
         return ContinuousSearch(runner, beam_size=beam, min_length=min_length)
     decoder = StaticDecoder(runner, max_rows=max_rows, max_length=64)
-    return ContinuousDeviceSearch(DeviceSearch(decoder), beam_size=beam, min_length=min_length, check_every=check_every)
+    return ContinuousDeviceSearch(DeviceSearch(decoder), beam_size=beam, min_length=min_length, check_every=check_every,
+                                  lookahead=kind == "lookahead")
 
 
 def alone(runner: ModelRunner, src: list[int], options: SearchOptions):
@@ -218,11 +221,12 @@ def test_appended_sentences_take_spare_source_entries_and_match_each_alone(beam)
 
 
 @pytest.mark.parametrize("beam", [1, 3])
-def test_device_slots_are_reused_and_compacted(beam):
+@pytest.mark.parametrize("kind", ["device", "lookahead"])
+def test_device_slots_are_reused_and_compacted(beam, kind):
     """Under a stream of joins the device search reuses the slots sentences leave, so the rows a step
     computes stay near the sentences running; when most leave, the rest move to the front slots."""
     runner = ModelRunner(random_model(seed=11))
-    search = make_search("device", runner, beam, check_every=2, max_rows=64 * beam)
+    search = make_search(kind, runner, beam, check_every=2, max_rows=64 * beam)
     want = {}
     results = {}
     for step in range(60):
@@ -250,6 +254,42 @@ def test_device_slots_are_reused_and_compacted(beam):
         results.update(dict(search.step()))
     for i, src in enumerate(srcs):
         assert_same(results[i], alone(runner, src, SearchOptions(beam_size=beam, max_length=caps[i])))
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_with_lookahead_reads_are_taken_in_behind_the_next_step_and_nothing_is_lost(beam, monkeypatch):
+    """With lookahead a check's read of which sentences still search is taken in by the next step(), once
+    that step is queued, and the finished sentences' hypotheses by the one after: no read is waited for
+    without a step queued behind it (without lookahead every check's is). A sentence whose result is on
+    its way still counts in len() and keys(), and cancelled then, it never comes back. The results are
+    each sentence's alone, as without lookahead."""
+    runner = ModelRunner(random_model(seed=13))
+    srcs = sources(24, seed=31)
+    caps = [3 + (7 * i) % 11 for i in range(24)]
+    batches = [[Sentence(i, srcs[i], caps[i]) for i in range(a, b)] for a, b in ((0, 8), (8, 9), (9, 16), (16, 24))]
+    idle = {}
+    for kind in ("device", "lookahead"):
+        search = make_search(kind, runner, beam, check_every=2, max_rows=32 * beam)
+        log = record_reads(monkeypatch, [continuous_device, device_search], search.decoder)
+        results = run_staggered(search, batches, [0, 3, 1, 4])
+        assert sorted(results) == list(range(24))
+        for i, src in enumerate(srcs):
+            assert_same(results[i], alone(runner, src, SearchOptions(beam_size=beam, max_length=caps[i])))
+        idle[kind] = waits_without_a_step_queued(log)
+        assert sum(k == "wait" for k, _ in log) >= 6
+    assert idle["lookahead"] == 0 and idle["device"] >= 6
+
+    search = make_search("lookahead", runner, beam, check_every=1, max_rows=32 * beam)
+    search.add([Sentence(i, srcs[i], 3 if i < 2 else 12) for i in range(4)])  # 0 and 1 end by their third step
+    steps = [search.step() for _ in range(4)]
+    assert steps == [[], [], [], []]  # the third step's read taken in by the fourth, their hypotheses not yet
+    assert len(search) == 4 and sorted(search.keys()) == [0, 1, 2, 3] and search.room() == 32 - 2
+    search.cancel({1, 2})
+    results = dict(search.step())
+    assert sorted(results) == [0]
+    while len(search):
+        results.update(dict(search.step()))
+    assert sorted(results) == [0, 3]
 
 
 @pytest.mark.parametrize("beam", [1, 2])
@@ -552,7 +592,7 @@ def forced_attention(model, src: list[int], tokens: list[int], span: tuple[int, 
 
 
 @pytest.mark.parametrize("beam", [1, 2, 4])
-@pytest.mark.parametrize("search", ["eager", "eager-grouped", "eager-tensors", "device", "device-lexical"])
+@pytest.mark.parametrize("search", ["eager", "eager-grouped", "eager-tensors", "device", "device-lexical", "lookahead-lexical"])
 def test_the_search_keeps_each_translations_source_entropy_and_alignment(beam, search, monkeypatch):
     """Sentences with an attention_span get, per hypothesis, the cross-attention's entropy of every target
     token and the source position it attends most, following their beams; they are a teacher-forced
@@ -560,7 +600,7 @@ def test_the_search_keeps_each_translations_source_entropy_and_alignment(beam, s
     The eager search (its beams grouped or not; the numbers reckoned in Python or, for many weights, in
     tensor ops) and the device search, whose steps keep them in device buffers (with lexical constraints
     on some sentences: its constrained programs)."""
-    if search == "device-lexical" and beam == 1:
+    if search.endswith("-lexical") and beam == 1:
         pytest.skip("lexical constraints run beam search")
     monkeypatch.setattr(continuous, "GROUPED_BEAM_MIN_ROWS", 8 if search == "eager-grouped" else 1000)
     monkeypatch.setattr(continuous, "ATTENTION_ROWS_ON_HOST", 0 if search == "eager-tensors" else 10**6)
@@ -568,7 +608,7 @@ def test_the_search_keeps_each_translations_source_entropy_and_alignment(beam, s
     runner = ModelRunner(model)
     srcs = sources(12, seed=beam)
     spans = [(i % 2, len(s) - 1) if i % 3 else None for i, s in enumerate(srcs)]  # a language tag's place left out, or not
-    terms = [LexicalConstraints(include=((40,),)) if search == "device-lexical" and i % 4 == 1 else None for i in range(len(srcs))]
+    terms = [LexicalConstraints(include=((40,),)) if search.endswith("-lexical") and i % 4 == 1 else None for i in range(len(srcs))]
     sentences = [Sentence(i, s, 12, num_hypotheses=beam, attention_span=span, constraints=c)
                  for i, (s, span, c) in enumerate(zip(srcs, spans, terms))]
     kind = search.split("-")[0]

@@ -24,8 +24,8 @@ from nmt_serve.inference.static_decoder import StaticDecoder
 EOS = 3
 
 
-def device_search(model, max_rows=64, check_every=4):
-    return DeviceSearch(StaticDecoder(ModelRunner(model), max_rows=max_rows, max_length=64), check_every=check_every)
+def device_search(model, max_rows=64, check_every=4, lookahead=False):
+    return DeviceSearch(StaticDecoder(ModelRunner(model), max_rows=max_rows, max_length=64), check_every=check_every, lookahead=lookahead)
 
 
 def assert_same(mine, reference, abs_tol=1e-4):
@@ -117,7 +117,8 @@ def test_device_search_gives_the_eager_constrained_results(beam_size, check_ever
     lexical = [random_constraints(rng, V, continuations if rng.random() < 0.5 else None, ends) for _ in range(13)]
     opts = SearchOptions(beam_size=beam_size, num_hypotheses=min(beam_size, 2), max_length=rng.choice([None, 14]), length_penalty=0.8)
     reference = generate(ModelRunner(model), src, opts, constraints=lexical)
-    searcher = device_search(model, max_rows=128, check_every=check_every)
+    # one seed of the three through the lookahead path (reads taken in a step later): the same results
+    searcher = device_search(model, max_rows=128, check_every=check_every, lookahead=seed == 1)
     assert searcher.accepts(src, opts, lexical)
     mine = searcher.search(src, opts, constraints=lexical)
     assert_same(mine, reference)
@@ -172,7 +173,8 @@ def test_constraints_past_the_buffers_are_left_to_the_eager_search():
 
 
 @pytest.mark.parametrize("check_every", [1, 3])
-def test_continuous_device_search_with_constraints_joining_at_different_steps(check_every):
+@pytest.mark.parametrize("lookahead", [False, True])
+def test_continuous_device_search_with_constraints_joining_at_different_steps(check_every, lookahead):
     """Constrained and free sentences join a running continuous search; each gets what the eager beam
     search gives it alone (a sentence left unmet comes back flagged, for the engine to redo)."""
     model = random_model(seed=11)
@@ -183,7 +185,8 @@ def test_continuous_device_search_with_constraints_joining_at_different_steps(ch
     lexical = [random_constraints(rng, V, None, random_ends(V, 11)) for _ in srcs]
     lexical[0] = LexicalConstraints(include=((40, 41, 42, 43),))  # cannot fit in max_length 4
     K = 4
-    search = ContinuousDeviceSearch(DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64)), beam_size=K, check_every=check_every)
+    search = ContinuousDeviceSearch(DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64)), beam_size=K, check_every=check_every,
+                                    lookahead=lookahead)
     options = [SearchOptions(beam_size=K, num_hypotheses=rng.randint(1, 2), max_length=4 if i == 0 else rng.choice([None, 9]))
                for i in range(len(srcs))]
     sentences = [Sentence(i, s, int(max_lengths_for(torch.tensor([s]), 0, o, model.config.max_positions - 1)[0]),

@@ -4,10 +4,11 @@ itself against full recomputation, with rows at different positions. On CPU the 
 op; the CUDA tests at the end also capture them as CUDA graphs."""
 import pytest
 import torch
-from conftest import random_model, random_sources
+from conftest import random_model, random_sources, record_reads, waits_without_a_step_queued
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+import nmt_serve.inference.device_search as device_search_module
 from nmt_serve.inference.device_search import DeviceSearch, supports
 from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import SearchOptions, generate
@@ -21,9 +22,9 @@ SHAPES = [
 ]
 
 
-def device_search(model, max_rows=64, max_length=64, check_every=4, device="cpu"):
+def device_search(model, max_rows=64, max_length=64, check_every=4, lookahead=False):
     decoder = StaticDecoder(ModelRunner(model), max_rows=max_rows, max_length=max_length)
-    return DeviceSearch(decoder, check_every=check_every)
+    return DeviceSearch(decoder, check_every=check_every, lookahead=lookahead)
 
 
 def assert_same_results(mine, reference, abs_tol=1e-4):
@@ -61,12 +62,13 @@ def test_row_moves_see_the_cache_as_wide_integers(dtype):
 @pytest.mark.parametrize("overrides", SHAPES)
 @pytest.mark.parametrize("beam_size", [1, 3])
 @pytest.mark.parametrize("check_every", [1, 4])
-def test_device_search_gives_the_reference_results(overrides, beam_size, check_every):
+@pytest.mark.parametrize("lookahead", [False, True])
+def test_device_search_gives_the_reference_results(overrides, beam_size, check_every, lookahead):
     model = random_model(seed=21, **overrides)
     src = random_sources(11, 9, model.config.src_vocab_size, seed=22)  # 11 sentences: a bucket of 16
     opts = SearchOptions(beam_size=beam_size, num_hypotheses=beam_size, max_length=20)
     reference = generate(ModelRunner(model), src, opts)
-    assert_same_results(device_search(model, check_every=check_every).search(src, opts), reference)
+    assert_same_results(device_search(model, check_every=check_every, lookahead=lookahead).search(src, opts), reference)
 
 
 @pytest.mark.parametrize("beam_size", [1, 2, 4])
@@ -77,15 +79,17 @@ def test_device_search_gives_the_reference_results(overrides, beam_size, check_e
     dict(),  # max_length from the source length
     dict(num_hypotheses=2, length_penalty=0.6),
 ])
-def test_device_search_options(beam_size, options):
+@pytest.mark.parametrize("lookahead", [False, True])
+def test_device_search_options(beam_size, options, lookahead):
     options = {**options, "num_hypotheses": min(options.get("num_hypotheses", 1), beam_size)}
     model = random_model(seed=23)
     src = random_sources(7, 8, model.config.src_vocab_size, seed=24)
     opts = SearchOptions(beam_size=beam_size, **options)
-    assert_same_results(device_search(model).search(src, opts), generate(ModelRunner(model), src, opts))
+    assert_same_results(device_search(model, lookahead=lookahead).search(src, opts), generate(ModelRunner(model), src, opts))
 
 
-def test_rows_leave_and_the_bucket_shrinks():
+@pytest.mark.parametrize("lookahead", [False, True])
+def test_rows_leave_and_the_bucket_shrinks(lookahead):
     """Sentences that finish early leave the running rows; the rest keep their results."""
     model = random_model(seed=25, final_logits_bias=True)
     cfg = model.config
@@ -94,13 +98,35 @@ def test_rows_leave_and_the_bucket_shrinks():
     src = random_sources(37, 10, cfg.src_vocab_size, seed=26)
     for beam_size in (1, 2):
         opts = SearchOptions(beam_size=beam_size, max_length=40, num_hypotheses=beam_size)
-        searcher = device_search(model, max_rows=128, check_every=1)
+        searcher = device_search(model, max_rows=128, check_every=1, lookahead=lookahead)
         reference = generate(ModelRunner(model), src, opts)
         lengths = {len(h[0].tokens) for h in reference}
         assert len(lengths) > 3  # really finishing at different steps
         assert_same_results(searcher.search(src, opts), reference)
         # the decoder is reused: a second, different search over the same buffers
         assert_same_results(searcher.search(src[:5], opts), generate(ModelRunner(model), src[:5], opts))
+
+
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_with_lookahead_no_read_is_waited_for_without_a_step_queued_behind_it(monkeypatch, beam_size):
+    """With lookahead, each read back (which sentences still search, the finished ones' hypotheses) is
+    waited for only once a later step is queued: on a GPU, that step runs while the host waits and works
+    on the read. Without it, every check's read waits with nothing queued. The results are the same."""
+    model = random_model(seed=25, final_logits_bias=True)
+    cfg = model.config
+    model.logits_bias.zero_()
+    model.logits_bias[cfg.eos_id] = 3.0  # sentences end at many different steps: the bucket shrinks
+    src = random_sources(37, 10, cfg.src_vocab_size, seed=26)
+    opts = SearchOptions(beam_size=beam_size, max_length=40, num_hypotheses=beam_size)
+    found, idle = {}, {}
+    for lookahead in (False, True):
+        searcher = device_search(model, max_rows=128, check_every=2, lookahead=lookahead)
+        log = record_reads(monkeypatch, [device_search_module], searcher.decoder)
+        found[lookahead] = searcher.search(src, opts)
+        idle[lookahead] = waits_without_a_step_queued(log)
+        assert sum(kind == "wait" for kind, _ in log) >= 8  # checks, and reads of the finished as the bucket shrank
+    assert idle[True] == 0 and idle[False] >= 8
+    assert_same_results(found[True], found[False], abs_tol=0)
 
 
 def test_step_rows_at_different_positions_match_recomputation():
