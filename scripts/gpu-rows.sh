@@ -32,12 +32,16 @@
 #            waiting sentences only at its checks (as shipped: every 4 steps) and at any step where it has room (patched
 #            in the engine process only), one run each: the greedy server ran 70 rows a step at concurrency 256, the
 #            rest of its calls waiting for a check among other places; a join costs 0.13-1.04 of a step's GPU time
+#   lookahead  bench.server_load's throughput and mixed sections (4 API workers) with the device search taking a
+#            check's reads in once the next step is queued (as shipped on CUDA) and at once (patched in the engine
+#            process only), one run each: whether the GPU computing a step while the engine loop waits for a read,
+#            replies and joins closes part of the gap (the H200's greedy server: 1.39 ms a step, 0.36 of GPU)
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | switch | check | engine-host | join-any-step | ab | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | switch | check | engine-host | join-any-step | lookahead | ab | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -46,7 +50,7 @@ if [ "$stage" = all ]; then
     # (the default list's limits add up to 570 s, inside a call's 600; a stage took about half its limit on an H200)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
     declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
-                      [engine-host]=150 [join-any-step]=300)
+                      [engine-host]=150 [join-any-step]=300 [lookahead]=300)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -125,6 +129,21 @@ case $stage in
                 > "$out/joins-$policy.log" 2>&1
             grep -A4 -E "^\| (API workers|short alone)" "$out/joins-$policy.md" | sed "s/^/$policy /"
         done 2>&1 | tee "$out/join-any-step.txt" ;;
+    lookahead)
+        mkdir -p /tmp/lookahead-site
+        printf '%s\n' 'import os' \
+            'if os.environ.get("NMT_NO_LOOKAHEAD") and b"nmt_serve.engine.process" in open("/proc/self/cmdline", "rb").read():' \
+            '    from nmt_serve.inference import device_search' \
+            '    init = device_search.DeviceSearch.__init__' \
+            '    device_search.DeviceSearch.__init__ = lambda self, *a, **k: init(self, *a, **{**k, "lookahead": False})' \
+            > /tmp/lookahead-site/sitecustomize.py
+        for reads in lookahead at-once; do
+            if [ $reads = lookahead ]; then unset NMT_NO_LOOKAHEAD; else export NMT_NO_LOOKAHEAD=1; fi
+            PYTHONPATH=/tmp/lookahead-site:$PYTHONPATH python3 -m bench.server_load --device cuda --sections throughput,mixed \
+                --workers 4 --mixed-workers 4 --clients 4 --concurrency 256 --batch 256 --requests 4096 \
+                --output "$out/lookahead-$reads.md" > "$out/lookahead-$reads.log" 2>&1
+            grep -A4 -E "^\| (API workers|short alone)" "$out/lookahead-$reads.md" | sed "s/^/$reads /"
+        done 2>&1 | tee "$out/lookahead.txt" ;;
     engine-host)
         python3 -m bench.engine_host --process --device cuda --concurrency 256 --requests 20000 --rounds 2 \
             $([ -d .gpubase/nmt_serve ] && echo --compare .gpubase) --output "$out/engine-host.md" 2>&1 | tee "$out/engine-host.log" ;;

@@ -250,22 +250,26 @@ class ContinuousDeviceSearch:
             self.steps += 1
             self._since_check += 1
             self._since_read += 1
-        due = stepped and (self._since_read >= self.check_every or self.steps >= self._first_end)
         if not self.lookahead:
-            done = self._finished(self._read_alive()) if due else []
+            done = self._finished(self._read_alive()) if stepped and self._check_due() else []
         else:
             # what was read behind the steps before, taken in while this one runs
             done = self._collected()
             if self._reading is not None:
                 self._collect(self._finished_slots(*self._reading))
                 self._reading = None
-            if due:
+            if stepped and self._check_due():
                 self._since_read = 0
                 self._reading = (HostCopy([st.alive[: len(self.slots)]]), list(self.slots))
         if not self._running:
             self.slots = []
             self._trim_due = False
         return done
+
+    def _check_due(self) -> bool:
+        """Whether this step ends with a read of which sentences still search: every check_every steps, and
+        at every step while a sentence may have reached its max_length (it leaves at once)."""
+        return self._since_read >= self.check_every or self.steps >= self._first_end
 
     def _read_alive(self) -> list[_Slot]:
         """Which running sentences finished: read now (the one read back of a check, without lookahead)."""

@@ -562,7 +562,7 @@ class DeviceSearch:
         G = B  # sentences in the running rows (finished ones included until they are copied out)
         Gb = bucket_of(G, slots.group_buckets)
         n = dec.load_sources(src, repeat=K, bucket_rows=Gb * K)
-        slots.max_len[:n] = max_lens.to(device).repeat_interleave(K)
+        slots.max_len[:n] = device_ids(max_lens.tolist(), device)[:, None].expand(B, K).reshape(-1)
         slots.min_len[:n] = options.min_length
         slots.forced[:n] = options.target_prefix[0] if options.target_prefix else -1
         slots.alive[:B] = True
