@@ -21,7 +21,10 @@ are still searching, every `check_every` steps (at once when a sentence reaches 
 finished sentences are copied out and their slots freed for the next ones to join. Until then a
 finished sentence's rows keep being computed and ignored, a little work instead of a wait on the
 device each step. When the live sentences fit a smaller bucket they move to the front slots, before the
-next step: after the sentences that join at the check have taken the free slots.
+next step: after the sentences that join at the check have taken the free slots. With `lookahead` (on
+CUDA) the read of a check is taken in by the next step() once that step is queued, and the finished
+sentences' hypotheses by the one after (host_copy.py): the device always has a step to compute while
+the host waits for a read and while the engine replies and prepares joins between steps.
 
 Sentences with lexical constraints (beam search only) join like the others, their constraints in the
 search's device buffers (device_constraints.py); while any runs, the step is the constrained program,

@@ -6,7 +6,9 @@ choice of tokens (greedy) or of beams among the top 2K of K x V candidates (beam
 hypotheses, and the reorder of the cache by beam parents. The host replays it and reads back one
 small tensor (which sentences still run) every `check_every` steps; it copies results out only when
 the running rows shrink to a smaller bucket and at the end. Finished rows keep being computed, masked
-out, until then: a little wasted work instead of a wait on the device every step.
+out, until then: a little wasted work instead of a wait on the device every step. With `lookahead` (on
+CUDA) a check's read is taken in once the next step is queued behind it (host_copy.py), so the GPU has a
+step to compute while the host waits for the read and then works on it.
 
 Results are those of the eager reference search (search.py), hypothesis for hypothesis: the same
 candidates are taken in the same order, and scores are the same float32 sums; only the attention
