@@ -699,7 +699,7 @@ class EngineCore:
     @staticmethod
     def _run_step(search) -> "_StepOutcome":
         """One step of one search: what finished, or its error."""
-        rows, live = search.rows, len(search) * search.K
+        rows, live = search.rows, search.running * search.K
         started = time.perf_counter()
         try:
             done, error = search.step(), None

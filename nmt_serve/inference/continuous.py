@@ -123,6 +123,11 @@ class ContinuousSearch:
         return sum(r is not None for r in self.slots)
 
     @property
+    def running(self) -> int:
+        """Sentences still searching (all of len() here: a finished one leaves with its result at once)."""
+        return len(self)
+
+    @property
     def rows(self) -> int:
         """Rows a step computes, empty groups included."""
         return len(self.slots) * self.K

@@ -108,6 +108,11 @@ class ContinuousDeviceSearch:
         return self._running + (len(self._collecting[1]) if self._collecting is not None else 0)
 
     @property
+    def running(self) -> int:
+        """Sentences still searching (their rows computed by every step)."""
+        return self._running
+
+    @property
     def rows(self) -> int:
         """Rows the next step computes: its bucket of groups (once the slots are trimmed), times K."""
         if not self._trim_due:

@@ -283,7 +283,7 @@ def test_with_lookahead_reads_are_taken_in_behind_the_next_step_and_nothing_is_l
     search.add([Sentence(i, srcs[i], 3 if i < 2 else 12) for i in range(4)])  # 0 and 1 end by their third step
     steps = [search.step() for _ in range(4)]
     assert steps == [[], [], [], []]  # the third step's read taken in by the fourth, their hypotheses not yet
-    assert len(search) == 4 and sorted(search.keys()) == [0, 1, 2, 3] and search.room() == 32 - 2
+    assert len(search) == 4 and search.running == 2 and sorted(search.keys()) == [0, 1, 2, 3] and search.room() == 32 - 2
     search.cancel({1, 2})
     results = dict(search.step())
     assert sorted(results) == [0]
