@@ -65,12 +65,6 @@ def seen_owner(state: ServiceState, request: Request) -> str | None:
     return job_owner(state, request) if state.keys.enabled else None
 
 
-async def require_api_key(request: Request) -> None:
-    # the state read here rather than as a dependency of its own: FastAPI's solving of a dependency costs a
-    # few percent of a one-sentence request's CPU
-    authorize(request.app.state.service, request)
-
-
 async def require_metrics_token(request: Request, state: ServiceState = Depends(get_state)) -> None:
     token = state.settings.metrics_token
     if token and not same_secret(bearer_token(request), token):

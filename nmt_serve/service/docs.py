@@ -123,7 +123,7 @@ RAISED: dict[tuple[str, str], tuple[int, ...]] = {
     ("get", "/health/ready"): (503,),
     ("get", "/metrics"): (401,),  # with --metrics-token
 }
-KEYED_PREFIX = "/v1/"  # its router depends on require_api_key: 401 with --api-keys, 429 with a rate limit
+KEYED_PREFIX = "/v1/"  # checked before the routers (middleware.BodySizeLimit): 401 with --api-keys, 429 with a rate limit
 
 
 def _error_response(status: int, libretranslate: bool) -> dict:
