@@ -69,7 +69,7 @@ python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
 case $stage in
     tests)
         python3 -m pytest -q -m cuda -p no:cacheprovider tests/unit/test_device_search.py tests/unit/test_continuous.py \
-            tests/unit/test_device_constraints.py tests/unit/test_translator.py tests/unit/test_memory_plan.py 2>&1 | tee "$out/tests.log" ;;
+            tests/unit/test_device_constraints.py tests/unit/test_translator.py tests/unit/test_memory_plan.py tests/unit/test_host_copy.py 2>&1 | tee "$out/tests.log" ;;
     joins)
         python3 -m bench.gpu --quick --sections joins,latency,busy --output "$out/joins.md" --json "$out/joins.json" 2>&1 | tee "$out/joins.log" ;;
     server)

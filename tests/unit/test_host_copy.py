@@ -1,0 +1,46 @@
+"""HostCopy holds a tensor as it was at its point of the device's queue, whatever runs after it; device_ids
+puts ids on the device. On CUDA the copy is asynchronous (pinned memory and an event): the CUDA test
+queues work behind the copy that changes the tensor and checks that the copy holds the values before it
+and that waiting did not wait for that work."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmt_serve.inference.host_copy import HostCopy, device_ids
+
+
+def test_a_copy_holds_the_values_of_its_moment():
+    alive = torch.tensor([True, False, True])
+    scores = torch.arange(6.0).view(2, 3)
+    copy = HostCopy([alive[:2], scores[:, 1]])
+    alive.fill_(False)
+    scores.zero_()
+    kept_alive, kept_scores = copy.wait()
+    assert kept_alive.tolist() == [True, False] and kept_scores.tolist() == [1.0, 4.0]
+    assert copy.wait()[0] is kept_alive  # a second wait returns the same copies
+
+
+def test_device_ids():
+    ids = device_ids([3, 1, 2], torch.device("cpu"))
+    assert ids.dtype == torch.long and ids.tolist() == [3, 1, 2]
+
+
+@pytest.mark.cuda
+def test_on_cuda_the_copy_is_queued_and_the_work_behind_it_is_not_waited_for():
+    device = torch.device("cuda")
+    x = torch.arange(1024, device=device, dtype=torch.float32)
+    copy = HostCopy([x[:4]])
+    assert copy.host[0].is_pinned()
+    # long work behind the copy that changes x: the copy must hold x as it was before it
+    a = torch.randn(4096, 4096, device=device)
+    for _ in range(20):
+        a = a @ a / 64
+    x.add_(a[0, :1024].abs() + 1)
+    kept = copy.wait()[0]
+    behind = torch.cuda.Event()
+    behind.record()
+    assert not behind.query()  # the matmuls behind the copy were still running when the wait returned
+    assert kept.tolist() == [0.0, 1.0, 2.0, 3.0]
+    ids = device_ids([5, 6, 7], device)
+    assert ids.device.type == "cuda" and ids.tolist() == [5, 6, 7]
