@@ -102,6 +102,7 @@ class ContinuousDeviceSearch:
         # the hypotheses of those found finished, on their way with their slots
         self._reading: tuple[HostCopy, list[_Slot | None]] | None = None
         self._collecting: tuple[FinishedRead, list[_Slot]] | None = None
+        self._handed_over = False  # the last step handed finished sentences' results over (lookahead)
 
     def __len__(self) -> int:
         """Sentences whose results are still to come: running, or finished and on their way."""
@@ -137,8 +138,10 @@ class ContinuousDeviceSearch:
         sentences finished. A join runs the encoder and copies rows into the decoder (eager, it cost
         about 5 ms on an H100 host against 0.5 ms for a replayed step: BENCHMARKS.md; see add() for
         the captured join): joining once per check, with everything that arrived meanwhile, pays that
-        once instead of every step, at the cost of waiting up to check_every - 1 steps."""
-        return self._running == 0 or self._since_check == 0
+        once instead of every step, at the cost of waiting up to check_every - 1 steps. With lookahead
+        also at the step after, which hands over the finished sentences' results: the next calls of
+        the callers they answer join then, not a check later."""
+        return self._running == 0 or self._since_check == 0 or self._handed_over
 
     def fits(self, sentence: Sentence) -> bool:
         """Whether the sentence's source and output fit the decoder's positions, and its lexical
@@ -262,6 +265,7 @@ class ContinuousDeviceSearch:
             done = self._finished(self._read_alive()) if stepped and self._check_due() else []
         else:
             # what was read behind the steps before, taken in while this one runs
+            self._handed_over = self._collecting is not None
             done = self._collected()
             if self._reading is not None:
                 self._collect(self._finished_slots(*self._reading))

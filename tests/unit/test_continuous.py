@@ -372,6 +372,16 @@ def test_device_search_takes_joins_right_after_a_check():
         pattern.append(search.joinable())
     assert pattern == [False, False, True, False, False, True]
     assert ContinuousSearch(runner).joinable()
+    # with lookahead a check's read is taken in a step later, and the results handed over the step after:
+    # joins come at both (the next calls of the callers just answered join without waiting for a check)
+    search = make_search("lookahead", runner, 1, check_every=3)
+    search.add([Sentence(0, [5, 6, 3], 20), Sentence(1, [5, 3], 2)])  # 1 ends at its max_length: read at step 2
+    pattern = []
+    for _ in range(8):
+        done = search.step()
+        pattern.append((search.joinable(), [key for key, _ in done]))
+    # read queued at steps 2 and 5 (three steps apart), taken in at 3 and 6, 1's result handed over at 4
+    assert pattern == [(False, []), (False, []), (True, []), (True, [1]), (False, []), (True, []), (False, []), (False, [])]
 
 
 def test_device_search_refuses_what_does_not_fit():
