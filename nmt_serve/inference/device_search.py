@@ -249,24 +249,29 @@ class JoinTables:
     def __init__(self, device: torch.device, rows: int, max_length: int):
         """rows: the most sentences one join program takes; max_length: the widest source."""
         self.device = device
-        size = rows * (JOIN_INFO + max_length)
+        self.size = size = rows * (JOIN_INFO + max_length)
         self.block = torch.zeros(size, dtype=torch.long, device=device)
-        # a join's tables lie side by side here, so none overwrites another before its copy has run
-        self.host = torch.zeros(size, dtype=torch.long, pin_memory=device.type == "cuda")
+        # a join's tables lie side by side in one half of this, so that none overwrites another before its copy
+        # has run; the next join takes the other half, whose copies (two joins ago) are done by then
+        self.host = torch.zeros(2 * size if device.type == "cuda" else 0, dtype=torch.long, pin_memory=device.type == "cuda")
+        self._half = 0
         self._used = 0
-        self._copied: torch.cuda.Event | None = None  # recorded after a join's last copy out of host
+        self._copied: list[torch.cuda.Event | None] = [None, None]  # per half: recorded after its join's last copy
 
     def table(self, n: int, W: int) -> torch.Tensor:
         """The device view that the program for n sentences of up to W source tokens reads."""
         return self.block[: n * (JOIN_INFO + W)].view(n, JOIN_INFO + W)
 
     def begin(self) -> None:
-        """A new join: its tables may reuse the host memory once the last join's copies have read it
-        (long done in practice: the search read the device back since)."""
-        if self._copied is not None:
-            self._copied.synchronize()
-            self._copied = None
-        self._used = 0
+        """A new join, in the other half of the host memory: it may reuse that once the copies of the join
+        before the last have read it (long done in practice: the last join's waits only for the step in
+        flight, and a join comes at most once a step)."""
+        self._half = 1 - self._half
+        copied = self._copied[self._half]
+        if copied is not None:
+            copied.synchronize()
+            self._copied[self._half] = None
+        self._used = self._half * self.size
 
     def put(self, groups: list[int], sources: list[list[int]], info: list[tuple[int, ...]], W: int, pad_id: int) -> None:
         """Fill the table for these sentences (in these groups; info: source length, max_length, forced
@@ -280,8 +285,8 @@ class JoinTables:
         self._used += size
         self._fill(host, groups, sources, info, pad_id)
         self.table(n, W).copy_(host, non_blocking=True)
-        self._copied = torch.cuda.Event()
-        self._copied.record(torch.cuda.current_stream(self.device))
+        copied = self._copied[self._half] = torch.cuda.Event()
+        copied.record(torch.cuda.current_stream(self.device))
 
     @staticmethod
     def _fill(table: torch.Tensor, groups: list[int], sources: list[list[int]], info: list[tuple[int, ...]], pad_id: int) -> None:

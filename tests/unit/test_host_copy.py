@@ -1,12 +1,14 @@
 """HostCopy holds a tensor as it was at its point of the device's queue, whatever runs after it; device_ids
 puts ids on the device. On CUDA the copy is asynchronous (pinned memory and an event): the CUDA test
 queues work behind the copy that changes the tensor and checks that the copy holds the values before it
-and that waiting did not wait for that work."""
+and that waiting did not wait for that work. A join's tables go the other way the same way, and the
+next join does not wait for the last one's copies (DeviceSearch's JoinTables, two halves of host memory)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
+from nmt_serve.inference.device_search import JOIN_INFO, JoinTables
 from nmt_serve.inference.host_copy import HostCopy, device_ids
 
 
@@ -44,3 +46,23 @@ def test_on_cuda_the_copy_is_queued_and_the_work_behind_it_is_not_waited_for():
     assert kept.tolist() == [0.0, 1.0, 2.0, 3.0]
     ids = device_ids([5, 6, 7], device)
     assert ids.device.type == "cuda" and ids.tolist() == [5, 6, 7]
+
+
+@pytest.mark.cuda
+def test_on_cuda_a_join_does_not_wait_for_the_copies_of_the_join_before():
+    device = torch.device("cuda")
+    tables = JoinTables(device, rows=8, max_length=16)
+    a = torch.randn(4096, 4096, device=device)
+    for _ in range(20):  # long work, then the first join's copy behind it
+        a = a @ a / 64
+    tables.begin()
+    tables.put([0, 1], [[5, 3], [6, 7, 3]], [(2, 4, -1, 0, 0), (3, 5, -1, 0, 0)], 3, 0)
+    tables.begin()  # the second join: the other half of the host memory, nothing to wait for
+    behind = torch.cuda.Event()
+    behind.record()
+    assert not behind.query()  # the matmuls and the first join's copy were still queued
+    tables.put([2], [[9, 3]], [(2, 6, -1, 0, 0)], 2, 0)
+    torch.cuda.synchronize()
+    assert tables.table(1, 2).tolist() == [[2, 2, 6, -1, 0, 0, 9, 3]]
+    tables.begin()  # the third reuses the first join's half: its copy is done
+    assert tables.table(1, 2).shape == (1, JOIN_INFO + 2)
