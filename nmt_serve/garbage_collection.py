@@ -1,4 +1,15 @@
-"""Python's cyclic garbage collector in the engine process: the start-up heap out of its reach, its pauses counted.
+"""Python's cyclic garbage collector in the service's processes: young collections rarer, the engine's start-up heap
+out of its reach, its pauses counted.
+
+A young collection comes whenever the tracked objects allocated since the last one outnumber those freed by
+Python's threshold (700). A one-sentence request makes and drops a few thousand (FastAPI's and pydantic's,
+ours), so with a few dozen in flight the count crosses 700 over and over with nothing to collect: an API
+process ran about one young collection every nine requests and, from what they promoted, a full collection
+every thousand (~35 ms each, a stall of every request it holds), ~10% of its CPU in the collector in all.
+`rarer_young_collections()` raises the threshold to YOUNG_THRESHOLD: objects that live for one request die
+before a collection sees them, and none came in 5,000 such requests (BENCHMARKS.md). Real cyclic garbage
+still goes at the next collection, with at most that many more tracked objects alive meanwhile (about a
+megabyte).
 
 A full (oldest-generation) collection walks every tracked object of the process and stops every thread
 meanwhile. Most of them are what start-up built and what lives as long as the process: modules,
@@ -22,6 +33,16 @@ from __future__ import annotations
 
 import gc
 import time
+
+YOUNG_THRESHOLD = 10_000  # tracked objects allocated (net of those freed) between young collections; Python's is 700
+
+
+def rarer_young_collections(threshold: int = YOUNG_THRESHOLD) -> None:
+    """Young collections once `threshold` objects outlive their allocation's neighbours, not 700 (the older
+    generations' thresholds as they are); a higher threshold set before is kept."""
+    young, older, oldest = gc.get_threshold()
+    if 0 < young < threshold:
+        gc.set_threshold(threshold, older, oldest)
 
 
 def freeze_startup_heap() -> int:

@@ -37,7 +37,7 @@ from nmt_serve.engine.protocol import (
     dumps,
     loads,
 )
-from nmt_serve.garbage_collection import CollectorClock, freeze_startup_heap
+from nmt_serve.garbage_collection import CollectorClock, freeze_startup_heap, rarer_young_collections
 
 log = logging.getLogger("engine")
 STATUS_INTERVAL_S = 0.1
@@ -211,6 +211,7 @@ def run(config: dict) -> int:
     # the models, the captured programs and everything else start-up built, out of the collector's reach: a
     # full collection walked ~170,000 objects for ~100 ms here, a stall of every running sentence
     core.stats["gc_frozen_objects"] = float(freeze_startup_heap())
+    rarer_young_collections()
     collector = CollectorClock().start()
     log.info("engine ready: %s (pid %d)", ", ".join(sorted(core.models)), os.getpid())
     heartbeat = heartbeat_file(config["socket_dir"])

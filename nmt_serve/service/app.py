@@ -14,6 +14,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from nmt_serve.engine.process import addresses
 from nmt_serve.engine.protocol import EngineStatus
 from nmt_serve.engine.supervisor import EngineSupervisor
+from nmt_serve.garbage_collection import rarer_young_collections
 from nmt_serve.service.directions import language_names, served_directions
 from nmt_serve.service.docs import install_docs
 from nmt_serve.service.engine_client import EngineClient, EngineConnection
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         s = state.settings
+        rarer_young_collections()
         loop = asyncio.get_running_loop()
         connection: EngineConnection | None = None
 

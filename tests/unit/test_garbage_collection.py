@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import gc
 
-from nmt_serve.garbage_collection import CollectorClock, freeze_startup_heap
+from nmt_serve.garbage_collection import YOUNG_THRESHOLD, CollectorClock, freeze_startup_heap, rarer_young_collections
 
 
 def test_freezing_takes_live_objects_out_of_the_collectors_reach_and_collects_the_dead_first():
@@ -44,3 +44,16 @@ def test_the_clock_counts_the_time_in_collections_and_the_full_ones():
     assert clock.seconds > 0
     gc.collect(2)
     assert clock.full_collections == 2  # stopped
+
+
+def test_young_collections_are_made_rarer_and_a_higher_threshold_is_kept():
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        rarer_young_collections()
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
+        gc.set_threshold(YOUNG_THRESHOLD * 5, 3, 4)
+        rarer_young_collections()
+        assert gc.get_threshold() == (YOUNG_THRESHOLD * 5, 3, 4)
+    finally:
+        gc.set_threshold(*before)
