@@ -57,7 +57,7 @@ async def with_deadline(state: ServiceState, request: Request, timeout: float, a
     try:
         return await awaitable
     except asyncio.CancelledError:
-        if reason in (None, "over"):
+        if reason is None:
             raise  # cancelled from elsewhere (the server shutting down): not ours to turn into an answer
         if hasattr(task, "uncancel"):  # Python 3.11: the cancel was ours and is handled
             task.uncancel()
