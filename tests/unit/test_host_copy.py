@@ -11,6 +11,10 @@ import torch
 from nmt_serve.inference.device_search import JOIN_INFO, JoinTables
 from nmt_serve.inference.host_copy import HostCopy, device_ids
 
+# GPU clock cycles a queued spin takes (torch.cuda._sleep): a second or more at any GPU's clock (<= 2 GHz), where the
+# host needs microseconds to reach the checks that the spin is still running
+GPU_SPIN = 2 * 10**9
+
 
 def test_a_copy_holds_the_values_of_its_moment():
     alive = torch.tensor([True, False, True])
@@ -34,16 +38,17 @@ def test_on_cuda_the_copy_is_queued_and_the_work_behind_it_is_not_waited_for():
     x = torch.arange(1024, device=device, dtype=torch.float32)
     copy = HostCopy([x[:4]])
     assert copy.host[0].is_pinned()
-    # long work behind the copy that changes x: the copy must hold x as it was before it
-    a = torch.randn(4096, 4096, device=device)
-    for _ in range(20):
-        a = a @ a / 64
-    x.add_(a[0, :1024].abs() + 1)
+    # work behind the copy that keeps the GPU busy for a second or more (GPU_SPIN cycles), then changes x:
+    # the copy must hold x as it was before it, and waiting for it must not wait for that work
+    torch.cuda._sleep(GPU_SPIN)
+    x.add_(1)
     kept = copy.wait()[0]
     behind = torch.cuda.Event()
     behind.record()
-    assert not behind.query()  # the matmuls behind the copy were still running when the wait returned
+    assert not behind.query()  # the spin behind the copy was still running when the wait returned
     assert kept.tolist() == [0.0, 1.0, 2.0, 3.0]
+    torch.cuda.synchronize()
+    assert x[:4].tolist() == [1.0, 2.0, 3.0, 4.0]
     ids = device_ids([5, 6, 7], device)
     assert ids.device.type == "cuda" and ids.tolist() == [5, 6, 7]
 
@@ -52,15 +57,13 @@ def test_on_cuda_the_copy_is_queued_and_the_work_behind_it_is_not_waited_for():
 def test_on_cuda_a_join_does_not_wait_for_the_copies_of_the_join_before():
     device = torch.device("cuda")
     tables = JoinTables(device, rows=8, max_length=16)
-    a = torch.randn(4096, 4096, device=device)
-    for _ in range(20):  # long work, then the first join's copy behind it
-        a = a @ a / 64
+    torch.cuda._sleep(GPU_SPIN)  # a second or more of GPU work, then the first join's copy behind it
     tables.begin()
     tables.put([0, 1], [[5, 3], [6, 7, 3]], [(2, 4, -1, 0, 0), (3, 5, -1, 0, 0)], 3, 0)
     tables.begin()  # the second join: the other half of the host memory, nothing to wait for
     behind = torch.cuda.Event()
     behind.record()
-    assert not behind.query()  # the matmuls and the first join's copy were still queued
+    assert not behind.query()  # the spin and the first join's copy were still queued
     tables.put([2], [[9, 3]], [(2, 6, -1, 0, 0)], 2, 0)
     torch.cuda.synchronize()
     assert tables.table(1, 2).tolist() == [[2, 2, 6, -1, 0, 0, 9, 3]]
