@@ -62,6 +62,13 @@ def wait_for(client: TestClient, job: str, condition, timeout: float = 60.0) -> 
         time.sleep(0.02)
 
 
+def until(condition, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "never came true"
+        time.sleep(0.01)
+
+
 def reference(client: TestClient, texts: list[str]) -> list[str]:
     """What /v1/translate gives for the texts (a job must give the same, in the same order)."""
     response = client.post("/v1/translate", json={"text": texts, **FAST})
@@ -124,6 +131,7 @@ def test_cancel_drops_the_job_and_the_runner_goes_on(models_dir, tmp_path, monke
     with client_for(models_dir, tmp_path) as c:
         job = ready(c).post("/v1/jobs", json={"q": first, **FAST}).json()["id"]
         wait_for(c, job, lambda s: s["state"] == "running")
+        until(lambda: len(chunks.sent) == 2)  # "running" comes before the runner hands its chunks over
         cancelled = c.delete(f"/v1/jobs/{job}")
         assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
         stopped = wait_for(c, job, lambda s: s["finished_at"] is not None)  # the runner noticed
@@ -151,6 +159,7 @@ def test_a_cancelled_jobs_progress_stays_as_it_was_when_cancelled(models_dir, tm
     with client_for(models_dir, tmp_path) as c:
         job = ready(c).post("/v1/jobs", json={"q": TEXTS[:20], **FAST}).json()["id"]
         wait_for(c, job, lambda s: s["done"] == 4)
+        until(lambda: len(chunks.sent) == 3)  # the two chunks that follow are in flight
         cancelled = c.delete(f"/v1/jobs/{job}").json()
         assert cancelled["state"] == "cancelled" and cancelled["done"] == 4
         chunks.gate.set()  # the two chunks in flight finish now, before the runner's next look at the job
