@@ -20,6 +20,12 @@ replies. Reported per sentence: CPU time, and with `--callgrind` the instruction
 from the first call counted to the last: deterministic to a few percent, where CPU time on a shared VM
 moves by 10-30%). `--compare TREE` (repeatable) runs other checkouts' code in alternating rounds.
 
+`--offline BATCH` measures the offline search instead, what `bench.gpu`'s throughput rows time on a GPU (greedy
+batch 2,048 24-28% busy on the H200: the host sets its pace): `Translator.generate` over batches of BATCH test
+sentences in their natural order, each padded as there, with the same stand-in steps and the encoder replaced
+by a stand-in that only loads the sources' lengths. Counted: padding, the search's set-up, checks, rows leaving,
+collecting the hypotheses. Reported per sentence as above.
+
 `--process` measures the engine process itself instead: `process.run` with the same stand-in programs, its
 I/O thread, queues and ZeroMQ sockets, called by the API's own client (`EngineConnection`, in a second
 process, `--concurrency` calls in flight). Reported per sentence: the engine process's CPU time (all its
@@ -42,9 +48,10 @@ CHECKPOINT = ROOT / "checkpoints" / "de-en"
 
 def instant_device(lookahead: str = "auto") -> None:
     """Replace the device search's step and join programs by stand-ins: a joining sentence's rows start at
-    position 0 with its source length as the steps it runs (kept in min_len, which the stand-in step reads
+    position 0 with its source length as the steps it runs (kept in src_len, which the stand-in step reads
     instead of choosing tokens); a step writes one token for every row, moves the live rows on and ends
-    the rows that reached their length. Greedy search only (rows are groups). Rows moved to the front of
+    the rows that reached their length. The encoder of an offline search is replaced by a stand-in that
+    loads the sources' lengths and starts every row. Greedy search only (rows are groups). Rows moved to the front of
     a shrinking bucket are copied as they are, but one cache position of each. lookahead: on | off: the
     device searches take their reads in a step later or at once (DeviceSearch's lookahead), whatever the
     device; auto: its default (on CUDA)."""
@@ -65,7 +72,7 @@ def instant_device(lookahead: str = "auto") -> None:
             pos, alive = dec.pos[:G], slots.alive[:G]
             slots.history[dec.rows[:G], pos] = 7
             pos.add_(alive)
-            alive.logical_and_(pos < slots.min_len[:G])
+            alive.logical_and_(pos < dec.src_len[:G])
         return ("instant", K, G, L), step
 
     def join_program(self, K, n, W, min_length):
@@ -75,13 +82,24 @@ def instant_device(lookahead: str = "auto") -> None:
             info = table[:, :device_search.JOIN_INFO]
             groups = info[:, 0]
             dec.pos.index_fill_(0, groups, 0)
-            slots.min_len[groups] = info[:, 1]
+            dec.src_len[groups] = info[:, 1]
             slots.score.index_fill_(0, groups, 0.0)
             slots.alive.index_fill_(0, groups, True)
         return ("instant-join", K, n, W), join
 
     device_search.DeviceSearch.program = program
     device_search.DeviceSearch.join_program = join_program
+    def load_sources(self, src, repeat=1, bucket_rows=None):
+        B, S = src.shape
+        n = B * repeat
+        self.src_len[:n] = (src != self.config.pad_id).sum(1).repeat_interleave(repeat)
+        end = max(n, bucket_rows or n)
+        self.pos[:end] = 0
+        self.tokens[:end] = self.config.decoder_start_id
+        self.src_len[n:end] = 1
+        return n
+
+    static_decoder.StaticDecoder.load_sources = load_sources
     # rows leaving a shrinking bucket: the same copies, of one cache position (a GPU's copy is launched, not waited for)
     keep_rows = static_decoder.StaticDecoder.keep_rows
     static_decoder.StaticDecoder.keep_rows = lambda self, rows, positions=None: keep_rows(self, rows, 1)
@@ -158,6 +176,49 @@ def child(tree: str, requests: int, concurrency: int, cache: int, freeze: bool, 
                       "steps": core.stats["steps"], "reply_bytes": size / answered,
                       "gc_ms": 1e3 * sum(p for _, p in pauses), "gc_max_ms": 1e3 * max((p for _, p in pauses), default=0.0),
                       "full_collections": sum(g == 2 for g, _ in pauses)}), flush=True)
+
+
+def offline_child(tree: str, batch: int, batches: int, device: str = "cpu", lookahead: str = "auto") -> None:
+    """In the child: `Translator.generate` of `tree` over `batches` padded batches of `batch` test sentences (natural
+    order, as bench.gpu's throughput rows); prints one JSON line."""
+    sys.path.insert(0, tree)
+    import resource
+    import time
+
+    import torch
+
+    torch.set_num_threads(1)
+    instant_device(lookahead)
+    from nmt_serve.inference.search import SearchOptions
+    from nmt_serve.inference.translator import Translator
+
+    translator = Translator.load(CHECKPOINT, device=device, step_mode="static", static_rows=batch, static_length=128, warmup=False)
+    data = Path(os.environ.get("NMT_DATA", ROOT.parent / "shared" / "data" / "multi30k")) / "test_2016_flickr.de.gz"
+    with gzip.open(data, "rt", encoding="utf-8") as f:
+        ids = [translator.encode_source(line.strip()) for line in f if line.strip()]
+    work = [[ids[(b * batch + j) % len(ids)] for j in range(batch)] for b in range(batches)]
+    options = SearchOptions(beam_size=1)
+
+    def run() -> int:
+        tokens = 0
+        for sources in work:
+            for hyps in translator.generate(translator._pad(sources), options):
+                tokens += len(hyps[0].tokens)
+        return tokens
+
+    run()  # the programs' first runs
+    from nmt_serve.garbage_collection import freeze_startup_heap
+
+    freeze_startup_heap()
+    usage0, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    os.getloadavg()  # callgrind starts counting here (--zero-before=os_getloadavg)
+    tokens = run()
+    os.times()  # and stops here (--dump-before=os_times)
+    elapsed, usage1 = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage1.ru_utime + usage1.ru_stime - usage0.ru_utime - usage0.ru_stime
+    sentences = batch * batches
+    print(json.dumps({"sentences": sentences, "us": 1e6 * cpu / sentences, "sentences_per_s": sentences / elapsed,
+                      "tokens": tokens / sentences}), flush=True)
 
 
 def engine_child(tree: str, socket_dir: str, models_dir: str, supervisor: int, device: str = "cpu", lookahead: str = "auto") -> int:
@@ -305,6 +366,12 @@ def measure_process(tree: Path, args, scratch: Path) -> dict:
 
 
 def measure(tree: Path, args, out_dir: Path) -> dict:
+    if args.offline:
+        command = [sys.executable, str(Path(__file__).resolve()), "--offline-child", str(tree), "--offline", str(args.offline),
+                   "--batches", str(args.batches), "--device", args.device, "--lookahead", args.lookahead]
+        from bench.common import run_counted
+
+        return run_counted(command, tree, args.callgrind, out_dir, "sentences")
     command = [sys.executable, str(Path(__file__).resolve()), "--child", str(tree),
                "--requests", str(args.requests), "--concurrency", str(args.concurrency), "--cache", str(args.cache), "--device", args.device,
                "--lookahead", args.lookahead,
@@ -334,14 +401,20 @@ def main(argv: list[str] | None = None) -> int:
                              "or as its default for the device (auto: on CUDA)")
     parser.add_argument("--process", action="store_true", help="the engine process itself over its sockets, called by the "
                                                                   "API's engine client (--cache and --no-freeze do not apply)")
+    parser.add_argument("--offline", type=int, metavar="BATCH", help="the offline search over batches of BATCH sentences "
+                                                                        "(Translator.generate, as bench.gpu's throughput rows)")
+    parser.add_argument("--batches", type=int, default=4, help="with --offline: batches counted")
     parser.add_argument("--output")
-    for hidden in ("--engine-child", "--client-child", "--socket-dir", "--models-dir", "--ids"):
+    for hidden in ("--offline-child", "--engine-child", "--client-child", "--socket-dir", "--models-dir", "--ids"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--supervisor", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--engine-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.requests, args.concurrency, args.cache, not args.no_freeze, args.device, args.lookahead)
+        return 0
+    if args.offline_child:
+        offline_child(args.offline_child, args.offline, args.batches, args.device, args.lookahead)
         return 0
     if args.engine_child:
         return engine_child(args.engine_child, args.socket_dir, args.models_dir, args.supervisor, args.device, args.lookahead)
@@ -361,6 +434,10 @@ def main(argv: list[str] | None = None) -> int:
                     r = measure_process(tree, args, Path(scratch))
                     rows.append([round_ + 1, name, f"{r['us']:.1f}", f"{r['main_us']:.1f}",
                                  f"{r['instructions'] / 1e3:.0f}" if "instructions" in r else "", f"{r['client_us']:.1f}", f"{r['sentences_per_s']:.0f}", f"{r['steps']:.0f}", f"{r['sentences']}"])
+                elif args.offline:
+                    r = measure(tree, args, Path(scratch))
+                    rows.append([round_ + 1, name, f"{r['us']:.2f}", f"{r['instructions'] / 1e3:.1f}" if "instructions" in r else "",
+                                 f"{r['sentences_per_s']:.0f}", f"{r['tokens']:.1f}", r["sentences"]])
                 else:
                     r = measure(tree, args, Path(scratch))
                     rows.append([round_ + 1, name, f"{r['us']:.1f}", f"{r['instructions'] / 1e3:.0f}" if "instructions" in r else "",
@@ -373,6 +450,13 @@ def main(argv: list[str] | None = None) -> int:
                   + table(["round", "code", "engine CPU us/sentence", "its main thread's", "engine instructions/sentence (k)",
                            "client CPU us/sentence",
                            "sentences/s", "engine steps", "sentences"], rows) + "\n")
+        return emit(report, args.output)
+    if args.offline:
+        report = (f"### The offline search's host work: `Translator.generate` over {args.batches} batches of {args.offline} test "
+                  f"sentences, greedy, an instant device\n\n"
+                  f"Machine: {machine()}; device {args.device}, lookahead {args.lookahead}{'; under callgrind' if args.callgrind else ''}.\n\n"
+                  + table(["round", "code", "CPU us/sentence", "instructions/sentence (k)", "sentences/s", "tokens/sentence",
+                           "sentences"], rows) + "\n")
         return emit(report, args.output)
     report = (f"### The engine's host work: {args.requests} one-sentence greedy calls at concurrency {args.concurrency}, "
               f"an instant device{f', a cache of {args.cache}' if args.cache else ''}"

@@ -646,29 +646,33 @@ class FinishedRead:
     keeps: list[bool]
 
     def hypotheses(self) -> list[list[SearchHypothesis]]:
+        # the wide buffers (tokens, kept attention: a row per hypothesis slot, as wide as the steps run) are
+        # sliced in numpy per hypothesis kept: lists of all of them, mostly past each hypothesis's end or of
+        # beam slots that are not kept, cost more than the rest of the collection
+        host = self.copy.wait()
         keep = any(self.keeps)
-        host = [t.tolist() for t in self.copy.wait()]
-        entropies = looks = None
         if self.K == 1:
-            lengths, scores, histories = host[:3]  # lengths: tokens generated, eos included
-            if keep:
-                entropies, looks = host[3:]
-            return [[SearchHypothesis(tokens[: length - 1], score, normalize(score, length, lp), True,
-                                      entropies=entropies[i][:length] if k else None, looks=looks[i][:length] if k else None)]
-                    for i, (length, score, tokens, lp, k) in enumerate(zip(lengths, scores, histories, self.length_penalties, self.keeps))]
-        counts, scores, lengths, tokens, unmet = host[:5]  # slots past a sentence's count are stale
-        if keep:
-            entropies, looks = host[5:]
+            lengths, scores = host[0].tolist(), host[1].tolist()  # lengths: tokens generated, eos included
+            tokens = host[2].numpy()
+            entropies, looks = (t.numpy() for t in host[3:5]) if keep else (None, None)
+            return [[SearchHypothesis(tokens[i, : length - 1].tolist(), score, normalize(score, length, lp), True,
+                                      entropies=entropies[i, :length].tolist() if k else None,
+                                      looks=looks[i, :length].tolist() if k else None)]
+                    for i, (length, score, lp, k) in enumerate(zip(lengths, scores, self.length_penalties, self.keeps))]
+        counts, scores, lengths, unmet = (host[j].tolist() for j in (0, 1, 2, 4))  # slots past a sentence's count are stale
+        tokens = host[3].numpy()
+        entropies, looks = (t.numpy() for t in host[5:7]) if keep else (None, None)
         found = []
         for i, (lp, n, k) in enumerate(zip(self.length_penalties, self.num_hypotheses, self.keeps)):
-            hyps = [
-                SearchHypothesis(tokens[i][j][: lengths[i][j] - 1], scores[i][j], normalize(scores[i][j], lengths[i][j], lp), True,
-                                 unmet[i][j], entropies[i][j][: lengths[i][j]] if k else None,
-                                 looks[i][j][: lengths[i][j]] if k else None)
-                for j in range(counts[i])
-            ]
-            hyps.sort(key=ranking, reverse=True)
-            found.append(hyps[:n])
+            score, length, miss = scores[i], lengths[i], unmet[i]
+            # every slot's hypothesis ranked, the n best given their tokens (and what they kept)
+            hyps = [SearchHypothesis([], score[j], normalize(score[j], length[j], lp), True, miss[j]) for j in range(counts[i])]
+            best = sorted(range(len(hyps)), key=lambda j: ranking(hyps[j]), reverse=True)[:n]  # stable: ties in slot order
+            for j in best:
+                hyps[j].tokens = tokens[i, j, : length[j] - 1].tolist()
+                if k:
+                    hyps[j].entropies, hyps[j].looks = entropies[i, j, : length[j]].tolist(), looks[i, j, : length[j]].tolist()
+            found.append([hyps[j] for j in best])
         return found
 
 

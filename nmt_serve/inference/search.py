@@ -185,7 +185,8 @@ def max_length_of(src_len: int, options: SearchOptions, cap: int) -> int:
 def max_lengths_for(src: torch.Tensor, pad_id: int, options: SearchOptions, cap: int) -> torch.Tensor:
     """(B,) max_length_of every sentence of a right-padded batch."""
     src_len = (src != pad_id).sum(1).tolist()
-    return torch.tensor([max_length_of(n, options, cap) for n in src_len], dtype=torch.long)
+    of = {n: max_length_of(n, options, cap) for n in set(src_len)}  # a few dozen lengths in a batch of thousands
+    return torch.tensor([of[n] for n in src_len], dtype=torch.long)
 
 
 def banned_tokens(config: ModelConfig) -> list[int]:

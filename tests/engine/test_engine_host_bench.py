@@ -28,3 +28,20 @@ def test_the_engine_process_over_its_sockets_answers_every_call_and_counts_its_c
 def test_the_engine_core_in_one_process_answers_every_call():
     [row] = rows(run())
     assert int(row[-1]) == 400 and float(row[2]) > 0
+
+
+def test_the_offline_search_runs_every_sentence_to_the_stand_in_steps_length():
+    import gzip
+    import os
+
+    from nmt_serve.inference.translator import Translator
+
+    [row] = rows(run("--offline", "64", "--batches", "2"))
+    tokens, sentences = float(row[5]), int(row[-1])
+    # the stand-in step ends a sentence's row after as many steps as its source has ids (eos included), and its
+    # hypothesis leaves the final step out (eos): the first 128 test sentences' mean source length, less one
+    translator = Translator.load(ROOT / "checkpoints" / "de-en", device="cpu")
+    data = Path(os.environ.get("NMT_DATA", ROOT.parent / "shared" / "data" / "multi30k")) / "test_2016_flickr.de.gz"
+    with gzip.open(data, "rt", encoding="utf-8") as f:
+        lengths = [len(translator.encode_source(line.strip())) for line in f if line.strip()][:128]
+    assert sentences == 128 and abs(tokens - (sum(lengths) / len(lengths) - 1)) < 0.051
