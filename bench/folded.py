@@ -20,15 +20,20 @@ def frame_name(frame: str) -> str:
     return f"{name} {where.split(':')[0].rsplit('/', 1)[-1]}" if where else name
 
 
-def summarize(lines, top: int = 40) -> str:
+def summarize(lines, top: int = 40, within: str | None = None) -> str:
+    """within: only the stacks through a frame of that name (as frame_name gives it), from that frame in."""
     inclusive, innermost, total = Counter(), Counter(), 0
     for line in lines:
         stack, _, count = line.rstrip().rpartition(" ")
         if not stack or not count.isdigit():
             continue
+        frames = [frame_name(f) for f in stack.split(";")]
+        if within is not None:
+            if within not in frames:
+                continue
+            frames = frames[frames.index(within):]
         n = int(count)
         total += n
-        frames = [frame_name(f) for f in stack.split(";")]
         for name in set(frames):
             inclusive[name] += n
         innermost[frames[-1]] += n
@@ -45,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("raw", type=Path)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--within", help="only the stacks through this frame ('run_batches gpu.py'), shares of its samples")
     args = parser.parse_args(argv)
     with args.raw.open() as lines:
-        print(summarize(lines, args.top))
+        print(summarize(lines, args.top, args.within))
     return 0
 
 

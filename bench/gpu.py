@@ -288,6 +288,41 @@ def kernels_section(quick: bool, results: dict) -> str:
             + table(["search", "rows", "positions", "ms per step"], steps))
 
 
+OFFLINE = "1:2048,4:256"  # the offline section's beam:batch runs
+
+
+def offline_section(quick: bool, results: dict, runs: str = OFFLINE) -> str:
+    """The offline search's pace, batch after batch as the throughput rows run it (natural order): sentences/s and
+    wall time per batch, against the kernels' time of one batch under the profiler. Meant to run under py-spy
+    (scripts/gpu-rows.sh offline-profile): the host's share of each batch, in `run_batches`' frames."""
+    from torch.profiler import ProfilerActivity, profile
+
+    translator, _ = load("auto", rows=2048)
+    ids = [translator.encode_source(t) for t in test_sources("de")]
+    rows = []
+    for beam, size in (tuple(int(x) for x in run.split(":")) for run in runs.split(",")):
+        count = max(2, (4096 if quick else 16384) // size)
+        work = batches_of(ids, size, count)
+        run_batches(translator, work[:2], beam)  # warm-up: the buckets these batches meet are captured
+
+        def measured():  # the frame py-spy's samples are read within (`bench.folded --within`)
+            return run_batches(translator, work, beam)
+        seconds, _ = cuda_time(measured, 2)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run_batches(translator, work[:1], beam)
+            torch.cuda.synchronize()
+        kernel_ms = sum(e.device_time for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA) / 1000
+        wall_ms = seconds / count * 1000
+        results[f"offline,{beam},{size}"] = {"sentences_per_s": size * count / seconds, "wall_ms": wall_ms, "kernel_ms": kernel_ms}
+        rows.append(["greedy" if beam == 1 else f"beam {beam}", size, count, f"{size * count / seconds:,.0f}", f"{wall_ms:.1f}",
+                     f"{kernel_ms:.1f}", f"{100 * kernel_ms / wall_ms:.0f}%"])
+    del translator
+    torch.cuda.empty_cache()
+    return ("### The offline search's pace (float16, natural order; kernels: one batch under the profiler, "
+            "against the wall time a batch takes without it)\n\n"
+            + table(["search", "batch", "batches", "sentences/s", "wall ms a batch", "kernel ms a batch", "busy"], rows))
+
+
 def parity_section(quick: bool, results: dict) -> str:
     import sacrebleu
 
@@ -380,7 +415,7 @@ def joins_section(quick: bool, results: dict, device: str = "cuda") -> str:
 
 SECTIONS = {"attention": attention_section, "latency": latency_section, "throughput": throughput_section,
             "hf": hugging_face_section, "busy": busy_section, "parity": parity_section, "joins": joins_section,
-            "kernels": kernels_section}
+            "kernels": kernels_section, "offline": offline_section}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -389,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {list(SECTIONS)}")
     parser.add_argument("--plans", default=PLANS, help="the throughput section's runs, dtype:step_mode (auto: the static "
                         "decoder on CUDA, eager: the eager search)")
+    parser.add_argument("--offline-runs", default=OFFLINE, help="the offline section's runs, beam:batch")
     parser.add_argument("--output")
     parser.add_argument("--json", help="write the raw figures here")
     args = parser.parse_args(argv)
@@ -398,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     parts = [f"GPU: {torch.cuda.get_device_name()}; {machine()}\n"]
     for name in args.sections.split(","):
         started = time.perf_counter()
-        fn = partial(throughput_section, plans=args.plans) if name == "throughput" else SECTIONS[name]
+        fn = {"throughput": partial(throughput_section, plans=args.plans),
+              "offline": partial(offline_section, runs=args.offline_runs)}.get(name, SECTIONS[name])
         part = fn(args.quick) if name == "attention" else fn(args.quick, results)
         parts.append(part)
         print(part + f"\n\n({name}: {time.perf_counter() - started:.0f} s)\n", flush=True)

@@ -36,12 +36,16 @@
 #            check's reads in once the next step is queued (as shipped on CUDA) and at once (patched in the engine
 #            process only), one run each: whether the GPU computing a step while the engine loop waits for a read,
 #            replies and joins closes part of the gap (the H200's greedy server: 1.39 ms a step, 0.36 of GPU)
+#   offline-profile  bench.gpu's offline section (greedy batch 2,048, then beam 4 batch 256, natural order, as the
+#            throughput rows) under py-spy, idle samples kept: where a batch's wall time goes on the host (the
+#            reads waited for, the checks, collecting hypotheses, padding, the encoder's launches) against its
+#            kernels' time; greedy 2,048 ran 24,900-36,200 sentences/s (goal 40,000), 24-28% busy under the profiler
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | engine-profile | switch | check | engine-host | join-any-step | lookahead | ab | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | engine-profile | switch | check | engine-host | join-any-step | lookahead | ab | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -50,7 +54,7 @@ if [ "$stage" = all ]; then
     # (the default list's limits add up to 570 s, inside a call's 600; a stage took about half its limit on an H200)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
     declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
-                      [engine-host]=150 [join-any-step]=300 [lookahead]=300)
+                      [engine-host]=150 [join-any-step]=300 [lookahead]=300 [offline-profile]=150)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -79,6 +83,18 @@ case $stage in
         python3 -m bench.gpu --quick --sections throughput,hf,parity --output "$out/gpu.md" --json "$out/gpu.json" 2>&1 | tee "$out/gpu.log" ;;
     kernels)
         python3 -m bench.gpu --quick --sections kernels,busy --output "$out/kernels.md" --json "$out/kernels.json" 2>&1 | tee "$out/kernels.log" ;;
+    offline-profile)
+        for run in 1:2048 4:256; do
+            name=offline-${run/:/-}
+            /tmp/site/bin/py-spy record --idle -r 500 -f raw -o "$out/$name.raw" -- python3 -m bench.gpu --sections offline \
+                --offline-runs "$run" --output "$out/$name.md" > "$out/$name.log" 2>&1
+            if [ ! -s "$out/$name.raw" ]; then  # py-spy could not run the command: the figures without the profile
+                tail -n 3 "$out/$name.log"
+                python3 -m bench.gpu --sections offline --offline-runs "$run" --output "$out/$name.md" >> "$out/$name.log" 2>&1
+            fi
+            grep -A3 "^| search" "$out/$name.md"
+            python3 -m bench.folded "$out/$name.raw" --top 50 --within "offline_section.<locals>.measured gpu.py" | tee "$out/$name.txt"
+        done ;;
     engine-profile)
         python3 -m bench.server_load --device cuda --sections throughput --workers 4 --clients 4 --concurrency 256 \
             --batch 256 --requests 8192 --output "$out/engine-profile-load.md" > "$out/engine-profile-load.log" 2>&1 &
