@@ -46,6 +46,12 @@ def timed(fn, repeat: int = 1):
     return best, result
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (nearest rank), nan without values."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))] if ordered else float("nan")
+
+
 def table(headers: list[str], rows: list[list]) -> str:
     def fmt(v):
         return f"{v:,.1f}" if isinstance(v, float) else str(v)

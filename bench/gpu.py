@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, emit, machine, marian_twin, table, test_sources
+from bench.common import ROOT, emit, machine, marian_twin, percentile, table, test_sources
 from nmt_serve.convert.marian import import_marian
 from nmt_serve.inference.search import SearchOptions
 from nmt_serve.inference.translator import Translator
@@ -49,11 +49,6 @@ def cuda_time(fn, repeat: int = 1):
         end.synchronize()
         best = min(best, start.elapsed_time(end) / 1000)
     return best, result
-
-
-def percentile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
 
 
 def load(step_mode: str, dtype: str = "float16", rows: int = 2048, checkpoint: Path = CHECKPOINT) -> tuple[Translator, float]:

@@ -34,7 +34,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.common import ROOT, emit, machine, start_service, table, test_sources
+from bench.common import ROOT, emit, machine, percentile, start_service, table, test_sources
 from bench.loadgen import run_load
 
 SOURCE = {"source": "de", "target": "en"}
@@ -96,11 +96,6 @@ def engine_shares(d: dict[str, float], elapsed: float) -> str:
 
 def p50(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))] if ordered else float("nan")
 
 
 class Offline:
