@@ -28,6 +28,10 @@ from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.model_runner import ModelRunner
 
 REORDER_CHUNK_BYTES = 256 * 2**20  # the largest gathered copy of beam search's reordering
+# the largest temporary of a batch's cross-attention keys and values on their way into the buffer: every
+# layer's at once, for all of a batch's sentences, is as large as the buffer's share of them (3.2 GB for
+# 256 sentences of 256 tokens at NLLB-200 600M's shape in half precision), and K times that with beams
+LOAD_CHUNK_BYTES = 256 * 2**20
 
 
 def buckets(limit: int, first: int = 1) -> list[int]:
@@ -104,10 +108,14 @@ class StaticDecoder:
         assert n <= self.max_rows and S <= self.max_length
         with attention_backends(self.device):
             states, mask = e.encode(src)  # (B, S, C), (B, 1, 1, S)
-        kv = e.cross_kv(states).view(B, S, self.n_layers, 2, self.n_heads, self.head_dim).permute(2, 3, 0, 4, 1, 5)
-        if repeat > 1:
-            kv = kv.repeat_interleave(repeat, dim=2)
-        self.cross_kv[:, :, :n, :, :S] = kv  # (n_layers, 2, n, H, S, D)
+        # a few sentences at a time (LOAD_CHUNK_BYTES), each one's keys and values written to its `repeat` rows
+        per_sentence = S * self.n_layers * 2 * self.n_heads * self.head_dim * self.cross_kv.element_size()
+        chunk = max(1, LOAD_CHUNK_BYTES // per_sentence)
+        for start in range(0, B, chunk):
+            c = min(chunk, B - start)
+            kv = e.cross_kv(states[start:start + c]).view(c, S, self.n_layers, 2, self.n_heads, self.head_dim).permute(2, 3, 0, 4, 1, 5)
+            rows = self.cross_kv[:, :, start * repeat:(start + c) * repeat, :, :S]  # (n_layers, 2, c * repeat, H, S, D)
+            rows.unflatten(2, (c, repeat)).copy_(kv.unsqueeze(3).expand(-1, -1, -1, repeat, -1, -1, -1))
         self.src_len[:n] = mask.view(B, S).sum(1).repeat_interleave(repeat)
         end = max(n, bucket_rows or n)
         self.pos[:end] = 0

@@ -129,6 +129,39 @@ def test_with_lookahead_no_read_is_waited_for_without_a_step_queued_behind_it(mo
     assert_same_results(found[True], found[False], abs_tol=0)
 
 
+@pytest.mark.parametrize("repeat", [1, 4])
+def test_sources_load_a_few_sentences_at_a_time_into_the_same_rows(monkeypatch, repeat):
+    """load_sources bounds its temporary (LOAD_CHUNK_BYTES): a batch loaded two sentences at a time fills the
+    buffer as one loaded at once, each sentence's keys and values in its `repeat` rows; the search's results
+    with it are the eager reference's."""
+    from nmt_serve.inference import static_decoder
+
+    model = random_model(seed=41)
+    cfg = model.config
+    src = random_sources(5, 9, cfg.src_vocab_size, seed=42)
+    per_sentence = 9 * cfg.n_decoder_layers * 2 * cfg.d_model * 4  # positions x layers x (keys, values) x width, float32
+    loaded, calls = [], []
+    for budget in (static_decoder.LOAD_CHUNK_BYTES, 2 * per_sentence):
+        monkeypatch.setattr(static_decoder, "LOAD_CHUNK_BYTES", budget)
+        decoder = StaticDecoder(ModelRunner(model), max_rows=24, max_length=32)
+        project = decoder.runner.cross_kv
+        decoder.runner.cross_kv = lambda states, project=project: calls.append(budget) or project(states)
+        with torch.inference_mode():
+            n = decoder.load_sources(src, repeat=repeat, bucket_rows=24)
+        loaded.append((n, decoder.cross_kv.clone(), decoder.src_len.clone()))
+    assert calls.count(2 * per_sentence) == 3 and len(calls) == 4  # 2 + 2 + 1 sentences against all 5 at once
+    (n, whole, lengths), (n2, chunked, lengths2) = loaded
+    assert n == n2 == 5 * repeat and torch.equal(lengths, lengths2)
+    torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-6)  # (a smaller matmul may round apart on some CPUs)
+    for sentence in range(5):  # its rows hold its own keys and values, alike
+        rows = chunked[:, :, sentence * repeat:(sentence + 1) * repeat]
+        assert torch.equal(rows, rows[:, :, :1].expand_as(rows))
+    options = SearchOptions(beam_size=repeat, max_length=8)  # searched with the two-sentence budget still set
+    search = DeviceSearch(StaticDecoder(ModelRunner(model), max_rows=24, max_length=32))
+    assert [[h.tokens for h in hyps] for hyps in search.search(src, options)] == \
+        [[h.tokens for h in hyps] for hyps in generate(ModelRunner(model), src, options)]
+
+
 def test_step_rows_at_different_positions_match_recomputation():
     """One step over rows that joined at different times (each at its own position, with its own
     source length) gives each row the logits of decoding its own prefix alone."""
