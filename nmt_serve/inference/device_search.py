@@ -215,14 +215,16 @@ def _join_update(dec: StaticDecoder, slots: SearchSlots, table: torch.Tensor, mi
     info, src = table[:, :JOIN_INFO], table[:, JOIN_INFO:]
     n, W = src.shape
     states, _ = dec.runner.encode(src, always_mask=True)  # (n, W, C)
-    kv = dec.runner.source_kv(states)  # (n_layers, 2, n, H, W, D)
+    L, H, D = dec.n_layers, dec.n_heads, dec.head_dim
+    kv = dec.runner.cross_kv(states).view(n, W, L, 2, H, D).permute(2, 3, 0, 4, 1, 5)  # (L, 2, n, H, W, D), not copied
     groups = info[:, 0]
-    rows = (groups[:, None] * K + dec.rows[:K]).view(-1)  # (n * K,): a sentence's beams adjacent
-    if K > 1:  # each sentence's K rows (expand, not repeat_interleave: that may ask the device for its size)
-        kv = kv.unsqueeze(3).expand(*kv.shape[:3], K, *kv.shape[3:]).flatten(2, 3)
-        info = info.unsqueeze(1).expand(n, K, JOIN_INFO).flatten(0, 1)
+    beams = groups[:, None] * K + dec.rows[:K]  # (n, K): a sentence's beams adjacent
+    rows = beams.view(-1)
+    # each sentence's keys and values written to its K rows, broadcast (neither a contiguous copy nor K of them);
     # positions from the source's length to W hold the encoder's output at padding: masked by src_len
-    dec.cross_kv[:, :, rows, :, :W] = kv
+    dec.cross_kv[:, :, beams, :, :W] = kv.unsqueeze(3)
+    if K > 1:  # (expand, not repeat_interleave: that may ask the device for its size)
+        info = info.unsqueeze(1).expand(n, K, JOIN_INFO).flatten(0, 1)
     dec.src_len[rows] = info[:, 1]
     dec.pos.index_fill_(0, rows, 0)
     dec.tokens.index_fill_(0, rows, dec.config.decoder_start_id)
