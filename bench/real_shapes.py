@@ -15,9 +15,9 @@ rarely say eos, so every engine decodes to the length cap: equal work, not trans
 
 On a GPU (`--device cuda`, float16 by default) the engines are ours and transformers (CTranslate2 is not
 installed there), at batch 1 and at each `--batch`; batch 1 greedy also gives one sentence's latency (p50,
-p99). `--memory`: ours serving 256 rows of up to 256 positions (a static decoder of that size, captured
-for greedy and beam 4, then 256 sentences decoded at once to the cap), the GPU memory it held at its peak
-and what the decoder's buffers and graphs take. `--server N`: the service on the converted model (4 API
+p99). `--memory`: ours serving 256 rows of up to 256 positions as the engine serves them (a static decoder of
+that size, its greedy steps and joins captured; 512 sentences joining as rows free, each decoding 255 tokens),
+the GPU memory it held at its peak and what the decoder's buffers and graphs take. `--server N`: the service on the converted model (4 API
 workers), N one-sentence greedy requests at concurrency 256, each capped at `--max-new-tokens`: requests/s.
 
 OPUS-MT (`opus-mt`) is a MarianMT twin of Helsinki-NLP/opus-mt-de-en's configuration (bench.common.marian_twin):
@@ -198,21 +198,35 @@ def run_engine(engine: str, work: Path, threads: int) -> dict:
     return out
 
 
-def run_memory(work: Path) -> dict:
-    """In a fresh process: ours on CUDA serving 256 rows of up to 256 positions (the static decoder of that size,
-    its greedy and beam-4 steps captured at load), 256 sentences decoded at once to the cap; the GPU memory
-    held at the peak, and what the decoder reports of its own."""
+def run_memory(work: Path, device: str = "cuda") -> dict:
+    """In a fresh process: ours serving 256 rows of up to 256 positions as the engine does (a static decoder of that
+    size, its greedy steps and joins captured first; sentences joining as rows free, each decoding to the positions'
+    end: 255 tokens, random weights rarely saying eos), 512 sentences; the GPU memory held at the peak, and what the
+    decoder reports of its own."""
     spec = json.loads((work / "inputs.json").read_text())
+    from nmt_serve.inference.continuous import Sentence
+    from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
+    from nmt_serve.inference.device_search import JOIN_TOKENS, DeviceSearch
+    from nmt_serve.inference.static_decoder import StaticDecoder
     from nmt_serve.inference.translator import Translator
 
-    ours = Translator.load(work / "ours", device="cuda", dtype=spec["dtype"], static_rows=256, static_length=256)
-    loaded = torch.cuda.max_memory_reserved()
-    sources = [spec["ids"][i % len(spec["ids"])] for i in range(256)]
-    cap = 256 - max(map(len, sources)) - 1  # the longest source and its translation fill the 256 positions
-    ours.translate(sources=sources, beam_size=1, max_length=cap, target_prefix=spec["forced"], max_batch_size=256, max_batch_tokens=1 << 30)
+    ours = Translator.load(work / "ours", device=device, dtype=spec["dtype"], static_rows=0)  # no decoder of its own
+    forcing = bool(spec["forced"])
+    search = DeviceSearch(StaticDecoder(ours.runner, max_rows=256, max_length=256), forced_first_token=forcing)
+    search.warmup(beam_sizes=(1,), join_tokens=JOIN_TOKENS)  # as the engine warms up
+    loaded = torch.cuda.max_memory_reserved() if device == "cuda" else 0
+    sources = [spec["ids"][i % len(spec["ids"])] for i in range(512)]
+    continuous, joined, done = ContinuousDeviceSearch(search, beam_size=1), 0, 0
+    with torch.inference_mode():
+        while done < len(sources):
+            room = min(256 - len(continuous), len(sources) - joined)
+            if room > 0 and continuous.joinable():
+                continuous.add([Sentence(i, sources[i], 255, prefix=tuple(spec["forced"])) for i in range(joined, joined + room)])
+                joined += room
+            done += len(continuous.step())
     return {"weights_gib": sum(t.numel() * t.element_size() for t in ours.model.state_dict().values()) / 2**30,
-            "after_load_gib": loaded / 2**30, "peak_gib": torch.cuda.max_memory_reserved() / 2**30,
-            "static": ours.static_memory(), "cap": cap}
+            "after_load_gib": loaded / 2**30, "peak_gib": torch.cuda.max_memory_reserved() / 2**30 if device == "cuda" else 0.0,
+            "static": search.decoder.memory(), "sentences": len(sources)}
 
 
 def run_server(work: Path, requests: int, port: int = 18799) -> dict:
@@ -342,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory:
         m = child("memory")
         static = m["static"] or {}
-        report += (f"\n\nOurs serving 256 rows of up to 256 positions ({dtype}; 256 sentences at once, a {m['cap']}-token cap): "
+        report += (f"\n\nOurs serving 256 rows of up to 256 positions ({dtype}; {m['sentences']} greedy sentences joining as rows "
+                   f"free, each decoding 255 tokens): "
                    f"weights {m['weights_gib']:.2f} GiB, reserved after load and warm-up {m['after_load_gib']:.2f} GiB, "
                    f"peak reserved {m['peak_gib']:.2f} GiB; the static decoder: "
                    + ", ".join(f"{k} {v / 2**20:,.0f} MiB" if isinstance(v, (int, float)) and v > 2**20 else f"{k} {v}"
