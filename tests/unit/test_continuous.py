@@ -427,7 +427,7 @@ def test_join_chunks_take_group_buckets_within_the_token_limit():
 @pytest.mark.parametrize("beam", [1, 3])
 def test_a_large_join_runs_in_chunks_and_matches_each_sentence_alone(monkeypatch, beam):
     """One join of 13 sentences of 2-50 tokens: programs of group-bucket sizes, each padded to the
-    length bucket of its longest (32 or 64 here), split further past join_tokens."""
+    length bucket of its longest (32, 48 or 64 here), split further past join_tokens."""
     runner = ModelRunner(random_model(seed=21))
     lengths = [2, 50, 7, 33, 12, 3, 40, 9, 5, 31, 20, 2, 45]
     rng = random.Random(4)
@@ -439,7 +439,7 @@ def test_a_large_join_runs_in_chunks_and_matches_each_sentence_alone(monkeypatch
     monkeypatch.setattr(search.device_search, "join_program", lambda K, n, W, m: programs.append((n, W)) or join_program(K, n, W, m))
     search.add([Sentence(i, s, 8) for i, s in enumerate(srcs)])
     assert sum(n for n, _ in programs) == 13 and all(n * W <= 256 or n == 1 for n, W in programs)
-    assert {W for _, W in programs} == {32, 64}
+    assert {W for _, W in programs} == {32, 48, 64}
     results = {}
     while len(search):
         results.update(dict(search.step()))
@@ -452,8 +452,9 @@ def test_warmup_runs_the_join_programs_and_leaves_every_group_free():
     device_search = DeviceSearch(StaticDecoder(runner, max_rows=8, max_length=64))
     steps = device_search.warmup(beam_sizes=(2,))
     with_joins = DeviceSearch(StaticDecoder(runner, max_rows=8, max_length=64)).warmup(beam_sizes=(2,), join_tokens=64)
-    # groups of 2 rows: 1, 2 and 4 sentences; lengths 32 and 64; joins within 64 positions: (1, 32), (2, 32), (1, 64)
-    assert with_joins == steps + 3
+    # groups of 2 rows: 1, 2 and 4 sentences; lengths 32, 48 and 64; joins within 64 positions: (1, 32), (2, 32), (1, 48),
+    # (1, 64)
+    assert with_joins == steps + 4
     # the steps that keep the rows' attention: one more per step bucket
     assert DeviceSearch(StaticDecoder(runner, max_rows=8, max_length=64)).warmup(beam_sizes=(2,), attention=True) == 2 * steps
     slots = device_search.slots(2)

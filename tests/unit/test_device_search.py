@@ -12,7 +12,7 @@ import nmt_serve.inference.device_search as device_search_module
 from nmt_serve.inference.device_search import DeviceSearch, supports
 from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import SearchOptions, generate
-from nmt_serve.inference.static_decoder import StaticDecoder, as_words, bucket_of, buckets
+from nmt_serve.inference.static_decoder import StaticDecoder, as_words, bucket_of, buckets, length_buckets
 from nmt_serve.inference.translator import Translator
 
 SHAPES = [
@@ -39,6 +39,10 @@ def test_buckets():
     assert buckets(20) == [1, 2, 4, 8, 16, 20]
     assert buckets(256, first=32) == [32, 64, 128, 256]
     assert bucket_of(5, buckets(20)) == 8 and bucket_of(17, buckets(20)) == 20
+    # positions: powers of two and the sizes halfway between them, as many programs for less padding attended over
+    assert length_buckets(256) == [32, 48, 64, 96, 128, 192, 256] and length_buckets(100) == [32, 48, 64, 96, 100]
+    assert length_buckets(32, first=32) == [32] and length_buckets(40, first=32) == [32, 40] and length_buckets(20, first=20) == [20]
+    assert length_buckets(512, first=20) == [20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 512]
     with pytest.raises(ValueError):
         bucket_of(21, buckets(20))
 
@@ -271,8 +275,8 @@ def test_the_programs_never_read_the_device_nor_the_host(overrides):
                 for min_length in (0, 2):
                     run(*searcher.join_program(K, G, 32, min_length))
                     programs += 1
-        # per beam size 2 group buckets x 2 lengths (32, 64), twice with constraints at beam 3; 2 x 2 joins
-        assert decoder.length_buckets == [32, 64] and programs == (4 + 4) + (8 + 4)
+        # per beam size 2 group buckets x 3 lengths (32, 48, 64), twice with constraints at beam 3; 2 x 2 joins
+        assert decoder.length_buckets == [32, 48, 64] and programs == (6 + 4) + (12 + 4)
         # and either kind of fault is caught
         with pytest.raises(RuntimeError, match="meta"):
             decoder.run(("reads",), lambda: decoder.pos.fill_(int(decoder.src_len.max())))
