@@ -270,7 +270,7 @@ def kernels_section(quick: bool, results: dict) -> str:
     searcher = translator.device_search()
     steps = []
     for K, G in ((1, 256), (1, 512), (1, 1024), (1, 2048), (4, 64), (4, 128), (4, 256), (4, 512)):
-        for L in (32, 64):
+        for L in (32, 48, 64):
             key, fn = searcher.program(K, G, L)
             searcher.decoder.run(key, fn)  # captured on first use
             seconds, _ = cuda_time(lambda: [searcher.decoder.run(key, fn) for _ in range(20)], 3)
