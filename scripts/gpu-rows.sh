@@ -56,9 +56,9 @@ mkdir -p "$out"
 if [ "$stage" = all ]; then
     # every stage in one call (a lease is 15 minutes, each start costs one): each under its own time limit,
     # their files packed into $OUT/rows.tgz after each (a call brings back at most 8 files), a summary printed
-    # (the default list's limits add up to 570 s, inside a call's 600; a stage took about half its limit on an H200)
+    # (the default list's limits add up to 600 s, a call's limit; a stage took about half its limit on an H200)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
-    declare -A limit=([tests]=60 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
+    declare -A limit=([tests]=90 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
                       [engine-host]=150 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=480)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
