@@ -310,7 +310,8 @@ def test_warmup_captures_every_bucket_on_cuda():
     model = random_model(seed=33).to("cuda", torch.float16)
     searcher = DeviceSearch(StaticDecoder(ModelRunner(model), max_rows=64, max_length=64))
     programs = searcher.warmup(beam_sizes=(1, 4))
-    assert programs == len(searcher.decoder.graphs) == (7 + 5) * 2
+    # group buckets 1-64 (greedy) and 1-16 (4 beams) x length buckets 32, 48, 64
+    assert programs == len(searcher.decoder.graphs) == (7 + 5) * 3
     src = random_sources(3, 9, 64, seed=34).cuda()
     searcher.search(src, SearchOptions(beam_size=4, max_length=20))
     assert len(searcher.decoder.graphs) == programs  # nothing new to capture
