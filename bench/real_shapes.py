@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", default="32", help="the batched settings' batches, comma-separated (each also its sentences)")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--engines", help=f"comma-separated, of {ENGINES}; default: all on the CPU, ours and transformers on "
-                                          "CUDA or for opus-mt")
+                                          "CUDA or for opus-mt; '' for none (--memory, --server alone)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--dtype", help="default: float32 on the CPU, float16 on CUDA")
     parser.add_argument("--memory", action="store_true", help="CUDA: ours serving 256 rows of up to 256 positions, its peak memory")
@@ -288,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     marian = s["family"] == "marian"
     dtype = args.dtype or ("float16" if args.device == "cuda" else "float32")
     batches = [int(b) for b in args.batch.split(",") if b]
-    engines = [e for e in (args.engines or ",".join(["ours", "transformers"] if args.device == "cuda" or marian else ENGINES)).split(",") if e]
+    default = ",".join(["ours", "transformers"] if args.device == "cuda" or marian else ENGINES)
+    engines = [e for e in (default if args.engines is None else args.engines).split(",") if e]
     if (args.device == "cuda" or marian) and any(e.startswith("CTranslate2") for e in engines):
         raise SystemExit("CTranslate2 runs here on the CPU and for the fairseq families only (bench.engines: OPUS-MT against it)")
     if args.device == "cuda" and "ours int8" in engines:
@@ -331,28 +332,29 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{name} failed: {done.stderr[-3000:]}")
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    measured = {engine: child(engine) for engine in engines}
-    reference = measured[engines[0]]
-    table_rows, latency_rows = [], []
-    for batch, beam in settings(batches):
-        key = f"{batch},{beam}"
-        label = f"{'greedy' if beam == 1 else 'beam 4'}, batch {batch}, {reference['settings'][key]['sentences']} sentences"
-        for engine in engines:
-            r = measured[engine]["settings"][key]
-            same = sum(a == b for a, b in zip(reference["settings"][key]["outputs"], r["outputs"]))
-            ratio = reference["settings"][key]["seconds"] / r["seconds"]
-            table_rows.append([label, engine, r["sentences"] / r["seconds"], f"{1 / ratio:.2f}",
-                               "reference" if engine == engines[0] else ("identical" if same == len(r["outputs"]) else f"{same}/{len(r['outputs'])} identical")])
-            if batch == 1:
-                latency_rows.append(["greedy" if beam == 1 else "beam 4", engine, f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}"])
-    where = "the GPU's peak reserved" if args.device == "cuda" else "peak RSS"
-    load_rows = [[e, f"{measured[e]['load_seconds']:.1f}", f"{measured[e]['peak_gib']:.2f}"] for e in engines]
     device = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
     report = (f"Machine: {machine()}; {device}, {dtype}; {args.threads} thread(s) for every engine; random {args.shape} "
               f"({info.config.tgt_vocab_size:,} vocabulary rows), {args.max_new_tokens}-token cap.\n\n")
-    report += table(["setting", "engine", "sentences/s", f"{engines[0]} / engine (> 1: {engines[0]} faster)", "outputs"], table_rows)
-    report += "\n\nOne sentence at a time (ms):\n\n" + table(["search", "engine", "p50", "p99"], latency_rows)
-    report += "\n\n" + table(["engine", "load s", f"{where} GiB (its process)"], load_rows)
+    if engines:  # none: only --memory or --server
+        measured = {engine: child(engine) for engine in engines}
+        reference = measured[engines[0]]
+        table_rows, latency_rows = [], []
+        for batch, beam in settings(batches):
+            key = f"{batch},{beam}"
+            label = f"{'greedy' if beam == 1 else 'beam 4'}, batch {batch}, {reference['settings'][key]['sentences']} sentences"
+            for engine in engines:
+                r = measured[engine]["settings"][key]
+                same = sum(a == b for a, b in zip(reference["settings"][key]["outputs"], r["outputs"]))
+                ratio = reference["settings"][key]["seconds"] / r["seconds"]
+                table_rows.append([label, engine, r["sentences"] / r["seconds"], f"{1 / ratio:.2f}",
+                                   "reference" if engine == engines[0] else ("identical" if same == len(r["outputs"]) else f"{same}/{len(r['outputs'])} identical")])
+                if batch == 1:
+                    latency_rows.append(["greedy" if beam == 1 else "beam 4", engine, f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}"])
+        where = "the GPU's peak reserved" if args.device == "cuda" else "peak RSS"
+        load_rows = [[e, f"{measured[e]['load_seconds']:.1f}", f"{measured[e]['peak_gib']:.2f}"] for e in engines]
+        report += table(["setting", "engine", "sentences/s", f"{engines[0]} / engine (> 1: {engines[0]} faster)", "outputs"], table_rows)
+        report += "\n\nOne sentence at a time (ms):\n\n" + table(["search", "engine", "p50", "p99"], latency_rows)
+        report += "\n\n" + table(["engine", "load s", f"{where} GiB (its process)"], load_rows)
     if args.memory:
         m = child("memory")
         static = m["static"] or {}
