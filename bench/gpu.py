@@ -289,7 +289,7 @@ OFFLINE = "1:2048,4:256"  # the offline section's beam:batch runs
 def offline_section(quick: bool, results: dict, runs: str = OFFLINE) -> str:
     """The offline search's pace, batch after batch as the throughput rows run it (natural order): sentences/s and
     wall time per batch, against the kernels' time of one batch under the profiler. Meant to run under py-spy
-    (scripts/gpu-rows.sh offline-profile): the host's share of each batch, in `run_batches`' frames."""
+    (scripts/gpu-rows.sh offline-profile): the host's share of each batch, in the frames under `measured`."""
     from torch.profiler import ProfilerActivity, profile
 
     translator, _ = load("auto", rows=2048)
