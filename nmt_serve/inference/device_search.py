@@ -215,8 +215,7 @@ def _join_update(dec: StaticDecoder, slots: SearchSlots, table: torch.Tensor, mi
     info, src = table[:, :JOIN_INFO], table[:, JOIN_INFO:]
     n, W = src.shape
     states, _ = dec.runner.encode(src, always_mask=True)  # (n, W, C)
-    L, H, D = dec.n_layers, dec.n_heads, dec.head_dim
-    kv = dec.runner.cross_kv(states).view(n, W, L, 2, H, D).permute(2, 3, 0, 4, 1, 5)  # (L, 2, n, H, W, D), not copied
+    kv = dec.runner.source_kv(states, contiguous=False)  # (n_layers, 2, n, H, W, D), not copied
     groups = info[:, 0]
     beams = groups[:, None] * K + dec.rows[:K]  # (n, K): a sentence's beams adjacent
     rows = beams.view(-1)

@@ -488,10 +488,11 @@ class ModelRunner:
         mask = None if bool(src_mask.all()) else src_mask
         return KVCache(self.source_kv(states, mask), mask, capacity, group_size)
 
-    def source_kv(self, states: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def source_kv(self, states: torch.Tensor, src_mask: torch.Tensor | None = None, *, contiguous: bool = True) -> torch.Tensor:
         """Encoder states (B, S, C) -> every decoder layer's cross-attention keys/values, (n_layers, 2, B, H, S, D).
         src_mask (B, 1, 1, S): on the CPU only the real tokens' rows are multiplied, the padding's keys
-        and values are zeros (attention masks them out)."""
+        and values are zeros (attention masks them out). contiguous=False: a permuted view of the projection's
+        output, for a caller that copies it into a buffer of its own anyway."""
         B, S, C = states.shape
         real = real_rows(src_mask) if src_mask is not None else None
         if real is None:
@@ -500,7 +501,7 @@ class ModelRunner:
             kv = self.cross_kv(states.reshape(B * S, C).index_select(0, real))  # (n, n_layers * 2 * C)
             kv = kv.new_zeros(B * S, kv.size(-1)).index_copy_(0, real, kv)
         kv = kv.view(B, S, len(self.decoder_layers), 2, self.n_heads, self.head_dim).permute(2, 3, 0, 4, 1, 5)
-        return kv.contiguous()
+        return kv.contiguous() if contiguous else kv
 
     def _grouped_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Self-attention of one new token per row when the cache reorders by ancestry.

@@ -128,7 +128,7 @@ class StaticDecoder:
         chunk = max(1, LOAD_CHUNK_BYTES // per_sentence)
         for start in range(0, B, chunk):
             c = min(chunk, B - start)
-            kv = e.cross_kv(states[start:start + c]).view(c, S, self.n_layers, 2, self.n_heads, self.head_dim).permute(2, 3, 0, 4, 1, 5)
+            kv = e.source_kv(states[start:start + c], contiguous=False)  # (n_layers, 2, c, H, S, D)
             rows = self.cross_kv[:, :, start * repeat:(start + c) * repeat, :, :S]  # (n_layers, 2, c * repeat, H, S, D)
             rows.unflatten(2, (c, repeat)).copy_(kv.unsqueeze(3).expand(-1, -1, -1, repeat, -1, -1, -1))
         self.src_len[:n] = mask.view(B, S).sum(1).repeat_interleave(repeat)
