@@ -5,8 +5,9 @@ this order:
 1. the weights of every model that will load (counted from its config, at the dtype it runs in;
    int8 adds its packed copy of every Linear weight beside the float ones, and of the output layer's a
    second one in oneDNN's layout for large batches; oneDNN's packed float weights on the CPU add one
-   (and a second laid out for a lone row: transposed at 1 thread, in column blocks at more), and load
-   only where they cost no running sentence: plan_memory);
+   (the model's own weights then live in the runner's transposed copies for a lone row; small weights'
+   column blocks at more than 1 thread are copies of their own), and load only where they cost no
+   running sentence: plan_memory);
 2. a reserve for joining sentences: the encoder's activations and the cross-attention keys/values of
    `max_batch_tokens` source tokens, made before they are copied into a decoder's rows;
 3. the running sentences, the same number S for every model and start-up beam size, the most that
@@ -73,7 +74,8 @@ class ModelNeeds:
     def weights_bytes(self) -> int:
         """The model's parameters, plus what its runner holds beside them: int8's packed weights (the
         output layer's twice, fbgemm's and oneDNN's, where oneDNN's int8 kernel is exact on this CPU), or
-        the float Linear weights' copies (packed for oneDNN, and laid out for a lone row)."""
+        the float Linear weights' packed copies for oneDNN (and small weights' column blocks for a lone
+        row at more than 1 thread: lone_row_elements)."""
         total, linear = self.parameters()
         if self.quantization == "int8":
             from nmt_serve.inference.model_runner import onednn_int8_runs

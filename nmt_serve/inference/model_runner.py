@@ -21,11 +21,12 @@ probabilities, and `SearchOptions(use_cache=False)` decodes with it.
 The runner is built from a model (`ModelRunner(model)`, by the Translator or whoever searches); the model
 knows nothing of it. The fused weights are copies, unless the owner asks for `share_storage`: then
 the model's own parameters become views into them, so that a served model holds its weights once.
-Packed weights (and the lone row's layout of them: FloatLinear) are copies by design (the model keeps its
-own for the nn.Module path), which the memory plan counts. `ModelRunner.is_current()` says whether the model's
-parameters and buffers are still the ones it was made from (keyed on each tensor's storage and
-version counter), so an owner that trains between searches remakes it rather than decoding with
-stale weights.
+Packed weights are copies by design (oneDNN's layout is opaque), which the memory plan counts; with
+`share_storage` the transposed copies laid out for a lone row (FloatLinear) are where the model's own
+weights then live (W as a view of W^T), so that a packed model holds its Linear weights twice, not
+three times. `ModelRunner.is_current()` says whether the model's parameters and buffers are still the
+ones it was made from (keyed on each tensor's storage and version counter), so an owner that trains
+between searches remakes it rather than decoding with stale weights.
 
 Linear layers may run in int8 (`quantization="int8"`, CPU only): weights quantized per output
 channel, activations quantized dynamically per call (fbgemm; the output layer of a large batch through
@@ -83,11 +84,12 @@ def linear_shapes(cfg) -> list[tuple[int, int]]:
 
 
 def lone_row_elements(cfg, threads: int = 1) -> int:
-    """Elements of the lone row's weights a float runner keeps beside its packed ones: at 1 thread the
-    transposed copies, at more every weight in column blocks (FloatLinear), the last block padded."""
+    """Elements of the lone row's weights that a float runner sharing the model's storage (the engine's)
+    keeps beside its packed weights and the model's: its transposed copies hold the model's weights, so
+    only the column blocks of small weights at more than 1 thread (copies of their own) are more."""
     if threads == 1:
-        return sum(o * i for o, i in linear_shapes(cfg) if lone_row_copies(o, i))
-    return sum(-(-o // threads) * threads * i for o, i in linear_shapes(cfg))
+        return 0
+    return sum(threads * (o - (threads - 1) * (o // threads)) * i for o, i in linear_shapes(cfg) if o * i <= FEW_ROWS_ELEMENTS)
 
 
 def lone_row_copies(out_features: int, in_features: int) -> bool:
@@ -167,8 +169,8 @@ class FloatLinear:
     sgemm ran the OPUS-MT shape's output layer (58,101 x 512) 2.5x slower at 1 row and gained nothing
     from a second thread, where oneDNN scales (BENCHMARKS.md). `packed`: the weight is copied once into
     oneDNN's blocked layout for this CPU (prepacked), which runs 1.5-3x faster again from 2 rows on; it
-    costs a second copy of the weight, so the memory plan decides (the model keeps its own for the
-    nn.Module path). Without it oneDNN reads the (C_out, C_in) weight as it is.
+    costs a second copy of the weight, so the memory plan decides. Without it oneDNN reads the
+    (C_out, C_in) weight as it is.
 
     `lone_row` (the engine's thread count T, 0 for none): a lone row (greedy search of one sentence),
     and on CPUs where it pays up to FEW_ROWS rows of a small weight (a beam, a batch of a few dozen
@@ -179,32 +181,42 @@ class FloatLinear:
     - T = 1: W transposed, (C_in, C_out): a copy where the output is at least as wide as the input, else
       a view of W where only a lone row reads it (`lone_row_copies`; the runner's wider-input weights are
       never fused temporaries, so the view holds nothing the model does not).
-    - T > 1: (T, C_in, C_out / T), W^T in T blocks of output columns, one per thread (the last padded
-      with zeros): ATen's gemv of one row runs on one thread, where a batched matmul of T blocks runs
-      them side by side (at 2 threads, 1.6x faster than the transposed copy on the shipped model's
-      output layer, 1.3-1.8x on its others).
-    The memory plan counts the copies (not the views)."""
+    - T > 1: (T, C_in, block), W^T in T blocks of output columns, one per thread, `block_step` apart and
+      the last ending at C_out (where T does not divide C_out, neighbours share a few columns): ATen's
+      gemv of one row runs on one thread, where a batched matmul of T blocks runs them side by side (at
+      2 threads, 1.6x faster than the transposed copy on the shipped model's output layer, 1.3-1.8x on
+      its others). A large weight's blocks (past FEW_ROWS_ELEMENTS: only a lone row reads them) are
+      views into one transposed copy, a small one's a copy of their own: views of a small weight ran
+      1.0-1.2x as long at 1 row, of a large one 0.9-1.2x (this 2-core VM, alternating runs).
+    `transposed`: the (C_in, C_out) copy where there is one; W^T of it is W, which the runner's owner may
+    hold as a view of it (ModelRunner's share_storage) instead of a copy of its own. The memory plan
+    counts the copies (not the views)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, packed: bool = False, lone_row: int = 0):
         self.out_features = weight.size(0)
         self.bias = bias
         self.onednn = onednn_runs(weight)
         pack = packed and self.onednn
-        self.lone_row = self.lone_row_bias = None
+        self.lone_row = self.lone_row_bias = self.transposed = None
         self.few_rows = rows_of_lone_row(weight.numel())  # rows that read the lone row's layout
         transposed = weight.detach().t()  # (C_in, C_out)
-        if self.onednn and lone_row == 1:  # a contiguous copy, or a view where reading W as it is pays
-            self.lone_row = transposed.contiguous() if lone_row_copies(*weight.shape) else transposed
+        C_in, C_out = transposed.shape
+        if self.onednn and lone_row == 1:
+            if lone_row_copies(C_out, C_in):
+                self.lone_row = self.transposed = transposed.contiguous()
+            else:  # a view: reading W as it is pays
+                self.lone_row = transposed
         elif self.onednn and lone_row > 1:
-            C_in, C_out = transposed.shape
-            block = -(-C_out // lone_row)
-            padded = F.pad(transposed, (0, lone_row * block - C_out))  # (C_in, T * block)
-            self.lone_row = padded.view(C_in, lone_row, block).transpose(0, 1).contiguous()  # (T, C_in, block)
+            self.block_step = C_out // lone_row
+            block = C_out - (lone_row - 1) * self.block_step
+            whole = transposed.contiguous()
+            blocks = whole.as_strided((lone_row, C_in, block), (self.block_step, C_out, 1))  # (T, C_in, block)
+            if weight.numel() > FEW_ROWS_ELEMENTS:
+                self.lone_row, self.transposed = blocks, whole
+            else:
+                self.lone_row = blocks.contiguous()
             if bias is not None:
-                self.lone_row_bias = F.pad(bias.detach(), (0, lone_row * block - C_out)).view(lone_row, 1, block)
-        # column blocks whose last one carries zero columns: a lone row's output is cut to C_out
-        C_out = weight.size(0)
-        self.lone_row_padded = self.lone_row is not None and self.lone_row.dim() == 3 and C_out % lone_row != 0
+                self.lone_row_bias = bias.detach().as_strided((lone_row, 1, block), (self.block_step, block, 1))
         # a packed weight replaces the plain one: a fused weight's plain copy is then dropped
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
@@ -216,11 +228,11 @@ class FloatLinear:
             if w.dim() == 3:  # column blocks: (T, M, C_in) x (T, C_in, block), one block per thread
                 blocks = x2.expand(w.size(0), rows, x.size(-1))
                 y = torch.bmm(blocks, w) if self.lone_row_bias is None else torch.baddbmm(self.lone_row_bias, blocks, w)
-                if rows == 1:  # (T, 1, block) holds the outputs in order
-                    y = y.view(-1)[: self.out_features] if self.lone_row_padded else y
-                else:  # (T, M, block) -> (M, T * block) (a copy), the last block's zero columns cut off
-                    y = y.transpose(0, 1).reshape(rows, -1)
-                    y = y[:, : self.out_features].contiguous() if self.lone_row_padded else y
+                step = self.block_step
+                if step == w.size(2):  # (T, M, block) holds the outputs in order for one row; (M, T * block) for more (a copy)
+                    y = y.view(-1) if rows == 1 else y.transpose(0, 1).reshape(rows, -1).contiguous()
+                else:  # each block's first `step` columns, then the last block's rest
+                    y = torch.cat((y[:, :, :step].transpose(0, 1).reshape(rows, -1), y[-1, :, step:]), dim=1)
                 return y.reshape(*x.shape[:-1], self.out_features)
             y = torch.mm(x2, w) if self.bias is None else torch.addmm(self.bias, x2, w)
             return y.view(*x.shape[:-1], self.out_features)
@@ -342,6 +354,17 @@ class DecoderLayerWeights:
     ffn: FeedForwardWeights
 
 
+def view_into(modules: tuple[nn.Linear, ...], weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    """The modules' weights (and biases) become views of their rows of `weight` (C_out of all, C_in), `bias`."""
+    start = 0
+    for m in modules:
+        rows = m.weight.size(0)
+        m.weight.data = weight[start:start + rows]
+        if bias is not None:
+            m.bias.data = bias[start:start + rows]
+        start += rows
+
+
 def weights_key(model: nn.Module) -> tuple:
     """Changes whenever any parameter or buffer is replaced or modified in place."""
     return tuple((t.data_ptr(), t._version) for t in (*model.parameters(), *model.buffers()))
@@ -382,15 +405,16 @@ class ModelRunner:
                 bias = modules[0].bias
             weight = modules[0].weight if len(modules) == 1 else torch.cat([m.weight for m in modules])  # one: no copy
             if share_storage and len(modules) > 1 and not pack:
-                # the model's parameters become views of the fused copy: the weights are held once
-                start = 0
-                for m in modules:
-                    rows = m.weight.size(0)
-                    m.weight.data, m.bias.data = weight[start:start + rows], bias[start:start + rows]
-                    start += rows
+                view_into(modules, weight, bias)  # the weights are held once
             if quantization == "int8":
                 return Int8Linear(weight, bias, wide=wide)
-            return FloatLinear(weight, bias, packed=pack, lone_row=lone_row)
+            linear = FloatLinear(weight, bias, packed=pack, lone_row=lone_row)
+            if share_storage and linear.transposed is not None:
+                # held once beside the packed copy: the model's weights become views of the lone row's transposed
+                # copy (a tied output layer's too: the embedding's rows then come from a column of it, +2 us for one
+                # row of a 16,000 x 256 table, +31 us of a 256,206 x 1,024 one, 0.3-0.4% of the row's output product)
+                view_into(modules, linear.transposed.t())
+            return linear
 
         def ffn(layer) -> FeedForwardWeights:
             return FeedForwardWeights(of(layer.ffn.fc1), of(layer.ffn.fc2), Norm.of(layer.ffn_block.norm))

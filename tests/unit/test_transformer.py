@@ -253,19 +253,26 @@ def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the lone row's layouts sit beside oneDNN's packed weights")
 @pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize("out_features", [48, 50])  # 50: not a multiple of 3, so 3 blocks pad the last one
+@pytest.mark.parametrize("out_features", [48, 50, 2])  # 50: not a multiple of 3, so 3 blocks share columns; 2: fewer than 3
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("few_rows", [1, 8, 64])  # an AMD CPU's rule and an Intel one's, whatever this CPU is
-def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features, with_bias, few_rows, monkeypatch):
+@pytest.mark.parametrize("large", [False, True])  # past FEW_ROWS_ELEMENTS: the blocks are views of one transposed copy
+def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features, with_bias, few_rows, large, monkeypatch):
     """A lone row, or up to FEW_ROWS rows, through the lone row's layout (transposed at 1 thread,
     column blocks at more), in whatever leading shape they come, and more rows through the packed
     weight, all give F.linear's result."""
     monkeypatch.setattr(engine_module, "FEW_ROWS", few_rows)
+    if large:
+        monkeypatch.setattr(engine_module, "FEW_ROWS_ELEMENTS", 0)
     torch.manual_seed(22)
     weight = torch.randn(out_features, 32)
     bias = torch.randn(out_features) if with_bias else None
     linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=threads)
     assert linear.lone_row is not None and linear.lone_row.dim() == (2 if threads == 1 else 3)
+    if threads > 1:
+        assert (linear.transposed is not None) == large
+        assert not large or linear.lone_row.untyped_storage().data_ptr() == linear.transposed.untyped_storage().data_ptr()
+        assert torch.equal(linear.transposed if large else weight.t(), weight.t())
     inputs = (torch.randn(1, 32), torch.randn(1, 1, 32), torch.randn(32), torch.randn(2, 32), torch.randn(2, 3, 32),
               torch.randn(5, 1, 32), torch.randn(8, 32), torch.randn(9, 32), torch.randn(3, 5, 32), torch.randn(0, 32),
               torch.randn(64, 32), torch.randn(5, 13, 32))
