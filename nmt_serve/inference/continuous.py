@@ -45,6 +45,7 @@ from nmt_serve.inference.lexical_constraints import (
 )
 from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import (
+    AT_MAX_EOS,
     GROUPED_BEAM_MIN_ROWS,
     SearchHypothesis,
     banned_tokens,
@@ -260,11 +261,10 @@ class ContinuousSearch:
             lp[rows] = -math.inf
             lp[rows, tokens] = 0.0
             at_max = [m and not any(g == f for f, _ in forced) for g, m in enumerate(at_max)]
-        if any(at_max):  # these must end now: eos is their only choice
+        if any(at_max):  # these must end now: eos is their only choice, at no cost (search.AT_MAX_EOS)
             rows = torch.tensor(at_max, device=device).repeat_interleave(K)
-            eos_lp = lp[rows, eos].clone()
             lp[rows] = -math.inf
-            lp[rows, eos] = eos_lp
+            lp[rows, eos] = AT_MAX_EOS
         lexical = [r.sentence.constraints if r is not None else None for r in self.slots]
         if not any(lexical):
             lexical = None

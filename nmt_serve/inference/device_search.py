@@ -35,6 +35,7 @@ from nmt_serve.inference.device_constraints import fits as constraints_fit
 from nmt_serve.inference.host_copy import HostCopy, device_ids
 from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.search import (
+    AT_MAX_EOS,
     CONSTRAINED_MIN_BEAM,
     SearchHypothesis,
     SearchOptions,
@@ -195,8 +196,9 @@ def _constrain(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, max
     if c.banned.numel():
         lp.index_fill_(1, c.banned, -math.inf)
     lp[:, c.eos].masked_fill_(steps < min_len, -math.inf)
-    at_max = steps + 1 >= max_len  # eos is the only choice left
+    at_max = steps + 1 >= max_len  # eos is the only choice left, at no cost (search.AT_MAX_EOS)
     lp.masked_fill_(at_max[:, None] & c.not_eos[None, :], -math.inf)
+    lp[:, c.eos].masked_fill_(at_max, AT_MAX_EOS)
     if not c.forcing:
         return
     force = (steps == 0) & (forced >= 0)  # (N,)

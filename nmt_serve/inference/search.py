@@ -194,6 +194,13 @@ def banned_tokens(config: ModelConfig) -> list[int]:
     return sorted({i for i in (config.pad_id, config.bos_id, config.decoder_start_id) if 0 <= i and i != config.eos_id})
 
 
+# A sentence at its max_length ends with eos, which costs nothing there: transformers' generate forces it at
+# log-prob 0 (ForcedEOSTokenLogitsProcessor) and CTranslate2 returns the hypothesis without one, so that a
+# converted model's hypotheses score and rank as theirs do. (Charging eos's own log-prob, as this project once
+# did, ranks a hypothesis cut short by the limit below one of the same tokens that the model chose to end.)
+AT_MAX_EOS = 0.0
+
+
 class Constraints:
     """Masks applied to next-token log-probs: never pad/bos, min_length, max_length, no-repeat n-grams."""
 
@@ -231,10 +238,9 @@ class Constraints:
                 banned = [toks[i + n - 1] for i in range(step - n + 1) if tuple(toks[i : i + n - 1]) == tail]
                 if banned:
                     lp[r, banned] = -math.inf
-        if at_max is not None and at_max.any():
-            eos_lp = lp[at_max, self.eos].clone()
+        if at_max is not None and at_max.any():  # eos, at no cost: AT_MAX_EOS
             lp[at_max] = -math.inf
-            lp[at_max, self.eos] = eos_lp
+            lp[at_max, self.eos] = AT_MAX_EOS
         return lp
 
 

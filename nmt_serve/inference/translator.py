@@ -451,7 +451,8 @@ class Translator:
                 for target, (log_probs, attention) in zip(targets, forced)]
 
     @torch.inference_mode()
-    def score_tokens(self, src_ids: list[int], target_ids: list[int]) -> float:
-        """Sum of log-probs of target_ids + eos given source ids (eos included): what beam scores mean."""
+    def score_tokens(self, src_ids: list[int], target_ids: list[int], max_length: int | None = None) -> float:
+        """Sum of log-probs of target_ids + eos given source ids: what a search's score is. max_length: the
+        search's limit, where eos costs nothing (search.AT_MAX_EOS)."""
         [(log_probs, _)] = self._teacher_forced(self._pad([src_ids]), [target_ids], ())
-        return float(sum(log_probs))
+        return float(sum(log_probs[:-1] if len(log_probs) == max_length else log_probs))

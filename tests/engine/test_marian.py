@@ -122,6 +122,27 @@ def test_search_matches_hugging_face_generate(converted, beam_size, beam_cache_m
             assert hyps[0].tokens == hf_tokens(row, cfg.eos_id, cfg.pad_id)
 
 
+def test_scores_match_hugging_face_generate_where_the_length_limit_ends_a_hypothesis(converted):
+    """At max_length generate forces eos at log-prob 0 (ForcedEOSTokenLogitsProcessor): the best hypothesis'
+    score is the sum of its tokens' log-probs alone, ours too (search.AT_MAX_EOS), and so the same wins."""
+    _, hf_model, _, ours = converted
+    cfg = ours.config
+    capped = 0
+    for beam_size in (2, 4):  # (greedy search has no score in generate's output: its processors act on logits)
+        src = sources(ours, batch=3, seed=2)
+        with torch.no_grad():
+            theirs = hf_model.generate(
+                input_ids=src, attention_mask=(src != cfg.pad_id).long(), num_beams=beam_size, do_sample=False, max_new_tokens=6,
+                min_new_tokens=5, early_stopping=True, length_penalty=0.0, bad_words_ids=[[cfg.pad_id]], output_scores=True, return_dict_in_generate=True,
+            )
+        mine = generate(ModelRunner(ours), src, SearchOptions(beam_size=beam_size, min_length=5, max_length=6, length_penalty=0.0))
+        for row, hyps, score in zip(theirs.sequences, mine, theirs.sequences_scores.tolist()):
+            assert hyps[0].tokens == hf_tokens(row, cfg.eos_id, cfg.pad_id)
+            assert hyps[0].score == pytest.approx(score, abs=1e-4)
+            capped += len(hyps[0].tokens) + 1 == 6
+    assert capped == 6  # eos before the limit is banned: the limit ends every one
+
+
 def test_tokenizer_matches_marian_tokenizer(converted):
     hf_dir, _, ours_dir, _ = converted
     separate = (hf_dir / "target_vocab.json").exists()

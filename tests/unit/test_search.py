@@ -13,13 +13,15 @@ from nmt_serve.inference.search import (
 )
 
 
-def teacher_forced_score(model, src_row: torch.Tensor, tokens: list[int]) -> float:
+def teacher_forced_score(model, src_row: torch.Tensor, tokens: list[int], max_length: int | None = None) -> float:
+    """The tokens' log-probs and eos's, but at max_length, where eos costs nothing (search.AT_MAX_EOS)."""
     cfg = model.config
     target = tokens + [cfg.eos_id]
     tgt_in = torch.tensor([[cfg.decoder_start_id] + target[:-1]])
     with torch.no_grad():
         lp = torch.log_softmax(model(src_row[None], tgt_in).float(), -1)[0]
-    return lp.gather(-1, torch.tensor(target)[:, None]).sum().item()
+    scores = lp.gather(-1, torch.tensor(target)[:, None])[:, 0]
+    return (scores[:-1] if len(target) == max_length else scores).sum().item()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -47,7 +49,7 @@ def test_beam_hypotheses_sorted_distinct_and_scored_by_teacher_forcing(seed, len
         assert len({tuple(h.tokens) for h in hyps}) == len(hyps)
         length = int((src[i] != 0).sum())
         for h in hyps:
-            assert teacher_forced_score(model, src[i, :length], h.tokens) == pytest.approx(h.score, abs=1e-4)
+            assert teacher_forced_score(model, src[i, :length], h.tokens, opts.max_length) == pytest.approx(h.score, abs=1e-4)
             assert h.normalized_score == pytest.approx(h.score / (len(h.tokens) + 1) ** length_penalty, abs=1e-5)
 
 
