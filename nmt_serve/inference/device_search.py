@@ -184,28 +184,39 @@ def _decode(dec: StaticDecoder, slots: SearchSlots, B: int, L: int, attention: b
 @dataclass
 class _Constants:
     banned: torch.Tensor  # (n,) ids never generated
-    not_eos: torch.Tensor  # (V,) bool
     eos: int
     forcing: bool = False  # the steps force a first token per row (a model that has target codes); else they skip it
 
 
-def _constrain(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, max_len: torch.Tensor, forced: torch.Tensor,
-               c: _Constants) -> None:
-    """In place on lp (N, V) for rows that generated `steps` tokens: what Constraints.apply does
-    (forced: a first token per row, -1 for none: the one choice at step 0, at no cost)."""
+def _mask_free(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, c: _Constants) -> None:
+    """In place on lp (N, V) for rows that generated `steps` tokens: banned tokens, and eos before min_len."""
     if c.banned.numel():
         lp.index_fill_(1, c.banned, -math.inf)
     lp[:, c.eos].masked_fill_(steps < min_len, -math.inf)
-    at_max = steps + 1 >= max_len  # eos is the only choice left, at no cost (search.AT_MAX_EOS)
-    lp.masked_fill_(at_max[:, None] & c.not_eos[None, :], -math.inf)
-    lp[:, c.eos].masked_fill_(at_max, AT_MAX_EOS)
+
+
+def _one_choice(steps: torch.Tensor, max_len: torch.Tensor, forced: torch.Tensor, c: _Constants
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | float]:
+    """The rows left one choice, at no cost: a forced first token at step 0 (forced: one per row, -1 for none), else
+    eos at max_length (search.AT_MAX_EOS). (N,) bool, (N,) that token, its log-prob."""
+    at_max = steps + 1 >= max_len
     if not c.forcing:
-        return
-    force = (steps == 0) & (forced >= 0)  # (N,)
-    token = forced.clamp(min=0)[:, None]  # (N, 1)
-    kept = lp.gather(1, token)
-    lp.masked_fill_(force[:, None], -math.inf)
-    lp.scatter_(1, token, torch.where(force[:, None], torch.zeros_like(kept), kept))
+        return at_max, torch.full_like(steps, c.eos), AT_MAX_EOS
+    force = (steps == 0) & (forced >= 0)
+    return at_max | force, torch.where(force, forced, c.eos), torch.where(force, 0.0, AT_MAX_EOS)
+
+
+def _constrain(lp: torch.Tensor, steps: torch.Tensor, min_len: torch.Tensor, max_len: torch.Tensor, forced: torch.Tensor,
+               c: _Constants) -> None:
+    """In place on lp (N, V) for rows that generated `steps` tokens: what Constraints.apply does. A row left one
+    choice (_one_choice) is masked through a (N, 1) mask: one pass over lp, no (N, V) mask made (the greedy step
+    needs none: it overrides its choice instead)."""
+    _mask_free(lp, steps, min_len, c)
+    single, only, cost = _one_choice(steps, max_len, forced, c)
+    only = only[:, None]
+    kept = lp.gather(1, only)
+    lp.masked_fill_(single[:, None], -math.inf)
+    lp.scatter_(1, only, torch.where(single[:, None], cost if isinstance(cost, float) else cost[:, None], kept))
 
 
 def _join_update(dec: StaticDecoder, slots: SearchSlots, table: torch.Tensor, min_length: int) -> None:
@@ -305,8 +316,12 @@ class JoinTables:
 def _greedy_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, B: int, L: int, attention: bool) -> None:
     lp = _decode(dec, slots, B, L, attention)  # (B, V)
     pos = dec.pos[:B]
-    _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], slots.forced[:B], c)
+    _mask_free(lp, pos, slots.min_len[:B], c)
     token_lp, token = lp.max(dim=-1)  # (B,)
+    # what _constrain's masks would leave a row with one choice, without a pass over lp
+    single, only, cost = _one_choice(pos, slots.max_len[:B], slots.forced[:B], c)
+    token = torch.where(single, only, token)
+    token_lp = torch.where(single, cost, token_lp)
     alive = slots.alive[:B]
     score = slots.score[:B]
     score.copy_(torch.where(alive, score + token_lp, score))
@@ -426,10 +441,7 @@ def supports(decoder: StaticDecoder, src: torch.Tensor, options: SearchOptions) 
 
 def _constants(decoder: StaticDecoder, forcing: bool) -> _Constants:
     cfg, device = decoder.config, decoder.device
-    V = decoder.runner.output.out_features
-    not_eos = torch.ones(V, dtype=torch.bool, device=device)
-    not_eos[cfg.eos_id] = False
-    return _Constants(torch.tensor(banned_tokens(cfg), dtype=torch.long, device=device), not_eos, cfg.eos_id, forcing)
+    return _Constants(torch.tensor(banned_tokens(cfg), dtype=torch.long, device=device), cfg.eos_id, forcing)
 
 
 class DeviceSearch:
