@@ -338,7 +338,7 @@ def _beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, G: int, 
     V = lp.size(-1)
     pos = dec.pos[:B]
     _constrain(lp, pos, slots.min_len[:B], slots.max_len[:B], slots.forced[:B], c)
-    candidates = (lp.view(G, K, V) + slots.score[:B].view(G, K, 1)).view(G, K * V)
+    candidates = lp.view(G, K, V).add_(slots.score[:B].view(G, K, 1)).view(G, K * V)  # in place: a (B, V) float32 buffer less
     top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (G, 2K), best first
     beam, token = top_index // V, top_index % V
     is_eos = token == c.eos
@@ -392,7 +392,7 @@ def _lexical_beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, 
     max_len = slots.max_len[:B]
     _constrain(lp, pos, slots.min_len[:B], max_len, slots.forced[:B], c)
     lex.mask(lp, slots.history[:B], pos, max_len, c.eos, terms)
-    candidates = (lp.view(G, K, V) + slots.score[:B].view(G, K, 1)).view(G, K * V)
+    candidates = lp.view(G, K, V).add_(slots.score[:B].view(G, K, 1)).view(G, K * V)  # in place: a (B, V) float32 buffer less
     top_scores, top_index = candidates.topk(2 * K, dim=-1)  # (G, 2K), best first
     step = pos.view(G, K)[:, 0] + 1
     alive = slots.alive[:G]
