@@ -84,7 +84,8 @@ CALIBRATION_TEXT = "Ein Mann mit einer roten Jacke fährt mit dem Fahrrad durch 
 RATE_WINDOW_S = 0.5  # engine time over which the rate for admission is measured
 EXPIRY_CHECK_S = 0.02  # how often calls are checked against their deadlines
 CALIBRATION_ROUNDS = 3  # at most; the best round is kept
-CALIBRATION_SECONDS = 2.0  # no further rounds once the rounds took this long (a large model on a CPU)
+CALIBRATION_SECONDS = 2.0  # no further rounds once the rounds took this long; a round still going then is cut short
+# (NLLB-200-600M's shape on a 2-core CPU: one round of 2 x 16 sentences took 36 s)
 WARMUP_BEAMS = (1, 4)  # beam sizes whose device-search graphs are captured at start-up
 # max_batch_sentences by device: on CPU a step costs in proportion to its rows, so more rows mostly
 # add latency; on a GPU a step of 256 rows costs about what one of 16 does
@@ -176,6 +177,13 @@ def is_device_fault(exc: BaseException) -> bool:
         return False
     accelerator_error = getattr(torch, "AcceleratorError", None)  # torch >= 2.8; before, a RuntimeError that says so
     return (accelerator_error is not None and isinstance(exc, accelerator_error)) or "CUDA error" in str(exc)
+
+
+class NoTranslation(RuntimeError):
+    """The calibration's translations scored NaN: weights that load but do not compute."""
+
+    def __init__(self) -> None:
+        super().__init__("the model produced no translation of the calibration text (its scores are not numbers)")
 
 
 class EngineCore:
@@ -919,7 +927,14 @@ class EngineCore:
         than a guess (it then follows the real work): a batch in every lane at once, as the engine runs
         them, repeated up to `rounds` times while the rounds take less than `within_s`, keeping the best
         round. A round that other processes slowed down (a busy start-up) says little of the engine;
-        the best one is the engine's own rate, and the work it then does corrects it either way."""
+        the best one is the engine's own rate, and the work it then does corrects it either way. A round
+        still going at `within_s` (a large model on a CPU) is cut short after its current step, its
+        sentences leave the searches, and its rate is that of the whole round had it gone on to the output
+        expected (the output/source ratio learned or assumed) at the pace of its steps after the first (which
+        also encoded the sources): counting only what was made would weigh the sources' tokens, all
+        encoded, against a few steps' output, and scaling the first step's time would repeat the encoder; one
+        sentence of two tokens then checks that the model's scores are numbers where none of the round's
+        finished."""
         if not self.models:
             return
         model_id, translator = next(iter(self.models.items()))
@@ -930,29 +945,60 @@ class EngineCore:
         kind = "device" if translator.uses_static_decoder else "eager"
         lanes = self.config.lanes if kind == "eager" else 1
         [limit] = self._length_limits(translator, [src], SearchOptions(beam_size=beam))
-        best, spent = 0.0, 0.0
-        for _ in range(rounds):
+        best, spent, checked = 0.0, 0.0, False
+        for round_ in range(rounds):
             searches = [self._new_search(model_id, beam, kind) for _ in range(lanes)]
             started = time.perf_counter()
             for search in searches:
                 search.add([Sentence(i, src, limit) for i in range(n)])
-            done = []
+            done, made, cut = [], 0, False  # made: tokens so far, one a step for each sentence still searching
+            first = None  # (seconds, made) after the first step, which encoded the sources too
             while any(len(search) for search in searches):
+                if first is not None and made > first[1] and spent + time.perf_counter() - started > within_s:
+                    cut = True
+                    for search in searches:
+                        search.cancel(set(search.keys()))
+                    break
                 outcomes, _ = self._in_lanes(self._run_step, [search for search in searches if len(search)])
                 for outcome in outcomes:
                     if outcome.error is not None:
                         raise outcome.error
                     done += outcome.done
+                    made += outcome.live // beam
+                first = first or (time.perf_counter() - started, made)
             seconds = time.perf_counter() - started
             spent += seconds
             if not all(h and not math.isnan(h[0].score) for _, h in done):
-                raise RuntimeError("the model produced no translation of the calibration text (its scores are not numbers)")
-            output = sum(len(h[0].tokens) + 1 for _, h in done)
-            rate = Admission.units(n * lanes, n * lanes * (len(src) - 1), output, beam) / seconds
+                raise NoTranslation()
+            checked = checked or bool(done)
+            source = n * lanes * (len(src) - 1)
+            if cut:  # as if the round had gone on to the output expected, at the pace of the steps after the first
+                output = self.admission.output_ratio * source
+                seconds = first[0] + (seconds - first[0]) * max(output - first[1], 0) / (made - first[1])
+            else:
+                output = sum(len(h[0].tokens) + 1 for _, h in done)
+            rate = Admission.units(n * lanes, source, output, beam) / seconds
             if rate > best:
                 best = rate
-                self.admission.output_ratio = output / (n * lanes * (len(src) - 1))
+                if not cut:
+                    self.admission.output_ratio = output / source
             if spent > within_s:
                 break
+        if not checked:
+            self._check_scores(model_id, kind, src)
         self.admission.rate = best
-        log.info("admission: engine rate %.0f decode units/s (best of calibration rounds: %d lane(s) of %d sentences)", best, lanes, n)
+        log.info("admission: engine rate %.0f decode units/s (best of %d calibration round(s) in %.1fs: %d lane(s) of %d sentences%s)",
+                 best, round_ + 1, spent, lanes, n, "; the last cut short" if cut else "")
+
+    def _check_scores(self, model_id: str, kind: str, src: list[int]) -> None:
+        """One sentence of two tokens, greedy: NoTranslation where its score is not a number."""
+        search = self._new_search(model_id, 1, kind)
+        search.add([Sentence("scores", src, 2)])
+        done = []
+        while len(search):
+            outcome = self._run_step(search)
+            if outcome.error is not None:
+                raise outcome.error
+            done += outcome.done
+        if not all(h and not math.isnan(h[0].score) for _, h in done):
+            raise NoTranslation()

@@ -17,6 +17,7 @@ import pytest
 import torch
 from conftest import distinct, free_port, post_json, processes, running_server
 
+from nmt_serve.engine.admission import OUTPUT_RATIO
 from nmt_serve.engine.core import EngineConfig, EngineCore
 from nmt_serve.engine.protocol import (
     EXPIRED,
@@ -764,6 +765,49 @@ def test_calibration_keeps_its_best_round(translator, monkeypatch):
     rounds["n"] = 0
     core.calibrate(rounds=3, within_s=1e9)
     assert rounds["n"] == 3 and core.admission.rate > 2 * held_up
+
+
+def test_a_calibration_round_still_going_at_its_time_is_cut_short(any_translator, tiny_checkpoint, monkeypatch):
+    """A large model on a CPU took 36 s for one round: a round still going at `within_s` stops after its
+    current step, its rate from the tokens made so far, its sentences gone from the searches (the engine
+    then serves as it would have; on the static decoder, its rows are free again). With weights of NaN and
+    no sentence finished before the cut, a sentence of two tokens still refuses the model. The engine's clock
+    is a fake: every step takes 1 s, whatever this machine's speed."""
+    import nmt_serve.engine.core as core_module
+
+    clock, steps = {"t": 0.0}, {"n": 0}
+    run_step = EngineCore._run_step
+
+    def timed_step(search):
+        clock["t"] += 1.0
+        steps["n"] += 1
+        return run_step(search)
+
+    monkeypatch.setattr(core_module.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(EngineCore, "_run_step", staticmethod(timed_step))
+    whole = EngineCore({"de-en": any_translator}, EngineConfig(lanes=1))
+    whole.calibrate(rounds=1, within_s=1e9)
+    full_steps, full_rate = steps["n"], whole.admission.rate
+    assert full_steps > 4  # (the random model runs to its length limit)
+
+    steps["n"] = 0
+    core = EngineCore({"de-en": any_translator}, EngineConfig(lanes=1))
+    core.calibrate(rounds=3, within_s=2.5)
+    # cut after the step that went past 2.5 s, no further rounds; nothing had finished: 2 steps of the scores' check
+    assert steps["n"] == 3 + 2
+    assert core.admission.rate == pytest.approx(full_rate, rel=0.5) and core.admission.output_ratio == OUTPUT_RATIO
+    monkeypatch.setattr(EngineCore, "_run_step", staticmethod(run_step))
+    core.admission.rate = 1e9
+    reference = run(core_of(any_translator), call(1, ["Ein Hund rennt.", "Zwei Kinder"]))[1]
+    assert texts_of(run(core, call(1, ["Ein Hund rennt.", "Zwei Kinder"]))[1]) == texts_of(reference)
+
+    broken = Translator.load(tiny_checkpoint, device="cpu", step_mode="eager")
+    with torch.no_grad():
+        for p in broken.model.parameters():
+            p.fill_(float("nan"))
+    monkeypatch.setattr(EngineCore, "_run_step", staticmethod(timed_step))
+    with pytest.raises(RuntimeError, match="no translation of the calibration text"):
+        EngineCore({"broken": broken}, EngineConfig(lanes=1)).calibrate(within_s=0.5)
 
 
 def test_calls_an_engine_would_not_take_are_failed_and_never_sent_once_it_is_lost():
