@@ -935,7 +935,7 @@ class EngineCore:
         encoded, against a few steps' output, and scaling the first step's time would repeat the encoder; one
         sentence of two tokens then checks that the model's scores are numbers where none of the round's
         finished."""
-        if not self.models:
+        if not self.models or rounds < 1:
             return
         model_id, translator = next(iter(self.models.items()))
         beam = 4

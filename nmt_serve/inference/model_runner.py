@@ -216,7 +216,7 @@ class FloatLinear:
             else:
                 self.lone_row = blocks.contiguous()
             if bias is not None:
-                self.lone_row_bias = bias.detach().as_strided((lone_row, 1, block), (self.block_step, block, 1))
+                self.lone_row_bias = bias.detach().contiguous().as_strided((lone_row, 1, block), (self.block_step, block, 1))
         # a packed weight replaces the plain one: a fused weight's plain copy is then dropped
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
