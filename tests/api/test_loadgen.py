@@ -20,12 +20,13 @@ pytest.importorskip("aiohttp")
 from bench.loadgen import LoadResult, Outcome, run_load  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+HOLD_S = 10.0  # the longest a held request waits for the others
 
 
 class EchoServer(ThreadingHTTPServer):
-    """Answers a JSON body {"i": index, "status": s, "retry_after": r, "sleep": seconds} with that status
-    (200 by default, the body echoed), after that sleep; records what it received and the most
-    requests it was handling at once."""
+    """Answers a JSON body {"i": index, "status": s, "retry_after": r, "sleep": seconds, "hold": n} with that
+    status (200 by default, the body echoed), after that sleep; with "hold", not before n requests are in
+    flight at once (or HOLD_S passed); records what it received and the most requests it was handling at once."""
 
     daemon_threads = True
     request_queue_size = 256  # the default backlog of 5 would drop the connections of a burst
@@ -33,6 +34,8 @@ class EchoServer(ThreadingHTTPServer):
     def __init__(self):
         super().__init__(("127.0.0.1", 0), EchoHandler)
         self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)
+        self.held_out = False  # a held request waited HOLD_S in vain
         self.in_flight = 0
         self.max_in_flight = 0
         self.received: list[int] = []
@@ -46,6 +49,7 @@ class EchoServer(ThreadingHTTPServer):
     def reset(self) -> None:
         with self.lock:
             self.max_in_flight = 0
+            self.held_out = False
             self.received.clear()
 
 
@@ -63,6 +67,10 @@ class EchoHandler(BaseHTTPRequestHandler):
             server.received.append(body.get("i"))
             server.content_types.add(self.headers["Content-Type"])
             server.extra_headers.add(self.headers.get("X-Test"))
+            server.arrived.notify_all()
+            if "hold" in body:  # requests sent at once are all here together, however slowly each arrives
+                if not server.arrived.wait_for(lambda: server.max_in_flight >= body["hold"] or server.held_out, timeout=HOLD_S):
+                    server.held_out = True  # they were not sent at once: the others are not held
         time.sleep(body.get("sleep", 0))
         with server.lock:  # before answering, so that a client's next request never overlaps this one here
             server.in_flight -= 1
@@ -130,13 +138,16 @@ def test_statuses_and_retry_after_are_outcomes(server):
 
 
 def test_burst_mode_sends_everything_at_once(server):
+    """Each request is held until all n are in flight: sent one after another (closed mode at concurrency 1),
+    the first would wait HOLD_S for the others, none after it, and the most in flight would be 1."""
     server.reset()
     n, sleep = 20, 0.3
-    result = run_load(server.url, [{"i": i, "sleep": sleep} for i in range(n)], concurrency=1, mode="burst", processes=2)
+    result = run_load(server.url, [{"i": i, "sleep": sleep, "hold": n} for i in range(n)], concurrency=1, mode="burst",
+                      processes=2)
     check_every_request_once(result, server, n)
     assert result.counts() == {200: n}
     assert server.max_in_flight == n
-    assert sleep <= result.elapsed < 4 * sleep  # one round of the sleep, not n / concurrency rounds
+    assert sleep <= result.elapsed < HOLD_S  # one round of the sleep once all were in, not a held request's timeout
 
 
 def test_one_process_and_more_workers_than_requests(server):
