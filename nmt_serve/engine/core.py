@@ -185,6 +185,12 @@ class NoTranslation(RuntimeError):
     def __init__(self) -> None:
         super().__init__("the model produced no translation of the calibration text (its scores are not numbers)")
 
+    @classmethod
+    def check(cls, done: list[tuple]) -> None:
+        """Raised where a finished sentence has no hypothesis or its best scores NaN."""
+        if not all(h and not math.isnan(h[0].score) for _, h in done):
+            raise cls()
+
 
 class EngineCore:
     def __init__(self, models: dict[str, Translator], config: EngineConfig, *, model_meta: dict[str, dict] | None = None,
@@ -968,8 +974,7 @@ class EngineCore:
                 first = first or (time.perf_counter() - started, made)
             seconds = time.perf_counter() - started
             spent += seconds
-            if not all(h and not math.isnan(h[0].score) for _, h in done):
-                raise NoTranslation()
+            NoTranslation.check(done)
             checked = checked or bool(done)
             source = n * lanes * (len(src) - 1)
             if cut:  # as if the round had gone on to the output expected, at the pace of the steps after the first
@@ -1000,5 +1005,4 @@ class EngineCore:
             if outcome.error is not None:
                 raise outcome.error
             done += outcome.done
-        if not all(h and not math.isnan(h[0].score) for _, h in done):
-            raise NoTranslation()
+        NoTranslation.check(done)
