@@ -4,18 +4,24 @@ Sources, fetched by package name through apt in a private apt tree (apt.py):
 - package descriptions (ddtp.py): the releases' i18n/Translation-{en,de,fr,cs}, paired by
   Description-md5; short descriptions and long ones (paragraphs, list items);
 - message catalogs (catalogs.py) of a fixed list of packages (package_list.py): .mo files, msgid ->
-  msgstr, read with polib.
+  msgstr, read with polib;
+- example sentences of bilingual dictionaries (dictionary.py): Ding's German-English list
+  (trans-de-en), everyday language.
 Units are cut into sentence pairs where the sentence counts agree (alignment.py), cleaned and
 filtered (markup.py, filters.py: every rule and what it dropped go into the manifest), and split by
-package into training and held-out evaluation data (heldout.py: SHA-1 of the name ends in 0).
+package into training and held-out evaluation data (heldout.py: SHA-1 of the name ends in 0; for a
+dictionary, of the entry's text). A package's files are read without installing it (deb_files.py).
 
-Layout of a corpus directory (default corpora/debian-v1/, git-ignored):
+Layout of a corpus directory (default corpora/debian-v2/, git-ignored; debian-v1 is the same build
+without dictionary sentences, `--dictionaries ''`):
 
     train.{x}-{y}.{x}, train.{x}-{y}.{y}   line-aligned training pairs, plain UTF-8, one segment a line,
                                            for every pair of the languages: en-de, en-fr, en-cs, de-fr, de-cs, fr-cs
-    train.{x}-{y}.origin                   per line: kind (ddtp-short, ddtp-long, catalog), package, release
-    eval.{x}-{y}.*                         the same for the held-out packages (descriptions and catalogs)
-    eval-short.{x}-{y}.*                   held-out short descriptions only (the issue's BLEU test set)
+    train.{x}-{y}.origin                   per line: kind (ddtp-short, ddtp-long, catalog, dictionary), package,
+                                           release
+    eval.{x}-{y}.*                         the same for the held-out packages and dictionary entries
+    eval-short.{x}-{y}.*                   held-out short descriptions only (the package descriptions' test set)
+    eval-dictionary.{x}-{y}.*              held-out dictionary sentences only (everyday sentences' test set)
     manifest.json                          sources (releases and their dates, files, packages, versions,
                                            licenses), rules and their drops, counts, each file's lines and SHA-256
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from nmt_serve.training.corpus import ddtp
 from nmt_serve.training.corpus.apt import DEFAULT_KEYRING, DEFAULT_MIRROR, Apt
 from nmt_serve.training.corpus.catalogs import catalog_segments, package_catalogs
+from nmt_serve.training.corpus.dictionary import DICTIONARIES, dictionary_segments
 from nmt_serve.training.corpus.filters import Counts, LanguageCheck
 from nmt_serve.training.corpus.heldout import is_held_out
 from nmt_serve.training.corpus.manifest import manifest
@@ -32,7 +33,8 @@ class BuildConfig:
     languages: list[str] = field(default_factory=lambda: ["en", "de", "fr", "cs"])
     mirror: str = DEFAULT_MIRROR
     keyring: str = DEFAULT_KEYRING
-    packages: tuple[str, ...] = CATALOG_PACKAGES  # empty: descriptions only
+    packages: tuple[str, ...] = CATALOG_PACKAGES  # empty: no catalogs
+    dictionaries: tuple[str, ...] = tuple(DICTIONARIES)  # empty: no dictionary sentences (the debian-v1 corpus)
     refresh: bool = False  # apt-get update even when the lists are cached
     language_filter: bool = True
 
@@ -93,10 +95,23 @@ def build(config: BuildConfig) -> dict:
     catalog_segments(catalogs, config.languages, config.pairs, config.releases[0], collector)
     log.info("catalogs: %d segments from %d packages", len(collector.segments) - before, len(catalogs))
 
+    dictionaries = []
+    for package in sorted(config.dictionaries):
+        if package not in DICTIONARIES:
+            raise ValueError(f"no reader for a dictionary in {package!r}; known: {', '.join(DICTIONARIES)}")
+        deb = apt.download(package, config.releases[0])
+        if deb is None:
+            dictionaries.append({"package": package, "missing": f"not in {config.releases[0]}"})
+            continue
+        before = len(collector.segments)
+        dictionaries.append(dictionary_segments(deb, config.pairs, config.releases[0], config.cache, collector))
+        log.info("dictionary %s: %d segments", package, len(collector.segments) - before)
+
     check = LanguageCheck() if config.language_filter else None
     selected = select(collector.segments, config.pairs, counts, check)
     files = write(config.output, selected)
-    result = manifest(config, apt, release_infos, translation_files, paired, packages, counts, counts_of(selected), files)
+    result = manifest(config, apt, release_infos, translation_files, paired, packages, dictionaries, counts,
+                      counts_of(selected), files)
     (config.output / "manifest.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     return result
 

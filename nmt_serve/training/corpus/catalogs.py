@@ -11,21 +11,18 @@ msgstr[0]): the other forms answer to counts the English has no form for. Region
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polib
 
+from nmt_serve.training.corpus import deb_files
 from nmt_serve.training.corpus.alignment import message_units
 from nmt_serve.training.corpus.apt import DebFile
 from nmt_serve.training.corpus.heldout import split_of
 from nmt_serve.training.corpus.segments import Collector
 
 _CATALOG = re.compile(r"(?:^|/)([a-z]{2,3})/LC_MESSAGES/([^/]+)\.mo$")
-_LICENSE = re.compile(r"^License:[ \t]*(\S[^\n]*)$", re.M)
 
 Key = tuple[str, str, str]  # domain, msgctxt, msgid
 
@@ -39,45 +36,12 @@ class PackageCatalogs:
 
 
 def extract(deb: DebFile, languages: list[str], cache_dir: Path) -> Path:
-    """The package's catalogs for `languages` and its copyright file, under a cache directory that is
-    reused as long as the same version is asked for."""
-    out = Path(cache_dir) / "extracted" / f"{deb.package}_{deb.version.replace(':', '%3a')}"
-    if (out / ".done").is_file():
-        return out
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    copyright_path = f"usr/share/doc/{deb.package}/copyright"
-    with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb.path)], stdout=subprocess.PIPE) as proc:
-        with tarfile.open(fileobj=proc.stdout, mode="r|*") as tar:
-            for member in tar:
-                name = member.name.lstrip("./")
-                if not member.isfile():
-                    continue
-                match = _CATALOG.search(name)
-                if match and match.group(1) in languages:
-                    target = out / match.group(1) / f"{match.group(2)}.mo"
-                    target.parent.mkdir(exist_ok=True)
-                    n = 2
-                    while target.exists():  # one domain in two places of the package
-                        target = out / match.group(1) / f"{match.group(2)}.{n}.mo"
-                        n += 1
-                    target.write_bytes(tar.extractfile(member).read())
-                elif name == copyright_path:
-                    (out / "copyright").write_bytes(tar.extractfile(member).read())
-        while proc.stdout.read(1 << 20):  # the archive's end padding: dpkg-deb must not die of a closed pipe
-            pass
-    if proc.returncode != 0:
-        raise RuntimeError(f"dpkg-deb --fsys-tarfile {deb.path} failed ({proc.returncode})")
-    (out / ".done").touch()
-    return out
+    """The package's catalogs for `languages` (as `{lang}/{domain}.mo`) and its copyright file."""
+    def target_of(name: str) -> str | None:
+        match = _CATALOG.search(name)
+        return f"{match.group(1)}/{match.group(2)}.mo" if match and match.group(1) in languages else None
 
-
-def licenses_of(copyright_text: str | None) -> tuple[str, ...]:
-    """The License: lines of a machine-readable copyright file (short names, each once, sorted)."""
-    if copyright_text is None:
-        return ("unknown: no copyright file in the package (its doc directory is a link)",)
-    found = sorted({m.group(1).strip() for m in _LICENSE.finditer(copyright_text)})
-    return tuple(found) or ("unknown: the copyright file is not machine-readable",)
+    return deb_files.extract(deb, cache_dir, target_of)
 
 
 def read_catalog(path: str | Path) -> dict[tuple[str, str], str]:
@@ -96,9 +60,7 @@ def read_catalog(path: str | Path) -> dict[tuple[str, str], str]:
 
 def package_catalogs(deb: DebFile, languages: list[str], cache_dir: Path) -> PackageCatalogs:
     root = extract(deb, languages, cache_dir)
-    copyright_file = root / "copyright"
-    result = PackageCatalogs(deb.package, deb.version,
-                             licenses_of(copyright_file.read_text(errors="replace") if copyright_file.is_file() else None))
+    result = PackageCatalogs(deb.package, deb.version, deb_files.licenses_in(root))
     for language in languages:
         messages: dict[Key, str] = {}
         for path in sorted((root / language).glob("*.mo")) if (root / language).is_dir() else []:

@@ -28,6 +28,10 @@ RULES = {
                           "(its long part dropped, counted per description; the short description stays)",
     "markup_mismatch": "unit pairs whose markup tags differ (by name and count); tags are removed otherwise",
     "placeholder_mismatch": "unit pairs whose placeholders (%s, %1$d, %(name)s, {0}, $VAR) differ as multisets",
+    "unaligned_entry": "dictionary entries whose two sides list different numbers of sub-entries (none can pair up)",
+    "dictionary_mark": "dictionary example sentences that keep an editorial mark once the annotations are removed: "
+                       "a placeholder (etw., jdm., sth., sb.), an ellipsis, parentheses (optional words) or a slash "
+                       "between alternatives; or an alternative that is no sentence on its own",
     "unaligned_long_unit": f"unit pairs whose sentence counts differ and one side is over {MAX_CHARS} characters",
     "no_letters": f"pairs with fewer than {MIN_LETTERS} letters on a side",
     "too_long": f"pairs with a side over {MAX_CHARS} characters",
@@ -37,7 +41,8 @@ RULES = {
     "near_duplicate": "pairs equal to one seen before after normalisation (case, punctuation, digits, whitespace)",
     "wrong_language": f"pairs with a side of {LANGUAGE_MIN_LETTERS}+ letters that lingua, between the pair's two "
                       f"languages, gives a confidence under {WRONG_CONFIDENCE} of being in its own",
-    "in_eval": "training pairs with a side equal (normalised) to a held-out description segment of that language",
+    "in_eval": "training pairs with a side equal (normalised) to a held-out description segment or dictionary "
+               "sentence of that language",
 }
 
 _NOT_WORD = re.compile(r"[\W\d_]+")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nmt_serve.training.corpus.ddtp import DDTP_LICENSE
+from nmt_serve.training.corpus.dictionary import __doc__ as DICTIONARY_SELECTION
 from nmt_serve.training.corpus.filters import (LANGUAGE_MIN_LETTERS, MAX_CHARS, MAX_LENGTH_RATIO, MIN_LETTERS,
                                                RATIO_SMOOTHING, WRONG_CONFIDENCE, Counts)
 from nmt_serve.training.corpus.package_list import __doc__ as PACKAGE_SELECTION
@@ -17,14 +18,16 @@ if TYPE_CHECKING:
     from nmt_serve.training.corpus.apt import Apt, ReleaseInfo
 
 # bump when a change to the builder changes what it writes from the same sources
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 
 HELD_OUT_RULE = ('packages whose name\'s SHA-1 hex digest ends in "0" (hashlib.sha1(name.encode()).hexdigest()'
-                 '.endswith("0")) form the eval split; a description shared with such a package goes there too')
+                 '.endswith("0")) form the eval split; a description shared with such a package goes there too; '
+                 'so do a dictionary\'s entries (lines) whose text\'s SHA-1 hex digest ends in "0"')
 
 
 def manifest(config, apt: "Apt", releases: list["ReleaseInfo"], translation_files: dict,
-             paired: dict, packages: list[dict], counts: Counts, sets: dict, files: dict) -> dict:
+             paired: dict, packages: list[dict], dictionaries: list[dict], counts: Counts, sets: dict,
+             files: dict) -> dict:
     """The manifest of a build of `config` (a build.BuildConfig)."""
     return {
         "name": config.output.name,
@@ -40,6 +43,7 @@ def manifest(config, apt: "Apt", releases: list["ReleaseInfo"], translation_file
             "ddtp": {"license": DDTP_LICENSE, "translation_files": translation_files,
                      "paired_descriptions": paired},
             "catalogs": {"selection": " ".join(PACKAGE_SELECTION.split()), "packages": packages},
+            "dictionaries": {"selection": " ".join(DICTIONARY_SELECTION.split()), "packages": dictionaries},
         },
         "parameters": {"max_chars": MAX_CHARS, "min_letters": MIN_LETTERS, "max_length_ratio": MAX_LENGTH_RATIO,
                        "ratio_smoothing": RATIO_SMOOTHING, "language_min_letters": LANGUAGE_MIN_LETTERS,

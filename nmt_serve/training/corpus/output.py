@@ -13,13 +13,18 @@ from nmt_serve.training.corpus.segments import Pair, Segment, where
 log = logging.getLogger("nmt_serve.training.corpus")
 
 # output sets, in the order they are filtered: the held-out sets first, since training pairs that
-# repeat a held-out description segment are dropped (rule in_eval)
-SETS = ("eval-short", "eval", "train")
+# repeat a held-out description segment or dictionary sentence are dropped (rule in_eval)
+SETS = ("eval-short", "eval-dictionary", "eval", "train")
+# the held-out subsets of eval by kind: short descriptions, everyday sentences
+SUBSETS = {"eval-short": "ddtp-short", "eval-dictionary": "dictionary"}
+# kinds whose held-out segments no training pair may repeat (catalog messages such as "Open" are too
+# common to hold out by text)
+HELD_OUT_TEXT_KINDS = ("ddtp-short", "ddtp-long", "dictionary")
 
 
 def members(name: str, segment: Segment) -> bool:
-    if name == "eval-short":
-        return segment.split == "eval" and segment.kind == "ddtp-short"
+    if name in SUBSETS:
+        return segment.split == "eval" and segment.kind == SUBSETS[name]
     return segment.split == name
 
 
@@ -49,7 +54,7 @@ def select(segments: list[Segment], pairs: list[Pair], counts: Counts,
                 kept = [s for s, w in zip(kept, wrong) if not w]
             if name == "eval":
                 for s in kept:
-                    if s.kind.startswith("ddtp"):
+                    if s.kind in HELD_OUT_TEXT_KINDS:
                         held_out.setdefault(pair[0], set()).add(normalise(s.a))
                         held_out.setdefault(pair[1], set()).add(normalise(s.b))
             elif name == "train":

@@ -14,7 +14,7 @@ Pair = tuple[str, str]
 class Segment:
     split: str  # "train" | "eval" (heldout.split_of its packages)
     pair: Pair  # (language of a, language of b)
-    kind: str  # "ddtp-short" | "ddtp-long" | "catalog"
+    kind: str  # "ddtp-short" | "ddtp-long" | "catalog" | "dictionary"
     origin: str  # the package it comes from (the first, when a description is shared)
     release: str
     a: str
