@@ -93,3 +93,13 @@ def test_a_dictionary_package_gives_train_and_held_out_sentences_the_other_way_r
     assert all(b != "Ich hätte gern einen Kaffee." for _, b in train)
     assert collector.counts.dropped["in_eval"] == Counter({"train en-de": 1})
     assert all(s.kind == "dictionary" and s.origin == "trans-de-en" for s in collector.segments)
+
+
+def test_an_unknown_dictionary_package_is_refused_before_anything_is_fetched(tmp_path, capsys):
+    from nmt_serve.training.corpus.command import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--output", str(tmp_path / "corpus"), "--cache", str(tmp_path / "cache"), "--dictionaries", "trans-xx-yy"])
+    assert exit_info.value.code == 2
+    assert "no reader for a dictionary in trans-xx-yy; known: trans-de-en" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()

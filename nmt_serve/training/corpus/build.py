@@ -70,6 +70,9 @@ def build(config: BuildConfig) -> dict:
     """Build the corpus into config.output; returns the manifest (also written as manifest.json)."""
     if "en" not in config.languages:
         raise ValueError("the languages must include en: every source pairs translations through English")
+    unknown = sorted(set(config.dictionaries) - set(DICTIONARIES))
+    if unknown:  # before anything is downloaded
+        raise ValueError(f"no reader for a dictionary in {', '.join(unknown)}; known: {', '.join(DICTIONARIES)}")
     apt = Apt(config.cache, config.releases, config.languages, config.mirror, config.keyring)
     apt.update(refresh=config.refresh)
     release_infos = [apt.release_info(r) for r in config.releases]
@@ -97,8 +100,6 @@ def build(config: BuildConfig) -> dict:
 
     dictionaries = []
     for package in sorted(config.dictionaries):
-        if package not in DICTIONARIES:
-            raise ValueError(f"no reader for a dictionary in {package!r}; known: {', '.join(DICTIONARIES)}")
         deb = apt.download(package, config.releases[0])
         if deb is None:
             dictionaries.append({"package": package, "missing": f"not in {config.releases[0]}"})
