@@ -8,6 +8,7 @@ one batch and the decoder needs nothing per row. Training data is multi-way para
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from itertools import permutations
 from pathlib import Path
 
@@ -107,17 +108,9 @@ def pair_corpora(
     wanted = set(directions)
     train: dict[tuple[str, str], ParallelData] = {}
     valid: dict[tuple[str, str], tuple[ParallelData, list[str]]] = {}
-    pairs = {tuple(sorted(d)) for d in wanted}
-    for a, b in sorted(pairs):
-        name = next((f"{x}-{y}" for x, y in ((a, b), (b, a))
-                     if Path(pattern.format(pair=f"{x}-{y}", lang=x)).exists()), None)
-        if name is None:
-            continue
-        texts = {lang: read_lines(pattern.format(pair=name, lang=lang)) for lang in (a, b)}
-        if len(texts[a]) != len(texts[b]):
-            raise ValueError(f"{pattern.format(pair=name, lang='*')}: the two sides differ in length")
+    for name, (a, b), texts in pair_files(pattern, directions):
         count = len(texts[a])
-        held = set(range(count // (2 * valid_lines), count, max(1, count // valid_lines))[:valid_lines]) if valid_lines else set()
+        held = held_for_validation(count, valid_lines)
         ids = {lang: [tokenizer.encode(line, add_eos=True) for line in lines] for lang, lines in texts.items()}
         copies = origin_copies(Path(pattern.format(pair=name, lang="origin")), count, weights, seed) if weights else None
         for src, tgt in ((a, b), (b, a)):
@@ -140,6 +133,37 @@ def pair_corpora(
             if held:
                 valid[(src, tgt)] = (parts[True], refs)
     return train, valid
+
+
+def pair_files(pattern: str, directions: list[tuple[str, str]]) -> Iterator[tuple[str, tuple[str, str], dict[str, list[str]]]]:
+    """Each pair corpus that serves some of the directions (in either order): its name ("en-de"), its two
+    languages (sorted) and their lines, {lang: lines}."""
+    for a, b in sorted({tuple(sorted(d)) for d in directions}):
+        name = next((f"{x}-{y}" for x, y in ((a, b), (b, a))
+                     if Path(pattern.format(pair=f"{x}-{y}", lang=x)).exists()), None)
+        if name is None:
+            continue
+        texts = {lang: read_lines(pattern.format(pair=name, lang=lang)) for lang in (a, b)}
+        if len(texts[a]) != len(texts[b]):
+            raise ValueError(f"{pattern.format(pair=name, lang='*')}: the two sides differ in length")
+        yield name, (a, b), texts
+
+
+def held_for_validation(count: int, valid_lines: int) -> set[int]:
+    """The lines of a pair corpus of `count` kept apart for validation: `valid_lines` of them, spread
+    evenly over it (so that they come from many packages)."""
+    return set(range(count // (2 * valid_lines), count, max(1, count // valid_lines))[:valid_lines]) if valid_lines else set()
+
+
+def pair_texts(pattern: str, directions: list[tuple[str, str]], valid_lines: int) -> list[list[str]]:
+    """Every side of the pair corpora that serve the directions, without their validation lines: text to
+    learn a tokenizer from beside the multi-way files."""
+    sides = []
+    for _, _, texts in pair_files(pattern, directions):
+        for lines in texts.values():
+            held = held_for_validation(len(lines), valid_lines)
+            sides.append([line for i, line in enumerate(lines) if i not in held])
+    return sides
 
 
 def parse_weights(spec: str) -> dict[str, float]:

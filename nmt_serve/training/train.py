@@ -62,6 +62,7 @@ from nmt_serve.training.multiway import (
     concatenate,
     multiway_pairs,
     pair_corpora,
+    pair_texts,
     parse_directions,
     parse_languages,
     parse_weights,
@@ -390,6 +391,8 @@ class Trainer:
                 scratch = self.run_dir / "spm_input.txt"
                 if self.languages:
                     sides = list(read_multiway(cfg.train_data, self.languages).values())
+                    if cfg.pair_data:  # the pair corpora's words too, not only the captions'
+                        sides += pair_texts(cfg.pair_data, self.pair_directions(), cfg.pair_valid_lines)
                 else:
                     sides = list(read_parallel(cfg.train_src, cfg.train_tgt))
                 scratch.write_text("\n".join(line for side in sides for line in side) + "\n", encoding="utf-8")
@@ -419,6 +422,10 @@ class Trainer:
             n_decoder_layers=self.cfg.grow_decoder_layers or info.config.n_decoder_layers,
         )
 
+    def pair_directions(self) -> list[tuple[str, str]]:
+        """The directions the pair corpora are trained in."""
+        return [d for d in parse_directions(self.cfg.pair_directions, self.languages) if d in self.directions]
+
     def load_data(self) -> None:
         """self.train: every training pair; self.valid_sets: per direction its pairs and references."""
         cfg = self.cfg
@@ -433,8 +440,7 @@ class Trainer:
             valid = multiway_pairs(vtexts, self.directions, self.tokenizer, tags, drop_empty=False)
             self.valid_sets = {f"{s}-{t}": (valid[(s, t)], vtexts[t]) for s, t in self.directions}
             if cfg.pair_data:
-                wanted = [d for d in parse_directions(cfg.pair_directions, self.languages) if d in self.directions]
-                train, valid_pairs = pair_corpora(cfg.pair_data, wanted, self.tokenizer, tags,
+                train, valid_pairs = pair_corpora(cfg.pair_data, self.pair_directions(), self.tokenizer, tags,
                                                   cfg.pair_valid_lines, cfg.max_sentence_tokens,
                                                   parse_weights(cfg.pair_weights), cfg.seed)
                 self.train = concatenate([self.train, *train.values()])

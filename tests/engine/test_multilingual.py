@@ -30,8 +30,10 @@ from nmt_serve.service.settings import Settings
 from nmt_serve.training import flag_calibration, model_card
 from nmt_serve.training.evaluate import evaluate
 from nmt_serve.training.multiway import (
+    held_for_validation,
     multiway_pairs,
     pair_corpora,
+    pair_texts,
     parse_directions,
     parse_languages,
     parse_weights,
@@ -119,6 +121,31 @@ def test_pair_corpora_weigh_pairs_by_origin_and_keep_validation_apart(tmp_path, 
     (tmp_path / "train.en-fr.origin").unlink()
     with pytest.raises(ValueError, match="origin file"):
         pair_corpora(pattern, [("fr", "en")], tok, tags, weights={"short": 2})
+
+
+def test_a_new_tokenizer_learns_the_pair_corpora_words_but_not_their_validation_lines(tmp_path):
+    pairs = tmp_path / "pairs"
+    pairs.mkdir()
+    english = (FIXTURES / "train300.en").read_text().splitlines()
+    german = (FIXTURES / "train300.de").read_text().splitlines()
+    # a word the captions never use, on every line of the pair corpus
+    (pairs / "train.en-de.en").write_text("".join(f"{line} Quxzywaffle\n" for line in english))
+    (pairs / "train.en-de.de").write_text("".join(f"{line} Quxzywaffel\n" for line in german))
+    sides = pair_texts(str(pairs / "train.{pair}.{lang}"), [("de", "en")], valid_lines=10)
+    held = held_for_validation(300, 10)
+    assert len(held) == 10 and [len(side) for side in sides] == [290, 290]
+    assert sides[0][0] == german[0] + " Quxzywaffel" and not {german[i] + " Quxzywaffel" for i in held} & set(sides[0])
+
+    def tokenizer(run: str, **pair) -> Tokenizer:
+        return Trainer(TrainConfig(
+            languages="de,en,fr", train_data=str(FIXTURES / "train300.{lang}"), valid_data=str(FIXTURES / "val40.{lang}"),
+            run_dir=str(tmp_path / run), vocab_size=500, d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1,
+            n_decoder_layers=1, max_tokens=800, valid_max_sentences=4, **pair)).tokenizer
+
+    captions = tokenizer("captions")
+    both = tokenizer("both", pair_data=str(pairs / "train.{pair}.{lang}"), pair_valid_lines=10)
+    assert len(both.encode("Quxzywaffle")) < len(captions.encode("Quxzywaffle"))
+    assert len(both.encode("Quxzywaffle")) <= 2
 
 
 def test_multilingual_training_resumes_exports_and_translates(tmp_path):
