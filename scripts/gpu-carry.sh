@@ -14,6 +14,12 @@
 #   scripts/gpu-carry.sh restore   track them again (nothing is committed in between)
 # The tracked files are now 18 MB without those checkpoints, so `slim` before every call leaves room.
 #
+# Training the next shipped model on the GPU (configs/debian-gpu.json, ~7 minutes of training in one call):
+#   scripts/gpu-carry.sh slim && scripts/gpu-carry.sh train      .gpucorpus: the data and the run's tokenizer
+#   ... run(command="bash scripts/gpu-rows.sh train", carry=[".gpucorpus"], timeout_s=600) ...
+#   scripts/gpu-carry.sh model FILES_AT [runs/debian-gpu/final]   the checkpoint from the files that came back
+#   scripts/gpu-carry.sh restore
+#
 # A change measured before/after on one machine (the host's pace moves 30% between machines and runs):
 #   scripts/gpu-carry.sh base REV  .gpubase/nmt_serve: the package as it was at REV (git-ignored)
 #   ... run(command="bash scripts/gpu-rows.sh ab", carry=[".whl", ".gpudata", ".gpubase"]) ...
@@ -34,6 +40,30 @@ case ${1:-} in
         git archive "$rev" nmt_serve | tar -x -C .gpubase
         echo "$(git rev-parse --short "$rev")" > .gpubase/REVISION
         echo ".gpubase: nmt_serve at $(cat .gpubase/REVISION) (carry it with the ab stage)"
+        exit 0 ;;
+    train)
+        # what `gpu-rows.sh train` reads (configs/debian-gpu.json on the GPU): debian-v2's English pairs and
+        # Multi30k's train and val gzipped, and the run's tokenizer made here (sentencepiece over the whole
+        # training text: minutes of the lease's CPU otherwise). Carry .gpucorpus (about 21 MB), after `slim`.
+        [ -f corpora/debian-v2/manifest.json ] || { echo "gpu-carry train: build the corpus first (nmt-corpus)" >&2; exit 1; }
+        rm -rf .gpucorpus && mkdir -p .gpucorpus/debian-v2
+        for f in corpora/debian-v2/train.en-*; do gzip -9nc "$f" > ".gpucorpus/debian-v2/$(basename "$f").gz"; done
+        cp corpora/debian-v2/manifest.json .gpucorpus/debian-v2/
+        cp "${NMT_DATA:-../shared/data/multi30k}"/{train,val}.*.gz .gpucorpus/
+        "${PY:-.venv/bin/python}" -m nmt_serve.training.train --config configs/debian-gpu.json --tokenizer-only 1 \
+            --run-dir .gpucorpus/tokenizer --device cpu --threads 2
+        rm -f .gpucorpus/tokenizer/train.log .gpucorpus/tokenizer/spm.vocab
+        du -sh .gpucorpus
+        exit 0 ;;
+    model)
+        # the train stage's files (they came back to DIR) as a checkpoint directory (default runs/debian-gpu/final)
+        src=${2:?"model DIR: where the train stage's files came back"}
+        dst=${3:-runs/debian-gpu/final}
+        mkdir -p "$dst"
+        cat "$src"/model.safetensors.part-* > "$dst/model.safetensors"
+        cp "$src/config.json" "$src/spm.model" "$dst/"
+        [ ! -f "$src/README.md" ] || cp "$src/README.md" "$dst/"
+        echo "$dst: $(du -sh "$dst" | cut -f1)"
         exit 0 ;;
     restore)
         git reset -q -- $UNREAD

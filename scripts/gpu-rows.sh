@@ -46,12 +46,18 @@
 #            random 600M model is a minute or two of the host's CPU
 #   shapes-serve  NLLB-600M serving 256 rows of 256 positions (goal: within 8 GB) and the service on it at concurrency
 #            256 (goal: >= 1,000 requests/s); reuses the model `shapes` built where the machine still has it
+#   train    configs/debian-gpu.json: a 24M-parameter model (6+3 layers, d_model 384, a 16,000-piece tokenizer
+#            of captions and debian-v2) trained from scratch on Multi30k and debian-v2 for max_minutes (7), its
+#            best checkpoints averaged and exported in float16 as it stops (export_at_stop); the weights come
+#            back in 15 MiB parts (a file may be 16 MiB), with config.json, spm.model and the run's log. Alone in
+#            a call (timeout_s 600), carry .gpucorpus (scripts/gpu-carry.sh train); here
+#            scripts/gpu-carry.sh model FILES_AT puts the checkpoint together
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | join-any-step | lookahead | ab | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | join-any-step | lookahead | ab | train | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -77,6 +83,21 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD NMT_DATA=$PWD/.gpudata NMT_LAN
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 case $stage in
+    train)
+        [ -f .gpucorpus/tokenizer/spm.model ] || { echo "train: carry .gpucorpus (scripts/gpu-carry.sh train)" >&2; exit 1; }
+        run=${TRAIN_RUN:-/tmp/debian-gpu}
+        args=(--config configs/debian-gpu.json --run-dir "$run" --output "$run/final"
+              --train-data '.gpucorpus/train.{lang}.gz' --valid-data '.gpucorpus/val.{lang}.gz'
+              --pair-data '.gpucorpus/debian-v2/train.{pair}.{lang}.gz' --spm-model .gpucorpus/tokenizer/spm.model)
+        # TRAIN_FLAGS: overrides for a dry run elsewhere (--device cpu --max-minutes 0.2 ...)
+        # shellcheck disable=SC2086
+        python3 -m nmt_serve.training.train "${args[@]}" ${TRAIN_FLAGS:-} > "$out/train.out" 2>&1
+        rc=$?; echo "training and export rc=$rc"; [ $rc = 0 ] || tail -n 40 "$out/train.out"
+        rm -f "$out/train.out"  # a call brings back 8 files: 4 parts, config, tokenizer, log, gpu.txt
+        cp "$run/train.log" "$out/train.log" && tail -n 30 "$out/train.log"
+        split -b 15M -d "$run/final/model.safetensors" "$out/model.safetensors.part-"
+        cp "$run/final/config.json" "$run/final/spm.model" "$out/"
+        ls -la "$out" ;;
     tests)
         python3 -m pytest -q -m cuda -p no:cacheprovider tests/unit/test_device_search.py tests/unit/test_continuous.py \
             tests/unit/test_device_constraints.py tests/unit/test_translator.py tests/unit/test_memory_plan.py tests/unit/test_host_copy.py 2>&1 | tee "$out/tests.log" ;;

@@ -137,6 +137,12 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda (cuda trains in bfloat16 autocast)
     export_dtype: str = "float16"
     export_only: int = 0  # 1 = do not train: export the best checkpoints of run_dir as they are now (the last step validated first if it was not)
+    # 1 = export also when this invocation's max_minutes ends the run before max_epochs/max_steps (a time-boxed
+    # run on a lent machine; the run can still be resumed, and exported again when it finishes)
+    export_at_stop: int = 0
+    # 1 = only make the run's tokenizer (run_dir/spm.model) and stop: prepared on one machine (sentencepiece over
+    # the whole training text takes minutes of CPU) for a run on another, which takes it as --spm-model
+    tokenizer_only: int = 0
 
     @classmethod
     def build_parser(cls) -> argparse.ArgumentParser:
@@ -349,6 +355,8 @@ class Trainer:
         self.stop_requested = False
         self.initial = load_checkpoint(cfg.init_from) if cfg.init_from else None
         self.tokenizer = self.prepare_tokenizer()
+        if cfg.tokenizer_only:
+            return
         self.model_config = self.initial_config() if self.initial else ModelConfig(
             src_vocab_size=self.tokenizer.vocab_size, tgt_vocab_size=self.tokenizer.vocab_size,
             d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff,
@@ -589,9 +597,9 @@ class Trainer:
             self.save_state()
             last_save = time.time()
         self.save_state()
-        if self.finished():
+        if self.finished() or (self.cfg.export_at_stop and self.step and not self.stop_requested):
             self.export()
-        else:
+        if not self.finished():
             say(f"stopped at step {self.step} (epoch {self.epoch + 1}); run the same command to resume")
 
     def budget_spent(self, started: float) -> bool:
@@ -711,7 +719,9 @@ def main(argv: list[str] | None = None) -> None:
     # sentencepiece refuses, a run directory of another model
     with user_errors(parser, ValueError):
         trainer = Trainer(cfg)
-    if cfg.export_only:
+    if cfg.tokenizer_only:
+        say(f"tokenizer: {Path(cfg.run_dir) / 'spm.model'}")
+    elif cfg.export_only:
         if not trainer.step:  # a state saved before the first step: exporting would ship the initial weights
             fail(parser, f"--export-only: no checkpoint in {cfg.run_dir} to export (it stopped before its first training step)")
         trainer.export()

@@ -42,6 +42,7 @@ from nmt_serve.training.multiway import (
     target_tag,
 )
 from nmt_serve.training.train import TrainConfig, Trainer
+from nmt_serve.training.train import main as train_main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,6 +147,46 @@ def test_a_new_tokenizer_learns_the_pair_corpora_words_but_not_their_validation_
     both = tokenizer("both", pair_data=str(pairs / "train.{pair}.{lang}"), pair_valid_lines=10)
     assert len(both.encode("Quxzywaffle")) < len(captions.encode("Quxzywaffle"))
     assert len(both.encode("Quxzywaffle")) <= 2
+    # made on one machine for a run on another: the tokenizer alone, no training state
+    only = tmp_path / "only"
+    train_main(["--languages", "de,en,fr", "--train-data", str(FIXTURES / "train300.{lang}"), "--valid-data",
+                str(FIXTURES / "val40.{lang}"), "--run-dir", str(only), "--vocab-size", "500", "--pair-data",
+                str(pairs / "train.{pair}.{lang}"), "--pair-valid-lines", "10", "--tokenizer-only", "1"])
+    assert (only / "spm.model").is_file() and not (only / "state.pt").exists()
+    assert Tokenizer(only / "spm.model").encode("Quxzywaffle") == both.encode("Quxzywaffle")
+
+
+def test_a_time_boxed_run_exports_as_it_stops_when_asked_and_resumes_afterwards(tmp_path, monkeypatch):
+    import time
+
+    def config(run: str, **overrides) -> TrainConfig:
+        return TrainConfig(
+            languages="de,en", train_data=str(FIXTURES / "train300.{lang}"), valid_data=str(FIXTURES / "val40.{lang}"),
+            run_dir=str(tmp_path / run), output=str(tmp_path / run / "final"), vocab_size=300, d_model=32, n_heads=2,
+            d_ff=64, n_encoder_layers=1, n_decoder_layers=1, max_tokens=800, warmup_steps=2, valid_max_sentences=4,
+            **{"max_minutes": 1, **overrides})
+
+    offset = [0.0]
+    real_time, loss_on = time.time, Trainer.loss_on
+
+    def minute_long_step(self, *args):  # each training step takes a minute by the clock: max_minutes 1 ends it
+        offset[0] += 61.0
+        return loss_on(self, *args)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(time, "time", lambda: real_time() + offset[0])
+        patched.setattr(Trainer, "loss_on", minute_long_step)
+        plain = Trainer(config("plain"))
+        plain.run()
+        boxed = Trainer(config("boxed", export_at_stop=1))
+        boxed.run()
+    assert plain.step == boxed.step == 1
+    assert (tmp_path / "plain" / "state.pt").is_file() and not (tmp_path / "plain" / "final").exists()
+    assert read_info(tmp_path / "boxed" / "final").metadata["training"]["steps"] == boxed.step
+    again = Trainer(config("boxed", export_at_stop=1, max_minutes=0, max_steps=boxed.step + 1))
+    assert again.step == boxed.step
+    again.run()
+    assert read_info(tmp_path / "boxed" / "final").metadata["training"]["steps"] == boxed.step + 1
 
 
 def test_multilingual_training_resumes_exports_and_translates(tmp_path):
