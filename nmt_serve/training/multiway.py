@@ -155,15 +155,25 @@ def held_for_validation(count: int, valid_lines: int) -> set[int]:
     return set(range(count // (2 * valid_lines), count, max(1, count // valid_lines))[:valid_lines]) if valid_lines else set()
 
 
-def pair_texts(pattern: str, directions: list[tuple[str, str]], valid_lines: int) -> list[list[str]]:
-    """Every side of the pair corpora that serve the directions, without their validation lines: text to
-    learn a tokenizer from beside the multi-way files."""
+def pair_texts(pattern: str, directions: list[tuple[str, str]], valid_lines: int,
+               weights: dict[str, float] | None = None, seed: int = 1) -> list[list[str]]:
+    """Every side of the pair corpora that serve the directions, without their validation lines, each line
+    as many times as training weighs it (`weights` by origin, as pair_corpora): text to learn a tokenizer
+    from beside the multi-way files, in the proportions the model will see."""
     sides = []
-    for _, _, texts in pair_files(pattern, directions):
+    for name, _, texts in pair_files(pattern, directions):
+        count = len(next(iter(texts.values())))
+        held = held_for_validation(count, valid_lines)
+        times = origin_copies(Path(pattern.format(pair=name, lang="origin")), count, weights, seed) if weights else [1] * count
         for lines in texts.values():
-            held = held_for_validation(len(lines), valid_lines)
-            sides.append([line for i, line in enumerate(lines) if i not in held])
+            sides.append([line for i, line in enumerate(lines) if i not in held for _ in range(times[i])])
     return sides
+
+
+def repeated_lines(lines: list[str], weight: float, seed: int) -> list[str]:
+    """Every line `weight` times (a fraction: a seeded sample), as `repeated` does with pairs."""
+    rng = random.Random(seed)
+    return [line for line in lines for _ in range(copies(weight, rng))]
 
 
 def parse_weights(spec: str) -> dict[str, float]:

@@ -68,6 +68,7 @@ from nmt_serve.training.multiway import (
     parse_weights,
     read_multiway,
     repeated,
+    repeated_lines,
     tag_ids,
     target_tag,
     target_tags,
@@ -398,9 +399,12 @@ class Trainer:
                 # sentencepiece reads plain text: write every training side once, uncompressed
                 scratch = self.run_dir / "spm_input.txt"
                 if self.languages:
-                    sides = list(read_multiway(cfg.train_data, self.languages).values())
-                    if cfg.pair_data:  # the pair corpora's words too, not only the captions'
-                        sides += pair_texts(cfg.pair_data, self.pair_directions(), cfg.pair_valid_lines)
+                    # the captions' words and the pair corpora's, weighted as training weighs them
+                    sides = [repeated_lines(lines, cfg.multiway_weight, cfg.seed) if cfg.pair_data else lines
+                             for lines in read_multiway(cfg.train_data, self.languages).values()]
+                    if cfg.pair_data:
+                        sides += pair_texts(cfg.pair_data, self.pair_directions(), cfg.pair_valid_lines,
+                                            parse_weights(cfg.pair_weights), cfg.seed)
                 else:
                     sides = list(read_parallel(cfg.train_src, cfg.train_tgt))
                 scratch.write_text("\n".join(line for side in sides for line in side) + "\n", encoding="utf-8")

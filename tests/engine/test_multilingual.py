@@ -38,6 +38,7 @@ from nmt_serve.training.multiway import (
     parse_languages,
     parse_weights,
     read_multiway,
+    repeated_lines,
     tag_ids,
     target_tag,
 )
@@ -136,6 +137,15 @@ def test_a_new_tokenizer_learns_the_pair_corpora_words_but_not_their_validation_
     held = held_for_validation(300, 10)
     assert len(held) == 10 and [len(side) for side in sides] == [290, 290]
     assert sides[0][0] == german[0] + " Quxzywaffel" and not {german[i] + " Quxzywaffel" for i in held} & set(sides[0])
+    # weighted as training weighs the lines: the first 100 x3, the rest once
+    (pairs / "train.en-de.origin").write_text("".join(f"{'dictionary' if i < 100 else 'catalog'}\tpkg\tbookworm\n"
+                                                      for i in range(300)))
+    weighted = pair_texts(str(pairs / "train.{pair}.{lang}"), [("de", "en")], 10, {"dictionary": 3}, seed=1)
+    first = sum(1 for i in range(100) if i not in held)
+    assert [len(side) for side in weighted] == [3 * first + 290 - first] * 2
+    assert weighted[1][:3] == [english[0] + " Quxzywaffle"] * 3
+    assert repeated_lines(["a", "b"], 2, seed=1) == ["a", "a", "b", "b"] and len(repeated_lines(["a"] * 1000, 0.5, 1)) < 600
+    (pairs / "train.en-de.origin").unlink()
 
     def tokenizer(run: str, **pair) -> Tokenizer:
         return Trainer(TrainConfig(
