@@ -196,8 +196,8 @@ def banned_tokens(config: ModelConfig) -> list[int]:
 
 # A sentence at its max_length ends with eos, which costs nothing there: transformers' generate forces it at
 # log-prob 0 (ForcedEOSTokenLogitsProcessor) and CTranslate2 returns the hypothesis without one, so that a
-# converted model's hypotheses score and rank as theirs do. (Charging eos's own log-prob, as this project once
-# did, ranks a hypothesis cut short by the limit below one of the same tokens that the model chose to end.)
+# converted model's hypotheses score and rank as theirs do. (Charging eos's own log-prob would rank a hypothesis
+# cut short by the limit below one of the same tokens that the model chose to end.)
 AT_MAX_EOS = 0.0
 
 

@@ -9,8 +9,9 @@ address, sized once for `max_rows` rows and `max_length` positions:
 
 and a step reads the first B rows and the first L positions, B and L rounded up to buckets (B to powers of
 two, L to length_buckets: powers of two and the sizes halfway between them). Rows past the real ones and
-positions past each row's own length are masked, so a row's result does not depend on the bucket. Each row carries its own position and source length: rows that joined
-at different times can decode in one step (continuous batching builds on this).
+positions past each row's own length are masked, so a row's result does not depend on the bucket. Each row
+carries its own position and source length: rows that joined at different times can decode in one step
+(continuous batching builds on this).
 
 `run(key, fn)` runs a function of these buffers. On CUDA the first call of each key runs it eagerly
 (the real step, which also warms cuBLAS up) and captures it as a CUDA graph; later calls replay the

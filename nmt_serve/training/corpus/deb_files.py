@@ -34,12 +34,11 @@ def extract(deb: DebFile, cache_dir: Path, target_of: Callable[[str], str | None
                 place = "copyright" if name == copyright_path else target_of(name)
                 if place is None:
                     continue
-                target = out / place
+                base = target = out / place
                 target.parent.mkdir(parents=True, exist_ok=True)
                 n = 2
                 while target.exists():  # one name in two places of the package
-                    target = out / place
-                    target = target.with_name(f"{target.stem}.{n}{target.suffix}")
+                    target = base.with_name(f"{base.stem}.{n}{base.suffix}")
                     n += 1
                 target.write_bytes(tar.extractfile(member).read())
         while proc.stdout.read(1 << 20):  # the archive's end padding: dpkg-deb must not die of a closed pipe

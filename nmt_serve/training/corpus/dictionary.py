@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from nmt_serve.training.corpus import deb_files
 from nmt_serve.training.corpus.apt import DebFile
@@ -85,7 +86,7 @@ def example_pairs(line: str) -> tuple[list[tuple[str, str]], Counter]:
     return out, dropped
 
 
-def dictionary_segments(deb: DebFile, pairs: list[Pair], release: str, cache_dir, collector: Collector) -> dict:
+def dictionary_segments(deb: DebFile, pairs: list[Pair], release: str, cache_dir: Path, collector: Collector) -> dict:
     """Collect a dictionary package's example sentences for the pairs of its two languages; returns
     its manifest entry."""
     dictionary = DICTIONARIES[deb.package]
