@@ -78,6 +78,7 @@ from nmt_serve.inference.search import (
 )
 from nmt_serve.inference.static_decoder import StaticDecoder
 from nmt_serve.inference.translator import Translator
+from nmt_serve.network.routing import decode_cost
 
 log = logging.getLogger("engine")
 CALIBRATION_TEXT = "Ein Mann mit einer roten Jacke fährt mit dem Fahrrad durch die Straßen der Stadt."
@@ -253,7 +254,7 @@ class EngineCore:
                 # pairs (unless it serves some of them only)
                 mid: dict(id=mid, source=t.source_lang, target=t.target_lang,
                           directions=t.info.directions if t.info.language_codes else t.directions,
-                          target_tags=t.info.target_tags, language_codes=t.info.language_codes, test_bleu=t.test_bleu(), test_scores=t.info.test_scores(), quality_flags=t.info.flag_threshold_table(), parameters=t.num_parameters(), device=str(t.device),
+                          target_tags=t.info.target_tags, language_codes=t.info.language_codes, test_bleu=t.test_bleu(), test_scores=t.info.test_scores(), quality_flags=t.info.flag_threshold_table(), parameters=t.num_parameters(), decode_cost=decode_cost(t.config), device=str(t.device),
                           dtype=str(t.dtype).removeprefix("torch."), attention=attention_backend(t.device), quantization=t.quantization, step_mode=t.step_mode,
                           n_decoder_layers=t.config.n_decoder_layers, n_encoder_layers=t.config.n_encoder_layers,
                           n_heads=t.config.n_heads, max_positions=t.config.max_positions,

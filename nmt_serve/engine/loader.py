@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmt_serve.engine.memory_plan import GIB, DoesNotFit, MemoryPlan, ModelNeeds, budget, plan
+from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT
 
 if TYPE_CHECKING:
     from nmt_serve.inference.translator import Translator
@@ -65,12 +66,14 @@ def device_problem(device: str) -> str | None:
     return None
 
 
-def choose(models_dir: str | Path) -> dict[Path, tuple[str, CheckpointInfo]]:
+def choose(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT) -> dict[Path, tuple[str, CheckpointInfo]]:
     """The checkpoints to load, with their model ids: every one found that serves some direction best
-    (network.routing); a multilingual checkpoint's id is its directory's name (the API routes its
-    directions to it), a bilingual one's its pair."""
+    (network.routing; on CPU among those within cpu_cost_limit of the cheapest one's work per token); a
+    multilingual checkpoint's id is its directory's name (the API routes its directions to it), a bilingual
+    one's its pair."""
+    from nmt_serve.inference.translator import resolve_device
     from nmt_serve.network.checkpoint import read_info
-    from nmt_serve.network.routing import Offer, route
+    from nmt_serve.network.routing import Offer, decode_cost, route
 
     paths = discover(models_dir)
     infos = {path: read_info(path) for path in paths}
@@ -81,14 +84,23 @@ def choose(models_dir: str | Path) -> dict[Path, tuple[str, CheckpointInfo]]:
             other = next(p for p, n in names.items() if n == name)
             raise ValueError(f"two checkpoints for {name}: {other} and {path}")
         names[path] = name
+    costs = {p: decode_cost(info.config) for p, info in infos.items()}
+    offers = [Offer(names[p], d, info.test_scores().get(d, {}), info.multilingual, costs[p]) for p, info in infos.items() for d in info.served()]
+    limit = cpu_cost_limit if resolve_device(device).type == "cpu" else 0.0
     # a checkpoint whose every direction another one serves better would only take memory and load time
-    routes = route(Offer(names[p], d, info.test_scores().get(d, {}), info.multilingual) for p, info in infos.items() for d in info.served())
+    routes = route(offers, limit)
+    by_score = route(offers)
     chosen = {}
     for path in paths:
         if names[path] not in routes.values():
             better = sorted({routes[d] for d in infos[path].served()})
-            log.info("not loading %s from %s: every direction it serves goes to %s (network/routing.py: the better recorded test scores)",
-                     names[path], path, ", ".join(better))
+            if names[path] in by_score.values():
+                cheapest = min(costs[p] for p in paths if names[p] in better)
+                why = (f"on CPU its work per token is {costs[path] / cheapest:.1f}x theirs, over cpu_cost_limit {limit:g} "
+                       "(network/routing.py)")
+            else:
+                why = "the better recorded test scores (network/routing.py)"
+            log.info("not loading %s from %s: every direction it serves goes to %s: %s", names[path], path, ", ".join(better), why)
             continue
         chosen[path] = (names[path], infos[path])
     return chosen
@@ -140,7 +152,8 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
 def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none",
                 step_mode: str = "auto", *, chosen: dict[Path, tuple[str, CheckpointInfo]] | None = None,
                 static_rows: int = 1024, memory: MemoryPlan | None = None) -> dict[str, tuple[Translator, float, str]]:
-    """{"de-en": (translator, load seconds, checkpoint path)} for the chosen checkpoints (default: choose()).
+    """{"de-en": (translator, load seconds, checkpoint path)} for the chosen checkpoints (default: choose() on
+    this device).
     static_rows: each Translator's own static decoder (0 for the engine, whose decoders are its own).
     memory: the plan, which says whether each model's weights are packed (default: packed)."""
     from nmt_serve.inference.attention import attention_backend
@@ -153,7 +166,7 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
     if device == "auto" and (gpu := nvidia_visible()) and (problem := device_problem("cuda")):
         log.warning("device=auto: an NVIDIA GPU seems present (%s) but CUDA is not usable (%s); serving on the CPU", gpu, problem)
     models: dict = {}
-    for path, (model_id, _) in (choose(models_dir) if chosen is None else chosen).items():
+    for path, (model_id, _) in (choose(models_dir, device) if chosen is None else chosen).items():
         t0 = time.perf_counter()
         # no warm-up capture here: the engine captures its own device searches' graphs (EngineCore.warmup)
         packed = memory.models[model_id]["packed_weights"] if memory is not None else True

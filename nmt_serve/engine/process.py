@@ -141,6 +141,7 @@ def run(config: dict) -> int:
     supervisor = int(config.get("supervisor_pid") or os.getppid())
     from nmt_serve.engine.core import EngineConfig, EngineCore
     from nmt_serve.engine.loader import choose, load_models, plan_memory
+    from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT
 
     if config.get("engine_nice"):
         # a lower priority than the API process's, where the operator asks for it: the engine then also
@@ -182,7 +183,7 @@ def run(config: dict) -> int:
         if config.get("threads"):
             torch.set_num_threads(int(config["threads"]))
         device, dtype, quantization = config["device"], config.get("dtype"), config.get("quantization", "none")
-        chosen = choose(config["models_dir"])
+        chosen = choose(config["models_dir"], device, float(config.get("cpu_cost_limit", DEFAULT_CPU_COST_LIMIT)))
         # refused here, before a weight is read, when the budget cannot hold the models and one sentence
         memory = plan_memory(chosen, device, dtype, quantization, budget_gb=float(config.get("memory_budget_gb") or 0),
                              max_batch_sentences=int(config.get("max_batch_sentences") or 0),

@@ -4,8 +4,9 @@ each text once, checks its limits on the ids and sends them to the engine.
 
 A direction ("fr-cs") is served by a bilingual checkpoint of that pair or by a multilingual checkpoint
 listing it; the API then puts the model's target-language tag before the ids. Where several models
-serve one direction, model.routing picks it (the best recorded test BLEU, then a bilingual model), as the
-engine did when it left the others unloaded.
+serve one direction, network.routing picks it (on CPU among those within cpu_cost_limit of the cheapest one's
+work per token, then the best recorded test BLEU, then a bilingual model), as the engine did when it left the
+others unloaded.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from nmt_serve.inference.input_processor import InputProcessor
-from nmt_serve.network.routing import Offer, best
+from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT, Offer, best
 from nmt_serve.network.tokenizer import Tokenizer
 from nmt_serve.text.quality_flags import FlagThresholds
 
@@ -84,8 +85,9 @@ def _test_scores(info: dict, direction: str) -> dict[str, float]:
     return (info.get("test_scores") or {}).get(direction, {})
 
 
-def served_directions(infos: list[dict]) -> dict[str, ServedDirection]:
-    """{direction: ServedDirection} over every model the engine reports, each direction routed to one model."""
+def served_directions(infos: list[dict], cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT) -> dict[str, ServedDirection]:
+    """{direction: ServedDirection} over every model the engine reports, each direction routed to one model
+    (cpu_cost_limit: Settings', where the models run on the CPU)."""
     candidates: dict[str, list[ServedDirection]] = {}
     for info in infos:
         codes = info.get("language_codes")
@@ -103,8 +105,9 @@ def served_directions(infos: list[dict]) -> dict[str, ServedDirection]:
             candidates.setdefault(direction, []).append(ServedDirection(direction, info, inputs, source, target, info["id"]))
 
     def chosen(found: list[ServedDirection]) -> ServedDirection:
-        offers = [Offer(m.engine_model, m.id, _test_scores(m.info, m.id), m.multilingual) for m in found]
-        pick = best(offers)
+        offers = [Offer(m.engine_model, m.id, _test_scores(m.info, m.id), m.multilingual, m.info.get("decode_cost", 0.0)) for m in found]
+        on_cpu = all(str(m.info.get("device", "cpu")).startswith("cpu") for m in found)
+        pick = best(offers, cpu_cost_limit if on_cpu else 0.0)
         return next(m for m, o in zip(found, offers) if o is pick)
 
     return {d: chosen(found) for d, found in sorted(candidates.items())}

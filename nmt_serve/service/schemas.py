@@ -198,6 +198,8 @@ class ModelInfo(BaseModel):
                                             "model's own signals (min_mean_logprob, max_source_entropy, attention_check_below), "
                                             "measured on its validation sentences; empty: the service's defaults (README: quality flags)")
     parameters: int
+    decode_cost: int = Field(0, description="multiply-adds per generated token (its layers' weights and the output layer): "
+                                            "on CPU a model over cpu_cost_limit times the cheapest one of a direction does not serve it")
     device: str
     dtype: str
     attention: str | None = Field(None, description="attention kernels in order of preference, e.g. sdpa:flash,efficient,math "

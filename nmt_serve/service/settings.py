@@ -6,6 +6,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NMT_", extra="ignore")
@@ -14,6 +16,9 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535, description="port to listen on (0 = any free port)")
     models_dir: str = Field("checkpoints", description="directory whose subdirectories are checkpoints, one per language pair")
     device: str = Field("auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$", description="auto | cpu | cuda")
+    cpu_cost_limit: float = Field(DEFAULT_CPU_COST_LIMIT, ge=0, description="on CPU, where several models serve a direction, "
+                                  "one whose work per token is more than this many times the cheapest one's does not serve it, "
+                                  "whatever its test scores (a sentence's latency grows with it); 0: by test scores alone")
     dtype: str | None = Field(None, pattern="^(float32|float16|bfloat16)$", description="default: float32 on CPU, float16 on CUDA")
     quantization: str = Field("none", pattern="^(none|int8)$",
                               description="int8: quantized Linear layers (CPU, float32), faster at a small BLEU cost")
@@ -135,7 +140,7 @@ class Settings(BaseSettings):
         """What the engine process needs (plain JSON; no keys or other secrets)."""
         import logging
 
-        names = ("models_dir", "device", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice", "max_batch_sentences",
+        names = ("models_dir", "device", "cpu_cost_limit", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice", "max_batch_sentences",
                  "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission", "admission_margin", "retry_after_s",
                  "graceful_shutdown_s", "background_share", "engine_heartbeat_timeout_s")
         # the engine runs in the repository's directory: a relative models_dir means this process's directory

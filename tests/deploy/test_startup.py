@@ -114,6 +114,8 @@ def test_other_variables_are_named_and_a_relative_models_dir_is_this_directory_s
     assert unknown_variables({"NMT_DATA": "x", "NMT_PORT": "1", "PATH": "/"}) == ([], ["NMT_DATA is not a setting of the service; ignored"])
     monkeypatch.chdir(tmp_path)  # the engine runs in the repository's directory: it gets the path made absolute
     assert Settings(models_dir="models").engine_config()["models_dir"] == str(tmp_path / "models")
+    # the engine leaves unloaded what the API would not route to: both use the same limit
+    assert Settings(cpu_cost_limit=3.5).engine_config()["cpu_cost_limit"] == 3.5
 
 
 def test_an_empty_models_dir_is_one_line_and_exit_2(tmp_path):

@@ -14,7 +14,7 @@ import torch
 from conftest import make_checkpoint, random_model
 from fastapi.testclient import TestClient
 
-from nmt_serve.engine.loader import load_models
+from nmt_serve.engine.loader import choose, load_models
 from nmt_serve.inference.translator import Translator
 from nmt_serve.network.checkpoint import (
     CheckpointInfo,
@@ -22,7 +22,8 @@ from nmt_serve.network.checkpoint import (
     read_info,
     save_checkpoint,
 )
-from nmt_serve.network.routing import Offer, best, route
+from nmt_serve.network.config import ModelConfig
+from nmt_serve.network.routing import Offer, best, decode_cost, route
 from nmt_serve.network.tokenizer import Tokenizer
 from nmt_serve.service.app import create_app
 from nmt_serve.service.directions import served_directions
@@ -470,6 +471,57 @@ def test_routing_compares_models_over_every_test_set_any_was_measured_on():
         "de-en": "general", "en-de": "captions"}
 
 
+def test_decode_cost_counts_each_layer_weight_once_and_the_output_layer():
+    model = random_model(seed=0, n_encoder_layers=2, n_decoder_layers=3, d_ff=96)
+    layers = [m for stack in (model.encoder_layers, model.decoder_layers) for m in stack.modules() if isinstance(m, torch.nn.Linear)]
+    config = model.config
+    assert decode_cost(config) == sum(m.weight.numel() for m in layers) + model.output_proj.weight.numel()
+    shipped = ModelConfig(src_vocab_size=10000, tgt_vocab_size=10000)
+    gpu_recipe = ModelConfig(src_vocab_size=16000, tgt_vocab_size=16000, d_model=384, n_heads=6, d_ff=1536, n_encoder_layers=6)
+    assert 2.9 < decode_cost(gpu_recipe) / decode_cost(shipped) < 3.0
+
+
+def test_on_cpu_a_model_far_costlier_than_the_cheapest_does_not_take_a_direction_by_scores():
+    small = Offer("small", "de-en", {"test_2016_flickr": 42.0, "eval-short": 30.0}, cost=8.0e6)
+    large = Offer("large", "de-en", {"test_2016_flickr": 45.0, "eval-short": 38.0}, cost=24.0e6)
+    assert best([small, large]) is large  # a GPU: by scores
+    assert best([small, large], cost_limit=2.0) is small
+    assert best([small, large], cost_limit=3.0) is large
+    # the limit is relative to the cheapest candidate of the direction, and an unknown cost passes
+    alone = Offer("large", "fr-de", {"test_2016_flickr": 30.0}, cost=24.0e6)
+    unknown = Offer("converted", "de-en", {"test_2016_flickr": 45.0, "eval-short": 39.0})
+    assert best([small, large, unknown], cost_limit=2.0) is unknown
+    assert route([small, large, alone], cost_limit=2.0) == {"de-en": "small", "fr-de": "large"}
+
+
+def test_the_engine_on_cpu_keeps_the_cheaper_model_and_says_why(tmp_path, tagged_spm, spm_model, caplog):
+    root = tmp_path / "models"
+    make_multilingual(root / "small", tagged_spm, directions=["de-en"], metadata=_scores({"de-en": 30.0}))
+    make_multilingual(root / "large", tagged_spm, directions=["de-en", "en-de"], metadata=_scores({"de-en": 35.0, "en-de": 30.0}),
+                      d_model=48, n_heads=4, d_ff=128)
+    costs = {p.name: decode_cost(info.config) for p in (root / "small", root / "large") for info in [read_info(p)]}
+    assert 2.0 < costs["large"] / costs["small"] < 4.0
+    assert sorted(name for name, _ in choose(root, "cpu", cpu_cost_limit=0.0).values()) == ["large"]
+    assert sorted(name for name, _ in choose(root, "cpu", cpu_cost_limit=4.0).values()) == ["large"]
+    # the larger one still serves the direction only it offers; de-en goes to the cheaper one
+    chosen = choose(root, "cpu", cpu_cost_limit=2.0)
+    assert sorted(name for name, _ in chosen.values()) == ["large", "small"]
+    infos = [dict(_info(name, root / name, info.directions, info.target_tags, {d: b for d, b in info.test_bleu().items()}),
+                  decode_cost=costs[name], device="cpu", test_scores=info.test_scores()) for name, info in chosen.values()]
+    served = served_directions(infos, cpu_cost_limit=2.0)
+    assert {d: m.engine_model for d, m in served.items()} == {"de-en": "small", "en-de": "large"}
+    assert served_directions(infos, cpu_cost_limit=0.0)["de-en"].engine_model == "large"
+    on_gpu = [dict(info, device="cuda:0") for info in infos]
+    assert served_directions(on_gpu, cpu_cost_limit=2.0)["de-en"].engine_model == "large"
+    # a model every direction of which goes to a cheaper one is not loaded, and the log says why
+    make_multilingual(root / "large", tagged_spm, directions=["de-en"], metadata=_scores({"de-en": 35.0}),
+                      d_model=48, n_heads=4, d_ff=128)
+    with caplog.at_level("INFO", logger="nmt_serve.engine.loader"):
+        chosen = choose(root, "cpu", cpu_cost_limit=2.0)
+    assert sorted(name for name, _ in chosen.values()) == ["small"]
+    assert "not loading large" in caplog.text and "work per token is" in caplog.text and "cpu_cost_limit 2" in caplog.text
+
+
 def test_cli_translate_needs_a_direction_of_a_multilingual_model(tmp_path, tagged_spm):
     path = make_multilingual(tmp_path / "mul", tagged_spm)
     run = lambda *args, **kw: subprocess.run([sys.executable, "-m", "nmt_serve.cli.translate", "--model", str(path), *args],  # noqa: E731
@@ -505,6 +557,7 @@ def test_service_serves_every_direction_of_both_models(mixed_models):
         assert set(models) == {f"{s}-{t}" for s, t in parse_directions("all", LANGS)}
         assert models["de-en"]["model"] == "de-en" and not models["de-en"]["multilingual"]  # no scores: bilingual first
         assert models["fr-de"]["model"] == "multi" and models["fr-de"]["multilingual"]
+        assert models["de-en"]["decode_cost"] > 0 and models["de-en"]["device"] == "cpu"  # what CPU routing compared
         assert client.get("/health").json()["models"] == sorted(models)
         languages = {lang["code"]: lang["targets"] for lang in client.get("/languages").json()}
         assert languages == {"de": ["en", "fr"], "en": ["de", "fr"], "fr": ["de", "en"]}
