@@ -89,7 +89,7 @@ def test_descriptions_parse_into_short_paragraphs_and_items(tmp_path):
 def test_build_aligns_by_md5_holds_out_and_counts_every_rule(tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "corpus"
     fake_lists(cache)
-    config = BuildConfig(output=out, cache=cache, releases=["bookworm"], packages=(), dictionaries=(),
+    config = BuildConfig(output=out, cache=cache, releases=["bookworm"], packages=(), dictionaries=(), help_packages=(),
                          language_filter=False)
     manifest = build(config)
 

@@ -15,6 +15,7 @@ from nmt_serve.training.corpus.apt import DEFAULT_KEYRING, DEFAULT_MIRROR, Apt
 from nmt_serve.training.corpus.catalogs import catalog_segments, package_catalogs
 from nmt_serve.training.corpus.dictionary import DICTIONARIES, dictionary_segments
 from nmt_serve.training.corpus.filters import Counts, LanguageCheck
+from nmt_serve.training.corpus.help_pages import HELP_PACKAGES, help_segments
 from nmt_serve.training.corpus.heldout import is_held_out
 from nmt_serve.training.corpus.manifest import manifest
 from nmt_serve.training.corpus.output import counts_of, select, write
@@ -35,6 +36,7 @@ class BuildConfig:
     keyring: str = DEFAULT_KEYRING
     packages: tuple[str, ...] = CATALOG_PACKAGES  # empty: no catalogs
     dictionaries: tuple[str, ...] = tuple(DICTIONARIES)  # empty: no dictionary sentences (the debian-v1 corpus)
+    help_packages: tuple[str, ...] = HELP_PACKAGES  # empty: no help pages (the debian-v2 corpus)
     refresh: bool = False  # apt-get update even when the lists are cached
     language_filter: bool = True
 
@@ -108,10 +110,20 @@ def build(config: BuildConfig) -> dict:
         dictionaries.append(dictionary_segments(deb, config.pairs, config.releases[0], config.cache, collector))
         log.info("dictionary %s: %d segments", package, len(collector.segments) - before)
 
+    helps = []
+    for package in sorted(config.help_packages):
+        deb = apt.download(package, config.releases[0])
+        if deb is None:
+            helps.append({"package": package, "missing": f"not in {config.releases[0]}"})
+            continue
+        before = len(collector.segments)
+        helps.append(help_segments(deb, config.languages, config.pairs, config.releases[0], config.cache, collector))
+        log.info("help %s: %d segments", package, len(collector.segments) - before)
+
     check = LanguageCheck() if config.language_filter else None
     selected = select(collector.segments, config.pairs, counts, check)
     files = write(config.output, selected)
-    result = manifest(config, apt, release_infos, translation_files, paired, packages, dictionaries, counts,
+    result = manifest(config, apt, release_infos, translation_files, paired, packages, dictionaries, helps, counts,
                       counts_of(selected), files)
     (config.output / "manifest.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     return result

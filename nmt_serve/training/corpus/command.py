@@ -1,9 +1,10 @@
 """nmt-corpus: build the Debian translation corpus (see nmt_serve/training/corpus/__init__.py).
 
-    nmt-corpus                                   # corpora/debian-v2, cache in corpora/cache
-    nmt-corpus --dictionaries '' --output corpora/debian-v1   # the corpus before dictionary sentences
+    nmt-corpus                                   # corpora/debian-v3, cache in corpora/cache
+    nmt-corpus --help-packages '' --output corpora/debian-v2   # the corpus before help pages
+    nmt-corpus --help-packages '' --dictionaries '' --output corpora/debian-v1   # ... and dictionary sentences
     nmt-corpus --releases bookworm --output corpora/debian-bookworm
-    nmt-corpus --packages '' --dictionaries ''   # package descriptions only
+    nmt-corpus --packages '' --dictionaries '' --help-packages ''   # package descriptions only
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from nmt_serve.cli.common import user_errors
 from nmt_serve.training.corpus.apt import DEFAULT_KEYRING, DEFAULT_MIRROR, AptError
 from nmt_serve.training.corpus.build import BuildConfig, build
 from nmt_serve.training.corpus.dictionary import DICTIONARIES
+from nmt_serve.training.corpus.help_pages import HELP_PACKAGES
 from nmt_serve.training.corpus.package_list import CATALOG_PACKAGES
 
 
@@ -27,7 +29,7 @@ def _list(spec: str) -> list[str]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nmt-corpus", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output", default="corpora/debian-v2", help="corpus directory (default: %(default)s)")
+    p.add_argument("--output", default="corpora/debian-v3", help="corpus directory (default: %(default)s)")
     p.add_argument("--cache", default="corpora/cache",
                    help="downloads and the private apt tree, reused by the next build (default: %(default)s)")
     p.add_argument("--releases", default="bookworm,trixie",
@@ -40,6 +42,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dictionaries", default=",".join(DICTIONARIES),
                    help="dictionary packages whose example sentences are read, comma-separated (default: "
                         "%(default)s; '' for none, as in the debian-v1 corpus)")
+    p.add_argument("--help-packages", default=",".join(HELP_PACKAGES),
+                   help="packages whose translated help pages are read, comma-separated (default: the list in "
+                        "nmt_serve/training/corpus/help_pages.py; '' for none, as in the debian-v2 corpus)")
     p.add_argument("--mirror", default=DEFAULT_MIRROR, help="Debian mirror (default: %(default)s)")
     p.add_argument("--keyring", default=DEFAULT_KEYRING, help="archive keyring (default: %(default)s)")
     p.add_argument("--refresh", action="store_true", help="apt-get update even when the cached lists are there")
@@ -56,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     config = BuildConfig(output=Path(args.output), cache=Path(args.cache), releases=_list(args.releases),
                          languages=_list(args.languages), mirror=args.mirror, keyring=args.keyring,
                          packages=tuple(_list(args.packages)),
-                         dictionaries=tuple(_list(args.dictionaries)), refresh=args.refresh,
+                         dictionaries=tuple(_list(args.dictionaries)), help_packages=tuple(_list(args.help_packages)),
+                         refresh=args.refresh,
                          language_filter=not args.no_language_filter)
     start = time.monotonic()
     with user_errors(p, AptError, ValueError, OSError):

@@ -32,6 +32,9 @@ RULES = {
     "dictionary_mark": "dictionary example sentences that keep an editorial mark once the annotations are removed: "
                        "a placeholder (etw., jdm., sth., sb.), an ellipsis, parentheses (optional words) or a slash "
                        "between alternatives; or an alternative that is no sentence on its own",
+    "help_structure": "help pages (counted per page and language pair) whose text blocks differ in sequence between "
+                      "the languages: a translation of an older version of the page",
+    "help_link": "help text blocks holding a link whose text the help viewer fills in from its target",
     "unaligned_long_unit": f"unit pairs whose sentence counts differ and one side is over {MAX_CHARS} characters",
     "no_letters": f"pairs with fewer than {MIN_LETTERS} letters on a side",
     "too_long": f"pairs with a side over {MAX_CHARS} characters",

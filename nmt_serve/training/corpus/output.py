@@ -13,13 +13,13 @@ from nmt_serve.training.corpus.segments import Pair, Segment, where
 log = logging.getLogger("nmt_serve.training.corpus")
 
 # output sets, in the order they are filtered: the held-out sets first, since training pairs that
-# repeat a held-out description segment or dictionary sentence are dropped (rule in_eval)
-SETS = ("eval-short", "eval-dictionary", "eval", "train")
-# the held-out subsets of eval by kind: short descriptions, everyday sentences
-SUBSETS = {"eval-short": "ddtp-short", "eval-dictionary": "dictionary"}
+# repeat a held-out description segment, dictionary sentence or help sentence are dropped (rule in_eval)
+SETS = ("eval-short", "eval-dictionary", "eval-help", "eval", "train")
+# the held-out subsets of eval by kind: short descriptions, everyday sentences, help pages' prose
+SUBSETS = {"eval-short": "ddtp-short", "eval-dictionary": "dictionary", "eval-help": "help"}
 # kinds whose held-out segments no training pair may repeat (catalog messages such as "Open" are too
 # common to hold out by text)
-HELD_OUT_TEXT_KINDS = ("ddtp-short", "ddtp-long", "dictionary")
+HELD_OUT_TEXT_KINDS = ("ddtp-short", "ddtp-long", "dictionary", "help")
 
 
 def members(name: str, segment: Segment) -> bool:
