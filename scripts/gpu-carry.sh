@@ -42,13 +42,13 @@ case ${1:-} in
         echo ".gpubase: nmt_serve at $(cat .gpubase/REVISION) (carry it with the ab stage)"
         exit 0 ;;
     train)
-        # what `gpu-rows.sh train` reads (configs/debian-gpu.json on the GPU): debian-v2's English pairs and
+        # what `gpu-rows.sh train` reads (configs/debian-gpu.json on the GPU): debian-v3's English pairs and
         # Multi30k's train and val gzipped, and the run's tokenizer made here (sentencepiece over the whole
         # training text: minutes of the lease's CPU otherwise). Carry .gpucorpus (about 21 MB), after `slim`.
-        [ -f corpora/debian-v2/manifest.json ] || { echo "gpu-carry train: build the corpus first (nmt-corpus)" >&2; exit 1; }
-        rm -rf .gpucorpus && mkdir -p .gpucorpus/debian-v2
-        for f in corpora/debian-v2/train.en-*; do gzip -9nc "$f" > ".gpucorpus/debian-v2/$(basename "$f").gz"; done
-        cp corpora/debian-v2/manifest.json .gpucorpus/debian-v2/
+        [ -f corpora/debian-v3/manifest.json ] || { echo "gpu-carry train: build the corpus first (nmt-corpus)" >&2; exit 1; }
+        rm -rf .gpucorpus && mkdir -p .gpucorpus/debian-v3
+        for f in corpora/debian-v3/train.en-*; do gzip -9nc "$f" > ".gpucorpus/debian-v3/$(basename "$f").gz"; done
+        cp corpora/debian-v3/manifest.json .gpucorpus/debian-v3/
         cp "${NMT_DATA:-../shared/data/multi30k}"/{train,val}.*.gz .gpucorpus/
         "${PY:-.venv/bin/python}" -m nmt_serve.training.train --config configs/debian-gpu.json --tokenizer-only 1 \
             --run-dir .gpucorpus/tokenizer --device cpu --threads 2

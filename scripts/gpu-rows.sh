@@ -47,7 +47,7 @@
 #   shapes-serve  NLLB-600M serving 256 rows of 256 positions (goal: within 8 GB) and the service on it at concurrency
 #            256 (goal: >= 1,000 requests/s); reuses the model `shapes` built where the machine still has it
 #   train    configs/debian-gpu.json: a 24M-parameter model (6+3 layers, d_model 384, a 16,000-piece tokenizer
-#            of captions and debian-v2) trained from scratch on Multi30k and debian-v2 for max_minutes (7), its
+#            of captions and debian-v3) trained from scratch on Multi30k and debian-v3 for max_minutes (7), its
 #            best checkpoints averaged and exported in float16 as it stops (export_at_stop); the weights come
 #            back in 15 MiB parts (a file may be 16 MiB), with config.json, spm.model and the run's log. Alone in
 #            a call (timeout_s 600), carry .gpucorpus (scripts/gpu-carry.sh train); here
@@ -88,7 +88,7 @@ case $stage in
         run=${TRAIN_RUN:-/tmp/debian-gpu}
         args=(--config configs/debian-gpu.json --run-dir "$run" --output "$run/final"
               --train-data '.gpucorpus/train.{lang}.gz' --valid-data '.gpucorpus/val.{lang}.gz'
-              --pair-data '.gpucorpus/debian-v2/train.{pair}.{lang}.gz' --spm-model .gpucorpus/tokenizer/spm.model)
+              --pair-data '.gpucorpus/debian-v3/train.{pair}.{lang}.gz' --spm-model .gpucorpus/tokenizer/spm.model)
         # TRAIN_FLAGS: overrides for a dry run elsewhere (--device cpu --max-minutes 0.2 ...)
         # shellcheck disable=SC2086
         python3 -m nmt_serve.training.train "${args[@]}" ${TRAIN_FLAGS:-} > "$out/train.out" 2>&1

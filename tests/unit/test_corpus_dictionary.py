@@ -28,6 +28,9 @@ def test_sentences_lose_their_annotations_and_words_are_not_sentences():
     assert sentence("sheer; pure; plain; arrant [dated] <purer> <purest>") is None
     assert sentence("Lernfähigkeit {f}") is None
     assert sentence("the plain truth") is None
+    # optional words in parentheses stay, as words; a note after the sentence goes
+    assert sentence("(Mir geht’s) gut, und dir?") == "Mir geht’s gut, und dir?"
+    assert sentence("Ich muss noch Schuhe einkaufen (gehen). (Alltag)") == "Ich muss noch Schuhe einkaufen gehen."
 
 
 def test_an_entry_gives_its_example_sentences_paired_in_order():
@@ -40,6 +43,8 @@ def test_an_entry_gives_its_example_sentences_paired_in_order():
     marks = ("Er hat etw. gesagt. | Es war reiner Zufall. | Er kam … und ging. | Das ist Unsinn. :: "
              "He said sth. | It was sheer/pure coincidence. | He came … and went. | That is nonsense.")
     assert example_pairs(marks) == ([("Das ist Unsinn.", "That is nonsense.")], Counter({"dictionary_mark": 3}))
+    # a slash between alternatives still drops the pair: they may be phrases even when written tight
+    assert example_pairs("Ich sehe sie gern. :: To see her/the sight of her pleases me.") == ([], Counter({"dictionary_mark": 1}))
     # several alternatives on both sides: only the first of each pair up
     assert example_pairs("Ja, gern.; Gerne. :: Yes, please.; With pleasure.")[0] == [("Ja, gern.", "Yes, please.")]
     # sides that list different numbers of sub-entries pair nothing

@@ -9,9 +9,11 @@ abbreviations `/HRU/`. Most sub-entries are words and terms: only the example se
 sub-entries that are sentences on both sides (a capital first, end punctuation last) once the
 annotations, and a note in parentheses after the sentence, are removed. An alternative on one side
 pairs with each of the other side's when that side has only one; where both have several, the first
-of each pair up (their order need not agree). A sentence that still carries an editorial mark is
-dropped (rule dictionary_mark): a placeholder (etw., jdm., sth., sb.), an ellipsis, parentheses
-(optional words) or a slash between alternatives; so is an alternative that is no sentence alone.
+of each pair up (their order need not agree). Optional words in parentheses are kept as words ("(Mir
+geht's) gut, und dir?" -> "Mir geht's gut, und dir?"). A sentence that still carries an editorial mark is
+dropped (rule dictionary_mark): a placeholder (etw., jdm., sth., sb.), an ellipsis, or a slash between
+alternatives, which may be phrases even without spaces ("To see her/the sight of her"): taking the first
+word garbled about one in ten of them; so is an alternative that is no sentence alone.
 
 Held out: every entry whose text's SHA-1 ends in 0 (heldout.entry_split, about one in sixteen) goes to
 the eval split and the `eval-dictionary` set, so that everyday sentences can be scored; a training
@@ -44,11 +46,17 @@ _ANNOTATION = re.compile(r"\s*(?:\{[^{}]*\}|\[[^\[\]]*\]|<[^<>]*>|(?<!\w)/[^/\s]
 _TRAILING_NOTE = re.compile(r"(?<=[.!?])\s*\([^()]*\)$")
 _SENTENCE_END = re.compile(r"[.!?][\"'“”‘’»«]*$")
 _MARK = re.compile(r"(?<!\w)(?:etw|jd[mnrs]?|sth|sb)\.|…|\.\.\.|[()/~]")
+_OPTIONAL = re.compile(r"\(([^()]*)\)")
+
+
+def resolve_marks(text: str) -> str:
+    """A sentence with its optional words kept as words."""
+    return " ".join(_OPTIONAL.sub(r"\1", text).split())
 
 
 def sentence(text: str) -> str | None:
-    """A sub-entry without its annotations, when it is a sentence; else None."""
-    text = _TRAILING_NOTE.sub("", " ".join(_ANNOTATION.sub("", text).split()))
+    """A sub-entry without its annotations, its optional words kept as words, when it is a sentence; else None."""
+    text = resolve_marks(_TRAILING_NOTE.sub("", " ".join(_ANNOTATION.sub("", text).split())))
     return text if text[:1].isupper() and _SENTENCE_END.search(text) else None
 
 

@@ -29,9 +29,9 @@ RULES = {
     "markup_mismatch": "unit pairs whose markup tags differ (by name and count); tags are removed otherwise",
     "placeholder_mismatch": "unit pairs whose placeholders (%s, %1$d, %(name)s, {0}, $VAR) differ as multisets",
     "unaligned_entry": "dictionary entries whose two sides list different numbers of sub-entries (none can pair up)",
-    "dictionary_mark": "dictionary example sentences that keep an editorial mark once the annotations are removed: "
-                       "a placeholder (etw., jdm., sth., sb.), an ellipsis, parentheses (optional words) or a slash "
-                       "between alternatives; or an alternative that is no sentence on its own",
+    "dictionary_mark": "dictionary example sentences that keep an editorial mark once the annotations are removed, "
+                       "optional words in parentheses kept as words: a placeholder (etw., jdm., sth., sb.), an ellipsis "
+                       "or a slash between alternatives; or an alternative that is no sentence on its own",
     "help_structure": "help pages (counted per page and language pair) whose text blocks differ in sequence between "
                       "the languages: a translation of an older version of the page",
     "help_link": "help text blocks holding a link whose text the help viewer fills in from its target",
