@@ -11,8 +11,8 @@ compared over every test set any of them was measured on:
 On CPU one sentence's latency grows with the model's work per token, and a larger model may score better
 and still be too slow to be the default: there a candidate whose work per token (decode_cost) is more than
 `cpu_cost_limit` times the cheapest candidate's does not serve the direction, whatever its scores (a CPU
-host keeps the small model; a GPU takes the larger one). The engine uses it to leave unneeded checkpoints unloaded and the API to route requests, so both
-processes decide alike."""
+host keeps the small model; a GPU takes the larger one). The engine uses it to leave unneeded checkpoints
+unloaded and the API to route requests, so both processes decide alike."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping

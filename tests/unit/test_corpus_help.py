@@ -12,7 +12,7 @@ import pytest
 from nmt_serve.training.corpus.apt import DebFile
 from nmt_serve.training.corpus.filters import Counts
 from nmt_serve.training.corpus.heldout import entry_split
-from nmt_serve.training.corpus.help_pages import page_blocks
+from nmt_serve.training.corpus.help_pages import DOCBOOK, format_of, page_blocks
 from nmt_serve.training.corpus.output import select
 from nmt_serve.training.corpus.segments import Collector
 
@@ -60,6 +60,35 @@ def test_a_page_gives_its_blocks_as_a_reader_sees_them():
                       ("p", None)]  # a link the viewer fills in from its target
     assert [tag for tag, _ in page_blocks(_page(DE))] == [tag for tag, _ in blocks]
     assert page_blocks(b"<page><p>broken</page>") is None
+
+
+DOCBOOK_BOOK = b"""<?xml version="1.0"?>
+<!DOCTYPE article PUBLIC "-//OASIS//DTD DocBook XML V4.1.2//EN" "http://www.oasis-open.org/docbook/xml/4.1.2/docbookx.dtd" [
+  <!ENTITY legal SYSTEM "legal.xml">
+  <!ENTITY app "<application>Tali</application>">
+]>
+<article id="index">
+  <articleinfo><title>Tali Manual</title>&legal;<legalnotice><para>Permission is granted.</para></legalnotice></articleinfo>
+  <sect1><title>Introduction</title>
+    <para>&app; is a sort of poker with dice. Roll five dice three times.</para>
+    <para>Choose <menuchoice><shortcut><keycombo><keycap>Ctrl</keycap><keycap>N</keycap></keycombo></shortcut>
+      <guimenu>Game</guimenu><guimenuitem>New</guimenuitem></menuchoice> or press
+      <keycombo><keycap>Ctrl</keycap><keycap>N</keycap></keycombo>.</para>
+    <para>See <xref linkend="rules"/>.</para>
+    <informaltable><tgroup cols="2"><tbody><row><entry>Stock</entry><entry><para>Top left pile.</para></entry></row></tbody></tgroup></informaltable>
+    <programlisting>gtali --help</programlisting>
+    <remark>Editors: update the screenshots.</remark>
+  </sect1>
+</article>
+"""
+
+
+def test_a_docbook_book_reads_its_own_entities_and_leaves_out_its_front_matter():
+    assert format_of("tali/index.docbook") is DOCBOOK and format_of("aisleriot/klondike.xml") is DOCBOOK
+    assert page_blocks(DOCBOOK_BOOK, DOCBOOK) == [
+        ("title", "Introduction"), ("para", "Tali is a sort of poker with dice. Roll five dice three times."),
+        ("para", "Choose Game > New or press Ctrl+N."), ("para", None),
+        ("entry", "Stock"), ("entry", "Top left pile.")]
 
 
 @pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
