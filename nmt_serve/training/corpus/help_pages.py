@@ -149,7 +149,7 @@ def format_of(path: Path | str) -> Format:
 
 
 def _place(path: str, languages: list[str]) -> str | None:
-    """Where a package's file goes in the extraction: "{language}/DOCUMENT/NAME.page" (English for C)."""
+    """Where a package's file goes in the extraction: "{language}/DOCUMENT/FILE" (English for C)."""
     parts = path.split("/")
     if len(parts) != 6 or parts[:3] != ["usr", "share", "help"] or not parts[5].endswith(SUFFIXES):
         return None

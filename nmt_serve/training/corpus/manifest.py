@@ -24,7 +24,7 @@ BUILDER_VERSION = "3"
 HELD_OUT_RULE = ('packages whose name\'s SHA-1 hex digest ends in "0" (hashlib.sha1(name.encode()).hexdigest()'
                  '.endswith("0")) form the eval split; a description shared with such a package goes there too; '
                  'so do a dictionary\'s entries (lines) whose text\'s SHA-1 hex digest ends in "0", and the help pages '
-                 'whose "DOCUMENT/NAME.page" SHA-1 hex digest ends in "0"')
+                 'whose "DOCUMENT/FILE" SHA-1 hex digest ends in "0"')
 
 
 def manifest(config, apt: "Apt", releases: list["ReleaseInfo"], translation_files: dict,
