@@ -15,6 +15,7 @@ import argparse
 import json
 import platform
 import statistics
+import textwrap
 import time
 from pathlib import Path
 
@@ -296,29 +297,59 @@ def corpus_manifest(pattern: str) -> dict | None:
     return json.loads(path.read_text()) if path and path.is_file() else None
 
 
+# a corpus's kinds of segment (the `.origin` files' first column), as a model card names them
+CORPUS_KINDS = {"ddtp-short": "short descriptions", "ddtp-long": "description sentences", "catalog": "catalog messages",
+                "dictionary": "dictionary sentences", "help": "help pages' sentences"}
+# what each source of a manifest (its "sources" keys) holds, as a model card says it
+CORPUS_SOURCES = {
+    "ddtp": "package descriptions paired with their translations (DDTP; short descriptions and sentence-aligned paragraphs)",
+    "catalogs": "the message catalogs of a fixed list of programs (gettext msgid -> msgstr)",
+    "dictionaries": "a dictionary's example sentences (Ding's German-English list)",
+    "help": "the translated help pages of GNOME's guides, applications and games, paired block by block",
+}
+
+
 def corpus_section(manifest: dict, tcfg: dict) -> str:
     counts = manifest.get("counts", {})
     train = counts.get("train", {})
-    rows = "\n".join(f"| {pair} | {c.get('pairs', 0):,} | {c.get('ddtp-short', 0):,} | {c.get('ddtp-long', 0):,} | {c.get('catalog', 0):,} |"
+    kinds = [k for k in CORPUS_KINDS if any(c.get(k) for c in train.values())]
+    rows = "\n".join(f"| {pair} | {c.get('pairs', 0):,} | " + " | ".join(f"{c.get(k, 0):,}" for k in kinds) + " |"
                      for pair, c in sorted(train.items()))
     releases = ", ".join(f"{r['codename']} {r['version']}" for r in manifest.get("archive", {}).get("releases", []))
+    sources = [text for key, text in CORPUS_SOURCES.items()
+               if key in manifest.get("sources", {}) and any((manifest["sources"][key] or {}).get(f) for f in ("packages", "paired_descriptions"))]
+    sources = sources or [CORPUS_SOURCES["ddtp"], CORPUS_SOURCES["catalogs"]]
+    held_out = _listing([f"`{name}`" for name, pairs in counts.items()
+                         if name != "train" and any(c.get("pairs") for c in pairs.values())] or ["`eval`"])
+    entries = {"dictionaries": "a dictionary's lines", "help": "help pages"}
+    entries = [text for key, text in entries.items() if CORPUS_SOURCES[key] in sources]
+    about = textwrap.fill(
+        f"`{manifest['name']}`, built by `nmt-corpus` from Debian's archive ({releases}) through apt only: "
+        f"{_listing(sources, '; ' if len(sources) > 2 else ', ')}. Its manifest lists every source package, version "
+        f"and license field and what each filter dropped. Packages whose name's SHA-1 hex digest ends in `0` are held "
+        f"out of training (the {held_out} sets){', and so are some of ' + ' and '.join(entries) if entries else ''}.", width=105)
+    licenses = textwrap.fill(
+        "Licenses: the descriptions are Debian main's (DFSG-free) with translations contributed through DDTP; each "
+        f"catalog{', dictionary' if 'dictionary' in kinds else ''}{' and help page' if 'help' in kinds else ''} carries "
+        "its program's license.", width=105)
     return f"""
-`{manifest['name']}`, built by `nmt-corpus` from Debian's archive ({releases}) through apt only:
-package descriptions paired with their translations (DDTP; short descriptions and sentence-aligned
-paragraphs) and the message catalogs of a fixed list of programs (gettext msgid -> msgstr). Its manifest
-lists every source package, version and license field and what each filter dropped. Packages whose
-name's SHA-1 hex digest ends in `0` are held out of training (the `eval` and `eval-short` sets).
+{about}
 
-| pair | training pairs | short descriptions | description sentences | catalog messages |
-| --- | --- | --- | --- | --- |
+| pair | training pairs | {" | ".join(CORPUS_KINDS[k] for k in kinds)} |
+| --- | --- | {" | ".join("---" for _ in kinds)} |
 {rows}
 
 Used here: `{tcfg.get('pair_data')}`, directions {tcfg.get('pair_directions', 'all')}, pairs weighted by
 origin `{tcfg.get('pair_weights') or 'none'}`{f" (Multi30k's x{tcfg['multiway_weight']:g})" if tcfg.get('multiway_weight', 1) != 1 else ""}, sentences over {tcfg.get('max_sentence_tokens')} pieces
 left out, {tcfg.get('pair_valid_lines')} pairs per corpus kept apart for validation (the mean greedy BLEU
-over Multi30k's and these sets selects checkpoints). Licenses: the descriptions are Debian main's
-(DFSG-free) with translations contributed through DDTP; each catalog carries its program's license.
+over Multi30k's and these sets selects checkpoints).
+{licenses}
 """
+
+
+def _listing(items: list[str], separator: str = ", ") -> str:
+    """"a", "a and b", "a, b and c" (separator between all but the last two)."""
+    return items[0] if len(items) == 1 else f"{separator.join(items[:-1])} and {items[-1]}"
 
 
 def render_card(directory: Path, payload: dict, rows: list[dict], hardware: str) -> str:
