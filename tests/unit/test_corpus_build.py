@@ -208,6 +208,11 @@ def test_catalogs_and_licenses_come_out_of_a_deb_without_installing_it(tmp_path)
     assert pc.licenses == ("GPL-2+", "MIT")
     assert pc.messages == {"de": {("demo", "", "Hello"): "Hallo"}, "fr": {("ui", "", "Hello"): "Bonjour"}}
     assert (tmp_path / "cache" / "extracted" / "demo_1.0-1" / ".done").is_file()  # reused by the next build
+    # ... as long as it asks for the same: another language list extracts again
+    assert package_catalogs(DebFile("demo", "1.0-1", deb, "0"), ["en", "fr"], tmp_path / "cache2").messages == {
+        "fr": {("ui", "", "Hello"): "Bonjour"}}
+    assert package_catalogs(DebFile("demo", "1.0-1", deb, "0"), ["en", "de"], tmp_path / "cache2").messages == {
+        "de": {("demo", "", "Hello"): "Hallo"}}
 
 
 def test_wrong_language_is_judged_between_the_pairs_languages_on_long_enough_texts():

@@ -41,7 +41,7 @@ def extract(deb: DebFile, languages: list[str], cache_dir: Path) -> Path:
         match = _CATALOG.search(name)
         return f"{match.group(1)}/{match.group(2)}.mo" if match and match.group(1) in languages else None
 
-    return deb_files.extract(deb, cache_dir, target_of)
+    return deb_files.extract(deb, cache_dir, target_of, selection=f"LC_MESSAGES/*.mo {','.join(languages)}")
 
 
 def read_catalog(path: str | Path) -> dict[tuple[str, str], str]:

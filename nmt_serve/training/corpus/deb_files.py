@@ -15,14 +15,16 @@ from nmt_serve.training.corpus.apt import DebFile
 _LICENSE = re.compile(r"^License:[ \t]*(\S[^\n]*)$", re.M)
 
 
-def extract(deb: DebFile, cache_dir: Path, target_of: Callable[[str], str | None], purpose: str = "") -> Path:
+def extract(deb: DebFile, cache_dir: Path, target_of: Callable[[str], str | None], purpose: str = "",
+            selection: str = "") -> Path:
     """The package's files for which `target_of(path in the package)` names a place (relative to the
     returned directory), and its copyright file as `copyright`. Two files given the same place are
-    kept both, the second as `name.2.suffix`. Reused as long as the same version is asked for; a source
-    that reads other files of a package another source reads too names its own `purpose` (a directory
-    of its own)."""
+    kept both, the second as `name.2.suffix`. Reused as long as the same version and `selection` (words
+    that say what target_of picks: a change to them re-extracts) are asked for; a source that reads other
+    files of a package another source reads too names its own `purpose` (a directory of its own)."""
     out = Path(cache_dir) / "extracted" / purpose / f"{deb.package}_{deb.version.replace(':', '%3a')}"
-    if (out / ".done").is_file():
+    done = out / ".done"
+    if done.is_file() and done.read_text() == selection:
         return out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -47,7 +49,7 @@ def extract(deb: DebFile, cache_dir: Path, target_of: Callable[[str], str | None
             pass
     if proc.returncode != 0:
         raise RuntimeError(f"dpkg-deb --fsys-tarfile {deb.path} failed ({proc.returncode})")
-    (out / ".done").touch()
+    done.write_text(selection)
     return out
 
 

@@ -98,7 +98,8 @@ def dictionary_segments(deb: DebFile, pairs: list[Pair], release: str, cache_dir
     """Collect a dictionary package's example sentences for the pairs of its two languages; returns
     its manifest entry."""
     dictionary = DICTIONARIES[deb.package]
-    root = deb_files.extract(deb, cache_dir, lambda name: "list" if name == dictionary.path else None)
+    root = deb_files.extract(deb, cache_dir, lambda name: "list" if name == dictionary.path else None,
+                             selection=dictionary.path)
     entry = {"package": deb.package, "version": deb.version, "sha256": deb.sha256, "file": dictionary.path,
              "licenses": list(deb_files.licenses_in(root))}
     x, y = dictionary.languages

@@ -160,7 +160,8 @@ def _place(path: str, languages: list[str]) -> str | None:
 def help_segments(deb: DebFile, languages: list[str], pairs: list[Pair], release: str, cache_dir: Path,
                   collector: Collector) -> dict:
     """Collect a package's help pages' block pairs for every pair of languages; returns its manifest entry."""
-    root = deb_files.extract(deb, cache_dir, lambda name: _place(name, languages), purpose="help")
+    root = deb_files.extract(deb, cache_dir, lambda name: _place(name, languages), purpose="help",
+                             selection=f"usr/share/help {','.join(SUFFIXES)} {','.join(languages)}")
     entry = {"package": deb.package, "version": deb.version, "sha256": deb.sha256,
              "licenses": list(deb_files.licenses_in(root))}
     english = sorted(p for p in (root / "en").glob("*/*") if p.name.endswith(SUFFIXES)) if (root / "en").is_dir() else []
