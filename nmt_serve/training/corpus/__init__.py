@@ -15,9 +15,9 @@ package into training and held-out evaluation data (heldout.py: SHA-1 of the nam
 dictionary, of the entry's text; for help, of the page's name). A package's files are read without
 installing it (deb_files.py).
 
-Layout of a corpus directory (default corpora/debian-v3/, git-ignored; debian-v2 is the same build
-without help pages, `--help-packages ''`, and debian-v1 without dictionary sentences either,
-`--help-packages '' --dictionaries ''`):
+Layout of a corpus directory (default corpora/debian-v3/, git-ignored; debian-v1 is the same build
+without dictionary sentences and help pages, `--help-packages '' --dictionaries ''`; debian-v2, which had
+dictionary sentences, was built by builder version 2, which dropped those with optional words):
 
     train.{x}-{y}.{x}, train.{x}-{y}.{y}   line-aligned training pairs, plain UTF-8, one segment a line,
                                            for every pair of the languages: en-de, en-fr, en-cs, de-fr, de-cs, fr-cs

@@ -36,7 +36,7 @@ class BuildConfig:
     keyring: str = DEFAULT_KEYRING
     packages: tuple[str, ...] = CATALOG_PACKAGES  # empty: no catalogs
     dictionaries: tuple[str, ...] = tuple(DICTIONARIES)  # empty: no dictionary sentences (the debian-v1 corpus)
-    help_packages: tuple[str, ...] = HELP_PACKAGES  # empty: no help pages (the debian-v2 corpus)
+    help_packages: tuple[str, ...] = HELP_PACKAGES  # empty: no help pages
     refresh: bool = False  # apt-get update even when the lists are cached
     language_filter: bool = True
 

@@ -1,8 +1,7 @@
 """nmt-corpus: build the Debian translation corpus (see nmt_serve/training/corpus/__init__.py).
 
     nmt-corpus                                   # corpora/debian-v3, cache in corpora/cache
-    nmt-corpus --help-packages '' --output corpora/debian-v2   # the corpus before help pages
-    nmt-corpus --help-packages '' --dictionaries '' --output corpora/debian-v1   # ... and dictionary sentences
+    nmt-corpus --help-packages '' --dictionaries '' --output corpora/debian-v1   # before dictionary and help
     nmt-corpus --releases bookworm --output corpora/debian-bookworm
     nmt-corpus --packages '' --dictionaries '' --help-packages ''   # package descriptions only
 """
@@ -44,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
                         "%(default)s; '' for none, as in the debian-v1 corpus)")
     p.add_argument("--help-packages", default=",".join(HELP_PACKAGES),
                    help="packages whose translated help pages are read, comma-separated (default: the list in "
-                        "nmt_serve/training/corpus/help_pages.py; '' for none, as in the debian-v2 corpus)")
+                        "nmt_serve/training/corpus/help_pages.py; '' for none)")
     p.add_argument("--mirror", default=DEFAULT_MIRROR, help="Debian mirror (default: %(default)s)")
     p.add_argument("--keyring", default=DEFAULT_KEYRING, help="archive keyring (default: %(default)s)")
     p.add_argument("--refresh", action="store_true", help="apt-get update even when the cached lists are there")
