@@ -131,6 +131,28 @@ def tagged_spm(tmp_path_factory) -> Path:
     return train_sentencepiece([text], out / "spm", vocab_size=500, user_defined_symbols=[f"<2{lang}>" for lang in languages])
 
 
+def deb_tree(directory: Path, package: str, copyright_license: str) -> Path:
+    """A package's file tree to fill, with its DEBIAN/control and a machine-readable copyright file; build_deb
+    makes the .deb."""
+    root = directory / "pkg"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(f"Package: {package}\nVersion: 1.0-1\nArchitecture: all\n"
+                                             "Maintainer: Nobody <nobody@example.org>\nDescription: demo\n")
+    (root / f"usr/share/doc/{package}").mkdir(parents=True)
+    (root / f"usr/share/doc/{package}/copyright").write_text(
+        f"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\n{copyright_license}")
+    return root
+
+
+def build_deb(root: Path, package: str):
+    """dpkg-deb's .deb of a deb_tree, as apt's download gives it (version 1.0-1, hash unchecked)."""
+    from nmt_serve.training.corpus.apt import DebFile
+
+    deb = root.parent / f"{package}_1.0-1_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True, capture_output=True)
+    return DebFile(package, "1.0-1", deb, "0")
+
+
 def make_checkpoint(directory: Path, spm_model: Path, source: str, target: str, seed: int, **overrides) -> Path:
     """A random (untrained) checkpoint with a real tokenizer."""
     tok = Tokenizer(spm_model)

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 import polib
 import pytest
+from conftest import build_deb, deb_tree
 
 from nmt_serve.training.corpus import ddtp
 from nmt_serve.training.corpus.apt import Apt, DebFile
-from nmt_serve.training.corpus.build import BuildConfig, build
+from nmt_serve.training.corpus.build import BuildConfig, _each_package, build
 from nmt_serve.training.corpus.catalogs import PackageCatalogs, catalog_segments, extract, group_of, read_catalog
 from nmt_serve.training.corpus.filters import Counts, LanguageCheck
 from nmt_serve.training.corpus.heldout import is_held_out
@@ -189,29 +189,21 @@ def test_catalog_segments_clean_accelerators_pair_languages_and_hold_out():
 
 @pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
 def test_catalogs_and_licenses_come_out_of_a_deb_without_installing_it(tmp_path):
-    root = tmp_path / "pkg"
-    (root / "DEBIAN").mkdir(parents=True)
-    (root / "DEBIAN" / "control").write_text("Package: demo\nVersion: 1.0-1\nArchitecture: all\n"
-                                             "Maintainer: Nobody <nobody@example.org>\nDescription: demo\n")
+    root = deb_tree(tmp_path, "demo", "Files: *\nCopyright: 2025 Nobody\nLicense: GPL-2+\n\nFiles: debian/*\nLicense: MIT\n")
     write_catalog(root / "usr/share/locale/de/LC_MESSAGES/demo.mo", [{"msgid": "Hello", "msgstr": "Hallo"}])
     write_catalog(root / "usr/share/locale/de_CH/LC_MESSAGES/demo.mo", [{"msgid": "Hello", "msgstr": "Grüezi"}])
     write_catalog(root / "usr/lib/demo/resource/fr/LC_MESSAGES/ui.mo", [{"msgid": "Hello", "msgstr": "Bonjour"}])
-    (root / "usr/share/doc/demo").mkdir(parents=True)
-    (root / "usr/share/doc/demo/copyright").write_text(
-        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\n"
-        "Files: *\nCopyright: 2025 Nobody\nLicense: GPL-2+\n\nFiles: debian/*\nLicense: MIT\n")
-    deb = tmp_path / "demo_1.0-1_all.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True, capture_output=True)
+    deb = build_deb(root, "demo")
     from nmt_serve.training.corpus.catalogs import package_catalogs
 
-    pc = package_catalogs(DebFile("demo", "1.0-1", deb, "0"), ["en", "de", "fr"], tmp_path / "cache")
+    pc = package_catalogs(deb, ["en", "de", "fr"], tmp_path / "cache")
     assert pc.licenses == ("GPL-2+", "MIT")
     assert pc.messages == {"de": {("demo", "", "Hello"): "Hallo"}, "fr": {("ui", "", "Hello"): "Bonjour"}}
     assert (tmp_path / "cache" / "extracted" / "demo_1.0-1" / ".done").is_file()  # reused by the next build
     # ... as long as it asks for the same: another language list extracts again
-    assert package_catalogs(DebFile("demo", "1.0-1", deb, "0"), ["en", "fr"], tmp_path / "cache2").messages == {
+    assert package_catalogs(deb, ["en", "fr"], tmp_path / "cache2").messages == {
         "fr": {("ui", "", "Hello"): "Bonjour"}}
-    assert package_catalogs(DebFile("demo", "1.0-1", deb, "0"), ["en", "de"], tmp_path / "cache2").messages == {
+    assert package_catalogs(deb, ["en", "de"], tmp_path / "cache2").messages == {
         "de": {("demo", "", "Hello"): "Hallo"}}
 
 
@@ -222,3 +214,15 @@ def test_wrong_language_is_judged_between_the_pairs_languages_on_long_enough_tex
     german = ["Werkzeuge zur Übersetzung von DocBook-XML-Dateien mittels Gettext",
               "This is a perfectly ordinary English sentence, left untranslated.", "Hilfe", "Ein deutscher Satz."]
     assert check.wrong(("en", "de"), english, german) == [False, True, False, True]
+
+
+def test_each_package_of_a_source_is_read_in_name_order_and_one_the_release_lacks_is_recorded():
+    class Archive:
+        def download(self, package: str, release: str):
+            return None if package == "gone" else DebFile(package, "1.0-1", Path(f"{package}.deb"), "0")
+
+    collector = Collector(Counts())
+    entries = _each_package(Archive(), ("b", "gone", "a"), "bookworm", collector, "help",
+                            lambda deb: {"package": deb.package, "version": deb.version})
+    assert entries == [{"package": "a", "version": "1.0-1"}, {"package": "b", "version": "1.0-1"},
+                       {"package": "gone", "missing": "not in bookworm"}]

@@ -4,12 +4,11 @@ their `eval-dictionary` set, and the list read out of a .deb built here."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections import Counter
 
 import pytest
+from conftest import build_deb, deb_tree
 
-from nmt_serve.training.corpus.apt import DebFile
 from nmt_serve.training.corpus.dictionary import dictionary_segments, example_pairs, sentence
 from nmt_serve.training.corpus.filters import Counts
 from nmt_serve.training.corpus.heldout import entry_split
@@ -66,22 +65,15 @@ def test_a_dictionary_package_gives_train_and_held_out_sentences_the_other_way_r
     held = _held_out_line("Kaffee", "Ich hätte gern einen Kaffee.", "I would like a coffee.", "eval")
     repeat = _held_out_line("Bitte", "Ich hätte gern einen Kaffee.", "I'd like a coffee, please.", "train")
     trained = _held_out_line("Tee", "Der Tee ist kalt.", "The tea is cold.", "train")
-    root = tmp_path / "pkg"
-    (root / "DEBIAN").mkdir(parents=True)
-    (root / "DEBIAN" / "control").write_text("Package: trans-de-en\nVersion: 1.0-1\nArchitecture: all\n"
-                                             "Maintainer: Nobody <nobody@example.org>\nDescription: demo\n")
+    root = deb_tree(tmp_path, "trans-de-en", "Files: *\nLicense: GPL-2+\n")
     (root / "usr/share/trans").mkdir(parents=True)
     (root / "usr/share/trans/de-en").write_text(f"# Version :: 1.0\n{held}\n{repeat}\n{trained}\n{HOW_ARE_YOU}\n",
                                                 encoding="utf-8")
-    (root / "usr/share/doc/trans-de-en").mkdir(parents=True)
-    (root / "usr/share/doc/trans-de-en/copyright").write_text(
-        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\nFiles: *\nLicense: GPL-2+\n")
-    deb = tmp_path / "trans-de-en_1.0-1_all.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True, capture_output=True)
+    deb = build_deb(root, "trans-de-en")
 
     collector = Collector(Counts())
     pairs = [("en", "de"), ("en", "fr"), ("de", "fr")]
-    entry = dictionary_segments(DebFile("trans-de-en", "1.0-1", deb, "0"), pairs, "bookworm", tmp_path / "cache", collector)
+    entry = dictionary_segments(deb, pairs, "bookworm", tmp_path / "cache", collector)
     split_of_how = entry_split("trans-de-en", HOW_ARE_YOU)
     assert entry["licenses"] == ["GPL-2+"] and entry["entries"] == 4
     assert entry["example_pairs"] == dict(sorted((Counter({"eval": 1, "train": 2}) + Counter({split_of_how: 5})).items()))

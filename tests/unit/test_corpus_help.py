@@ -4,12 +4,11 @@ their `eval-help` set, and the pages read out of a .deb built here."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections import Counter
 
 import pytest
+from conftest import build_deb, deb_tree
 
-from nmt_serve.training.corpus.apt import DebFile
 from nmt_serve.training.corpus.filters import Counts
 from nmt_serve.training.corpus.heldout import entry_split
 from nmt_serve.training.corpus.help_pages import DOCBOOK, format_of, page_blocks
@@ -95,10 +94,7 @@ def test_a_docbook_book_reads_its_own_entities_and_leaves_out_its_front_matter()
 def test_a_help_package_gives_paired_pages_held_out_pages_and_drops_what_differs(tmp_path):
     from nmt_serve.training.corpus.help_pages import help_segments
 
-    root = tmp_path / "pkg"
-    (root / "DEBIAN").mkdir(parents=True)
-    (root / "DEBIAN" / "control").write_text("Package: gnome-demo\nVersion: 1.0-1\nArchitecture: all\n"
-                                             "Maintainer: Nobody <nobody@example.org>\nDescription: demo\n")
+    root = deb_tree(tmp_path, "gnome-demo", "Files: *\nLicense: CC-BY-SA-3.0\n")
     help_dir = root / "usr/share/help"
     pages = {"page1": ("The milk is cold.", "Die Milch ist kalt."), "page15": ("The cup is full.", "Die Tasse ist voll."),
              "page3": ("The sugar is sweet.", "Der Zucker ist süß.")}
@@ -110,17 +106,12 @@ def test_a_help_package_gives_paired_pages_held_out_pages_and_drops_what_differs
                 extra = ""  # translated from an older page: one block fewer, the page cannot pair up
             (help_dir / lang / "demo" / f"{name}.page").write_bytes(_page(dict(values, id=name, extra=extra)))
     (help_dir / "fr" / "demo").mkdir(parents=True)  # French lacks the page: no en-fr pairs
-    (root / "usr/share/doc/gnome-demo").mkdir(parents=True)
-    (root / "usr/share/doc/gnome-demo/copyright").write_text(
-        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\nFiles: *\nLicense: CC-BY-SA-3.0\n")
-    deb = tmp_path / "gnome-demo_1.0-1_all.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True, capture_output=True)
+    deb = build_deb(root, "gnome-demo")
 
     assert entry_split("gnome-demo", "demo/page15.page") == "eval" and entry_split("gnome-demo", "demo/page1.page") == "train"
     collector = Collector(Counts())
     pairs = [("en", "de"), ("en", "fr"), ("de", "fr")]
-    entry = help_segments(DebFile("gnome-demo", "1.0-1", deb, "0"), ["en", "de", "fr"], pairs, "bookworm",
-                          tmp_path / "cache", collector)
+    entry = help_segments(deb, ["en", "de", "fr"], pairs, "bookworm", tmp_path / "cache", collector)
     assert entry["licenses"] == ["CC-BY-SA-3.0"] and entry["pages"] == 3
     assert entry["paired_pages"] == {"en-de": 2}
     # desc, title, intro, step, the command, the page's own line (the note's link cannot be rendered)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
 from nmt_serve.training.corpus import ddtp
-from nmt_serve.training.corpus.apt import DEFAULT_KEYRING, DEFAULT_MIRROR, Apt
+from nmt_serve.training.corpus.apt import DEFAULT_KEYRING, DEFAULT_MIRROR, Apt, DebFile
 from nmt_serve.training.corpus.catalogs import catalog_segments, package_catalogs
 from nmt_serve.training.corpus.dictionary import DICTIONARIES, dictionary_segments
 from nmt_serve.training.corpus.filters import Counts, LanguageCheck
@@ -100,25 +101,10 @@ def build(config: BuildConfig) -> dict:
     catalog_segments(catalogs, config.languages, config.pairs, config.releases[0], collector)
     log.info("catalogs: %d segments from %d packages", len(collector.segments) - before, len(catalogs))
 
-    dictionaries = []
-    for package in sorted(config.dictionaries):
-        deb = apt.download(package, config.releases[0])
-        if deb is None:
-            dictionaries.append({"package": package, "missing": f"not in {config.releases[0]}"})
-            continue
-        before = len(collector.segments)
-        dictionaries.append(dictionary_segments(deb, config.pairs, config.releases[0], config.cache, collector))
-        log.info("dictionary %s: %d segments", package, len(collector.segments) - before)
-
-    helps = []
-    for package in sorted(config.help_packages):
-        deb = apt.download(package, config.releases[0])
-        if deb is None:
-            helps.append({"package": package, "missing": f"not in {config.releases[0]}"})
-            continue
-        before = len(collector.segments)
-        helps.append(help_segments(deb, config.languages, config.pairs, config.releases[0], config.cache, collector))
-        log.info("help %s: %d segments", package, len(collector.segments) - before)
+    dictionaries = _each_package(apt, config.dictionaries, config.releases[0], collector, "dictionary",
+                                 lambda deb: dictionary_segments(deb, config.pairs, config.releases[0], config.cache, collector))
+    helps = _each_package(apt, config.help_packages, config.releases[0], collector, "help",
+                          lambda deb: help_segments(deb, config.languages, config.pairs, config.releases[0], config.cache, collector))
 
     check = LanguageCheck() if config.language_filter else None
     selected = select(collector.segments, config.pairs, counts, check)
@@ -127,6 +113,22 @@ def build(config: BuildConfig) -> dict:
                       counts_of(selected), files)
     (config.output / "manifest.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     return result
+
+
+def _each_package(apt: Apt, packages: tuple[str, ...], release: str, collector: Collector, source: str,
+                  read: Callable[[DebFile], dict]) -> list[dict]:
+    """Each package's manifest entry, in name order: `read` collects its segments and says what it held; a
+    package the release lacks is recorded as such."""
+    entries = []
+    for package in sorted(packages):
+        deb = apt.download(package, release)
+        if deb is None:
+            entries.append({"package": package, "missing": f"not in {release}"})
+            continue
+        before = len(collector.segments)
+        entries.append(read(deb))
+        log.info("%s %s: %d segments", source, package, len(collector.segments) - before)
+    return entries
 
 
 def _sha256(path: Path) -> str:
