@@ -40,11 +40,11 @@ HELP_PACKAGES = tuple(sorted({
     "baobab", "brasero-common", "cheese-common", "eog", "evince-common", "evolution-common", "file-roller",
     "gedit-common", "gnome-calculator", "gnome-clocks", "gnome-system-monitor", "gnome-terminal-data",
     "gnome-text-editor", "gthumb-data", "meld", "orca", "seahorse", "shotwell-common", "simple-scan",
-    "totem-common", "gnome-logs", "gnome-boxes", "rhythmbox-data", "gnome-font-viewer", "gnome-disk-utility",
+    "totem-common", "gnome-logs", "gnome-boxes", "rhythmbox-data",
     # games: rules and how to play
     "aisleriot", "gnome-chess", "gnome-mines", "gnome-sudoku", "quadrapassel", "swell-foop", "tali", "iagno",
     "lightsoff", "gnome-mahjongg", "five-or-more", "four-in-a-row", "gnome-klotski", "gnome-nibbles",
-    "gnome-robots", "gnome-tetravex", "hitori", "gnome-taquin", "atomix",
+    "gnome-robots", "gnome-tetravex", "hitori", "gnome-taquin",
 }))
 
 ITS_TRANSLATE = "{http://www.w3.org/2005/11/its}translate"
@@ -165,7 +165,7 @@ def help_segments(deb: DebFile, languages: list[str], pairs: list[Pair], release
     entry = {"package": deb.package, "version": deb.version, "sha256": deb.sha256,
              "licenses": list(deb_files.licenses_in(root))}
     english = sorted(p for p in (root / "en").glob("*/*") if p.name.endswith(SUFFIXES)) if (root / "en").is_dir() else []
-    pages, blocks, found = Counter(), Counter(), Counter()
+    pages, found = Counter(), Counter()
     for page in english:
         name = f"{page.parent.name}/{page.name}"
         split = entry_split(deb.package, name)
@@ -190,7 +190,6 @@ def help_segments(deb: DebFile, languages: list[str], pairs: list[Pair], release
                     collector.counts.drop("help_link", where(split, (x, y)))
                 else:
                     units.append((a, b))
-            blocks[f"{x}-{y}"] += len(units)
             found[split] += len(units)
             collector.add(split, (x, y), "help", deb.package, release, units)
     return {**entry, "pages": len(english), "paired_pages": dict(sorted(pages.items())),
