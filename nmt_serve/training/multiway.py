@@ -7,6 +7,7 @@ one batch and the decoder needs nothing per row. Training data is multi-way para
 """
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 from itertools import permutations
@@ -14,6 +15,8 @@ from pathlib import Path
 
 from nmt_serve.network.tokenizer import Tokenizer
 from nmt_serve.training.data import ParallelData, read_lines
+
+log = logging.getLogger("train")  # the run's log (train.py writes it to train.log)
 
 TAG_FORMAT = "<2{}>"
 # the languages of the shipped models (Multi30k's), by ISO 639-1 code
@@ -106,13 +109,14 @@ def pair_corpora(
     if "{pair}" not in pattern or "{lang}" not in pattern:
         raise ValueError(f"{pattern!r}: a pair corpus path needs {{pair}} and {{lang}}")
     wanted = set(directions)
+    seen: set[str] = set()
     train: dict[tuple[str, str], ParallelData] = {}
     valid: dict[tuple[str, str], tuple[ParallelData, list[str]]] = {}
     for name, (a, b), texts in pair_files(pattern, directions):
         count = len(texts[a])
         held = held_for_validation(count, valid_lines)
         ids = {lang: [tokenizer.encode(line, add_eos=True) for line in lines] for lang, lines in texts.items()}
-        copies = origin_copies(Path(pattern.format(pair=name, lang="origin")), count, weights, seed) if weights else None
+        copies = origin_copies(Path(pattern.format(pair=name, lang="origin")), count, weights, seed, seen) if weights else None
         for src, tgt in ((a, b), (b, a)):
             if (src, tgt) not in wanted:
                 continue
@@ -132,6 +136,7 @@ def pair_corpora(
             train[(src, tgt)] = parts[False]
             if held:
                 valid[(src, tgt)] = (parts[True], refs)
+    warn_unused(weights, seen, pattern)
     return train, valid
 
 
@@ -190,16 +195,27 @@ def parse_weights(spec: str) -> dict[str, float]:
     return weights
 
 
-def origin_copies(path: Path, count: int, weights: dict[str, float], seed: int) -> list[int]:
+def origin_copies(path: Path, count: int, weights: dict[str, float], seed: int, seen: set[str] | None = None) -> list[int]:
     """How many times each line of a pair corpus is trained on, by the kind of its origin (the first
-    tab-separated column of the corpus's `.origin` file; kinds not named weigh 1)."""
+    tab-separated column of the corpus's `.origin` file; kinds not named weigh 1). `seen` collects the
+    kinds found."""
     if not path.exists():
         raise ValueError(f"{path}: pair weights need the corpus's origin file")
     rng = random.Random(seed)
     kinds = [line.split("\t", 1)[0] for line in read_lines(path, entities=False)]
     if len(kinds) != count:
         raise ValueError(f"{path} has {len(kinds)} lines, its corpus {count}")
+    if seen is not None:
+        seen.update(kinds)
     return [copies(weights.get(kind, 1.0), rng) for kind in kinds]
+
+
+def warn_unused(weights: dict[str, float] | None, seen: set[str], pattern: str) -> None:
+    """A weight for a kind no line of the pair corpora has (a misspelt kind, or a corpus without that source)
+    changes nothing: say so."""
+    if weights and (unused := sorted(set(weights) - seen)):
+        log.warning("pair weights for %s change nothing: no line of %s has that kind (its kinds: %s)",
+                    ", ".join(unused), pattern, ", ".join(sorted(seen)) or "none")
 
 
 def copies(weight: float, rng: random.Random) -> int:

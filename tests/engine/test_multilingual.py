@@ -94,7 +94,7 @@ def test_multiway_pairs_put_the_target_tag_first(tagged_spm):
         read_multiway(str(FIXTURES / "val40.de"), LANGS)
 
 
-def test_pair_corpora_weigh_pairs_by_origin_and_keep_validation_apart(tmp_path, tagged_spm):
+def test_pair_corpora_weigh_pairs_by_origin_and_keep_validation_apart(tmp_path, tagged_spm, caplog):
     tok = Tokenizer(tagged_spm)
     tags = tag_ids(tok, LANGS)
     english = (FIXTURES / "train300.en").read_text().splitlines()[:100]
@@ -118,6 +118,14 @@ def test_pair_corpora_weigh_pairs_by_origin_and_keep_validation_apart(tmp_path, 
     assert again[("fr", "en")].tgt == train[("fr", "en")].tgt and ("en", "fr") not in again
     unweighted, _ = pair_corpora(pattern, [("fr", "en")], tok, tags)
     assert len(unweighted[("fr", "en")]) == 100
+    # a weight for a kind the corpus lacks (a misspelt one) changes nothing, and the log says so
+    with caplog.at_level("WARNING", logger="train"):
+        pair_corpora(pattern, [("fr", "en")], tok, tags, weights=parse_weights("shrot=3,catalog=0.5"))
+    assert "pair weights for shrot change nothing" in caplog.text and "its kinds: catalog, short" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="train"):
+        pair_corpora(pattern, [("fr", "en")], tok, tags, weights=parse_weights("short=3"))
+    assert "change nothing" not in caplog.text
     for bad in ("short", "short=x", "short=-1"):
         with pytest.raises(ValueError, match="KIND=WEIGHT"):
             parse_weights(bad)
