@@ -140,9 +140,9 @@ class Settings(BaseSettings):
         """What the engine process needs (plain JSON; no keys or other secrets)."""
         import logging
 
-        names = ("models_dir", "device", "cpu_cost_limit", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice", "max_batch_sentences",
-                 "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission", "admission_margin", "retry_after_s",
-                 "graceful_shutdown_s", "background_share", "engine_heartbeat_timeout_s")
+        names = ("models_dir", "device", "cpu_cost_limit", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice",
+                 "max_batch_sentences", "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission",
+                 "admission_margin", "retry_after_s", "graceful_shutdown_s", "background_share", "engine_heartbeat_timeout_s")
         # the engine runs in the repository's directory: a relative models_dir means this process's directory
         return dict({n: getattr(self, n) for n in names}, models_dir=str(Path(self.models_dir).resolve()),
                     log_level=logging.getLevelName(logging.getLogger().level).lower(),
