@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from nmt_serve.network.config import ModelConfig
 
 # the service's default (Settings.cpu_cost_limit): the latency a CPU host's default model may cost over the
-# cheapest one of a direction; 23.9M parameters against the shipped 7.9M cost 2.96x and measured 2.2-2.8x
+# cheapest one of a direction; 23.9M parameters against the shipped 8.1M cost 2.96x and took 2.37x the time of
+# one sentence at 1 thread (bench.routing_cost)
 DEFAULT_CPU_COST_LIMIT = 2.0
 
 
