@@ -321,8 +321,8 @@ def corpus_section(manifest: dict, tcfg: dict) -> str:
     sources = sources or [CORPUS_SOURCES["ddtp"], CORPUS_SOURCES["catalogs"]]
     held_out = _listing([f"`{name}`" for name, pairs in counts.items()
                          if name != "train" and any(c.get("pairs") for c in pairs.values())] or ["`eval`"])
-    entries = {"dictionaries": "a dictionary's lines", "help": "help pages"}
-    entries = [text for key, text in entries.items() if CORPUS_SOURCES[key] in sources]
+    by_entry = {"dictionaries": "a dictionary's lines", "help": "help pages"}  # sources held out entry by entry
+    entries = [text for key, text in by_entry.items() if CORPUS_SOURCES[key] in sources]
     about = textwrap.fill(
         f"`{manifest['name']}`, built by `nmt-corpus` from Debian's archive ({releases}) through apt only: "
         f"{_listing(sources, '; ' if len(sources) > 2 else ', ')}. Its manifest lists every source package, version "
