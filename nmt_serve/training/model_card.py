@@ -166,13 +166,16 @@ def render_multilingual_card(directory: Path, payload: dict, rows: list[dict], h
         f"| {cell(d, 'test_2016_flickr', 4, 'en')} |" for d in directions)
     runaway = sum(r["runaway_outputs"] for r in rows)
     hours = training.get("train_seconds", 0) / 3600
-    averaged = training.get("averaged", [])
     extra = pair_tests_table(rows, directions)
     corpus = corpus_manifest(tcfg.get("pair_data", ""))
     if corpus:
         title = f"Multi30k and {corpus['name']}"
         what = "image captions, software messages and package descriptions"
         origin = (f"Fine-tuned from `{tcfg['init_from']}`{growth(tcfg)} with" if tcfg.get("init_from") else "Trained from scratch with")
+        mix = payload.get("metadata", {}).get("interpolation")
+        if mix:
+            origin = (f"Its weights lie {mix['weight']:g} of the way from `{mix['base']['path']}` to `{mix['tuned']['path']}`, "
+                      f"a model fine-tuned from it (`nmt_serve/training/interpolate.py`); both were trained with")
     else:
         title, what, origin = "Multi30k", "image captions", "Trained from scratch with"
     return f"""# Multilingual Transformer, {title}: {len(directions)} directions
@@ -213,14 +216,14 @@ Partly derived from Flickr30K: for non-commercial research and educational use.
 | weights | float16 safetensors |
 
 ## Training
-
+{tuned_run_note(payload.get('metadata', {}))}
 | | |
 | --- | --- |
 | steps / epochs | {training.get('steps', '?')} / {training.get('epochs', '?')} (an epoch: every direction's pairs once) |
 | batch | {tcfg.get('max_tokens', '?')} padded tokens, directions mixed |
 | optimizer | Adam (0.9, 0.98), peak lr {tcfg.get('lr', '?')}, {tcfg.get('warmup_steps', '?')} warmup steps, {schedule(tcfg)} |
 | regularization | dropout {cfg['dropout']}, label smoothing {tcfg.get('label_smoothing', '?')}, gradient clipping {tcfg.get('clip_norm', '?')} |
-| checkpoint | {'average of steps ' + ', '.join(map(str, averaged)) if len(averaged) > 1 else 'best single checkpoint by validation BLEU'} |
+| checkpoint | {checkpoint_row(payload.get('metadata', {}))} |
 | training time | {hours:.2f} h on {training.get('device') or hardware}, {training.get('threads', '?')} thread(s) |
 
 ## Limitations
@@ -238,6 +241,26 @@ def growth(tcfg: dict) -> str:
              if tcfg.get(key)]
     return (", grown to " + " and ".join(grown) + " (each new layer a copy of the one below with its output projections "
             "at zero, so that it started out computing what that checkpoint did: `nmt_serve/training/grow.py`),") if grown else ""
+
+
+def tuned_run_note(meta: dict) -> str:
+    """Under an interpolation's Training heading: whose run the table describes."""
+    mix = meta.get("interpolation")
+    return (f"\nThe run of `{mix['tuned']['path']}`, the fine-tuned parent; `{mix['base']['path']}`'s is in config.json "
+            "(`metadata.interpolation.base`).\n" if mix else "")
+
+
+def checkpoint_row(meta: dict) -> str:
+    """Which weights of the run were exported, and how an interpolation (interpolate.py) mixed them."""
+    averaged = meta.get("training", {}).get("averaged", [])
+    chosen = ("average of steps " + ", ".join(map(str, averaged)) if len(averaged) > 1
+              else "best single checkpoint by validation BLEU")
+    mix = meta.get("interpolation")
+    if not mix:
+        return chosen
+    w = mix["weight"]
+    return (f"{chosen}, then interpolated with the run's starting point, weight by weight: {1 - w:g} x "
+            f"`{mix['base']['path']}` + {w:g} x `{mix['tuned']['path']}`")
 
 
 def schedule(tcfg: dict) -> str:
@@ -405,7 +428,7 @@ reported score. Partly derived from Flickr30K: for non-commercial research and e
 | batch | {tcfg.get('max_tokens', '?')} padded tokens |
 | optimizer | Adam (0.9, 0.98), peak lr {tcfg.get('lr', '?')}, {tcfg.get('warmup_steps', '?')} warmup steps, {schedule(tcfg)} |
 | regularization | dropout {cfg['dropout']}, label smoothing {tcfg.get('label_smoothing', '?')}, gradient clipping {tcfg.get('clip_norm', '?')} |
-| checkpoint | {'average of steps ' + ', '.join(map(str, training.get('averaged', []))) if len(training.get('averaged', [])) > 1 else 'best single checkpoint by validation BLEU'} |
+| checkpoint | {checkpoint_row(meta)} |
 | training time | {hours:.2f} h on {hardware}, {training.get('threads', '?')} thread(s) |
 
 ## Limitations

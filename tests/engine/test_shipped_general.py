@@ -132,13 +132,20 @@ def test_its_card_scores_every_direction_on_both_test_sets_and_routing_gives_it_
     offers = [Offer(name, d, read_info(path).test_scores().get(d, {}), True)
               for name, path in (("debian-multi30k", MODEL), ("multi30k", CAPTIONS)) for d in DIRECTIONS]
     assert set(route(offers).values()) == {"debian-multi30k"}
-    training = json.loads((MODEL / "config.json").read_text())["metadata"]["training"]
+    metadata = json.loads((MODEL / "config.json").read_text())["metadata"]
+    training = metadata["training"]
     assert training["config"]["pair_data"] and training["config"]["lr_schedule"] == "linear"
     # the recipe: the caption model, fine-tuned (stage 1), then twice more with more captions and annealed
-    stage1, stage2, stage3 = (json.loads((ROOT / "configs" / name).read_text())
-                              for name in ("debian-cpu.json", "debian-cpu-stage2.json", "debian-cpu-stage3.json"))
+    # (stage 3), fine-tuned once more on help pages (stage 5), and stage 3 and 5 interpolated
+    stage1, stage2, stage3, stage5 = (json.loads((ROOT / "configs" / name).read_text()) for name in
+                                      ("debian-cpu.json", "debian-cpu-stage2.json", "debian-cpu-stage3.json", "debian-cpu-stage5.json"))
     assert stage1["init_from"] == "checkpoints/multi30k" and stage2["init_from"] == stage1["output"]
-    assert stage3["init_from"] == stage2["output"] and stage3["output"] == "checkpoints/debian-multi30k"
+    assert stage3["init_from"] == stage2["output"] and stage5["init_from"] == stage3["output"]
     assert stage3["multiway_weight"] > stage2["multiway_weight"] > 1
-    recorded = {k: v for k, v in training["config"].items() if k in stage3}
-    assert recorded == stage3  # the shipped weights are what the committed config makes
+    mix = metadata["interpolation"]
+    assert (mix["base"]["path"], mix["tuned"]["path"], mix["weight"]) == (stage3["output"], stage5["output"], 0.5)
+    # the weights are what the committed configs make; the recorded paths are where the checkpoints lay
+    # when they were trained (stage 3 was shipped at checkpoints/debian-multi30k, and stage 5 started there)
+    for recorded, committed, moved in ((mix["base"]["training"]["config"], stage3, "output"), (training["config"], stage5, "init_from")):
+        assert recorded[moved] == "checkpoints/debian-multi30k"
+        assert {k: v for k, v in recorded.items() if k in committed and k != moved} == {k: v for k, v in committed.items() if k != moved}
