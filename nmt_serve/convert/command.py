@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     # OSError: a missing directory or file; ValueError/KeyError: a model the conversion cannot express
     with user_errors(parser, CheckpointError, OSError, ValueError, KeyError):
         print(convert(args.hf_dir, args.out_dir, source_lang=args.source_lang, target_lang=args.target_lang, dtype=args.dtype))
+    # routing goes by recorded test scores, and a converted model has none on this project's sets
+    print(f"to serve it where another checkpoint of the models directory has its directions: "
+          f"NMT_PREFER={Path(args.out_dir).resolve().name} (README, \"Languages\")")
     return 0
 
 

@@ -1,15 +1,17 @@
 """The models an engine serves: one Translator per language pair, found in the models directory."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmt_serve.engine.memory_plan import GIB, DoesNotFit, MemoryPlan, ModelNeeds, budget, plan
-from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT
+from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT, preferred_names
 
 if TYPE_CHECKING:
     from nmt_serve.inference.translator import Translator
@@ -66,40 +68,80 @@ def device_problem(device: str) -> str | None:
     return None
 
 
-def choose(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT) -> dict[Path, tuple[str, CheckpointInfo]]:
-    """The checkpoints to load, with their model ids: every one found that serves some direction best
-    (network.routing; on CPU among those within cpu_cost_limit of the cheapest one's work per token); a
-    multilingual checkpoint's id is its directory's name (the API routes its directions to it), a bilingual
-    one's its pair."""
+def model_names(kinds: dict[Path, tuple[bool, str]]) -> dict[Path, str]:
+    """Each checkpoint's model id, from {path: (multilingual, its pair)}: a multilingual checkpoint's directory
+    name, a bilingual one's pair unless another checkpoint has the same pair (then its directory name: an
+    OPUS-MT de-en beside the shipped de-en)."""
+    pair_counts = Counter(pair for multilingual, pair in kinds.values() if not multilingual)
+    names = {path: pair if not multilingual and pair_counts[pair] == 1 else path.resolve().name
+             for path, (multilingual, pair) in kinds.items()}
+    twice = [n for n, count in Counter(names.values()).items() if count > 1]
+    if twice:
+        raise ValueError(f"two checkpoints are called {twice[0]}: {', '.join(str(p) for p, n in names.items() if n == twice[0])}")
+    return names
+
+
+def resolve_prefer(prefer: str, names: dict[Path, str], models_dir: str | Path) -> list[str]:
+    """Settings.prefer as model ids, in its order; each item names a model or its checkpoint's directory, and one
+    that names neither is a ValueError."""
+    aliases = {path.resolve().name: name for path, name in names.items()}
+    unknown = [p for p in preferred_names(prefer) if p not in aliases and p not in names.values()]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: no checkpoint in {models_dir} is called that "
+                         f"(models: {', '.join(sorted(names.values()))})")
+    return preferred_names(prefer, aliases)
+
+
+def check_prefer(models_dir: str | Path, prefer: str) -> None:
+    """resolve_prefer's check alone, before the engine starts: from each checkpoint's config.json, read as JSON
+    (checkpoint.read_info would import torch into the API process)."""
+    if not prefer.strip():
+        return
+    kinds = {}
+    for path in discover(models_dir):
+        payload = json.loads((path / "config.json").read_text())
+        # CheckpointInfo.multilingual's rule
+        kinds[path] = (bool(payload.get("directions") or payload.get("language_codes")),
+                       f"{payload.get('source_lang')}-{payload.get('target_lang')}")
+    resolve_prefer(prefer, model_names(kinds), models_dir)
+
+
+def choose(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT,
+           prefer: str = "") -> dict[Path, tuple[str, CheckpointInfo]]:
+    """The checkpoints to load, with their model ids: every one found that serves some direction (network.routing:
+    those `prefer` names first, then by scores; on CPU among those within cpu_cost_limit of the cheapest one's work
+    per token). A multilingual checkpoint's id is its directory's name (the API routes its directions to it), a
+    bilingual one's its pair, or its directory's name where another checkpoint has the same pair. `prefer` may
+    name either; a name of no checkpoint here is a ValueError."""
     from nmt_serve.inference.translator import resolve_device
     from nmt_serve.network.checkpoint import read_info
     from nmt_serve.network.routing import Offer, decode_cost, route
 
     paths = discover(models_dir)
     infos = {path: read_info(path) for path in paths}
-    names: dict[Path, str] = {}
-    for path, info in infos.items():
-        name = path.resolve().name if info.multilingual else f"{info.source_lang}-{info.target_lang}"
-        if name in names.values():
-            other = next(p for p, n in names.items() if n == name)
-            raise ValueError(f"two checkpoints for {name}: {other} and {path}")
-        names[path] = name
+    names = model_names({p: (info.multilingual, f"{info.source_lang}-{info.target_lang}") for p, info in infos.items()})
+    preferred = resolve_prefer(prefer, names, models_dir)
     costs = {p: decode_cost(info.config) for p, info in infos.items()}
     offers = [Offer(names[p], d, info.test_scores().get(d, {}), info.multilingual, costs[p]) for p, info in infos.items() for d in info.served()]
     limit = cpu_cost_limit if resolve_device(device).type == "cpu" else 0.0
     # a checkpoint whose every direction another one serves better would only take memory and load time
-    routes = route(offers, limit)
+    routes = route(offers, limit, preferred)
     by_score = route(offers)
     chosen = {}
     for path in paths:
         if names[path] not in routes.values():
             better = sorted({routes[d] for d in infos[path].served()})
-            if names[path] in by_score.values():
+            if any(b in preferred for b in better):
+                why = "prefer names " + ", ".join(b for b in better if b in preferred)
+            elif names[path] in by_score.values():
                 cheapest = min(costs[p] for p in paths if names[p] in better)
                 why = (f"on CPU its work per token is {costs[path] / cheapest:.1f}x theirs, over cpu_cost_limit {limit:g} "
                        "(network/routing.py)")
             else:
                 why = "the better recorded test scores (network/routing.py)"
+            if not infos[path].test_scores():
+                why += ("; it has none (a converted model): measure its card (python -m nmt_serve.training.model_card) "
+                        f"or name it in prefer (NMT_PREFER={names[path]})")
             log.info("not loading %s from %s: every direction it serves goes to %s: %s", names[path], path, ", ".join(better), why)
             continue
         chosen[path] = (names[path], infos[path])

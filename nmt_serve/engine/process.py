@@ -183,7 +183,8 @@ def run(config: dict) -> int:
         if config.get("threads"):
             torch.set_num_threads(int(config["threads"]))
         device, dtype, quantization = config["device"], config.get("dtype"), config.get("quantization", "none")
-        chosen = choose(config["models_dir"], device, float(config.get("cpu_cost_limit", DEFAULT_CPU_COST_LIMIT)))
+        chosen = choose(config["models_dir"], device, float(config.get("cpu_cost_limit", DEFAULT_CPU_COST_LIMIT)),
+                        config.get("prefer", ""))
         # refused here, before a weight is read, when the budget cannot hold the models and one sentence
         memory = plan_memory(chosen, device, dtype, quantization, budget_gb=float(config.get("memory_budget_gb") or 0),
                              max_batch_sentences=int(config.get("max_batch_sentences") or 0),

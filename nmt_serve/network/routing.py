@@ -11,11 +11,13 @@ compared over every test set any of them was measured on:
 On CPU one sentence's latency grows with the model's work per token, and a larger model may score better
 and still be too slow to be the default: there a candidate whose work per token (decode_cost) is more than
 `cpu_cost_limit` times the cheapest candidate's does not serve the direction, whatever its scores (a CPU
-host keeps the small model; a GPU takes the larger one). The engine uses it to leave unneeded checkpoints
-unloaded and the API to route requests, so both processes decide alike."""
+host keeps the small model; a GPU takes the larger one). Before all of that, a model the operator prefers
+(Settings.prefer: a checkpoint converted from OPUS-MT or NLLB-200 comes with no scores on these sets) serves
+every direction it can, the first named first. The engine uses it to leave unneeded checkpoints unloaded
+and the API to route requests, so both processes decide alike."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -58,8 +60,13 @@ def affordable(offers: Iterable[Offer], cost_limit: float = 0.0) -> list[Offer]:
     return [o for o in offers if o.cost <= cost_limit * min(known)]
 
 
-def best(offers: Iterable[Offer], cost_limit: float = 0.0) -> Offer:
-    """The preferred offer among those for one direction (cost_limit: see affordable; 0 on a GPU)."""
+def best(offers: Iterable[Offer], cost_limit: float = 0.0, prefer: Sequence[str] = ()) -> Offer:
+    """The offer that serves one direction: the first of `prefer` (model names) among them, whatever its
+    scores and cost; else the best by scores among those cost_limit allows (see affordable; 0 on a GPU)."""
+    offers = list(offers)
+    preferred = [o for o in offers if o.name in prefer]
+    if preferred:
+        return min(preferred, key=lambda o: prefer.index(o.name))
     offers = affordable(offers, cost_limit)
     test_sets = {s for o in offers for s in o.scores}
 
@@ -70,9 +77,16 @@ def best(offers: Iterable[Offer], cost_limit: float = 0.0) -> Offer:
     return max(offers, key=key)
 
 
-def route(offers: Iterable[Offer], cost_limit: float = 0.0) -> dict[str, str]:
+def route(offers: Iterable[Offer], cost_limit: float = 0.0, prefer: Sequence[str] = ()) -> dict[str, str]:
     """{direction: model name} over the offers of every direction."""
     by_direction: dict[str, list[Offer]] = {}
     for offer in offers:
         by_direction.setdefault(offer.direction, []).append(offer)
-    return {direction: best(found, cost_limit).name for direction, found in sorted(by_direction.items())}
+    return {direction: best(found, cost_limit, prefer).name for direction, found in sorted(by_direction.items())}
+
+
+def preferred_names(prefer: str | Sequence[str], aliases: Mapping[str, str] | None = None) -> list[str]:
+    """Settings.prefer (comma-separated) as model names, in its order: an item may also be another name of a
+    model (`aliases`: its checkpoint directory's name -> the model's name)."""
+    items = prefer.split(",") if isinstance(prefer, str) else prefer
+    return [(aliases or {}).get(p.strip(), p.strip()) for p in items if p.strip()]

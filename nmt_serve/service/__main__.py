@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from nmt_serve.cli.common import describe, fail
-from nmt_serve.engine.loader import discover
+from nmt_serve.engine.loader import check_prefer, discover
 from nmt_serve.service.server import LOG_FORMAT, serve
 from nmt_serve.service.settings import Settings, unknown_variables
 
@@ -67,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse_settings(argv)
     # paths are read now, not when the engine or the first request needs them: a wrong one fails the
     # start with the setting's name rather than leaving a server that answers 503 or 401 forever
-    for name, check in (("models_dir", lambda: discover(settings.models_dir)), ("api_keys_file", settings.keys)):
+    for name, check in (("models_dir", lambda: discover(settings.models_dir)), ("api_keys_file", settings.keys),
+                        ("prefer", lambda: check_prefer(settings.models_dir, settings.prefer))):
         try:
             check()
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
             print(f"{PROG}: error: --{name.replace('_', '-')} (NMT_{name.upper()}): {describe(exc)}", file=sys.stderr)
             return 2
     # an explicit device that cannot serve is a configuration error, not a reason to serve on the CPU

@@ -47,7 +47,7 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
                 on_load_failure()
         if status.ready and status.incarnation != seen["incarnation"]:
             seen["incarnation"] = status.incarnation
-            models = served_directions(status.models, state.settings.cpu_cost_limit)
+            models = served_directions(status.models, state.settings.cpu_cost_limit, state.settings.prefer)
             # the language detector takes seconds to build and holds the GIL meanwhile: build it before
             # readiness, not on the first "auto" request
             if state.settings.language_detection:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 from nmt_serve.inference.input_processor import InputProcessor
-from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT, Offer, best
+from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT, Offer, best, preferred_names
 from nmt_serve.network.tokenizer import Tokenizer
 from nmt_serve.text.quality_flags import FlagThresholds
 
@@ -85,9 +86,11 @@ def _test_scores(info: dict, direction: str) -> dict[str, float]:
     return (info.get("test_scores") or {}).get(direction, {})
 
 
-def served_directions(infos: list[dict], cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT) -> dict[str, ServedDirection]:
+def served_directions(infos: list[dict], cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT, prefer: str = "") -> dict[str, ServedDirection]:
     """{direction: ServedDirection} over every model the engine reports, each direction routed to one model
-    (cpu_cost_limit: Settings', where the models run on the CPU)."""
+    (cpu_cost_limit: Settings', where the models run on the CPU; prefer: Settings', by model or checkpoint
+    directory name)."""
+    preferred = preferred_names(prefer, {Path(i["path"]).name: i["id"] for i in infos if i.get("path")})
     candidates: dict[str, list[ServedDirection]] = {}
     for info in infos:
         codes = info.get("language_codes")
@@ -107,7 +110,7 @@ def served_directions(infos: list[dict], cpu_cost_limit: float = DEFAULT_CPU_COS
     def chosen(found: list[ServedDirection]) -> ServedDirection:
         offers = [Offer(m.engine_model, m.id, _test_scores(m.info, m.id), m.multilingual, m.info.get("decode_cost", 0.0)) for m in found]
         on_cpu = all(str(m.info.get("device", "cpu")).startswith("cpu") for m in found)
-        pick = best(offers, cpu_cost_limit if on_cpu else 0.0)
+        pick = best(offers, cpu_cost_limit if on_cpu else 0.0, preferred)
         return next(m for m, o in zip(found, offers) if o is pick)
 
     return {d: chosen(found) for d, found in sorted(candidates.items())}

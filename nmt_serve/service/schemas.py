@@ -131,7 +131,8 @@ class TranslateResponse(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"model": "de-en", "translations": [{"text": "A dog runs across the meadow."}], "usage": {"source_tokens": 9, "generated_tokens": 8}}]}
     )
-    model: str = Field(description="the model that translated: its pair (de-en), or a multilingual checkpoint's name; "
+    model: str = Field(description="the model that translated: its pair (de-en), or its checkpoint's name where it is "
+                                   "multilingual or another checkpoint has the same pair; "
                                    "comma-separated when texts of one request (source auto) went to several")
     translations: list[Translation]
     usage: Usage
@@ -187,8 +188,8 @@ class ModelInfo(BaseModel):
     id: str = Field(description="the direction, source-target: what `source` and `target` of a request pick")
     source: str
     target: str
-    model: str = Field(description="the checkpoint serving it: its pair (de-en), or a multilingual checkpoint's name, "
-                                   "which serves several directions from one set of weights")
+    model: str = Field(description="the checkpoint serving it: its pair (de-en), or its name where it is multilingual "
+                                   "(several directions from one set of weights) or another checkpoint has the same pair")
     multilingual: bool = False
     test_bleu: float | None = Field(None, description="the model's recorded sacreBLEU for this direction on "
                                                       "Multi30k test_2016_flickr, beam 4 (its model card), if measured")

@@ -19,6 +19,10 @@ class Settings(BaseSettings):
     cpu_cost_limit: float = Field(DEFAULT_CPU_COST_LIMIT, ge=0, description="on CPU, where several models serve a direction, "
                                   "one whose work per token is more than this many times the cheapest one's does not serve it, "
                                   "whatever its test scores (a sentence's latency grows with it); 0: by test scores alone")
+    prefer: str = Field("", description="comma-separated models (a checkpoint directory's name, or the model's name in "
+                        "/v1/models) that serve every direction they can before any other, the first named first, "
+                        "whatever the test scores and cpu_cost_limit; a converted OPUS-MT or NLLB-200 model has no scores "
+                        "on this project's test sets, so without this it does not take a direction a scored model serves")
     dtype: str | None = Field(None, pattern="^(float32|float16|bfloat16)$", description="default: float32 on CPU, float16 on CUDA")
     quantization: str = Field("none", pattern="^(none|int8)$",
                               description="int8: quantized Linear layers (CPU, float32), faster at a small BLEU cost")
@@ -140,7 +144,7 @@ class Settings(BaseSettings):
         """What the engine process needs (plain JSON; no keys or other secrets)."""
         import logging
 
-        names = ("models_dir", "device", "cpu_cost_limit", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice",
+        names = ("models_dir", "device", "cpu_cost_limit", "prefer", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice",
                  "max_batch_sentences", "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission",
                  "admission_margin", "retry_after_s", "graceful_shutdown_s", "background_share", "engine_heartbeat_timeout_s")
         # the engine runs in the repository's directory: a relative models_dir means this process's directory

@@ -96,6 +96,7 @@ BAD_SETTINGS = [
     ([], {"NMT_API_KEYS_FILE": "/"}, "--api-keys-file (NMT_API_KEYS_FILE): /: Is a directory"),
     (["--models-dir", "/nonexistent/models"], {}, "--models-dir (NMT_MODELS_DIR): models directory not found: /nonexistent/models"),
     ([], {"NMT_MODELS_DIR": "/etc/hostname"}, "--models-dir (NMT_MODELS_DIR): not a directory"),
+    (["--prefer", "de-en,opus-mt-fr-en"], {}, "--prefer (NMT_PREFER): opus-mt-fr-en: no checkpoint in"),
     # pydantic ignores variables that are no setting: a typo would leave its setting at the default
     ([], {"NMT_MAX_QUEUE_SENTENCE": "10"}, "NMT_MAX_QUEUE_SENTENCE is not a setting: did you mean NMT_MAX_QUEUE_SENTENCES?"),
 ]
@@ -115,7 +116,8 @@ def test_other_variables_are_named_and_a_relative_models_dir_is_this_directory_s
     monkeypatch.chdir(tmp_path)  # the engine runs in the repository's directory: it gets the path made absolute
     assert Settings(models_dir="models").engine_config()["models_dir"] == str(tmp_path / "models")
     # the engine leaves unloaded what the API would not route to: both use the same limit
-    assert Settings(cpu_cost_limit=3.5).engine_config()["cpu_cost_limit"] == 3.5
+    config = Settings(cpu_cost_limit=3.5, prefer="opus-mt-de-en").engine_config()
+    assert (config["cpu_cost_limit"], config["prefer"]) == (3.5, "opus-mt-de-en")
 
 
 def test_an_empty_models_dir_is_one_line_and_exit_2(tmp_path):

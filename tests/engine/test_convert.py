@@ -120,7 +120,7 @@ def test_the_fairseq_id_layout(nllb_dir):
     assert [vocab[c] for c in LANGUAGES] == [301, 302, 303] and vocab["<mask>"] == 304
 
 
-def test_nmt_convert_and_translate_greedy_equal_generate(nllb_dir, tmp_path):
+def test_nmt_convert_and_translate_greedy_equal_generate(nllb_dir, tmp_path, capsys):
     """The converted NLLB model, through the Translator as nmt-translate runs it, writes what transformers'
     generate writes: the source `[deu_Latn] + pieces + [</s>]`, the translation forced to start with
     `fra_Latn` (and not returned), greedy, to the same length."""
@@ -128,6 +128,7 @@ def test_nmt_convert_and_translate_greedy_equal_generate(nllb_dir, tmp_path):
     from nmt_serve.inference.translator import Translator
 
     assert convert_main([str(nllb_dir), str(tmp_path / "ours")]) == 0
+    assert "NMT_PREFER=ours" in capsys.readouterr().out  # how to serve it beside scored checkpoints
     translator = Translator.load(tmp_path / "ours", device="cpu")
     assert translator.info.language_codes == {c: c for c in LANGUAGES} and "deu_Latn-fra_Latn" in translator.directions
     hf = transformers.M2M100ForConditionalGeneration.from_pretrained(nllb_dir).eval()

@@ -530,6 +530,61 @@ def test_the_engine_on_cpu_keeps_the_cheaper_model_and_says_why(tmp_path, tagged
     assert "not loading large" in caplog.text and "work per token is" in caplog.text and "cpu_cost_limit 2" in caplog.text
 
 
+def test_a_preferred_model_serves_what_it_can_whatever_scores_and_cost():
+    shipped = Offer("shipped", "de-en", {"test_2016_flickr": 42.0, "eval-short": 30.0}, True, cost=8.0e6)
+    converted = Offer("opus-mt-de-en", "de-en", {}, cost=74.0e6)
+    nllb = Offer("nllb", "de-en", {}, True, cost=600.0e6)
+    assert best([shipped, converted, nllb], cost_limit=2.0) is shipped
+    assert best([shipped, converted, nllb], cost_limit=2.0, prefer=["opus-mt-de-en"]) is converted
+    assert best([shipped, converted, nllb], prefer=["nllb", "opus-mt-de-en"]) is nllb  # the first named first
+    # a direction no preferred model serves is routed as before
+    other = [Offer("shipped", "fr-de", {"test_2016_flickr": 30.0}, True), Offer("nllb", "fr-de", {}, True)]
+    assert route([shipped, converted, *other], prefer=["opus-mt-de-en"]) == {"de-en": "opus-mt-de-en", "fr-de": "shipped"}
+
+
+def test_a_converted_model_beside_the_shipped_ones_serves_when_preferred(tmp_path, tagged_spm, spm_model, caplog):
+    every = [f"{s}-{t}" for s, t in parse_directions("all", LANGS)]
+    root = tmp_path / "models"
+    make_multilingual(root / "multi", tagged_spm, metadata=_scores({d: 30.0 for d in every}))
+    make_checkpoint(root / "de-en", spm_model, "de", "en", seed=3)
+    # larger, as a converted OPUS-MT is, and with no scores on this project's test sets
+    make_checkpoint(root / "opus-mt-de-en", spm_model, "de", "en", seed=4, d_model=64, d_ff=256)
+    with caplog.at_level("INFO", logger="nmt_serve.engine.loader"):
+        assert sorted(name for name, _ in choose(root, "cpu").values()) == ["multi"]
+    # two checkpoints of one pair are named by their directories, and the log says how to use the unscored one
+    assert "not loading opus-mt-de-en" in caplog.text and "NMT_PREFER=opus-mt-de-en" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="nmt_serve.engine.loader"):
+        chosen = choose(root, "cpu", cpu_cost_limit=2.0, prefer="opus-mt-de-en")
+    assert sorted(name for name, _ in chosen.values()) == ["multi", "opus-mt-de-en"]
+    assert "not loading de-en" in caplog.text and "prefer names opus-mt-de-en" in caplog.text
+    infos = [dict(_info(name, path, info.directions, info.target_tags, info.test_bleu(), info.source_lang, info.target_lang),
+                  path=str(path), decode_cost=decode_cost(info.config), device="cpu", test_scores=info.test_scores())
+             for path, (name, info) in chosen.items()]
+    assert served_directions(infos)["de-en"].engine_model == "multi"
+    served = served_directions(infos, prefer="opus-mt-de-en")
+    assert served["de-en"].engine_model == "opus-mt-de-en" and served["fr-de"].engine_model == "multi"
+    # a multilingual model named by its directory takes every direction it serves
+    assert {m.engine_model for m in served_directions(infos, prefer="multi").values()} == {"multi"}
+    with pytest.raises(ValueError, match=r"opus-mt-en-de: no checkpoint in .* is called that \(models: de-en, multi, opus-mt-de-en\)"):
+        choose(root, "cpu", prefer="opus-mt-de-en, opus-mt-en-de")
+
+
+def test_the_service_answers_from_the_preferred_model(tmp_path, tagged_spm, spm_model):
+    from test_service import make_client, wait_ready
+
+    root = tmp_path / "models"
+    make_multilingual(root / "multi", tagged_spm, metadata=_scores({"de-en": 30.0, "fr-de": 30.0}))
+    make_checkpoint(root / "opus-mt-de-en", spm_model, "de", "en", seed=4)
+    with make_client(root, prefer="opus-mt-de-en", engine_heartbeat_timeout_s=10) as client:
+        wait_ready(client, timeout=120)
+        models = {m["id"]: m["model"] for m in client.get("/v1/models").json()["models"]}
+        assert models["de-en"] == "de-en" and models["fr-de"] == "multi"  # the only de-en checkpoint: named by its pair
+        for (source, target), model in {("de", "en"): "de-en", ("fr", "de"): "multi"}.items():
+            reply = client.post("/v1/translate", json={"text": ["Ein Hund."], "source": source, "target": target, "max_length": 4})
+            assert reply.status_code == 200 and reply.json()["model"] == model, reply.text
+
+
 def test_cli_translate_needs_a_direction_of_a_multilingual_model(tmp_path, tagged_spm):
     path = make_multilingual(tmp_path / "mul", tagged_spm)
     run = lambda *args, **kw: subprocess.run([sys.executable, "-m", "nmt_serve.cli.translate", "--model", str(path), *args],  # noqa: E731
