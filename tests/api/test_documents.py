@@ -266,7 +266,8 @@ def test_subtitles_and_texts_in_a_legacy_code_page_are_read_in_it(client):
     cues = list(srt.parse(r.content.decode("utf-8")))
     assert len(cues) == 2 and "children" in cues[1].content.lower(), cues
     r = translate_file(client, "brief.txt", "Zwei Kinder spielen im Schnee. Ein Mann fährt Fahrrad.".encode("latin-1"))
-    assert r.status_code == 200 and "children" in r.text.lower() and "bicycle" in r.text.lower(), r.text
+    text = r.text.lower()
+    assert r.status_code == 200 and "children" in text and ("bicycle" in text or "bike" in text), r.text
     # as a job: its texts read the same way, its result in UTF-8
     job = client.post("/v1/jobs/file", data={"source": "auto", "target": "en"}, files={"file": ("film.srt", czech)})
     assert job.status_code == 202, job.text
