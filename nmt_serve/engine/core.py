@@ -195,11 +195,13 @@ class NoTranslation(RuntimeError):
 
 class EngineCore:
     def __init__(self, models: dict[str, Translator], config: EngineConfig, *, model_meta: dict[str, dict] | None = None,
-                 memory: MemoryPlan | None = None):
+                 memory: MemoryPlan | None = None, unloaded: list[dict] | None = None):
         """model_meta: more to report per model id (checkpoint path, load time, tokenizer file);
-        memory: the plan the models were loaded under (memory_plan.py): it sets the running sentences."""
+        memory: the plan the models were loaded under (memory_plan.py): it sets the running sentences;
+        unloaded: the checkpoints of the models directory left unloaded, and why (loader.LoadPlan)."""
         self.models = models
         self.model_meta = model_meta or {}
+        self.unloaded = unloaded or []
         self.memory = memory
         self._model_info: dict[str, dict] | None = None
         on_cuda = any(t.device.type == "cuda" for t in models.values())
@@ -289,7 +291,7 @@ class EngineCore:
                      uptime_seconds=time.monotonic() - self.started, **self._recent_stats())
         if torch.cuda.is_available() and any(t.device.type == "cuda" for t in self.models.values()):
             stats["device_memory_bytes"] = float(torch.cuda.memory_allocated())
-        return EngineStatus(self.incarnation, True, self.model_info(), None, stats, self.model_stats)
+        return EngineStatus(self.incarnation, True, self.model_info(), None, stats, self.model_stats, unloaded=self.unloaded)
 
     def _recent_stats(self) -> dict[str, float]:
         """Busy share, occupancy, padding and step time over the time since the last call (>= 1 s)."""

@@ -7,6 +7,7 @@ import os
 import time
 import warnings
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,8 +107,15 @@ def check_prefer(models_dir: str | Path, prefer: str) -> None:
     resolve_prefer(prefer, model_names(kinds), models_dir)
 
 
-def choose(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT,
-           prefer: str = "") -> dict[Path, tuple[str, CheckpointInfo]]:
+@dataclass
+class LoadPlan:
+    """Which checkpoints of a models directory the engine loads, and why the others are left."""
+    chosen: dict[Path, tuple[str, CheckpointInfo]]  # path -> (model id, its info)
+    unloaded: list[dict] = field(default_factory=list)  # {model, path, directions, served_by, reason}, for /v1/models
+
+
+def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT,
+               prefer: str = "") -> LoadPlan:
     """The checkpoints to load, with their model ids: every one found that serves some direction (network.routing:
     those `prefer` names first, then by scores; on CPU among those within cpu_cost_limit of the cheapest one's work
     per token). A multilingual checkpoint's id is its directory's name (the API routes its directions to it), a
@@ -127,25 +135,32 @@ def choose(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = 
     # a checkpoint whose every direction another one serves better would only take memory and load time
     routes = route(offers, limit, preferred)
     by_score = route(offers)
-    chosen = {}
+    plan = LoadPlan({})
     for path in paths:
-        if names[path] not in routes.values():
-            better = sorted({routes[d] for d in infos[path].served()})
-            if any(b in preferred for b in better):
-                why = "prefer names " + ", ".join(b for b in better if b in preferred)
-            elif names[path] in by_score.values():
-                cheapest = min(costs[p] for p in paths if names[p] in better)
-                why = (f"on CPU its work per token is {costs[path] / cheapest:.1f}x theirs, over cpu_cost_limit {limit:g} "
-                       "(network/routing.py)")
-            else:
-                why = "the better recorded test scores (network/routing.py)"
-            if not infos[path].test_scores():
-                why += ("; it has none (a converted model): measure its card (python -m nmt_serve.training.model_card) "
-                        f"or name it in prefer (NMT_PREFER={names[path]})")
-            log.info("not loading %s from %s: every direction it serves goes to %s: %s", names[path], path, ", ".join(better), why)
+        if names[path] in routes.values():
+            plan.chosen[path] = (names[path], infos[path])
             continue
-        chosen[path] = (names[path], infos[path])
-    return chosen
+        better = sorted({routes[d] for d in infos[path].served()})
+        if any(b in preferred for b in better):
+            why = "prefer names " + ", ".join(b for b in better if b in preferred)
+        elif names[path] in by_score.values():
+            cheapest = min(costs[p] for p in paths if names[p] in better)
+            why = (f"on CPU its work per token is {costs[path] / cheapest:.1f}x theirs, over cpu_cost_limit {limit:g} "
+                   "(network/routing.py)")
+        else:
+            why = "the better recorded test scores (network/routing.py)"
+        if not infos[path].test_scores():
+            why += ("; it has none (a converted model): measure its card (python -m nmt_serve.training.model_card) "
+                    f"or name it in prefer (NMT_PREFER={path.resolve().name})")
+        log.info("not loading %s from %s: every direction it serves goes to %s: %s", names[path], path, ", ".join(better), why)
+        plan.unloaded.append(dict(model=names[path], path=str(path), directions=infos[path].served(), served_by=better, reason=why))
+    return plan
+
+
+def choose(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT,
+           prefer: str = "") -> dict[Path, tuple[str, CheckpointInfo]]:
+    """plan_loads' checkpoints to load."""
+    return plan_loads(models_dir, device, cpu_cost_limit, prefer).chosen
 
 
 def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dtype: str | None, quantization: str = "none", *,

@@ -140,7 +140,7 @@ def run(config: dict) -> int:
     # subreaper), whose pid would otherwise pass for the supervisor's and keep the orphan serving nobody
     supervisor = int(config.get("supervisor_pid") or os.getppid())
     from nmt_serve.engine.core import EngineConfig, EngineCore
-    from nmt_serve.engine.loader import choose, load_models, plan_memory
+    from nmt_serve.engine.loader import load_models, plan_loads, plan_memory
     from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT
 
     if config.get("engine_nice"):
@@ -183,8 +183,9 @@ def run(config: dict) -> int:
         if config.get("threads"):
             torch.set_num_threads(int(config["threads"]))
         device, dtype, quantization = config["device"], config.get("dtype"), config.get("quantization", "none")
-        chosen = choose(config["models_dir"], device, float(config.get("cpu_cost_limit", DEFAULT_CPU_COST_LIMIT)),
-                        config.get("prefer", ""))
+        load_plan = plan_loads(config["models_dir"], device, float(config.get("cpu_cost_limit", DEFAULT_CPU_COST_LIMIT)),
+                             config.get("prefer", ""))
+        chosen = load_plan.chosen
         # refused here, before a weight is read, when the budget cannot hold the models and one sentence
         memory = plan_memory(chosen, device, dtype, quantization, budget_gb=float(config.get("memory_budget_gb") or 0),
                              max_batch_sentences=int(config.get("max_batch_sentences") or 0),
@@ -197,7 +198,8 @@ def run(config: dict) -> int:
     meta = {mid: dict(path=path, load_seconds=seconds, src_tokenizer=str(t.src_tokenizer.model_file),
                       src_vocab=str(t.src_tokenizer.vocab_file) if t.src_tokenizer.vocab_file else None)
             for mid, (t, seconds, path) in loaded.items()}
-    core = EngineCore({mid: t for mid, (t, _, _) in loaded.items()}, engine_config, model_meta=meta, memory=memory)
+    core = EngineCore({mid: t for mid, (t, _, _) in loaded.items()}, engine_config, model_meta=meta, memory=memory,
+                      unloaded=load_plan.unloaded)
     core.incarnation = incarnation
     started = time.perf_counter()
     try:  # the models' first runs: one that fails here (weights that load but do not compute) fails every time

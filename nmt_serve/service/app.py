@@ -55,6 +55,7 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
 
                 detector_for(frozenset(m.source for m in models.values()))
             state.models = models
+            state.unloaded = status.unloaded
             state.names = language_names(models)
             state.translation_cache.clear()  # answers of the engine before this one's models
             for m in status.models:

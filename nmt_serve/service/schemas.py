@@ -217,8 +217,19 @@ class ModelInfo(BaseModel):
     path: str
 
 
+class UnloadedCheckpoint(BaseModel):
+    model: str = Field(description="the checkpoint's model name (its pair, or its directory's name)")
+    path: str
+    directions: list[str] = Field(description="the directions it could serve")
+    served_by: list[str] = Field(description="the models that serve them instead")
+    reason: str = Field(description="why they do: a preferred model (the prefer setting), better recorded test scores, "
+                                    "or on CPU a work per token over cpu_cost_limit")
+
+
 class ModelList(BaseModel):
     models: list[ModelInfo]
+    unloaded: list[UnloadedCheckpoint] = Field(default_factory=list, description="the checkpoints of the models "
+                                               "directory that serve no direction, left unloaded, and why")
 
 
 class Health(BaseModel):

@@ -26,6 +26,7 @@ class ServiceState:
     settings: Settings
     metrics: Metrics = field(default_factory=Metrics)
     models: dict[str, ServedDirection] = field(default_factory=dict)
+    unloaded: list[dict] = field(default_factory=list)  # the engine's checkpoints left unloaded, and why
     engine: "EngineClient | None" = None
     supervisor: "EngineSupervisor | None" = None  # when this process started the engine
     draining: bool = False  # SIGTERM: readiness 503, in-flight requests finish

@@ -578,11 +578,20 @@ def test_the_service_answers_from_the_preferred_model(tmp_path, tagged_spm, spm_
     make_checkpoint(root / "opus-mt-de-en", spm_model, "de", "en", seed=4)
     with make_client(root, prefer="opus-mt-de-en", engine_heartbeat_timeout_s=10) as client:
         wait_ready(client, timeout=120)
-        models = {m["id"]: m["model"] for m in client.get("/v1/models").json()["models"]}
+        listing = client.get("/v1/models").json()
+        models = {m["id"]: m["model"] for m in listing["models"]}
         assert models["de-en"] == "de-en" and models["fr-de"] == "multi"  # the only de-en checkpoint: named by its pair
+        assert listing["unloaded"] == []
         for (source, target), model in {("de", "en"): "de-en", ("fr", "de"): "multi"}.items():
             reply = client.post("/v1/translate", json={"text": ["Ein Hund."], "source": source, "target": target, "max_length": 4})
             assert reply.status_code == 200 and reply.json()["model"] == model, reply.text
+    with make_client(root, engine_heartbeat_timeout_s=10) as client:
+        wait_ready(client, timeout=120)
+        listing = client.get("/v1/models").json()
+        assert {m["model"] for m in listing["models"]} == {"multi"}
+        [unloaded] = listing["unloaded"]
+        assert (unloaded["model"], unloaded["directions"], unloaded["served_by"]) == ("de-en", ["de-en"], ["multi"])
+        assert unloaded["path"].endswith("opus-mt-de-en") and "NMT_PREFER=opus-mt-de-en" in unloaded["reason"]
 
 
 def test_cli_translate_needs_a_direction_of_a_multilingual_model(tmp_path, tagged_spm):

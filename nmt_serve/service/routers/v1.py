@@ -24,6 +24,7 @@ from nmt_serve.service.schemas import (
     TranslateRequest,
     TranslateResponse,
     Translation,
+    UnloadedCheckpoint,
     Usage,
 )
 from nmt_serve.service.state import ServiceState
@@ -131,4 +132,5 @@ async def attention(body: AttentionRequest, request: Request, state: ServiceStat
 )
 async def models(state: ServiceState = Depends(get_state)) -> ModelList:
     return ModelList(models=[ModelInfo(**{k: v for k, v in m.describe().items() if k in ModelInfo.model_fields})
-                             for m in state.models.values()])
+                             for m in state.models.values()],
+                     unloaded=[UnloadedCheckpoint(**u) for u in state.unloaded])
