@@ -10,7 +10,7 @@ compared over every test set any of them was measured on:
 3. then a bilingual model before a multilingual one, then the name.
 On CPU one sentence's latency grows with the model's work per token, and a larger model may score better
 and still be too slow to be the default: there a candidate whose work per token (decode_cost) is more than
-`cpu_cost_limit` times the cheapest candidate's does not serve the direction, whatever its scores (a CPU
+`cpu_cost_limit` times the cheapest scored candidate's does not serve the direction, whatever its scores (a CPU
 host keeps the small model; a GPU takes the larger one). Before all of that, a model the operator prefers
 (Settings.prefer: a checkpoint converted from OPUS-MT or NLLB-200 comes with no scores on these sets) serves
 every direction it can, the first named first. The engine uses it to leave unneeded checkpoints unloaded
@@ -52,9 +52,11 @@ class Offer:
 
 def affordable(offers: Iterable[Offer], cost_limit: float = 0.0) -> list[Offer]:
     """The offers for one direction whose cost is at most cost_limit times the cheapest one's (all of them
-    when cost_limit is 0 or no cost is known)."""
+    when cost_limit is 0 or no cost is known). The cheapest is taken among the offers with recorded scores
+    where there are any: a model nothing was measured on (a converted one) would lose to them by scores, so
+    its being small does not rule them out."""
     offers = list(offers)
-    known = [o.cost for o in offers if o.cost > 0]
+    known = [o.cost for o in offers if o.cost > 0 and o.scores] or [o.cost for o in offers if o.cost > 0]
     if cost_limit <= 0 or not known:
         return offers
     return [o for o in offers if o.cost <= cost_limit * min(known)]

@@ -500,6 +500,9 @@ def test_on_cpu_a_model_far_costlier_than_the_cheapest_does_not_take_a_direction
     unknown = Offer("converted", "de-en", {"test_2016_flickr": 45.0, "eval-short": 39.0})
     assert best([small, large, unknown], cost_limit=2.0) is unknown
     assert route([small, large, alone], cost_limit=2.0) == {"de-en": "small", "fr-de": "large"}
+    # a tiny model with no scores does not set the bar: it would not serve, and the scored ones still may
+    tiny = Offer("tiny-converted", "de-en", {}, cost=0.1e6)
+    assert best([small, large, tiny], cost_limit=2.0) is small and best([large, tiny], cost_limit=2.0) is large
 
 
 def test_the_engine_on_cpu_keeps_the_cheaper_model_and_says_why(tmp_path, tagged_spm, spm_model, caplog):
