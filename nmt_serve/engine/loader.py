@@ -141,14 +141,15 @@ def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: floa
             plan.chosen[path] = (names[path], infos[path])
             continue
         better = sorted({routes[d] for d in infos[path].served()})
-        if any(b in preferred for b in better):
-            why = "prefer names " + ", ".join(b for b in better if b in preferred)
-        elif names[path] in by_score.values():
-            cheapest = min(costs[p] for p in paths if names[p] in better)
-            why = (f"on CPU its work per token is {costs[path] / cheapest:.1f}x theirs, over cpu_cost_limit {limit:g} "
-                   "(network/routing.py)")
-        else:
-            why = "the better recorded test scores (network/routing.py)"
+        reasons = ["prefer names " + ", ".join(b for b in better if b in preferred)] if set(better) & set(preferred) else []
+        others = [b for b in better if b not in preferred]
+        if others and names[path] in by_score.values():
+            cheapest = min(costs[p] for p in paths if names[p] in others)
+            reasons.append(f"on CPU its work per token is {costs[path] / cheapest:.1f}x theirs, over cpu_cost_limit {limit:g} "
+                           "(network/routing.py)")
+        elif others:
+            reasons.append("the better recorded test scores (network/routing.py)")
+        why = "; ".join(reasons)
         if not infos[path].test_scores():
             why += ("; it has none (a converted model): measure its card (python -m nmt_serve.training.model_card) "
                     f"or name it in prefer (NMT_PREFER={path.resolve().name})")
