@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -52,10 +53,31 @@ FAMILIES = ("marian", "m2m_100", "mbart")
 DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 SPM = "sentencepiece.bpe.model"
 VOCAB = "vocab.json"
+# kept beside the converted weights: the upstream model's card (its license, data and scores) and license files
+UPSTREAM_FILES = ("README.md", "LICENSE", "LICENSE.txt", "LICENSE.md")
 
 
 def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None = None, target_lang: str | None = None,
             dtype: str = "float32") -> Path:
+    """Convert, check that the result loads and translates, then keep the upstream card and license beside it
+    and write its own card (model_card.render_converted_card: no scores until it is measured here)."""
+    path = _convert(hf_dir, out_dir, source_lang=source_lang, target_lang=target_lang, dtype=dtype)
+    write_card(Path(hf_dir), path)
+    return path
+
+
+def write_card(hf_dir: Path, out_dir: Path) -> None:
+    from nmt_serve.training.model_card import UPSTREAM_CARD, render_converted_card
+
+    for name in UPSTREAM_FILES:
+        if (hf_dir / name).is_file():
+            shutil.copyfile(hf_dir / name, out_dir / (UPSTREAM_CARD if name == "README.md" else name))
+    payload = json.loads((out_dir / "config.json").read_text())
+    (out_dir / "README.md").write_text(render_converted_card(out_dir, payload, payload["metadata"].get("scores", []), ""))
+
+
+def _convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None, target_lang: str | None,
+             dtype: str) -> Path:
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     if dtype not in DTYPES:
         raise UnsupportedModel(f"--dtype {dtype!r} is not supported ({', '.join(DTYPES)})")

@@ -151,8 +151,9 @@ def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: floa
             reasons.append("the better recorded test scores (network/routing.py)")
         why = "; ".join(reasons)
         if not infos[path].test_scores():
-            why += ("; it has none (a converted model): measure its card (python -m nmt_serve.training.model_card) "
-                    f"or name it in prefer (NMT_PREFER={path.resolve().name})")
+            # model_card measures models named by ISO codes; one with its own language codes only by nmt-evaluate
+            measure = "" if infos[path].language_codes else "measure its card (python -m nmt_serve.training.model_card) or "
+            why += f"; it has none (a converted model): {measure}name it in prefer (NMT_PREFER={path.resolve().name})"
         log.info("not loading %s from %s: every direction it serves goes to %s: %s", names[path], path, ", ".join(better), why)
         plan.unloaded.append(dict(model=names[path], path=str(path), directions=infos[path].served(), served_by=better, reason=why))
     return plan

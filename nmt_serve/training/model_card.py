@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from nmt_serve.cli.common import fail
 from nmt_serve.inference.translator import Translator
 from nmt_serve.network.checkpoint import CONFIG_FILE, read_info
 from nmt_serve.training.data import read_lines
@@ -29,13 +30,17 @@ from nmt_serve.training.hardware import cpu_name
 from nmt_serve.training.multiway import LANGUAGE_NAMES
 
 SPLITS = {"val": "val", "test_2016_flickr": "test_2016_flickr"}
+UPSTREAM_CARD = "UPSTREAM.md"  # a converted model's own card (nmt-convert copies its README.md)
 
 
-def measure(translator: Translator, data: Path, beam_sizes: list[int]) -> list[dict]:
+def measure(translator: Translator, data: Path, beam_sizes: list[int], pair_tests: dict[str, str] | None = None,
+            splits: list[str] | None = None) -> list[dict]:
+    """A bilingual model's rows: every Multi30k split and beam size, and every pairwise test set named in
+    `pair_tests` ({name: path pattern})."""
     rows = []
     src, tgt = translator.source_lang, translator.target_lang
     weights = "int8" if translator.quantization == "int8" else "float32"
-    for split in SPLITS.values():
+    for split in SPLITS.values() if splits is None else splits:
         sources = read_lines(data / f"{split}.{src}.gz")
         references = read_lines(data / f"{split}.{tgt}.gz")
         for beam in beam_sizes:
@@ -45,6 +50,8 @@ def measure(translator: Translator, data: Path, beam_sizes: list[int]) -> list[d
             report["quantization"] = translator.quantization
             rows.append(report)
             print(f"{split} beam {beam} {weights}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
+    for name, pattern in (pair_tests or {}).items():
+        rows += measure_pair_tests(translator, name, pattern, beam_sizes)
     return rows
 
 
@@ -439,6 +446,74 @@ sentencepiece pieces and may be transliterated oddly.
 {speed_section(payload)}{flags_section(payload)}"""
 
 
+def render_converted_card(directory: Path, payload: dict, rows: list[dict], hardware: str) -> str:
+    """The card of a checkpoint nmt-convert made: what it is and what was measured here; its training is the
+    upstream model's."""
+    cfg = payload["model"]
+    meta = payload.get("metadata", {})
+    info = read_info(directory)
+    dtype, params = _stored_weights(directory)
+    directions = info.served()
+    languages = list(dict.fromkeys(lang for d in directions for lang in d.split("-")))
+    names = " and ".join(LANGUAGE_NAMES.get(lang, lang) for lang in languages)
+    if len(languages) > 4:  # NLLB-200: every ordered pair of its codes
+        names = f"{len(languages)} languages ({', '.join(languages[:4])}, ...), {len(directions)} directions"
+    title = ", ".join(directions) if len(directions) <= 3 else "Multilingual"
+    upstream = ("in `UPSTREAM.md`, the upstream model's card as it came" if (directory / UPSTREAM_CARD).is_file()
+                else "in the upstream model's card")
+    if rows:
+        table = "\n".join(
+            f"| {r.get('direction') or directions[0]} | {r['split']} | {'greedy' if r['beam_size'] == 1 else 'beam ' + str(r['beam_size'])} "
+            f"| {'int8' if r.get('quantization') == 'int8' else 'float32'} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['runaway_outputs']} |"
+            for r in rows)
+        scores = f"""sacreBLEU, cased, detokenized output, one reference, measured here with `python -m nmt_serve.training.model_card`
+on this project's test sets: Multi30k's `test_2016_flickr` (image captions) and the held-out sets of its
+Debian corpus where named. Routing compares models by these (README, "Languages").
+
+| direction | test set | search | Linear layers | BLEU | chrF | outputs > 3x source |
+| --- | --- | --- | --- | --- | --- | --- |
+{table}
+
+BLEU signature: `{rows[0]['bleu_signature']}`
+chrF signature: `{rows[0]['chrf_signature']}`"""
+    else:
+        scores = """None measured here yet. Routing compares models by their scores on this project's test sets, so beside
+a checkpoint that has them this one serves only where the `prefer` setting names it, or once it is measured on
+the same sets (`python -m nmt_serve.training.model_card`; README, "Languages")."""
+    return f"""# {title} Transformer, converted from {meta['imported_from']}
+
+Translates between {names}. Converted by `nmt-convert` from `{meta.get('source_dir', '?')}`: the published
+weights and vocabulary, unchanged. What it was trained on, its license and its own scores are {upstream}.
+
+## Scores
+
+{scores}
+
+## Model
+
+| | |
+| --- | --- |
+| architecture | encoder-decoder Transformer, {cfg['n_encoder_layers']}+{cfg['n_decoder_layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, {cfg['activation']}, {cfg['norm_placement']}-norm |
+| parameters | {params:,} |
+| vocabulary | {cfg['src_vocab_size']} pieces (source), {cfg['tgt_vocab_size']} (target) |
+| weights | {dtype} safetensors |
+{speed_section(payload)}{flags_section(payload)}"""
+
+
+def _stored_weights(directory: Path) -> tuple[str, int]:
+    """(dtype, parameters) of a checkpoint's stored weights, read from the file's header (tied weights are
+    stored once); nmt-convert keeps float32 unless told otherwise."""
+    import math
+
+    from safetensors import safe_open
+
+    with safe_open(str(directory / "model.safetensors"), "pt") as f:
+        slices = [f.get_slice(k) for k in f.keys()]
+        stored = slices[0].get_dtype()
+        params = sum(math.prod(s.get_shape()) for s in slices)
+    return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}.get(stored, stored.lower()), params
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nmt-model-card", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, type=Path)
@@ -464,7 +539,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     beam_sizes = [int(b) for b in args.beam_sizes.split(",")]
-    multilingual = read_info(args.model).multilingual
+    info = read_info(args.model)
+    multilingual = info.multilingual
+    if info.language_codes and not args.render_only:
+        # its directions are named by its own codes (deu_Latn), the test files by ISO 639-1 (de)
+        fail(parser, f"{args.model} names its languages by codes (NLLB-200, M2M100, mBART-50): score it with "
+                     "nmt-evaluate --source-lang/--target-lang; model_card measures bilingual models and those with target tags")
     config_path = args.model / CONFIG_FILE
     payload = json.loads(config_path.read_text())
     if args.render_only:
@@ -481,11 +561,11 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"--pair-tests {item}: expected NAME=PATTERN with {{pair}} and {{lang}}")
             pair_tests[name] = pattern
         rows = []
+        splits = [s for s in args.splits.split(",") if s]
         for quantization in args.quantizations.split(","):
             translator = Translator.load(args.model, device="cpu", quantization=quantization)
-            rows += (measure_directions(translator, args.data, beam_sizes, pivot=args.pivot, pair_tests=pair_tests,
-                                        splits=[s for s in args.splits.split(",") if s]) if multilingual
-                     else measure(translator, args.data, beam_sizes))
+            rows += (measure_directions(translator, args.data, beam_sizes, pivot=args.pivot, pair_tests=pair_tests, splits=splits)
+                     if multilingual else measure(translator, args.data, beam_sizes, pair_tests=pair_tests, splits=splits))
         if args.keep_scores:
             def key(r: dict) -> tuple:
                 return (r.get("direction"), r["split"], r["beam_size"], r.get("pivot"), r.get("quantization", "none"))
@@ -502,7 +582,8 @@ def main(argv: list[str] | None = None) -> int:
             payload["metadata"]["speed"] = {"direction": args.speed, "split": "test_2016_flickr", "hardware": cpu_name(), **speed}
             print(f"speed: {payload['metadata']['speed']}")
         config_path.write_text(json.dumps(payload, indent=2) + "\n")
-    render = render_multilingual_card if multilingual else render_card
+    converted = payload.get("metadata", {}).get("imported_from")
+    render = render_converted_card if converted else render_multilingual_card if multilingual else render_card
     card = render(args.model, payload, rows, args.hardware)
     if args.notes:
         # after the introduction, before the first section

@@ -129,6 +129,13 @@ def test_nmt_convert_and_translate_greedy_equal_generate(nllb_dir, tmp_path, cap
 
     assert convert_main([str(nllb_dir), str(tmp_path / "ours")]) == 0
     assert "NMT_PREFER=ours" in capsys.readouterr().out  # how to serve it beside scored checkpoints
+    card = (tmp_path / "ours" / "README.md").read_text()
+    assert card.startswith("# Multilingual Transformer, converted from") and "None measured here yet" in card
+    from nmt_serve.training import model_card
+
+    with pytest.raises(SystemExit) as refused:  # its codes name no Multi30k file: nmt-evaluate scores it
+        model_card.main(["--model", str(tmp_path / "ours"), "--data", str(tmp_path)])
+    assert refused.value.code == 2 and "score it with nmt-evaluate" in capsys.readouterr().err
     translator = Translator.load(tmp_path / "ours", device="cpu")
     assert translator.info.language_codes == {c: c for c in LANGUAGES} and "deu_Latn-fra_Latn" in translator.directions
     hf = transformers.M2M100ForConditionalGeneration.from_pretrained(nllb_dir).eval()

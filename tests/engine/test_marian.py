@@ -218,3 +218,36 @@ def test_a_multi_target_model_takes_its_target_token_first_as_marian_tokenizer_p
     assert one.directions == ["en-es"]
     with pytest.raises(UnsupportedModel, match="--target-lang"):  # one target, no tokens: it must be named
         import_marian(build_hf_marian(tmp_path / "plain", spm_model, 6, SHAPES[0])[0], tmp_path / "plain-ours", "en", None)
+
+
+def test_a_converted_model_is_measured_on_every_named_test_set_and_its_card_says_what_it_is(tmp_path, spm_model):
+    """model_card on an nmt-convert checkpoint: Multi30k's split and a pairwise held-out set, recorded where
+    routing reads them, and a card that names the upstream model instead of a training run."""
+    import gzip
+
+    from nmt_serve.network.checkpoint import read_info
+    from nmt_serve.training import model_card
+
+    from nmt_serve.convert.command import convert
+
+    hf_dir, _ = build_hf_marian(tmp_path, spm_model, 0, SHAPES[0])
+    (hf_dir / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n# opus-mt-de-en\n")
+    ours = convert(hf_dir, tmp_path / "opus-mt-de-en", source_lang="de", target_lang="en")
+    # as converted: the upstream card kept, and a card of its own with no scores yet
+    assert (ours / "UPSTREAM.md").read_text().startswith("---\nlicense: cc-by-4.0")
+    card = (ours / "README.md").read_text()
+    assert "None measured here yet" in card and "`UPSTREAM.md`" in card and "| weights | float32 safetensors |" in card
+    data = tmp_path / "data"
+    data.mkdir()
+    german, english = ["Ein Hund läuft.", "Zwei Kinder spielen."], ["A dog runs.", "Two children play."]
+    for lang, lines in (("de", german), ("en", english)):
+        with gzip.open(data / f"test_2016_flickr.{lang}.gz", "wt") as f:
+            f.write("\n".join(lines) + "\n")
+        (data / f"eval.en-de.{lang}").write_text("\n".join(lines) + "\n")  # one file pair serves both directions
+    assert model_card.main(["--model", str(ours), "--data", str(data), "--splits", "test_2016_flickr", "--beam-sizes", "4",
+                            "--quantizations", "none", "--pair-tests", f"held-out={data}/eval.{{pair}}.{{lang}}"]) == 0
+    assert set(read_info(ours).test_scores()["de-en"]) == {"test_2016_flickr", "held-out"}
+    card = (ours / "README.md").read_text()
+    assert card.startswith("# de-en Transformer, converted from MarianMT") and str(hf_dir) in card
+    assert "| de-en | held-out | beam 4 | float32 |" in card and "| de-en | test_2016_flickr | beam 4 | float32 |" in card
+    assert "Trained from scratch" not in card and "## Training" not in card and "float32 safetensors" in card
