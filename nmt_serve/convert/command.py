@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
 
 import torch
 
 from nmt_serve.cli.common import user_errors
+from nmt_serve.convert.card import UPSTREAM_CARD, render_converted_card
 from nmt_serve.convert.fairseq_vocab import (
     fairseq_vocab,
     language_of,
@@ -67,13 +69,11 @@ def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None 
 
 
 def write_card(hf_dir: Path, out_dir: Path) -> None:
-    from nmt_serve.training.model_card import UPSTREAM_CARD, render_converted_card
-
     for name in UPSTREAM_FILES:
         if (hf_dir / name).is_file():
             shutil.copyfile(hf_dir / name, out_dir / (UPSTREAM_CARD if name == "README.md" else name))
     payload = json.loads((out_dir / "config.json").read_text())
-    (out_dir / "README.md").write_text(render_converted_card(out_dir, payload, payload["metadata"].get("scores", []), ""))
+    (out_dir / "README.md").write_text(render_converted_card(out_dir, payload, payload["metadata"].get("scores", [])))
 
 
 def _convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None, target_lang: str | None,
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         print(convert(args.hf_dir, args.out_dir, source_lang=args.source_lang, target_lang=args.target_lang, dtype=args.dtype))
     # routing goes by recorded test scores, and a converted model has none on this project's sets
     print(f"to serve it where another checkpoint of the models directory has its directions: "
-          f"NMT_PREFER={Path(args.out_dir).resolve().name} (README, \"Languages\")")
+          f"NMT_PREFER={Path(os.path.abspath(args.out_dir)).name} (README, \"Languages\")")
     return 0
 
 

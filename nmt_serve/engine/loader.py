@@ -85,7 +85,7 @@ def model_names(kinds: dict[Path, tuple[bool, str]]) -> dict[Path, str]:
 def resolve_prefer(prefer: str, names: dict[Path, str], models_dir: str | Path) -> list[str]:
     """Settings.prefer as model ids, in its order; each item names a model or its checkpoint's directory, and one
     that names neither is a ValueError."""
-    aliases = {path.resolve().name: name for path, name in names.items()}
+    aliases = {path.name: name for path, name in names.items()}  # as the models directory lists it (the API has the same)
     unknown = [p for p in preferred_names(prefer) if p not in aliases and p not in names.values()]
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: no checkpoint in {models_dir} is called that "
@@ -153,7 +153,7 @@ def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: floa
         if not infos[path].test_scores():
             # model_card measures models named by ISO codes; one with its own language codes only by nmt-evaluate
             measure = "" if infos[path].language_codes else "measure its card (python -m nmt_serve.training.model_card) or "
-            why += f"; it has none (a converted model): {measure}name it in prefer (NMT_PREFER={path.resolve().name})"
+            why += f"; it has none (a converted model): {measure}name it in prefer (NMT_PREFER={path.name})"
         log.info("not loading %s from %s: every direction it serves goes to %s: %s", names[path], path, ", ".join(better), why)
         plan.unloaded.append(dict(model=names[path], path=str(path), directions=infos[path].served(), served_by=better, reason=why))
     return plan

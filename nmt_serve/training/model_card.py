@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from nmt_serve.cli.common import fail
+from nmt_serve.convert.card import render_converted_card
 from nmt_serve.inference.translator import Translator
 from nmt_serve.network.checkpoint import CONFIG_FILE, read_info
 from nmt_serve.training.data import read_lines
@@ -30,7 +31,6 @@ from nmt_serve.training.hardware import cpu_name
 from nmt_serve.training.multiway import LANGUAGE_NAMES
 
 SPLITS = {"val": "val", "test_2016_flickr": "test_2016_flickr"}
-UPSTREAM_CARD = "UPSTREAM.md"  # a converted model's own card (nmt-convert copies its README.md)
 
 
 def measure(translator: Translator, data: Path, beam_sizes: list[int], pair_tests: dict[str, str] | None = None,
@@ -446,74 +446,6 @@ sentencepiece pieces and may be transliterated oddly.
 {speed_section(payload)}{flags_section(payload)}"""
 
 
-def render_converted_card(directory: Path, payload: dict, rows: list[dict], hardware: str) -> str:
-    """The card of a checkpoint nmt-convert made: what it is and what was measured here; its training is the
-    upstream model's."""
-    cfg = payload["model"]
-    meta = payload.get("metadata", {})
-    info = read_info(directory)
-    dtype, params = _stored_weights(directory)
-    directions = info.served()
-    languages = list(dict.fromkeys(lang for d in directions for lang in d.split("-")))
-    names = " and ".join(LANGUAGE_NAMES.get(lang, lang) for lang in languages)
-    if len(languages) > 4:  # NLLB-200: every ordered pair of its codes
-        names = f"{len(languages)} languages ({', '.join(languages[:4])}, ...), {len(directions)} directions"
-    title = ", ".join(directions) if len(directions) <= 3 else "Multilingual"
-    upstream = ("in `UPSTREAM.md`, the upstream model's card as it came" if (directory / UPSTREAM_CARD).is_file()
-                else "in the upstream model's card")
-    if rows:
-        table = "\n".join(
-            f"| {r.get('direction') or directions[0]} | {r['split']} | {'greedy' if r['beam_size'] == 1 else 'beam ' + str(r['beam_size'])} "
-            f"| {'int8' if r.get('quantization') == 'int8' else 'float32'} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['runaway_outputs']} |"
-            for r in rows)
-        scores = f"""sacreBLEU, cased, detokenized output, one reference, measured here with `python -m nmt_serve.training.model_card`
-on this project's test sets: Multi30k's `test_2016_flickr` (image captions) and the held-out sets of its
-Debian corpus where named. Routing compares models by these (README, "Languages").
-
-| direction | test set | search | Linear layers | BLEU | chrF | outputs > 3x source |
-| --- | --- | --- | --- | --- | --- | --- |
-{table}
-
-BLEU signature: `{rows[0]['bleu_signature']}`
-chrF signature: `{rows[0]['chrf_signature']}`"""
-    else:
-        scores = """None measured here yet. Routing compares models by their scores on this project's test sets, so beside
-a checkpoint that has them this one serves only where the `prefer` setting names it, or once it is measured on
-the same sets (`python -m nmt_serve.training.model_card`; README, "Languages")."""
-    return f"""# {title} Transformer, converted from {meta['imported_from']}
-
-Translates between {names}. Converted by `nmt-convert` from `{meta.get('source_dir', '?')}`: the published
-weights and vocabulary, unchanged. What it was trained on, its license and its own scores are {upstream}.
-
-## Scores
-
-{scores}
-
-## Model
-
-| | |
-| --- | --- |
-| architecture | encoder-decoder Transformer, {cfg['n_encoder_layers']}+{cfg['n_decoder_layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, {cfg['activation']}, {cfg['norm_placement']}-norm |
-| parameters | {params:,} |
-| vocabulary | {cfg['src_vocab_size']} pieces (source), {cfg['tgt_vocab_size']} (target) |
-| weights | {dtype} safetensors |
-{speed_section(payload)}{flags_section(payload)}"""
-
-
-def _stored_weights(directory: Path) -> tuple[str, int]:
-    """(dtype, parameters) of a checkpoint's stored weights, read from the file's header (tied weights are
-    stored once); nmt-convert keeps float32 unless told otherwise."""
-    import math
-
-    from safetensors import safe_open
-
-    with safe_open(str(directory / "model.safetensors"), "pt") as f:
-        slices = [f.get_slice(k) for k in f.keys()]
-        stored = slices[0].get_dtype()
-        params = sum(math.prod(s.get_shape()) for s in slices)
-    return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}.get(stored, stored.lower()), params
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nmt-model-card", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, type=Path)
@@ -583,8 +515,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"speed: {payload['metadata']['speed']}")
         config_path.write_text(json.dumps(payload, indent=2) + "\n")
     converted = payload.get("metadata", {}).get("imported_from")
-    render = render_converted_card if converted else render_multilingual_card if multilingual else render_card
-    card = render(args.model, payload, rows, args.hardware)
+    if converted:
+        card = render_converted_card(args.model, payload, rows, speed_section(payload) + flags_section(payload))
+    else:
+        card = (render_multilingual_card if multilingual else render_card)(args.model, payload, rows, args.hardware)
     if args.notes:
         # after the introduction, before the first section
         intro, heading, sections = card.partition("\n## ")
