@@ -62,7 +62,7 @@ UPSTREAM_FILES = ("README.md", "LICENSE", "LICENSE.txt", "LICENSE.md")
 def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None = None, target_lang: str | None = None,
             dtype: str = "float32") -> Path:
     """Convert, check that the result loads and translates, then keep the upstream card and license beside it
-    and write its own card (model_card.render_converted_card: no scores until it is measured here)."""
+    and write its own card (card.py: no scores until training/model_card.py measures it)."""
     path = _convert(hf_dir, out_dir, source_lang=source_lang, target_lang=target_lang, dtype=dtype)
     write_card(Path(hf_dir), path)
     return path

@@ -107,6 +107,9 @@ def check_prefer(models_dir: str | Path, prefer: str) -> None:
     resolve_prefer(prefer, model_names(kinds), models_dir)
 
 
+UNLOADED_DIRECTIONS_LISTED = 64  # of an unloaded checkpoint's directions, in /v1/models
+
+
 @dataclass
 class LoadPlan:
     """Which checkpoints of a models directory the engine loads, and why the others are left."""
@@ -155,7 +158,9 @@ def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: floa
             measure = "" if infos[path].language_codes else "measure its card (python -m nmt_serve.training.model_card) or "
             why += f"; it has none (a converted model): {measure}name it in prefer (NMT_PREFER={path.name})"
         log.info("not loading %s from %s: every direction it serves goes to %s: %s", names[path], path, ", ".join(better), why)
-        plan.unloaded.append(dict(model=names[path], path=str(path), directions=infos[path].served(), served_by=better, reason=why))
+        served = infos[path].served()  # NLLB-200's are 39,800: the list goes out with every status
+        plan.unloaded.append(dict(model=names[path], path=str(path), directions=served[:UNLOADED_DIRECTIONS_LISTED],
+                                  direction_count=len(served), served_by=better, reason=why))
     return plan
 
 

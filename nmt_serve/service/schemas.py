@@ -220,7 +220,8 @@ class ModelInfo(BaseModel):
 class UnloadedCheckpoint(BaseModel):
     model: str = Field(description="the checkpoint's model name (its pair, or its directory's name)")
     path: str
-    directions: list[str] = Field(description="the directions it could serve")
+    directions: list[str] = Field(description="the directions it could serve (the first 64)")
+    direction_count: int = Field(description="how many directions it could serve")
     served_by: list[str] = Field(description="the models that serve them instead")
     reason: str = Field(description="why they do: a preferred model (the prefer setting), better recorded test scores, "
                                     "or on CPU a work per token over cpu_cost_limit")

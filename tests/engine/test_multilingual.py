@@ -593,7 +593,8 @@ def test_the_service_answers_from_the_preferred_model(tmp_path, tagged_spm, spm_
         listing = client.get("/v1/models").json()
         assert {m["model"] for m in listing["models"]} == {"multi"}
         [unloaded] = listing["unloaded"]
-        assert (unloaded["model"], unloaded["directions"], unloaded["served_by"]) == ("de-en", ["de-en"], ["multi"])
+        assert (unloaded["model"], unloaded["directions"], unloaded["direction_count"], unloaded["served_by"]) == (
+            "de-en", ["de-en"], 1, ["multi"])
         assert unloaded["path"].endswith("opus-mt-de-en") and "NMT_PREFER=opus-mt-de-en" in unloaded["reason"]
 
 
