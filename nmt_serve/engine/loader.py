@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from nmt_serve.engine.memory_plan import GIB, DoesNotFit, MemoryPlan, ModelNeeds, budget, plan
 from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT, preferred_names
+from nmt_serve.text.language_codes import iso_aliases
 
 if TYPE_CHECKING:
     from nmt_serve.inference.translator import Translator
@@ -93,6 +94,16 @@ def resolve_prefer(prefer: str, names: dict[Path, str], models_dir: str | Path) 
     return preferred_names(prefer, aliases)
 
 
+def public_directions(info: CheckpointInfo) -> list[str]:
+    """The directions a checkpoint serves as the API names them: a model with language codes (NLLB-200's
+    `deu_Latn`) by each code's ISO 639-1 name where it has one of its own (service/directions.py names them
+    the same way), so that it competes for `de-fr` with the models that name it so."""
+    if not info.language_codes:
+        return info.served()
+    public = {code: iso for iso, code in iso_aliases(info.language_codes).items()}
+    return [f"{public.get(s, s)}-{public.get(t, t)}" for s, t in (d.split("-", 1) for d in info.served())]
+
+
 def check_prefer(models_dir: str | Path, prefer: str) -> None:
     """resolve_prefer's check alone, before the engine starts: from each checkpoint's config.json, read as JSON
     (checkpoint.read_info would import torch into the API process)."""
@@ -133,7 +144,8 @@ def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: floa
     names = model_names({p: (info.multilingual, f"{info.source_lang}-{info.target_lang}") for p, info in infos.items()})
     preferred = resolve_prefer(prefer, names, models_dir)
     costs = {p: decode_cost(info.config) for p, info in infos.items()}
-    offers = [Offer(names[p], d, info.test_scores().get(d, {}), info.multilingual, costs[p]) for p, info in infos.items() for d in info.served()]
+    served = {p: public_directions(info) for p, info in infos.items()}
+    offers = [Offer(names[p], d, info.test_scores().get(d, {}), info.multilingual, costs[p]) for p, info in infos.items() for d in served[p]]
     limit = cpu_cost_limit if resolve_device(device).type == "cpu" else 0.0
     # a checkpoint whose every direction another one serves better would only take memory and load time
     routes = route(offers, limit, preferred)
@@ -143,7 +155,7 @@ def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: floa
         if names[path] in routes.values():
             plan.chosen[path] = (names[path], infos[path])
             continue
-        better = sorted({routes[d] for d in infos[path].served()})
+        better = sorted({routes[d] for d in served[path]})
         reasons = ["prefer names " + ", ".join(b for b in better if b in preferred)] if set(better) & set(preferred) else []
         others = [b for b in better if b not in preferred]
         if others and names[path] in by_score.values():
@@ -158,9 +170,9 @@ def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: floa
             measure = "" if infos[path].language_codes else "measure its card (python -m nmt_serve.training.model_card) or "
             why += f"; it has none (a converted model): {measure}name it in prefer (NMT_PREFER={path.name})"
         log.info("not loading %s from %s: every direction it serves goes to %s: %s", names[path], path, ", ".join(better), why)
-        served = infos[path].served()  # NLLB-200's are 39,800: the list goes out with every status
-        plan.unloaded.append(dict(model=names[path], path=str(path), directions=served[:UNLOADED_DIRECTIONS_LISTED],
-                                  direction_count=len(served), served_by=better, reason=why))
+        # NLLB-200 serves 39,800: the list goes out with every status
+        plan.unloaded.append(dict(model=names[path], path=str(path), directions=served[path][:UNLOADED_DIRECTIONS_LISTED],
+                                  direction_count=len(served[path]), served_by=better, reason=why))
     return plan
 
 

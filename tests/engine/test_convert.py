@@ -678,3 +678,26 @@ def test_source_and_target_tokens_equal_transformers_own_tokenizer(family, nllb_
         target = theirs(text_target=text).input_ids
         assert theirs.convert_ids_to_tokens(target[:1]) == [tgt_code]  # the target starts with its code: ours is forced there
         assert translator.inputs.target_prefix(tgt_code) == [vocab[tgt_code]]
+
+
+def test_a_model_named_by_codes_competes_for_the_directions_the_service_names_alike(nllb_dir, tmp_path, tagged_spm):
+    """The engine names a converted NLLB model's directions as the API does (`deu_Latn-fra_Latn` is `de-fr`):
+    beside a scored model of the same languages it stays unloaded, and where `prefer` names it the other
+    one does, so that no model is loaded that the API would never route to."""
+    from test_multilingual import _scores, make_multilingual
+
+    from nmt_serve.convert.command import convert
+    from nmt_serve.engine.loader import plan_loads
+
+    root = tmp_path / "models"
+    convert(nllb_dir, root / "nllb")
+    every = [f"{s}-{t}" for s in ("de", "en", "fr") for t in ("de", "en", "fr") if s != t]
+    make_multilingual(root / "multi", tagged_spm, metadata=_scores({d: 30.0 for d in every}))
+    plan = plan_loads(root, "cpu")
+    assert [name for name, _ in plan.chosen.values()] == ["multi"]
+    [left] = plan.unloaded
+    assert left["model"] == "nllb" and sorted(left["directions"]) == sorted(every) and left["served_by"] == ["multi"]
+    assert "NMT_PREFER=nllb" in left["reason"] and "model_card" not in left["reason"]  # model_card cannot score it
+    plan = plan_loads(root, "cpu", prefer="nllb")
+    assert [name for name, _ in plan.chosen.values()] == ["nllb"]
+    assert [(u["model"], u["reason"]) for u in plan.unloaded] == [("multi", "prefer names nllb")]
