@@ -3,7 +3,9 @@ here on this project's test sets (training/model_card.py measures them; none as 
 model's own card, which holds its license, data and scores, is kept beside it as UPSTREAM.md."""
 from __future__ import annotations
 
+import json
 import math
+import shutil
 from pathlib import Path
 
 from safetensors import safe_open
@@ -11,6 +13,17 @@ from safetensors import safe_open
 from nmt_serve.network.checkpoint import read_info
 
 UPSTREAM_CARD = "UPSTREAM.md"  # the upstream model's README.md, as nmt-convert found it
+# kept beside the converted weights: the upstream model's card (its license, data and scores) and license files
+UPSTREAM_FILES = ("README.md", "LICENSE", "LICENSE.txt", "LICENSE.md")
+
+
+def write_card(hf_dir: Path, out_dir: Path) -> None:
+    """Keep the upstream card and license files beside a converted checkpoint and write its own card."""
+    for name in UPSTREAM_FILES:
+        if (hf_dir / name).is_file():
+            shutil.copyfile(hf_dir / name, out_dir / (UPSTREAM_CARD if name == "README.md" else name))
+    payload = json.loads((out_dir / "config.json").read_text())
+    (out_dir / "README.md").write_text(render_converted_card(out_dir, payload, payload["metadata"].get("scores", [])))
 
 
 def render_converted_card(directory: Path, payload: dict, rows: list[dict], sections: str = "") -> str:

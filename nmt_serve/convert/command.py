@@ -24,13 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 from pathlib import Path
 
 import torch
 
 from nmt_serve.cli.common import user_errors
-from nmt_serve.convert.card import UPSTREAM_CARD, render_converted_card
+from nmt_serve.convert.card import write_card
 from nmt_serve.convert.fairseq_vocab import (
     fairseq_vocab,
     language_of,
@@ -55,8 +54,6 @@ FAMILIES = ("marian", "m2m_100", "mbart")
 DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 SPM = "sentencepiece.bpe.model"
 VOCAB = "vocab.json"
-# kept beside the converted weights: the upstream model's card (its license, data and scores) and license files
-UPSTREAM_FILES = ("README.md", "LICENSE", "LICENSE.txt", "LICENSE.md")
 
 
 def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None = None, target_lang: str | None = None,
@@ -66,14 +63,6 @@ def convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None 
     path = _convert(hf_dir, out_dir, source_lang=source_lang, target_lang=target_lang, dtype=dtype)
     write_card(Path(hf_dir), path)
     return path
-
-
-def write_card(hf_dir: Path, out_dir: Path) -> None:
-    for name in UPSTREAM_FILES:
-        if (hf_dir / name).is_file():
-            shutil.copyfile(hf_dir / name, out_dir / (UPSTREAM_CARD if name == "README.md" else name))
-    payload = json.loads((out_dir / "config.json").read_text())
-    (out_dir / "README.md").write_text(render_converted_card(out_dir, payload, payload["metadata"].get("scores", [])))
 
 
 def _convert(hf_dir: str | Path, out_dir: str | Path, *, source_lang: str | None, target_lang: str | None,

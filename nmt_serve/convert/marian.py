@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import save_file
 
 from nmt_serve.cli.common import user_errors
+from nmt_serve.convert.card import write_card
 from nmt_serve.convert.huggingface import (
     UnsupportedModel,
     activation_of,
@@ -226,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "import":
             out_dir = Path(args.out_dir)
             print(checked(out_dir, lambda: import_marian(args.hf_dir, out_dir, args.source_lang, args.target_lang)))
+            write_card(Path(args.hf_dir), out_dir)
         else:
             print(export_marian(args.our_dir, args.out_dir))
     return 0

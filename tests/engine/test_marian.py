@@ -251,3 +251,11 @@ def test_a_converted_model_is_measured_on_every_named_test_set_and_its_card_says
     assert card.startswith("# de-en Transformer, converted from MarianMT") and str(hf_dir) in card
     assert "| de-en | held-out | beam 4 | float32 |" in card and "| de-en | test_2016_flickr | beam 4 | float32 |" in card
     assert "Trained from scratch" not in card and "## Training" not in card and "float32 safetensors" in card
+
+
+def test_the_marian_import_command_writes_the_card_too(tmp_path, spm_model):
+    from nmt_serve.convert.marian import main
+
+    hf_dir, _ = build_hf_marian(tmp_path, spm_model, 0, SHAPES[0])
+    assert main(["import", str(hf_dir), str(tmp_path / "ours"), "--source-lang", "de", "--target-lang", "en"]) == 0
+    assert (tmp_path / "ours" / "README.md").read_text().startswith("# de-en Transformer, converted from MarianMT")
