@@ -81,11 +81,14 @@ weights and vocabulary, unchanged. What it was trained on, its license and its o
 {sections}"""
 
 
+BUFFERS = ("logits_bias",)  # stored, but no parameter (Transformer.num_parameters leaves it out)
+
+
 def stored_weights(directory: Path) -> tuple[str, int]:
-    """(dtype, parameters) of a checkpoint's stored weights, read from the file's header (tied weights are
-    stored once); nmt-convert keeps float32 unless told otherwise."""
+    """(dtype, parameters) of a checkpoint's stored weights, read from the file's header without loading the
+    model (tied weights are stored once); nmt-convert keeps float32 unless told otherwise."""
     with safe_open(str(directory / "model.safetensors"), "pt") as f:
-        slices = [f.get_slice(k) for k in f.keys()]
-        stored = slices[0].get_dtype()
-        params = sum(math.prod(s.get_shape()) for s in slices)
+        slices = {k: f.get_slice(k) for k in f.keys()}
+        stored = next(iter(slices.values())).get_dtype()
+        params = sum(math.prod(s.get_shape()) for k, s in slices.items() if k not in BUFFERS)
     return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}.get(stored, stored.lower()), params

@@ -251,6 +251,7 @@ def test_a_converted_model_is_measured_on_every_named_test_set_and_its_card_says
     assert card.startswith("# de-en Transformer, converted from MarianMT") and str(hf_dir) in card
     assert "| de-en | held-out | beam 4 | float32 |" in card and "| de-en | test_2016_flickr | beam 4 | float32 |" in card
     assert "Trained from scratch" not in card and "## Training" not in card and "float32 safetensors" in card
+    assert f"| parameters | {Translator.load(ours, device='cpu').num_parameters():,} |" in card  # read without loading it
 
 
 def test_the_marian_import_command_writes_the_card_too(tmp_path, spm_model):
