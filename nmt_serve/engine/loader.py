@@ -125,7 +125,7 @@ UNLOADED_DIRECTIONS_LISTED = 64  # of an unloaded checkpoint's directions, in /v
 class LoadPlan:
     """Which checkpoints of a models directory the engine loads, and why the others are left."""
     chosen: dict[Path, tuple[str, CheckpointInfo]]  # path -> (model id, its info)
-    unloaded: list[dict] = field(default_factory=list)  # {model, path, directions, served_by, reason}, for /v1/models
+    unloaded: list[dict] = field(default_factory=list)  # {model, path, directions, direction_count, served_by, reason}: /v1/models
 
 
 def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT,
