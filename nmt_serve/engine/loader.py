@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from nmt_serve.engine.memory_plan import GIB, DoesNotFit, MemoryPlan, ModelNeeds, budget, plan
 from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT, preferred_names
-from nmt_serve.text.language_codes import iso_aliases
+from nmt_serve.text import language_codes
 
 if TYPE_CHECKING:
     from nmt_serve.inference.translator import Translator
@@ -95,13 +95,9 @@ def resolve_prefer(prefer: str, names: dict[Path, str], models_dir: str | Path) 
 
 
 def public_directions(info: CheckpointInfo) -> list[str]:
-    """The directions a checkpoint serves as the API names them: a model with language codes (NLLB-200's
-    `deu_Latn`) by each code's ISO 639-1 name where it has one of its own (service/directions.py names them
-    the same way), so that it competes for `de-fr` with the models that name it so."""
-    if not info.language_codes:
-        return info.served()
-    public = {code: iso for iso, code in iso_aliases(info.language_codes).items()}
-    return [f"{public.get(s, s)}-{public.get(t, t)}" for s, t in (d.split("-", 1) for d in info.served())]
+    """The directions a checkpoint serves as the API names them (text.language_codes.public_directions: a model
+    with language codes by each code's ISO 639-1 name where it has one of its own)."""
+    return language_codes.public_directions(info.served(), info.language_codes) if info.language_codes else info.served()
 
 
 def check_prefer(models_dir: str | Path, prefer: str) -> None:
@@ -166,9 +162,8 @@ def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: floa
             reasons.append("the better recorded test scores (network/routing.py)")
         why = "; ".join(reasons)
         if not infos[path].test_scores():
-            # model_card measures models named by ISO codes; one with its own language codes only by nmt-evaluate
-            measure = "" if infos[path].language_codes else "measure its card (python -m nmt_serve.training.model_card) or "
-            why += f"; it has none (a converted model): {measure}name it in prefer (NMT_PREFER={path.name})"
+            why += (f"; it has none (a converted model): measure its card (python -m nmt_serve.training.model_card) "
+                    f"or name it in prefer (NMT_PREFER={path.name})")
         log.info("not loading %s from %s: every direction it serves goes to %s: %s", names[path], path, ", ".join(better), why)
         # NLLB-200 serves 39,800: the list goes out with every status
         plan.unloaded.append(dict(model=names[path], path=str(path), directions=served[path][:UNLOADED_DIRECTIONS_LISTED],

@@ -17,6 +17,7 @@ from pathlib import Path
 from nmt_serve.inference.input_processor import InputProcessor
 from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT, Offer, best, preferred_names
 from nmt_serve.network.tokenizer import Tokenizer
+from nmt_serve.text.language_codes import public_directions, public_names
 from nmt_serve.text.quality_flags import FlagThresholds
 
 
@@ -59,13 +60,6 @@ class ServedDirection:
                 "test_scores": _test_scores(self.info, self.id), "quality_flags": _flag_thresholds(self.info, self.id)}
 
 
-def public_names(inputs: InputProcessor) -> dict[str, str]:
-    """{a model's code: how the service names that language}: its ISO 639-1 code where it has one of its
-    own, else the model's code (`deu_Latn` -> `de`, `ace_Arab` stays)."""
-    iso_of = {code: iso for iso, code in inputs.aliases.items()}
-    return {code: iso_of.get(code, code) for code in inputs.codes}
-
-
 def language_names(served: dict[str, ServedDirection]) -> dict[str, str]:
     """{a name a request may give a language, case-folded: the service's name for it} over the served models,
     so that a request may name a language either way (`deu_Latn` or `de`), in any case (`DE`, as
@@ -74,7 +68,7 @@ def language_names(served: dict[str, ServedDirection]) -> dict[str, str]:
     for direction in served.values():
         names[direction.source.casefold()], names[direction.target.casefold()] = direction.source, direction.target
     for direction in {id(d.inputs): d for d in served.values()}.values():
-        names.update((code.casefold(), name) for code, name in public_names(direction.inputs).items())
+        names.update((code.casefold(), name) for code, name in public_names(direction.inputs.codes).items())
     return names
 
 
@@ -100,9 +94,7 @@ def served_directions(infos: list[dict], cpu_cost_limit: float = DEFAULT_CPU_COS
                                 append_eos=info.get("append_eos_to_source", True), max_positions=info.get("max_positions"),
                                 language_codes=codes, code_pairs=info.get("directions"), source_suffix=info.get("source_suffix"))
         if codes:  # every pair of its languages (or those it serves), each by its ISO 639-1 name where it has one
-            names = public_names(inputs)
-            pairs = [d.split("-", 1) for d in info.get("directions") or []] or [(s, t) for s in names for t in names if s != t]
-            directions = [f"{names[s]}-{names[t]}" for s, t in pairs]
+            directions = public_directions(info.get("directions") or [f"{s}-{t}" for s in codes for t in codes if s != t], codes)
         for direction in directions:
             source, target = direction.split("-", 1)
             candidates.setdefault(direction, []).append(ServedDirection(direction, info, inputs, source, target, info["id"]))

@@ -41,6 +41,22 @@ def iso_aliases(codes: Iterable[str]) -> dict[str, str]:
     return {iso: code for code, iso in named.items() if iso and counts[iso] == 1 and iso != code}
 
 
+def public_names(codes: Iterable[str]) -> dict[str, str]:
+    """{a model's code: how the service names its language}: the ISO 639-1 code where the language has one
+    of its own in that model (iso_aliases), else the model's code (`deu_Latn` -> `de`, `ace_Arab` stays).
+    The engine, the API and the model card name a code-named model's directions by it, so that it competes
+    for `de-fr` with the models that name it so and its scores are recorded under the names routing reads."""
+    codes = list(codes)
+    iso_of = {code: iso for iso, code in iso_aliases(codes).items()}
+    return {code: iso_of.get(code, code) for code in codes}
+
+
+def public_directions(directions: Iterable[str], codes: Iterable[str]) -> list[str]:
+    """Directions between a model's codes ("deu_Latn-fra_Latn") as the service names them ("de-fr")."""
+    names = public_names(codes)
+    return [f"{names.get(s, s)}-{names.get(t, t)}" for s, t in (d.split("-", 1) for d in directions)]
+
+
 def bcp47(language: str) -> str:
     """A BCP 47 tag for a language the service names: `en` -> `en`, `pt_BR` -> `pt-BR`, `fra_Latn` -> `fr`."""
     if "_" in language and len(language.split("_")[1]) == 2:  # a locale, as mBART's de_DE

@@ -8,6 +8,9 @@ beam search, in float32 and with int8 Linear layers (`--quantization int8`), cou
 A multilingual checkpoint is measured in every direction it serves (float32 weights unless
 --quantizations says otherwise), and each direction between two languages other than English also
 through English with the same model (pivot), the baseline its direct translation should beat.
+A model named by its own language codes (NLLB-200, M2M100, mBART-50, made by nmt-convert) is measured in
+the directions between the languages the test files hold (or --directions), recorded under the names the
+service gives them (`de-en` for `deu_Latn-eng_Latn`), where routing compares it with the other models.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from nmt_serve.cli.common import fail
 from nmt_serve.convert.card import render_converted_card
 from nmt_serve.inference.translator import Translator
 from nmt_serve.network.checkpoint import CONFIG_FILE, read_info
+from nmt_serve.text.language_codes import public_directions
 from nmt_serve.training.data import read_lines
 from nmt_serve.training.evaluate import evaluate
 from nmt_serve.training.hardware import cpu_name
@@ -55,21 +59,22 @@ def measure(translator: Translator, data: Path, beam_sizes: list[int], pair_test
     return rows
 
 
-def measure_speed(translator: Translator, sources: list[str], *, target_lang: str | None, threads: int) -> dict:
+def measure_speed(translator: Translator, sources: list[str], *, target_lang: str | None, threads: int,
+                  source_lang: str | None = None) -> dict:
     """How fast the model translates on this machine at `threads` torch threads: one sentence at a time,
     greedy (latency per sentence, p50 and p90), and the same sentences 32 at a time with beam 4
     (sentences/s). float32 weights, as served on a CPU by default."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        translator.translate(sources[:8], beam_size=1, target_lang=target_lang)  # first-call allocations
+        translator.translate(sources[:8], beam_size=1, target_lang=target_lang, source_lang=source_lang)  # first-call allocations
         times = []
         for text in sources:
             start = time.perf_counter()
-            translator.translate([text], beam_size=1, target_lang=target_lang)
+            translator.translate([text], beam_size=1, target_lang=target_lang, source_lang=source_lang)
             times.append(time.perf_counter() - start)
         start = time.perf_counter()
-        translator.translate(sources, beam_size=4, max_batch_size=32, target_lang=target_lang)
+        translator.translate(sources, beam_size=4, max_batch_size=32, target_lang=target_lang, source_lang=source_lang)
         batched = time.perf_counter() - start
     finally:
         torch.set_num_threads(previous)
@@ -105,16 +110,19 @@ def pair_test_files(pattern: str, direction: str) -> tuple[Path, Path] | None:
     return None
 
 
-def measure_pair_tests(translator: Translator, name: str, pattern: str, beam_sizes: list[int]) -> list[dict]:
-    """Rows of a pairwise test set (split `name`) in every direction the model serves and the set holds."""
+def measure_pair_tests(translator: Translator, name: str, pattern: str, beam_sizes: list[int],
+                       directions: list[str] | None = None) -> list[dict]:
+    """Rows of a pairwise test set (split `name`) in every direction of `directions` (default: every one the model
+    serves) the set holds."""
     rows = []
-    for direction in translator.directions:
+    for direction in translator.directions if directions is None else directions:
         files = pair_test_files(pattern, direction)
         if files is None:
             continue
         sources, references = read_lines(files[0]), read_lines(files[1])
+        src, tgt = direction.split("-")
         for beam in beam_sizes:
-            report = evaluate(translator, sources, references, beam_size=beam, target_lang=direction.split("-")[1])
+            report = evaluate(translator, sources, references, beam_size=beam, target_lang=tgt, source_lang=src)
             del report["hypotheses"]
             rows.append({"direction": direction, "split": name, "quantization": translator.quantization, **report})
             print(f"{direction} {name} beam {beam}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} "
@@ -123,35 +131,91 @@ def measure_pair_tests(translator: Translator, name: str, pattern: str, beam_siz
 
 
 def measure_directions(translator: Translator, data: Path, beam_sizes: list[int], pivot: str = "en",
-                       pair_tests: dict[str, str] | None = None, splits: list[str] | None = None) -> list[dict]:
+                       pair_tests: dict[str, str] | None = None, splits: list[str] | None = None,
+                       directions: dict[str, list[str]] | None = None) -> list[dict]:
     """A multilingual model's rows: every direction, split and beam size, and every pairwise test set
     named in `pair_tests` ({name: path pattern}); then, for each direction that does not touch the pivot
-    language, the test set through it with beam 4."""
+    language, the test set through it with beam 4. directions: {direction: its Multi30k splits} (default every
+    direction the model serves, on `splits`). A model named by its own codes (NLLB-200's `deu_Latn`) is measured
+    and recorded under the names the service gives its directions (`de-en`): those routing compares."""
+    served = served_names(translator)
+    if directions is None:
+        directions = {d: list(SPLITS.values()) if splits is None else splits for d in served}
     rows = []
-    for direction in translator.directions:
+    for direction, its_splits in directions.items():
         src, tgt = direction.split("-")
-        for split in SPLITS.values() if splits is None else splits:
+        for split in its_splits:
             sources, references = read_lines(data / f"{split}.{src}.gz"), read_lines(data / f"{split}.{tgt}.gz")
             for beam in beam_sizes:
-                report = evaluate(translator, sources, references, beam_size=beam, target_lang=tgt)
+                report = evaluate(translator, sources, references, beam_size=beam, target_lang=tgt, source_lang=src)
                 del report["hypotheses"]
                 rows.append({"direction": direction, "split": split, "quantization": translator.quantization, **report})
                 print(f"{direction} {split} beam {beam}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} "
                       f"runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
     for name, pattern in (pair_tests or {}).items():
-        rows += measure_pair_tests(translator, name, pattern, beam_sizes)
-    served = set(translator.directions)
-    for direction in translator.directions:
+        rows += measure_pair_tests(translator, name, pattern, beam_sizes, list(directions))
+    for direction, its_splits in directions.items():
         src, tgt = direction.split("-")
-        if not pivot or pivot in (src, tgt) or not {f"{src}-{pivot}", f"{pivot}-{tgt}"} <= served or "test_2016_flickr" not in (SPLITS if splits is None else splits):
+        if not pivot or pivot in (src, tgt) or not {f"{src}-{pivot}", f"{pivot}-{tgt}"} <= set(served) or "test_2016_flickr" not in its_splits:
             continue
         split = "test_2016_flickr"
         sources, references = read_lines(data / f"{split}.{src}.gz"), read_lines(data / f"{split}.{tgt}.gz")
-        report = evaluate(translator, sources, references, beam_size=4, target_lang=tgt, pivot=pivot)
+        report = evaluate(translator, sources, references, beam_size=4, target_lang=tgt, pivot=pivot, source_lang=src)
         del report["hypotheses"]
         rows.append({"direction": direction, "split": split, "quantization": translator.quantization, **report})
         print(f"{direction} {split} beam 4 through {pivot}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f}", flush=True)
     return rows
+
+
+def served_names(translator: Translator) -> list[str]:
+    """The directions the model serves, as the service names them (`de-en` for NLLB-200's `deu_Latn-eng_Latn`)."""
+    codes = translator.info.language_codes
+    return public_directions(translator.directions, codes) if codes else translator.directions
+
+
+def plan_directions(served: list[str], codes: dict[str, str] | None, data: Path | None, splits: list[str],
+                    pair_tests: dict[str, str], chosen: list[str] | None) -> dict[str, list[str]]:
+    """{direction: the Multi30k splits it is measured on}, checked before any model is loaded (a measurement takes
+    hours): `chosen` (--directions, either naming for a model with its own codes) or every direction served
+    that some test set holds; ValueError (one line) for a direction it does not serve, a Multi30k file that is
+    missing, or a chosen direction no test set holds. A model named by its own codes (NLLB-200: 39,800
+    directions) is measured, unless told, in those between the languages the test files hold."""
+    public = dict(zip(public_directions(served, codes), served)) if codes else {d: d for d in served}
+    names = {**{code: name for name, code in public.items()}, **{name: name for name in public}}
+
+    def files(direction: str) -> dict[str, bool]:  # split -> whether both its files are there
+        return {split: all((data / f"{split}.{lang}.gz").is_file() for lang in direction.split("-")) for split in splits}
+
+    def held(direction: str) -> bool:
+        return any(pair_test_files(pattern, direction) for pattern in pair_tests.values())
+
+    if chosen:
+        unknown = [d for d in chosen if d not in names]
+        if unknown:
+            raise ValueError(f"--directions {', '.join(unknown)}: the model does not translate it "
+                             f"(it serves {', '.join(list(public)[:12])}{', ...' if len(public) > 12 else ''})")
+        directions = list(dict.fromkeys(names[d] for d in chosen))
+    elif codes:
+        directions = [d for d in public if all(files(d).values()) and splits or held(d)]
+        if not directions and (splits or pair_tests):
+            raise ValueError(f"no test file in --data {data} ({', '.join(splits) or 'no splits'}) or --pair-tests holds "
+                             "two of the model's languages")
+        return {d: [s for s, there in files(d).items() if there] for d in directions}
+    else:
+        directions = list(public)
+    plan = {}
+    for direction in directions:
+        missing = [s for s, there in files(direction).items() if not there]
+        if missing:
+            src, tgt = direction.split("-")
+            lacking = [f"{missing[0]}.{lang}.gz" for lang in (src, tgt) if not (data / f"{missing[0]}.{lang}.gz").is_file()]
+            raise ValueError(f"{direction}: --data {data} has no {' or '.join(lacking)} "
+                             f"(--splits names the Multi30k splits to measure)")
+        if splits or held(direction):
+            plan[direction] = splits
+        elif chosen:
+            raise ValueError(f"{direction}: no --pair-tests set holds it and --splits names none")
+    return plan
 
 
 def render_multilingual_card(directory: Path, payload: dict, rows: list[dict], hardware: str) -> str:
@@ -461,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a pairwise held-out test set to measure too, e.g. "
                              "debian-v1/eval-short=corpora/debian-v1/eval-short.{pair}.{lang} (repeatable)")
     parser.add_argument("--splits", default=",".join(SPLITS.values()), help="Multi30k splits to measure")
+    parser.add_argument("--directions", help="comma-separated directions to measure (default: every one the model serves; "
+                        "for a model named by its own codes, such as NLLB-200, those between the languages the test files hold)")
     parser.add_argument("--pivot", default="en", help="the language non-English directions are also measured through ('' for none)")
     parser.add_argument("--keep-scores", action="store_true",
                         help="add the rows measured now to those recorded (same direction, split, beam replaced)")
@@ -473,10 +539,6 @@ def main(argv: list[str] | None = None) -> int:
     beam_sizes = [int(b) for b in args.beam_sizes.split(",")]
     info = read_info(args.model)
     multilingual = info.multilingual
-    if info.language_codes and not args.render_only:
-        # its directions are named by its own codes (deu_Latn), the test files by ISO 639-1 (de)
-        fail(parser, f"{args.model} names its languages by codes (NLLB-200, M2M100, mBART-50): score it with "
-                     "nmt-evaluate --source-lang/--target-lang; model_card measures bilingual models and those with target tags")
     config_path = args.model / CONFIG_FILE
     payload = json.loads(config_path.read_text())
     if args.render_only:
@@ -494,9 +556,14 @@ def main(argv: list[str] | None = None) -> int:
             pair_tests[name] = pattern
         rows = []
         splits = [s for s in args.splits.split(",") if s]
+        chosen = [d.strip() for d in args.directions.split(",") if d.strip()] if args.directions else None
+        try:
+            directions = plan_directions(info.served(), info.language_codes, args.data, splits, pair_tests, chosen)
+        except ValueError as e:
+            fail(parser, str(e))
         for quantization in args.quantizations.split(","):
             translator = Translator.load(args.model, device="cpu", quantization=quantization)
-            rows += (measure_directions(translator, args.data, beam_sizes, pivot=args.pivot, pair_tests=pair_tests, splits=splits)
+            rows += (measure_directions(translator, args.data, beam_sizes, pivot=args.pivot, pair_tests=pair_tests, directions=directions)
                      if multilingual else measure(translator, args.data, beam_sizes, pair_tests=pair_tests, splits=splits))
         if args.keep_scores:
             def key(r: dict) -> tuple:
@@ -510,7 +577,8 @@ def main(argv: list[str] | None = None) -> int:
             translator = Translator.load(args.model, device="cpu")
             source, target = args.speed.split("-")
             sentences = read_lines(args.data / f"test_2016_flickr.{source}.gz")[: args.speed_sentences]
-            speed = measure_speed(translator, sentences, target_lang=target if multilingual else None, threads=args.threads or 1)
+            speed = measure_speed(translator, sentences, target_lang=target if multilingual else None,
+                                  source_lang=source if multilingual else None, threads=args.threads or 1)
             payload["metadata"]["speed"] = {"direction": args.speed, "split": "test_2016_flickr", "hardware": cpu_name(), **speed}
             print(f"speed: {payload['metadata']['speed']}")
         config_path.write_text(json.dumps(payload, indent=2) + "\n")

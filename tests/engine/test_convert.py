@@ -131,11 +131,6 @@ def test_nmt_convert_and_translate_greedy_equal_generate(nllb_dir, tmp_path, cap
     assert "NMT_PREFER=ours" in capsys.readouterr().out  # how to serve it beside scored checkpoints
     card = (tmp_path / "ours" / "README.md").read_text()
     assert card.startswith("# Multilingual Transformer, converted from") and "None measured here yet" in card
-    from nmt_serve.training import model_card
-
-    with pytest.raises(SystemExit) as refused:  # its codes name no Multi30k file: nmt-evaluate scores it
-        model_card.main(["--model", str(tmp_path / "ours"), "--data", str(tmp_path)])
-    assert refused.value.code == 2 and "score it with nmt-evaluate" in capsys.readouterr().err
     translator = Translator.load(tmp_path / "ours", device="cpu")
     assert translator.info.language_codes == {c: c for c in LANGUAGES} and "deu_Latn-fra_Latn" in translator.directions
     hf = transformers.M2M100ForConditionalGeneration.from_pretrained(nllb_dir).eval()
@@ -697,7 +692,56 @@ def test_a_model_named_by_codes_competes_for_the_directions_the_service_names_al
     assert [name for name, _ in plan.chosen.values()] == ["multi"]
     [left] = plan.unloaded
     assert left["model"] == "nllb" and sorted(left["directions"]) == sorted(every) and left["served_by"] == ["multi"]
-    assert "NMT_PREFER=nllb" in left["reason"] and "model_card" not in left["reason"]  # model_card cannot score it
+    assert "NMT_PREFER=nllb" in left["reason"] and "model_card" in left["reason"]
     plan = plan_loads(root, "cpu", prefer="nllb")
     assert [name for name, _ in plan.chosen.values()] == ["nllb"]
     assert [(u["model"], u["reason"]) for u in plan.unloaded] == [("multi", "prefer names nllb")]
+
+
+def test_a_model_named_by_codes_is_measured_under_the_names_routing_reads(nllb_dir, tmp_path, tagged_spm, capsys):
+    """model_card on a converted NLLB model: measured in the directions between the languages the test files
+    hold, each recorded under the service's name (`de-en`, not `deu_Latn-eng_Latn`), so that routing weighs it
+    against the other models by them: a set measured that the other model lacks takes the direction."""
+    import gzip
+
+    from test_multilingual import _scores, make_multilingual
+
+    from nmt_serve.convert.command import convert
+    from nmt_serve.engine.loader import plan_loads
+    from nmt_serve.network.checkpoint import read_info
+    from nmt_serve.training import model_card
+
+    root, data = tmp_path / "models", tmp_path / "data"
+    convert(nllb_dir, root / "nllb")
+    every = [f"{s}-{t}" for s in ("de", "en", "fr") for t in ("de", "en", "fr") if s != t]
+    make_multilingual(root / "multi", tagged_spm, metadata=_scores({d: 30.0 for d in every}))
+    data.mkdir()
+    lines = {"de": ["Ein Hund läuft.", "Zwei Kinder spielen."], "en": ["A dog runs.", "Two children play."],
+             "fr": ["Un chien court.", "Deux enfants jouent."]}
+    for lang, text in lines.items():
+        with gzip.open(data / f"test_2016_flickr.{lang}.gz", "wt") as f:
+            f.write("\n".join(text) + "\n")
+    for lang in ("de", "en"):  # one pair of files: de-en and en-de
+        (data / f"eval.de-en.{lang}").write_text("\n".join(lines[lang]) + "\n")
+    common = ["--model", str(root / "nllb"), "--data", str(data), "--splits", "test_2016_flickr", "--beam-sizes", "4",
+              "--quantizations", "none", "--pair-tests", f"held-out={data}/eval.{{pair}}.{{lang}}"]
+    assert model_card.main(common) == 0
+    scores = read_info(root / "nllb").test_scores()
+    assert sorted(scores) == sorted(every)
+    assert set(scores["de-en"]) == set(scores["en-de"]) == {"test_2016_flickr", "held-out"} and set(scores["de-fr"]) == {"test_2016_flickr"}
+    rows = read_info(root / "nllb").metadata["scores"]
+    assert any(r["direction"] == "de-fr" and r.get("pivot") == "en" for r in rows)  # through English, as the others
+    card = (root / "nllb" / "README.md").read_text()
+    assert "| de-en | held-out | beam 4 | float32 |" in card and "None measured here yet" not in card
+    # de-en and en-de: measured on more sets than `multi`; the other directions: `multi`'s 30 BLEU
+    routes = plan_loads(root, "cpu")
+    assert sorted(name for name, _ in routes.chosen.values()) == ["multi", "nllb"] and not routes.unloaded
+    # --directions in either naming, checked before the model loads
+    assert model_card.main([*common, "--directions", "deu_Latn-fra_Latn,de-fr", "--pivot", ""]) == 0
+    assert {r["direction"] for r in read_info(root / "nllb").metadata["scores"]} == {"de-fr"}
+    capsys.readouterr()
+    for extra, message in ((["--directions", "de-xx"], "--directions de-xx: the model does not translate it"),
+                           (["--directions", "de-en", "--splits", "val"], "de-en: --data")):
+        with pytest.raises(SystemExit) as refused:
+            model_card.main([*common, *extra])
+        assert refused.value.code == 2 and message in capsys.readouterr().err
