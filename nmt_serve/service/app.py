@@ -15,7 +15,7 @@ from nmt_serve.engine.process import addresses
 from nmt_serve.engine.protocol import EngineStatus
 from nmt_serve.engine.supervisor import EngineSupervisor
 from nmt_serve.garbage_collection import rarer_young_collections
-from nmt_serve.service.directions import language_names, served_directions
+from nmt_serve.service.directions import language_names, pivot_directions, served_directions
 from nmt_serve.service.docs import install_docs
 from nmt_serve.service.engine_client import EngineClient, EngineConnection
 from nmt_serve.service.errors import install_handlers
@@ -57,6 +57,8 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
             state.models = models
             state.unloaded = status.unloaded
             state.names = language_names(models)
+            through = state.settings.pivot_language
+            state.pivots = pivot_directions(models, state.names.get(through.casefold(), through))
             state.translation_cache.clear()  # answers of the engine before this one's models
             for m in status.models:
                 state.metrics.model_load_seconds.labels(model=m["id"]).set(m.get("load_seconds", 0.0))

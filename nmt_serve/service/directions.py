@@ -108,6 +108,48 @@ def served_directions(infos: list[dict], cpu_cost_limit: float = DEFAULT_CPU_COS
     return {d: chosen(found) for d, found in sorted(candidates.items())}
 
 
+@dataclass(frozen=True)
+class Pivot:
+    """A direction no model serves, translated through a language that models translate from the source and
+    into the target (de->fr as de->en, then en->fr), as Argos Translate (LibreTranslate's engine) does."""
+    id: str  # "de-fr"
+    first: ServedDirection  # de-en
+    second: ServedDirection  # en-fr
+
+    @property
+    def source(self) -> str:
+        return self.first.source
+
+    @property
+    def target(self) -> str:
+        return self.second.target
+
+    @property
+    def through(self) -> str:
+        return self.first.target
+
+    @property
+    def engine_model(self) -> str:
+        """The models of both hops, as a response's `model` names them: "de-en+en-fr"."""
+        return f"{self.first.engine_model}+{self.second.engine_model}"
+
+    def describe(self) -> dict:
+        """Its entry of /v1/models' `pivots`."""
+        return {"id": self.id, "source": self.source, "target": self.target, "through": self.through,
+                "models": [self.first.engine_model, self.second.engine_model]}
+
+
+def pivot_directions(served: dict[str, ServedDirection], through: str) -> dict[str, Pivot]:
+    """{direction: Pivot} for every pair of served languages no model translates directly that models translate
+    through `through` (Settings.pivot_language; "" for none)."""
+    if not through:
+        return {}
+    into = {m.source: m for m in served.values() if m.target == through}  # de -> de-en
+    out_of = {m.target: m for m in served.values() if m.source == through}  # fr -> en-fr
+    return {f"{s}-{t}": Pivot(f"{s}-{t}", first, second) for s, first in sorted(into.items())
+            for t, second in sorted(out_of.items()) if s != t and f"{s}-{t}" not in served}
+
+
 def _flag_thresholds(info: dict, direction: str) -> dict[str, float]:
     """The model's thresholds for this direction: its own where measured, else the model's pooled ones."""
     table = info.get("quality_flags") or {}

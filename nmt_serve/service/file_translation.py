@@ -142,7 +142,7 @@ def file_source(state: ServiceState, file: UploadedFile, source: str, target: st
         named = state.language(declared.replace("_", "-").split("-")[0])
         if named == state.language(target):
             return None
-        if f"{named}-{state.language(target)}" in state.models:
+        if f"{named}-{state.language(target)}" in state.models or f"{named}-{state.language(target)}" in state.pivots:
             return named
     model, _ = resolve_model(state, AUTO, state.language(target), sample, param, upstream_fallbacks)
     return model.source if model is not None else None

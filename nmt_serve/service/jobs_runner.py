@@ -32,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from nmt_serve.engine.protocol import DecodeOptions
+from nmt_serve.service.directions import Pivot
 from nmt_serve.service.errors import APIError
 from nmt_serve.service.jobs_store import (
     CANCELLED,
@@ -42,7 +43,7 @@ from nmt_serve.service.jobs_store import (
     IdempotencyConflict,
     JobStore,
 )
-from nmt_serve.service.pipeline import TextResult, stored_glossary, terminology, translate_texts
+from nmt_serve.service.pipeline import TextResult, glossary_through_pivot, stored_glossary, terminology, translate_texts
 from nmt_serve.service.schemas import (
     Translation,
 )
@@ -134,7 +135,9 @@ class JobRunner:
         ("replayed": True) where the request is the same, 409 where it is not."""
         # a wrong pair is refused now, not when the job runs; a served language to itself is given back
         if spec["source"] != "auto" and not self.state.to_itself(spec["source"], spec["target"]):
-            self.state.model_for(spec["source"], spec["target"])
+            route = self.state.route(spec["source"], spec["target"])
+            if isinstance(route, Pivot) and (spec.get("glossary") or spec.get("glossary_id")):
+                raise glossary_through_pivot(route)
         spec = dict(spec, options=dataclasses.asdict(options))
         idempotency = None if idempotency_key is None else (idempotency_key, request_digest(spec, texts, original))
         try:

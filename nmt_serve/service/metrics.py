@@ -129,6 +129,8 @@ class Metrics:
         self.flags = Counter("nmt_translation_flags", "translated sentences flagged as doubtful, by flag (see quality.py)",
                              ["flag"], registry=r)
         self.job_texts = Counter("nmt_job_texts", "texts translated by jobs (counted once their chunk is written)", registry=r)
+        self.pivoted = Counter("nmt_pivoted_texts", "texts translated through the pivot language (two translations), "
+                               "their direction served by no model itself", registry=r)
         self.cache = Counter("nmt_translation_cache_sentences", "sentences answered without the engine (hit: a repeat "
                              "within the call, or kept by the translation cache) or translated by it (miss)", ["result"], registry=r)
         self.engine = EngineCollector()

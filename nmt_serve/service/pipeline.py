@@ -12,6 +12,7 @@ look at the same attention.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field, replace
 
 from fastapi import Request
@@ -19,8 +20,8 @@ from fastapi import Request
 from nmt_serve.engine.protocol import BACKGROUND, INTERACTIVE, DecodeOptions, EngineHypothesis
 from nmt_serve.network.tokenizer import UNKNOWN_MARK, Tokenizer, restore_unknowns
 from nmt_serve.service.deadlines import request_timeout, with_deadline
-from nmt_serve.service.directions import ServedDirection
-from nmt_serve.service.errors import APIError, bad_request
+from nmt_serve.service.directions import Pivot, ServedDirection
+from nmt_serve.service.errors import APIError, bad_request, timed_out
 from nmt_serve.service.state import ServiceState
 from nmt_serve.text import protected_spans
 from nmt_serve.text.entities import unescape_output
@@ -75,6 +76,7 @@ class _Text:
     document: HtmlDocument | None
     original: str
     protected: bool = False  # a plain text translated as HTML around its protected spans (text/protected_spans.py)
+    pivot: Pivot | None = None  # its direction is translated through the pivot language (then model is None)
 
 
 def _language_name(code: str) -> str:
@@ -82,9 +84,10 @@ def _language_name(code: str) -> str:
 
 
 def resolve_model(state: ServiceState, source: str, target: str, text: str, param: str,
-                  upstream_fallbacks: bool = False) -> tuple[ServedDirection | None, Detection | None]:
-    """The model for a text; with source "auto", the detected language picks it (None: the text is
-    given back as it is, e.g. it is already in the target language).
+                  upstream_fallbacks: bool = False) -> tuple[ServedDirection | Pivot | None, Detection | None]:
+    """The model for a text, or the two through the pivot language where none translates its direction;
+    with source "auto", the detected language picks it (None: the text is given back as it is, e.g. it is
+    already in the target language).
 
     The source equal to the target gives the text back (as LibreTranslate does).
     upstream_fallbacks: answer as LibreTranslate does where our own API refuses: with "auto", a text
@@ -93,7 +96,7 @@ def resolve_model(state: ServiceState, source: str, target: str, text: str, para
     if state.to_itself(source, target) or (source == target and upstream_fallbacks):
         return None, None
     if source != AUTO:
-        return state.model_for(source, target), None
+        return state.route(source, target), None
     detector = state.detector()
     found = detector.identify(text)
     served = {m.source for m in state.models.values()}
@@ -115,10 +118,11 @@ def resolve_model(state: ServiceState, source: str, target: str, text: str, para
     best = candidates[0]
     if best.language == target:  # already in the target language: given back as is (as LibreTranslate does)
         return None, best
-    if f"{best.language}-{target}" not in state.models:
+    route = state.models.get(f"{best.language}-{target}") or state.pivots.get(f"{best.language}-{target}")
+    if route is None:
         raise bad_request(f"the text looks like {_language_name(best.language)}, but no loaded model translates "
                           f"{best.language}->{target}; loaded pairs: {', '.join(sorted(state.models))}", param)
-    return state.models[f"{best.language}-{target}"], best
+    return route, best
 
 
 def _plain_text(document: HtmlDocument | None, text: str) -> str:
@@ -142,8 +146,8 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
             if len(texts) > 1:  # which of the texts it is
                 exc.message = f"text {i}: {exc.message}"
             raise
-        if model is None:
-            prepared.append(_Text(None, detected, [], None, text))
+        if model is None or isinstance(model, Pivot):
+            prepared.append(_Text(None, detected, [], None, text, pivot=model))
             continue
         batch = batches.setdefault(model.id, [])
         sources = sentence_texts.setdefault(model.id, [])
@@ -173,7 +177,7 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
 async def translate_texts(state: ServiceState, request: Request | None, *, source: str, target: str, texts: list[str],
                           options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True,
                           upstream_fallbacks: bool = False, terminology: Terminology | None = None,
-                          attention_check: bool = False, checked: bool = False) -> list[TextResult]:
+                          attention_check: bool = False, checked: bool = False, timeout: float | None = None) -> list[TextResult]:
     """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError.
     checked: the caller has checked the texts against its own limits (a document's paragraphs: max_document_chars
     in all, where max_chars_per_text would refuse one long paragraph).
@@ -183,11 +187,15 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
     setting says (the engine's search keeps what it reads; a text changed after translation costs a forced
     decoding; callers that show no flags skip it).
     Without a request it is a job's chunk (jobs_runner.py): background priority in the engine, the
-    chunk deadline, the job's own limits (checked when it was submitted)."""
+    chunk deadline, the job's own limits (checked when it was submitted).
+    A text whose direction no model serves goes through the pivot language (_pivoted). timeout: what is left
+    of the request's deadline (a pivot's hops), instead of its own."""
     engine = state.require_ready()
     source, target = state.language(source), state.language(target)
     priority = INTERACTIVE if request is not None else BACKGROUND
-    timeout = request_timeout(state, request) if request is not None else state.settings.job_chunk_timeout_s
+    if timeout is None:
+        timeout = request_timeout(state, request) if request is not None else state.settings.job_chunk_timeout_s
+    started = time.monotonic()
     if request is not None:
         if state.settings.admission and (refusal := engine.refusal(timeout, state.settings.admission_margin)):
             state.metrics.refused_early.inc()
@@ -237,8 +245,71 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
         results, attention = await with_deadline(state, request, timeout, run())
     else:
         results, attention = await run()  # the engine drops a chunk past its deadline (504)
+    hops = dict(param=param, format=format, split_sentences=split_sentences, attention_check=attention_check)
+    pivoted = await _pivoted(state, request, prepared, options, terminology, timeout, started, hops)
     return [_assemble(state, t, results[t.model.id], sentence_texts[t.model.id], batches[t.model.id], attention, options)
-            if t.model is not None else _as_is(t, options) for t in prepared]
+            if t.model is not None else pivoted[i] if t.pivot is not None else _as_is(t, options) for i, t in enumerate(prepared)]
+
+
+async def _pivoted(state: ServiceState, request: Request | None, prepared: list[_Text], options: DecodeOptions,
+                   terminology: Terminology | None, timeout: float, started: float, hops: dict) -> dict[int, TextResult]:
+    """{index: result} of the texts whose direction goes through the pivot language, each route's texts
+    together: translated into the pivot language (the best translation only), then from it into the target,
+    each hop a translation of whole texts as any other (segments, markup, cache) within what is left of the
+    request's deadline. A glossary is refused (its target terms would be translated again); avoided terms are
+    kept out of the second hop's translation."""
+    routes: dict[str, list[int]] = {}
+    for i, t in enumerate(prepared):
+        if t.pivot is not None:
+            routes.setdefault(t.pivot.id, []).append(i)
+    if not routes:
+        return {}
+    if terminology is not None and terminology.glossary:
+        raise glossary_through_pivot(prepared[next(iter(routes.values()))[0]].pivot)
+    avoided = Terminology(avoid=terminology.avoid) if terminology is not None and terminology.avoid else None
+
+    def left() -> float | None:  # a job's hops each have the chunk's deadline, as any chunk's call
+        if request is None:
+            return None
+        remaining = timeout - (time.monotonic() - started)
+        if remaining <= 0:
+            state.metrics.dropped.labels(reason="timeout").inc()
+            raise timed_out(timeout)
+        return remaining
+
+    out: dict[int, TextResult] = {}
+    for indexes in routes.values():
+        pivot = prepared[indexes[0]].pivot
+        first = await translate_texts(state, request, source=pivot.source, target=pivot.through, checked=True, timeout=left(),
+                                      texts=[prepared[i].original for i in indexes], options=replace(options, num_hypotheses=1), **hops)
+        second = await translate_texts(state, request, source=pivot.through, target=pivot.target, checked=True, timeout=left(),
+                                       texts=[r.text for r in first], options=options, terminology=avoided, **hops)
+        for i, a, b in zip(indexes, first, second):
+            out[i] = _chained(a, b, prepared[i].detected, pivot)
+    state.metrics.pivoted.inc(len(out))
+    return out
+
+
+def glossary_through_pivot(pivot: Pivot) -> APIError:
+    """The 400 for a glossary on a direction translated through the pivot language."""
+    return bad_request(f"a glossary needs a model that translates {pivot.source}->{pivot.target} itself; this server "
+                       f"translates it through {pivot.through} ({pivot.first.id}, then {pivot.second.id})", "glossary")
+
+
+def _chained(first: TextResult, second: TextResult, detected: Detection | None, pivot: Pivot) -> TextResult:
+    """A text translated through the pivot language: the second hop's translations, scored as the chain (the first
+    hop's log-probability added to each of the second's; the normalized score the mean of the two hops'), with
+    both hops' flags (the first's translations are in the pivot language, the second's sources too)."""
+    def chain(score: float | None) -> float | None:
+        return None if score is None or first.score is None else first.score + score
+
+    normalized = (None if second.normalized_score is None or first.normalized_score is None
+                  else (first.normalized_score + second.normalized_score) / 2)
+    return TextResult(text=second.text, alternatives=second.alternatives, detected=detected, model=pivot.engine_model,
+                      score=chain(second.score), normalized_score=normalized,
+                      hypothesis_scores=[chain(s) for s in second.hypothesis_scores], flags=[*first.flags, *second.flags],
+                      source_tokens=first.source_tokens, generated_tokens=first.generated_tokens + second.generated_tokens,
+                      sentences=first.sentences)
 
 
 def terminology(glossary: list | None, avoid: list[str] | None, stored: Terminology | None = None) -> Terminology | None:

@@ -227,8 +227,18 @@ class UnloadedCheckpoint(BaseModel):
                                     "or on CPU a work per token over cpu_cost_limit")
 
 
+class PivotDirection(BaseModel):
+    id: str = Field(description="a direction no model translates itself: what `source` and `target` of a request pick")
+    source: str
+    target: str
+    through: str = Field(description="the language it is translated through (the pivot_language setting)")
+    models: list[str] = Field(description="the models of the two translations, source->through then through->target")
+
+
 class ModelList(BaseModel):
     models: list[ModelInfo]
+    pivots: list[PivotDirection] = Field(default_factory=list, description="the directions translated through the pivot "
+                                         "language: twice the work, and the first translation's errors carry into the second")
     unloaded: list[UnloadedCheckpoint] = Field(default_factory=list, description="the checkpoints of the models "
                                                "directory that serve no direction, left unloaded, and why")
 

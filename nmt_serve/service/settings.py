@@ -23,6 +23,9 @@ class Settings(BaseSettings):
                         "/v1/models) that serve every direction they can before any other, the first named first, "
                         "whatever the test scores and cpu_cost_limit; a converted OPUS-MT or NLLB-200 model has no scores "
                         "on this project's test sets, so without this it does not take a direction a scored model serves")
+    pivot_language: str = Field("en", description="a direction no model serves is translated through this language where models "
+                                "translate the source into it and it into the target (two translations: slower, and errors "
+                                "add up); '' for none")
     dtype: str | None = Field(None, pattern="^(float32|float16|bfloat16)$", description="default: float32 on CPU, float16 on CUDA")
     quantization: str = Field("none", pattern="^(none|int8)$",
                               description="int8: quantized Linear layers (CPU, float32), faster at a small BLEU cost")

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nmt_serve.service.directions import ServedDirection
+from nmt_serve.service.directions import Pivot, ServedDirection
 from nmt_serve.service.errors import bad_request, not_ready
 from nmt_serve.service.glossary_store import GlossaryStore
 from nmt_serve.service.jobs_store import default_directory
@@ -26,6 +26,7 @@ class ServiceState:
     settings: Settings
     metrics: Metrics = field(default_factory=Metrics)
     models: dict[str, ServedDirection] = field(default_factory=dict)
+    pivots: dict[str, Pivot] = field(default_factory=dict)  # directions no model serves, through Settings.pivot_language
     unloaded: list[dict] = field(default_factory=list)  # the engine's checkpoints left unloaded, and why
     engine: "EngineClient | None" = None
     supervisor: "EngineSupervisor | None" = None  # when this process started the engine
@@ -69,14 +70,29 @@ class ServiceState:
         return source == target and any(source in (m.source, m.target) for m in self.models.values())
 
     def model_for(self, source: str, target: str) -> ServedDirection:
+        """The model that translates source into target itself; 400 where none does (a direction served through
+        the pivot language names it: what needs one model, as a glossary or attention maps, cannot take it)."""
         source, target = self.language(source), self.language(target)
         model = self.models.get(f"{source}-{target}")
         if model is None:
+            pivot = self.pivots.get(f"{source}-{target}")
+            if pivot is not None:
+                raise bad_request(f"no model translates {source}->{target} itself (it is translated through {pivot.through}, "
+                                  f"by {pivot.first.id} and {pivot.second.id}): this needs one model; "
+                                  f"direct pairs: {', '.join(sorted(self.models))}", "target")
             pairs = ", ".join(sorted(self.models)) or "none loaded yet"
+            if self.pivots:
+                pairs += f"; through {next(iter(self.pivots.values())).through}: {', '.join(sorted(self.pivots))}"
             # the parameter to change: the target when some model reads this source
             param = "target" if any(m.source == source for m in self.models.values()) else "source"
             raise bad_request(f"no model for {source}->{target}; supported pairs: {pairs}", param)
         return model
+
+    def route(self, source: str, target: str) -> ServedDirection | Pivot:
+        """What translates source into target: its model, else the two through the pivot language; 400 where
+        neither is served."""
+        pivot = self.pivots.get(f"{self.language(source)}-{self.language(target)}")
+        return pivot if pivot is not None else self.model_for(source, target)
 
     def detector(self) -> "LanguageDetector":
         """The language detector over the served source languages (built once per set of languages); 400

@@ -395,7 +395,7 @@ async def detect(request: Request, state: ServiceState = Depends(get_state)):
 )
 async def languages(state: ServiceState = Depends(get_state)) -> list[Language]:
     targets: dict[str, list[str]] = {}
-    for m in state.models.values():
+    for m in [*state.models.values(), *state.pivots.values()]:  # a direction through the pivot language too
         targets.setdefault(m.source, []).append(m.target)
     return [Language(code=c, name=language_name(c), targets=sorted(t)) for c, t in sorted(targets.items())]
 

@@ -21,6 +21,7 @@ from nmt_serve.service.schemas import (
     AttentionResponse,
     ModelInfo,
     ModelList,
+    PivotDirection,
     TranslateRequest,
     TranslateResponse,
     Translation,
@@ -133,4 +134,5 @@ async def attention(body: AttentionRequest, request: Request, state: ServiceStat
 async def models(state: ServiceState = Depends(get_state)) -> ModelList:
     return ModelList(models=[ModelInfo(**{k: v for k, v in m.describe().items() if k in ModelInfo.model_fields})
                              for m in state.models.values()],
+                     pivots=[PivotDirection(**p.describe()) for p in state.pivots.values()],
                      unloaded=[UnloadedCheckpoint(**u) for u in state.unloaded])

@@ -1,0 +1,103 @@
+"""A direction no model serves, translated through the pivot language (Settings.pivot_language): de->fr as
+de->en by one model, then en->fr by another, as Argos Translate (LibreTranslate's engine) does."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_checkpoint
+from fastapi.testclient import TestClient
+from test_jobs import client_for, ready
+
+GERMAN = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee. Eine Frau liest.", ""]
+FAST = {"beam_size": 2, "max_length": 8}  # random models: keep outputs short
+
+
+@pytest.fixture(scope="module")
+def pivot_models(tmp_path_factory, spm_model) -> Path:
+    """de-en and en-fr: nothing translates de->fr itself."""
+    root = tmp_path_factory.mktemp("pivot-models")
+    make_checkpoint(root / "de-en", spm_model, "de", "en", seed=3)
+    make_checkpoint(root / "en-fr", spm_model, "en", "fr", seed=6)
+    return root
+
+
+@pytest.fixture(scope="module")
+def client(pivot_models, tmp_path_factory):
+    with client_for(pivot_models, tmp_path_factory.mktemp("jobs")) as c:
+        yield ready(c)
+
+
+def translate(client: TestClient, source: str, target: str, text, **extra) -> dict:
+    response = client.post("/v1/translate", json={"text": text, "source": source, "target": target, **FAST, **extra})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_direction_no_model_serves_is_the_two_translations_through_the_pivot(client):
+    """de->fr is exactly de->en, then en->fr of what that wrote; the scores add up as the chain's."""
+    through = translate(client, "de", "fr", GERMAN, return_scores=True, num_hypotheses=2)
+    english = translate(client, "de", "en", GERMAN, return_scores=True)
+    french = translate(client, "en", "fr", [t["text"] for t in english["translations"]], return_scores=True, num_hypotheses=2)
+    assert through["model"] == "de-en+en-fr"
+    assert [t["text"] for t in through["translations"]] == [t["text"] for t in french["translations"]]
+    for chained, first, second in zip(through["translations"], english["translations"], french["translations"]):
+        assert chained["score"] == pytest.approx(first["score"] + second["score"])
+        assert [h["text"] for h in chained["hypotheses"]] == [h["text"] for h in second["hypotheses"]]
+        assert [h["score"] for h in chained["hypotheses"]] == pytest.approx([first["score"] + h["score"] for h in second["hypotheses"]])
+    usage = through["usage"]
+    assert usage["source_tokens"] == english["usage"]["source_tokens"]
+    assert usage["generated_tokens"] == english["usage"]["generated_tokens"] + french["usage"]["generated_tokens"]
+    # a detected source takes the pivot as a named one does
+    found = translate(client, "auto", "fr", GERMAN[1])
+    assert found["model"] == "de-en+en-fr" and found["translations"][0]["detected_language"]["language"] == "de"
+    assert found["translations"][0]["text"] == through["translations"][1]["text"]
+    # markup is kept through both hops
+    html = translate(client, "de", "fr", "<p>Ein <b>Mann</b> fährt Fahrrad.</p>", format="html")
+    assert html["translations"][0]["text"].startswith("<p>") and "<b>" in html["translations"][0]["text"]
+
+
+def test_the_pivot_directions_are_listed_and_what_needs_one_model_says_why_not(client):
+    models = client.get("/v1/models").json()
+    assert sorted(m["id"] for m in models["models"]) == ["de-en", "en-fr"]
+    assert models["pivots"] == [{"id": "de-fr", "source": "de", "target": "fr", "through": "en", "models": ["de-en", "en-fr"]}]
+    languages = {entry["code"]: entry["targets"] for entry in client.get("/languages").json()}
+    assert languages == {"de": ["en", "fr"], "en": ["fr"]}
+    # a glossary's target terms would be translated again by the second model; attention maps are one model's
+    for path, body in (("/v1/translate", {"text": "Ein Mann.", "glossary": [{"source": "Mann", "target": "homme"}]}),
+                       ("/v1/attention", {"text": "Ein Mann."})):
+        response = client.post(path, json={"source": "de", "target": "fr", **body})
+        assert response.status_code == 400, response.text
+        assert "through en" in response.json()["error"]["message"]
+    # terms to avoid are the target's: the second translation keeps them out
+    assert translate(client, "de", "fr", "Ein Mann fährt Fahrrad.", avoid=["xyz"])["model"] == "de-en+en-fr"
+    refused = client.post("/v1/translate", json={"text": "A man.", "source": "fr", "target": "de"})
+    assert refused.status_code == 400 and "through en: de-fr" in refused.json()["error"]["message"]
+
+
+def test_libretranslate_and_a_job_take_the_pivot_direction(client):
+    direct = translate(client, "de", "fr", GERMAN[:2])
+    upstream = client.post("/translate", json={"q": GERMAN[:2], "source": "de", "target": "fr"})
+    assert upstream.status_code == 200, upstream.text
+    assert len(upstream.json()["translatedText"]) == 2
+    job = client.post("/v1/jobs", json={"q": GERMAN[:2], "source": "de", "target": "fr", **FAST})
+    assert job.status_code == 202, job.text
+    deadline = time.time() + 60
+    while client.get(f"/v1/jobs/{job.json()['id']}").json()["state"] != "done":
+        assert time.time() < deadline
+        time.sleep(0.05)
+    result = client.get(f"/v1/jobs/{job.json()['id']}/result").json()
+    assert [t["text"] for t in result["translations"]] == [t["text"] for t in direct["translations"]]
+    # a glossary is refused when the job is made, not in every chunk
+    refused = client.post("/v1/jobs", json={"q": ["Ein Mann."], "source": "de", "target": "fr",
+                                            "glossary": [{"source": "Mann", "target": "homme"}]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "glossary"
+
+
+def test_no_pivot_language_no_pivot(pivot_models, tmp_path):
+    with client_for(pivot_models, tmp_path, pivot_language="") as c:
+        ready(c)
+        refused = c.post("/v1/translate", json={"text": "Ein Mann.", "source": "de", "target": "fr"})
+        assert refused.status_code == 400 and "no model for de->fr" in refused.json()["error"]["message"]
+        assert c.get("/v1/models").json()["pivots"] == []
