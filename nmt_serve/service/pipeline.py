@@ -130,7 +130,8 @@ def _plain_text(document: HtmlDocument | None, text: str) -> str:
 
 
 def _prepare(state: ServiceState, source: str, target: str, texts: list[str], param: str, format: str,
-             split_sentences: bool, upstream_fallbacks: bool = False) -> tuple[list[_Text], dict[str, list[list[int]]], dict[str, list[str]]]:
+             split_sentences: bool, upstream_fallbacks: bool = False,
+             check_tokens: bool = True) -> tuple[list[_Text], dict[str, list[list[int]]], dict[str, list[str]]]:
     """Each text parsed (HTML), its model found (auto), cut into sentences and tokenized; every sentence
     of the request in one batch per model."""
     s = state.settings
@@ -169,7 +170,8 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
                 tokens += len(ids)
                 batch.append(ids)
                 sources.append(sentence)
-        state.limits.check_tokens(i, tokens, param)
+        if check_tokens:
+            state.limits.check_tokens(i, tokens, param)
         prepared.append(_Text(model, detected, units, document, text, protected=marked is not None))
     return prepared, batches, sentence_texts
 
@@ -177,7 +179,8 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
 async def translate_texts(state: ServiceState, request: Request | None, *, source: str, target: str, texts: list[str],
                           options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True,
                           upstream_fallbacks: bool = False, terminology: Terminology | None = None,
-                          attention_check: bool = False, checked: bool = False, timeout: float | None = None) -> list[TextResult]:
+                          attention_check: bool = False, checked: bool = False, timeout: float | None = None,
+                          check_tokens: bool = True) -> list[TextResult]:
     """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError.
     checked: the caller has checked the texts against its own limits (a document's paragraphs: max_document_chars
     in all, where max_chars_per_text would refuse one long paragraph).
@@ -189,7 +192,8 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
     Without a request it is a job's chunk (jobs_runner.py): background priority in the engine, the
     chunk deadline, the job's own limits (checked when it was submitted).
     A text whose direction no model serves goes through the pivot language (_pivoted). timeout: what is left
-    of the request's deadline (a pivot's hops), instead of its own."""
+    of the request's deadline (a pivot's hops), instead of its own; check_tokens False: the texts are the
+    server's own translations (a pivot's second hop), not held to max_tokens_per_text."""
     engine = state.require_ready()
     source, target = state.language(source), state.language(target)
     priority = INTERACTIVE if request is not None else BACKGROUND
@@ -202,11 +206,13 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
             raise refusal
         if not checked:
             state.limits.check_texts(texts, param)
-    prepare = lambda: _prepare(state, source, target, texts, param, format, split_sentences, upstream_fallbacks)  # noqa: E731
+    prepare = lambda: _prepare(state, source, target, texts, param, format, split_sentences, upstream_fallbacks, check_tokens)  # noqa: E731
     # cutting, parsing and tokenizing a long text takes tens of milliseconds (a 20,000-character page:
     # ~80 ms): on a thread, so that health probes and other requests are answered meanwhile
     big = sum(len(t) for t in texts) > INLINE_PREPARE_CHARS
     prepared, batches, sentence_texts = await asyncio.to_thread(prepare) if big else prepare()
+    if terminology is not None and terminology.glossary and (pivot := next((t.pivot for t in prepared if t.pivot), None)):
+        raise glossary_through_pivot(pivot)  # before any text is translated
 
     # a job's sentences are never checked: nobody reads flags there, and without the search's numbers a check
     # costs a forced decoding
@@ -256,16 +262,14 @@ async def _pivoted(state: ServiceState, request: Request | None, prepared: list[
     """{index: result} of the texts whose direction goes through the pivot language, each route's texts
     together: translated into the pivot language (the best translation only), then from it into the target,
     each hop a translation of whole texts as any other (segments, markup, cache) within what is left of the
-    request's deadline. A glossary is refused (its target terms would be translated again); avoided terms are
-    kept out of the second hop's translation."""
+    request's deadline. Avoided terms are kept out of the second hop's translation (a glossary was refused:
+    its target terms would be translated again)."""
     routes: dict[str, list[int]] = {}
     for i, t in enumerate(prepared):
         if t.pivot is not None:
             routes.setdefault(t.pivot.id, []).append(i)
     if not routes:
         return {}
-    if terminology is not None and terminology.glossary:
-        raise glossary_through_pivot(prepared[next(iter(routes.values()))[0]].pivot)
     avoided = Terminology(avoid=terminology.avoid) if terminology is not None and terminology.avoid else None
 
     def left() -> float | None:  # a job's hops each have the chunk's deadline, as any chunk's call
@@ -283,7 +287,7 @@ async def _pivoted(state: ServiceState, request: Request | None, prepared: list[
         first = await translate_texts(state, request, source=pivot.source, target=pivot.through, checked=True, timeout=left(),
                                       texts=[prepared[i].original for i in indexes], options=replace(options, num_hypotheses=1), **hops)
         second = await translate_texts(state, request, source=pivot.through, target=pivot.target, checked=True, timeout=left(),
-                                       texts=[r.text for r in first], options=options, terminology=avoided, **hops)
+                                       check_tokens=False, texts=[r.text for r in first], options=options, terminology=avoided, **hops)
         for i, a, b in zip(indexes, first, second):
             out[i] = _chained(a, b, prepared[i].detected, pivot)
     state.metrics.pivoted.inc(len(out))

@@ -101,3 +101,16 @@ def test_no_pivot_language_no_pivot(pivot_models, tmp_path):
         refused = c.post("/v1/translate", json={"text": "Ein Mann.", "source": "de", "target": "fr"})
         assert refused.status_code == 400 and "no model for de->fr" in refused.json()["error"]["message"]
         assert c.get("/v1/models").json()["pivots"] == []
+
+
+def test_the_second_translation_is_not_held_to_the_token_limit_of_what_users_send(client, pivot_models, tmp_path, spm_model):
+    """max_tokens_per_text limits the texts a request sends; the pivot's English is the server's own."""
+    from nmt_serve.network.tokenizer import Tokenizer
+
+    count = lambda text: len(Tokenizer(spm_model).encode(text))  # noqa: E731
+    text = "Hund."
+    english = translate(client, "de", "en", text, max_length=16)["translations"][0]["text"]
+    assert count(english) > count(text)  # what the first translation writes is over the limit below
+    french = translate(client, "en", "fr", english, max_length=16)["translations"][0]["text"]
+    with client_for(pivot_models, tmp_path, max_tokens_per_text=count(text)) as c:
+        assert translate(ready(c), "de", "fr", text, max_length=16)["translations"][0]["text"] == french
