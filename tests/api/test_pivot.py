@@ -114,3 +114,22 @@ def test_the_second_translation_is_not_held_to_the_token_limit_of_what_users_sen
     french = translate(client, "en", "fr", english, max_length=16)["translations"][0]["text"]
     with client_for(pivot_models, tmp_path, max_tokens_per_text=count(text)) as c:
         assert translate(ready(c), "de", "fr", text, max_length=16)["translations"][0]["text"] == french
+
+
+def test_both_translations_share_the_request_deadline(client, monkeypatch):
+    """The second translation gets what the first left of the deadline: none left, 504."""
+    import types
+
+    from nmt_serve.service import pipeline
+
+    calls = []
+
+    def monotonic() -> float:  # 4 s later at every look: the first hop leaves 6 of 10 s, the second finds none
+        calls.append(1)
+        return 4.0 * len(calls)
+
+    monkeypatch.setattr(pipeline, "time", types.SimpleNamespace(monotonic=monotonic))
+    late = client.post("/v1/translate", json={"text": "Ein Mann.", "source": "de", "target": "fr"},
+                       headers={"X-Request-Timeout": "10"})
+    assert late.status_code == 504 and late.json()["error"]["type"] == "timeout", late.text
+    assert len(calls) == 4  # the request's start, the first hop's (and its own start), the second's
