@@ -11,6 +11,8 @@ through English with the same model (pivot), the baseline its direct translation
 A model named by its own language codes (NLLB-200, M2M100, mBART-50, made by nmt-convert) is measured in
 the directions between the languages the test files hold (or --directions), recorded under the names the
 service gives them (`de-en` for `deu_Latn-eng_Latn`), where routing compares it with the other models.
+Each row is kept in the checkpoint's model_card.partial.json as soon as it is measured: the same command,
+run again after an interruption, measures only the rest.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import platform
 import statistics
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -32,31 +35,42 @@ from nmt_serve.text.language_codes import public_directions
 from nmt_serve.training.data import read_lines
 from nmt_serve.training.evaluate import evaluate
 from nmt_serve.training.hardware import cpu_name
+from nmt_serve.training.measured_rows import MeasuredRows, row_key
 from nmt_serve.training.multiway import LANGUAGE_NAMES
 
 SPLITS = {"val": "val", "test_2016_flickr": "test_2016_flickr"}
 
 
 def measure(translator: Translator, data: Path, beam_sizes: list[int], pair_tests: dict[str, str] | None = None,
-            splits: list[str] | None = None) -> list[dict]:
+            splits: list[str] | None = None, kept: MeasuredRows | None = None) -> list[dict]:
     """A bilingual model's rows: every Multi30k split and beam size, and every pairwise test set named in
-    `pair_tests` ({name: path pattern})."""
-    rows = []
+    `pair_tests` ({name: path pattern}); kept: the rows an earlier run measured, and where to keep new ones."""
+    kept = kept or MeasuredRows()
     src, tgt = translator.source_lang, translator.target_lang
-    weights = "int8" if translator.quantization == "int8" else "float32"
-    for split in SPLITS.values() if splits is None else splits:
-        sources = read_lines(data / f"{split}.{src}.gz")
-        references = read_lines(data / f"{split}.{tgt}.gz")
-        for beam in beam_sizes:
-            report = evaluate(translator, sources, references, beam_size=beam)
-            del report["hypotheses"]
-            report["split"] = split
-            report["quantization"] = translator.quantization
-            rows.append(report)
-            print(f"{split} beam {beam} {weights}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
+    rows = [scored_row(translator, kept, lambda split=split: (data / f"{split}.{src}.gz", data / f"{split}.{tgt}.gz"), split, beam)
+            for split in (SPLITS.values() if splits is None else splits) for beam in beam_sizes]
     for name, pattern in (pair_tests or {}).items():
-        rows += measure_pair_tests(translator, name, pattern, beam_sizes)
+        rows += measure_pair_tests(translator, name, pattern, beam_sizes, kept=kept)
     return rows
+
+
+def scored_row(translator: Translator, kept: MeasuredRows, files: Callable[[], tuple[Path, Path]], split: str, beam: int,
+               direction: str | None = None, pivot: str | None = None) -> dict:
+    """One row: a test set's (files(): source and reference) sacreBLEU at a beam size, in `direction` (None: a
+    bilingual model's own) or through `pivot`; kept from an earlier run where it measured it."""
+    def run() -> dict:
+        source, reference = files()
+        src, tgt = direction.split("-") if direction else (None, None)
+        report = evaluate(translator, read_lines(source), read_lines(reference), beam_size=beam, target_lang=tgt,
+                          source_lang=src, pivot=pivot)
+        del report["hypotheses"]
+        return {**({"direction": direction} if direction else {}), "split": split, "quantization": translator.quantization, **report}
+
+    row = kept.row({"direction": direction, "split": split, "beam_size": beam, "pivot": pivot, "quantization": translator.quantization}, run)
+    weights = "int8" if translator.quantization == "int8" else "float32"
+    print(f"{direction or ''} {split} beam {beam}{' through ' + pivot if pivot else ''} {weights}: BLEU {row['bleu']:.2f} "
+          f"chrF {row['chrf']:.2f} runaway {row['runaway_outputs']} ({row['seconds']}s)".lstrip(), flush=True)
+    return row
 
 
 def measure_speed(translator: Translator, sources: list[str], *, target_lang: str | None, threads: int,
@@ -111,59 +125,45 @@ def pair_test_files(pattern: str, direction: str) -> tuple[Path, Path] | None:
 
 
 def measure_pair_tests(translator: Translator, name: str, pattern: str, beam_sizes: list[int],
-                       directions: list[str] | None = None) -> list[dict]:
+                       directions: list[str] | None = None, kept: MeasuredRows | None = None) -> list[dict]:
     """Rows of a pairwise test set (split `name`) in every direction of `directions` (default: every one the model
-    serves) the set holds."""
+    serves) the set holds. A bilingual model's rows name their direction too (the set holds both)."""
+    kept = kept or MeasuredRows()
     rows = []
     for direction in translator.directions if directions is None else directions:
         files = pair_test_files(pattern, direction)
-        if files is None:
-            continue
-        sources, references = read_lines(files[0]), read_lines(files[1])
-        src, tgt = direction.split("-")
-        for beam in beam_sizes:
-            report = evaluate(translator, sources, references, beam_size=beam, target_lang=tgt, source_lang=src)
-            del report["hypotheses"]
-            rows.append({"direction": direction, "split": name, "quantization": translator.quantization, **report})
-            print(f"{direction} {name} beam {beam}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} "
-                  f"runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
+        if files is not None:
+            rows += [scored_row(translator, kept, lambda files=files: files, name, beam, direction) for beam in beam_sizes]
     return rows
 
 
 def measure_directions(translator: Translator, data: Path, beam_sizes: list[int], pivot: str = "en",
                        pair_tests: dict[str, str] | None = None, splits: list[str] | None = None,
-                       directions: dict[str, list[str]] | None = None) -> list[dict]:
+                       directions: dict[str, list[str]] | None = None, kept: MeasuredRows | None = None) -> list[dict]:
     """A multilingual model's rows: every direction, split and beam size, and every pairwise test set
     named in `pair_tests` ({name: path pattern}); then, for each direction that does not touch the pivot
     language, the test set through it with beam 4. directions: {direction: its Multi30k splits} (default every
     direction the model serves, on `splits`). A model named by its own codes (NLLB-200's `deu_Latn`) is measured
-    and recorded under the names the service gives its directions (`de-en`): those routing compares."""
+    and recorded under the names the service gives its directions (`de-en`): those routing compares.
+    kept: the rows an earlier run measured, and where to keep new ones."""
+    kept = kept or MeasuredRows()
     served = served_names(translator)
     if directions is None:
         directions = {d: list(SPLITS.values()) if splits is None else splits for d in served}
-    rows = []
-    for direction, its_splits in directions.items():
+
+    def files(split: str, direction: str) -> Callable[[], tuple[Path, Path]]:
         src, tgt = direction.split("-")
-        for split in its_splits:
-            sources, references = read_lines(data / f"{split}.{src}.gz"), read_lines(data / f"{split}.{tgt}.gz")
-            for beam in beam_sizes:
-                report = evaluate(translator, sources, references, beam_size=beam, target_lang=tgt, source_lang=src)
-                del report["hypotheses"]
-                rows.append({"direction": direction, "split": split, "quantization": translator.quantization, **report})
-                print(f"{direction} {split} beam {beam}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f} "
-                      f"runaway {report['runaway_outputs']} ({report['seconds']}s)", flush=True)
+        return lambda: (data / f"{split}.{src}.gz", data / f"{split}.{tgt}.gz")
+
+    rows = [scored_row(translator, kept, files(split, direction), split, beam, direction)
+            for direction, its_splits in directions.items() for split in its_splits for beam in beam_sizes]
     for name, pattern in (pair_tests or {}).items():
-        rows += measure_pair_tests(translator, name, pattern, beam_sizes, list(directions))
+        rows += measure_pair_tests(translator, name, pattern, beam_sizes, list(directions), kept=kept)
     for direction, its_splits in directions.items():
         src, tgt = direction.split("-")
         if not pivot or pivot in (src, tgt) or not {f"{src}-{pivot}", f"{pivot}-{tgt}"} <= set(served) or "test_2016_flickr" not in its_splits:
             continue
-        split = "test_2016_flickr"
-        sources, references = read_lines(data / f"{split}.{src}.gz"), read_lines(data / f"{split}.{tgt}.gz")
-        report = evaluate(translator, sources, references, beam_size=4, target_lang=tgt, pivot=pivot, source_lang=src)
-        del report["hypotheses"]
-        rows.append({"direction": direction, "split": split, "quantization": translator.quantization, **report})
-        print(f"{direction} {split} beam 4 through {pivot}: BLEU {report['bleu']:.2f} chrF {report['chrf']:.2f}", flush=True)
+        rows.append(scored_row(translator, kept, files("test_2016_flickr", direction), "test_2016_flickr", 4, direction, pivot))
     return rows
 
 
@@ -561,15 +561,17 @@ def main(argv: list[str] | None = None) -> int:
             directions = plan_directions(info.served(), info.language_codes, args.data, splits, pair_tests, chosen)
         except ValueError as e:
             fail(parser, str(e))
+        # each row kept as it is measured: a run cut short resumes with the same settings (measured_rows.py)
+        kept = MeasuredRows(args.model, dict(data=str(args.data), beam_sizes=beam_sizes, quantizations=args.quantizations,
+                                             directions=directions, pair_tests=pair_tests, pivot=args.pivot))
         for quantization in args.quantizations.split(","):
             translator = Translator.load(args.model, device="cpu", quantization=quantization)
-            rows += (measure_directions(translator, args.data, beam_sizes, pivot=args.pivot, pair_tests=pair_tests, directions=directions)
-                     if multilingual else measure(translator, args.data, beam_sizes, pair_tests=pair_tests, splits=splits))
+            rows += (measure_directions(translator, args.data, beam_sizes, pivot=args.pivot, pair_tests=pair_tests,
+                                        directions=directions, kept=kept)
+                     if multilingual else measure(translator, args.data, beam_sizes, pair_tests=pair_tests, splits=splits, kept=kept))
         if args.keep_scores:
-            def key(r: dict) -> tuple:
-                return (r.get("direction"), r["split"], r["beam_size"], r.get("pivot"), r.get("quantization", "none"))
-            fresh = {key(r) for r in rows}
-            rows = [r for r in payload.get("metadata", {}).get("scores", []) if key(r) not in fresh] + rows
+            fresh = {row_key(r) for r in rows}
+            rows = [r for r in payload.get("metadata", {}).get("scores", []) if row_key(r) not in fresh] + rows
         payload.setdefault("metadata", {})["scores"] = rows
         if args.speed:
             if args.data is None:
@@ -592,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
         intro, heading, sections = card.partition("\n## ")
         card = f"{intro.rstrip()}\n\n{args.notes.read_text().strip()}\n{heading}{sections}"
     (args.model / "README.md").write_text(card)
+    if not args.render_only:
+        kept.done()
     print(f"wrote {args.model / 'README.md'}")
     return 0
 

@@ -745,3 +745,52 @@ def test_a_model_named_by_codes_is_measured_under_the_names_routing_reads(nllb_d
         with pytest.raises(SystemExit) as refused:
             model_card.main([*common, *extra])
         assert refused.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_measurement_cut_short_resumes_where_it_stopped(nllb_dir, tmp_path, monkeypatch, capsys):
+    """model_card keeps each row beside the checkpoint as it measures it: run again with the same settings, it
+    measures only the rest; with other settings (or weights) it measures anew; the file goes with the card."""
+    import gzip
+
+    from nmt_serve.convert.command import convert
+    from nmt_serve.network.checkpoint import read_info
+    from nmt_serve.training import model_card
+    from nmt_serve.training.measured_rows import PARTIAL, row_key
+
+    ours, data = convert(nllb_dir, tmp_path / "nllb"), tmp_path / "data"
+    data.mkdir()
+    for lang, text in {"de": "Ein Hund läuft.", "en": "A dog runs.", "fr": "Un chien court."}.items():
+        with gzip.open(data / f"test_2016_flickr.{lang}.gz", "wt") as f:
+            f.write(text + "\n")
+    args = ["--model", str(ours), "--data", str(data), "--splits", "test_2016_flickr", "--beam-sizes", "1,4",
+            "--quantizations", "none", "--pivot", ""]
+    real, calls = model_card.evaluate, []
+
+    def counted(*a, cut_after: int | None = None, **k):
+        if cut_after is not None and len(calls) == cut_after:
+            raise KeyboardInterrupt  # the run stopped, as by Ctrl-C or a lost machine
+        calls.append(k["target_lang"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(model_card, "evaluate", lambda *a, **k: counted(*a, cut_after=5, **k))
+    with pytest.raises(KeyboardInterrupt):
+        model_card.main(args)
+    assert len(json.loads((ours / PARTIAL).read_text())["rows"]) == 5
+    monkeypatch.setattr(model_card, "evaluate", counted)
+    calls.clear()
+    assert model_card.main(args) == 0
+    assert len(calls) == 6 * 2 - 5 and "5 rows an earlier run measured are kept" in capsys.readouterr().out
+    resumed = {row_key(r): r["bleu"] for r in read_info(ours).metadata["scores"]}
+    assert len(resumed) == 12 and not (ours / PARTIAL).exists()
+    calls.clear()
+    assert model_card.main(args) == 0 and len(calls) == 12  # nothing left to resume: all measured again
+    assert {row_key(r): r["bleu"] for r in read_info(ours).metadata["scores"]} == resumed
+    # cut short again, then run with another beam: its rows are not the earlier ones
+    calls.clear()
+    monkeypatch.setattr(model_card, "evaluate", lambda *a, **k: counted(*a, cut_after=3, **k))
+    with pytest.raises(KeyboardInterrupt):
+        model_card.main(args)
+    monkeypatch.setattr(model_card, "evaluate", counted)
+    calls.clear()
+    assert model_card.main([*args, "--beam-sizes", "4"]) == 0 and len(calls) == 6
+    assert "of other settings or weights: measuring anew" in capsys.readouterr().out
