@@ -29,6 +29,7 @@ import torch
 from nmt_serve.engine.attention_maps import source_entropy
 from nmt_serve.inference.translator import Translator
 from nmt_serve.network.checkpoint import CONFIG_FILE, read_info
+from nmt_serve.text.language_codes import public_directions
 from nmt_serve.text.quality_flags import FlagThresholds
 from nmt_serve.training.data import read_lines
 
@@ -45,13 +46,13 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def signals(translator: Translator, sources: list[str], *, target_lang: str | None, beam_size: int = 4,
-            batch_size: int = 64) -> list[tuple[float, float]]:
+            batch_size: int = 64, source_lang: str | None = None) -> list[tuple[float, float]]:
     """(mean log-probability per token, eos included; source entropy) of each source's best translation."""
     out = []
     for start in range(0, len(sources), batch_size):
         batch = sources[start : start + batch_size]
         for r in translator.translate(batch, beam_size=beam_size, return_scores=True, return_attention=True,
-                                      target_lang=target_lang):
+                                      target_lang=target_lang, source_lang=source_lang):
             best = r.hypotheses[0]
             out.append((best.score / (len(best.tokens) + 1), source_entropy(translator, r.attention)))
     return out
@@ -75,8 +76,8 @@ def calibrate(translator: Translator, sets: dict[str, list[str]], *, beam_size: 
     the surer directions pass, and flags more of the good ones of the others."""
     by_direction: dict[str, list[tuple[float, float]]] = {}
     for direction, sources in sets.items():
-        by_direction[direction] = signals(translator, sources, beam_size=beam_size,
-                                          target_lang=direction.split("-")[1] if translator.info.multilingual else None)
+        source, target = direction.split("-") if translator.info.multilingual else (None, None)
+        by_direction[direction] = signals(translator, sources, beam_size=beam_size, target_lang=target, source_lang=source)
     pooled = [s for found in by_direction.values() for s in found]
     if len(pooled) < MIN_SENTENCES:
         raise ValueError(f"{len(pooled)} sentences: too few for a 99th percentile (give at least {MIN_SENTENCES})")
@@ -105,14 +106,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--model {args.model}: no {CONFIG_FILE} there")
     pattern = str(args.data) if "{lang}" in str(args.data) else str(args.data / "val.{lang}.gz")
     info = read_info(args.model)
-    directions = [d for d in args.directions.split(",") if d] or info.served()
-    unknown = sorted(set(directions) - set(info.served()))
+    # a model named by its own codes (NLLB-200's deu_Latn-fra_Latn) is measured and recorded under the names the
+    # service gives its directions (de-fr), where the service looks its thresholds up
+    served = public_directions(info.served(), info.language_codes) if info.language_codes else info.served()
+    names = {**dict(zip(info.served(), served)), **{d: d for d in served}}
+    asked = [d for d in args.directions.split(",") if d]
+    unknown = [d for d in asked if d not in names]
     if unknown:
         parser.error(f"--directions: {', '.join(unknown)} not served by {args.model}")
+    directions = list(dict.fromkeys(names[d] for d in asked)) or served
     sets = {d: read_lines(pattern.format(lang=d.split("-")[0]))[: args.lines] for d in directions
             if Path(pattern.format(lang=d.split("-")[0])).is_file()}
     if not sets:
-        parser.error(f"--data {args.data}: no source file for any of {', '.join(directions)}")
+        listed = ", ".join(directions[:12]) + (f", ... ({len(directions)} directions)" if len(directions) > 12 else "")
+        parser.error(f"--data {args.data}: no source file for any of {listed}")
     translator = Translator.load(args.model, device="cpu")
     try:
         thresholds, own, measured = calibrate(translator, sets, beam_size=args.beam_size)

@@ -794,3 +794,29 @@ def test_a_measurement_cut_short_resumes_where_it_stopped(nllb_dir, tmp_path, mo
     calls.clear()
     assert model_card.main([*args, "--beam-sizes", "4"]) == 0 and len(calls) == 6
     assert "of other settings or weights: measuring anew" in capsys.readouterr().out
+
+
+def test_a_model_named_by_codes_gets_quality_flag_thresholds_under_the_service_names(nllb_dir, tmp_path, capsys):
+    """flag_calibration on a converted NLLB model: the directions between the languages with files, translated
+    from their source language, recorded as the service names them (where it looks them up)."""
+    import gzip
+    from pathlib import Path
+
+    from nmt_serve.convert.command import convert
+    from nmt_serve.network.checkpoint import read_info
+    from nmt_serve.training import flag_calibration
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    ours, data = convert(nllb_dir, tmp_path / "nllb"), tmp_path / "data"
+    data.mkdir()
+    for lang in ("de", "en", "fr"):
+        with gzip.open(data / f"val.{lang}.gz", "wt") as f:
+            # a few words of each line: the tiny model takes 64 positions
+            f.write("".join(" ".join(line.split()[:4]) + "\n" for line in (fixtures / f"val40.{lang}").read_text().splitlines()))
+    assert flag_calibration.main(["--model", str(ours), "--data", str(data), "--lines", "20", "--beam-size", "1"]) == 0
+    measured = read_info(ours).metadata["quality_flags"]["measured_on"]
+    assert measured["directions"] == ["de-en", "de-fr", "en-de", "en-fr", "fr-de", "fr-en"] and measured["sentences"] == 120
+    for directions, message in (("de-xx", "not served"), ("deu_Latn-eng_Latn", "too few")):  # either naming is taken
+        with pytest.raises(SystemExit):
+            flag_calibration.main(["--model", str(ours), "--data", str(data), "--lines", "20", "--directions", directions])
+        assert message in capsys.readouterr().err
