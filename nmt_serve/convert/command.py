@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         print(convert(args.hf_dir, args.out_dir, source_lang=args.source_lang, target_lang=args.target_lang, dtype=args.dtype))
     # routing goes by recorded test scores, and a converted model has none on this project's sets
     print(f"to serve it where another checkpoint of the models directory has its directions: "
-          f"NMT_PREFER={Path(os.path.abspath(args.out_dir)).name} (README, \"Languages\")")
+          f"NMT_PREFER={Path(os.path.abspath(args.out_dir)).name}, or measure it on the test sets routing compares "
+          f"(python -m nmt_serve.training.model_card --model {args.out_dir} --data ...; README, \"Languages\")")
     return 0
 
 
