@@ -66,7 +66,8 @@ def test_the_pivot_directions_are_listed_and_what_needs_one_model_says_why_not(c
     assert languages == {"de": ["en", "fr"], "en": ["fr"]}
     # a glossary's target terms would be translated again by the second model; attention maps are one model's
     for path, body in (("/v1/translate", {"text": "Ein Mann.", "glossary": [{"source": "Mann", "target": "homme"}]}),
-                       ("/v1/attention", {"text": "Ein Mann."})):
+                       ("/v1/attention", {"text": "Ein Mann."}),
+                       ("/v1/glossaries", {"name": "Leute", "entries": [{"source": "Mann", "target": "homme"}]})):
         response = client.post(path, json={"source": "de", "target": "fr", **body})
         assert response.status_code == 400, response.text
         assert "through en" in response.json()["error"]["message"]
