@@ -57,12 +57,13 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
             state.models = models
             state.unloaded = status.unloaded
             state.names = language_names(models)
-            through = state.settings.pivot_language
-            state.pivots = pivot_directions(models, state.names.get(through.casefold(), through))
+            through = state.language(state.settings.pivot_language)  # as the models name it (eng_Latn -> en)
+            state.pivots = pivot_directions(models, through)
             state.translation_cache.clear()  # answers of the engine before this one's models
             for m in status.models:
                 state.metrics.model_load_seconds.labels(model=m["id"]).set(m.get("load_seconds", 0.0))
-            log.info("ready: %s", ", ".join(sorted(state.models)))
+            log.info("ready: %s%s", ", ".join(sorted(state.models)),
+                     f"; through {through}: {', '.join(sorted(state.pivots))}" if state.pivots else "")
             if on_ready:
                 on_ready()
 
