@@ -391,7 +391,7 @@ def test_a_one_to_many_model_serves_its_pairs_only(mbart50_dir, tmp_path, capsys
 
     from nmt_serve.convert.command import main as convert_main
     from nmt_serve.inference.translator import Translator
-    from nmt_serve.service.directions import served_directions
+    from nmt_serve.service.directions import pivot_directions, served_directions
 
     source = shutil.copytree(mbart50_dir, tmp_path / "mbart-large-50-one-to-many-mmt")
     assert "--source-lang" in _convert_fails(source, tmp_path / "out", capsys)
@@ -411,7 +411,12 @@ def test_a_one_to_many_model_serves_its_pairs_only(mbart50_dir, tmp_path, capsys
     assert sorted(served_directions([info])) == ["en-de", "en-fr"]
     # many-to-one: the targets named
     assert convert_main([str(source), str(tmp_path / "m2o"), "--target-lang", "en_XX"]) == 0
-    assert sorted(Translator.load(tmp_path / "m2o", device="cpu").directions) == ["de_DE-en_XX", "fr_XX-en_XX"]
+    many_to_one = Translator.load(tmp_path / "m2o", device="cpu").info
+    assert sorted(many_to_one.directions) == ["de_DE-en_XX", "fr_XX-en_XX"]
+    # together they serve de-fr and fr-de through English, as the service names them
+    served = served_directions([info, {**info, "id": "m2o", "directions": many_to_one.directions}])
+    assert {d: p.describe()["models"] for d, p in pivot_directions(served, "en").items()} == {
+        "de-fr": ["m2o", "mbart"], "fr-de": ["m2o", "mbart"]}
 
 
 def test_a_conversion_the_loader_refuses_fails_and_leaves_nothing(tmp_path, spm_model, capsys):
