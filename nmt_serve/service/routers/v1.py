@@ -1,7 +1,7 @@
 """POST /v1/translate and POST /v1/attention, GET /v1/models."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Query, Request, Response, UploadFile
 from pydantic import BaseModel
 
 from nmt_serve.service.deadlines import request_timeout, with_deadline
@@ -15,17 +15,15 @@ from nmt_serve.service.file_translation import (
     translated_name,
 )
 from nmt_serve.service.file_translation import translate_file as translate_whole_file
+from nmt_serve.service.model_listing import narrowed, whole_listing
 from nmt_serve.service.pipeline import stored_glossary, terminology, translate_texts
 from nmt_serve.service.schemas import (
     AttentionRequest,
     AttentionResponse,
-    ModelInfo,
     ModelList,
-    PivotDirection,
     TranslateRequest,
     TranslateResponse,
     Translation,
-    UnloadedCheckpoint,
     Usage,
 )
 from nmt_serve.service.state import ServiceState
@@ -131,8 +129,14 @@ async def attention(body: AttentionRequest, request: Request, state: ServiceStat
          "step_mode": "auto", "static_decoder": None, "path": "checkpoints/de-en"},
     ]}}}}},
 )
-async def models(state: ServiceState = Depends(get_state)) -> ModelList:
-    return ModelList(models=[ModelInfo(**{k: v for k, v in m.describe().items() if k in ModelInfo.model_fields})
-                             for m in state.models.values()],
-                     pivots=[PivotDirection(**p.describe()) for p in state.pivots.values()],
-                     unloaded=[UnloadedCheckpoint(**u) for u in state.unloaded])
+async def models(request: Request, source: str | None = Query(None, description="only the directions from this language"),
+                 target: str | None = Query(None, description="only the directions into this language"),
+                 model: str | None = Query(None, description="only the directions this model serves (a pivot direction: "
+                                                             "either of its two)")) -> Response:
+    state: ServiceState = request.app.state.service
+    if source or target or model:
+        return Response(narrowed(state, source, target, model).model_dump_json(), media_type="application/json")
+    listing = await whole_listing(state)
+    if "gzip" in request.headers.get("accept-encoding", ""):
+        return Response(listing.gzipped, media_type="application/json", headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+    return Response(listing.body, media_type="application/json", headers={"Vary": "Accept-Encoding"})
