@@ -24,7 +24,7 @@ from nmt_serve.service.jobs_runner import JobRunner
 from nmt_serve.service.jobs_store import JobStore, default_directory
 from nmt_serve.service.routers import glossaries, health, jobs, libretranslate, ui, v1
 from nmt_serve.service.settings import Settings
-from nmt_serve.service.state import ServiceState
+from nmt_serve.service.state import ServiceState, capped
 
 log = logging.getLogger("service")
 
@@ -62,17 +62,11 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
             state.translation_cache.clear()  # answers of the engine before this one's models
             for m in status.models:
                 state.metrics.model_load_seconds.labels(model=m["id"]).set(m.get("load_seconds", 0.0))
-            log.info("ready: %s%s", _listed(state.models), f"; through {through}: {_listed(state.pivots)}" if state.pivots else "")
+            log.info("ready: %s%s", capped(state.directions), f"; through {through}: {capped(sorted(state.pivots))}" if state.pivots else "")
             if on_ready:
                 on_ready()
 
     return on_status
-
-
-def _listed(directions: dict, shown: int = 24) -> str:
-    """Directions for a log line: NLLB-200's 39,800 would make it 600 kB."""
-    names = sorted(directions)
-    return ", ".join(names[:shown]) + (f", ... ({len(names)} directions)" if len(names) > shown else "")
 
 
 def preload_language_models() -> None:

@@ -228,8 +228,7 @@ def document_limits(schema: dict, state) -> dict:
     (Without models yet there are no language lists: the schema is then not kept, see install_openapi.)"""
     s = state.settings
     models = list(state.models.values())
-    sources = sorted({m.source for m in models})
-    targets = sorted({m.target for m in models})
+    sources, targets = sorted(state.sources), sorted(state.targets)
     text = dict(maxLength=s.max_chars_per_text, maxItems=s.max_texts_per_request)
     components = schema.get("components", {}).get("schemas", {})
     for name in ("TranslateRequest", "AttentionRequest", "JobRequest"):
@@ -267,7 +266,7 @@ def install_openapi(app: FastAPI) -> None:
 
     def openapi() -> dict:
         state = getattr(app.state, "service", None)
-        directions = tuple(sorted(state.models)) if state is not None else ()
+        directions = tuple(state.directions) if state is not None else ()
         if app.openapi_schema is None or built_for[0] != directions:
             app.openapi_schema = None  # generate() caches its result in app.openapi_schema; ours replaces it
             schema = document_errors(generate())

@@ -91,7 +91,7 @@ def utf8_file(state: ServiceState, name: str, data: bytes, source: str, param: s
     extension = os.path.splitext(name)[1].lower()
     if extension not in LEGACY_TEXT + HTML_TEXT:
         return data
-    languages = [iso_639_1(m.source) or m.source for m in state.models.values()] if source == AUTO else [state.language(source)]
+    languages = [iso_639_1(s) or s for s in sorted(state.sources)] if source == AUTO else [state.language(source)]
 
     def detect(text: str) -> tuple[str | None, float]:
         found = state.detector().detect(text) if state.settings.language_detection and state.models else []

@@ -22,7 +22,7 @@ from nmt_serve.network.tokenizer import UNKNOWN_MARK, Tokenizer, restore_unknown
 from nmt_serve.service.deadlines import request_timeout, with_deadline
 from nmt_serve.service.directions import Pivot, ServedDirection
 from nmt_serve.service.errors import APIError, bad_request, timed_out
-from nmt_serve.service.state import ServiceState
+from nmt_serve.service.state import ServiceState, capped
 from nmt_serve.text import protected_spans
 from nmt_serve.text.entities import unescape_output
 from nmt_serve.text.glossary import GlossaryEntry, Terminology
@@ -99,7 +99,7 @@ def resolve_model(state: ServiceState, source: str, target: str, text: str, para
         return state.route(source, target), None
     detector = state.detector()
     found = detector.identify(text)
-    served = {m.source for m in state.models.values()}
+    served = state.sources
     unserved = found is not None and found.language not in served
     candidates = [] if unserved else detector.detect(text)
     if not candidates and upstream_fallbacks:
@@ -121,7 +121,7 @@ def resolve_model(state: ServiceState, source: str, target: str, text: str, para
     route = state.models.get(f"{best.language}-{target}") or state.pivots.get(f"{best.language}-{target}")
     if route is None:
         raise bad_request(f"the text looks like {_language_name(best.language)}, but no loaded model translates "
-                          f"{best.language}->{target}; loaded pairs: {', '.join(sorted(state.models))}", param)
+                          f"{best.language}->{target}; loaded pairs: {capped(state.directions)}", param)
     return route, best
 
 

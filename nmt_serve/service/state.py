@@ -40,6 +40,9 @@ class ServiceState:
     translation_cache: TranslationCache = None  # type: ignore[assignment]
     glossaries: GlossaryStore = None  # type: ignore[assignment]
     listing: "Listing | None" = None  # GET /v1/models' whole body, kept while these models are served
+    # (sorted directions, source languages, target languages) of `models`, and the dict they were read from
+    _served: tuple = field(default=((), frozenset(), frozenset()), init=False, repr=False)
+    _served_of: dict | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.translation_cache = TranslationCache(self.settings.api_cache_entries)
@@ -60,6 +63,30 @@ class ServiceState:
             raise not_ready()
         return self.engine
 
+    def _facts(self) -> tuple:
+        """What requests read of the served models, made once per set of them: NLLB-200 serves 40,602
+        directions, and a set of their languages took 3 ms, several times a request."""
+        if self._served_of is not self.models:
+            models = self.models
+            self._served = (sorted(models), frozenset(m.source for m in models.values()), frozenset(m.target for m in models.values()))
+            self._served_of = models
+        return self._served
+
+    @property
+    def directions(self) -> list[str]:
+        """The served directions, sorted."""
+        return self._facts()[0]
+
+    @property
+    def sources(self) -> frozenset[str]:
+        """The languages some served model translates from."""
+        return self._facts()[1]
+
+    @property
+    def targets(self) -> frozenset[str]:
+        """The languages some served model translates into."""
+        return self._facts()[2]
+
     def language(self, name: str) -> str:
         """The service's name of a language named as a user may name it (`deu_Latn`, `de_DE`, `DE` -> `de`);
         a name no model knows as given (for the error that names it)."""
@@ -69,7 +96,7 @@ class ServiceState:
         """A served language named as both source and target: the text is given back as it is (as
         LibreTranslate does), with no model."""
         source, target = self.language(source), self.language(target)
-        return source == target and any(source in (m.source, m.target) for m in self.models.values())
+        return source == target and (source in self.sources or source in self.targets)
 
     def model_for(self, source: str, target: str) -> ServedDirection:
         """The model that translates source into target itself; 400 where none does (a direction served through
@@ -81,12 +108,12 @@ class ServiceState:
             if pivot is not None:
                 raise bad_request(f"no model translates {source}->{target} itself (it is translated through {pivot.through}, "
                                   f"by {pivot.first.id} and {pivot.second.id}): this needs one model; "
-                                  f"direct pairs: {', '.join(sorted(self.models))}", "target")
-            pairs = ", ".join(sorted(self.models)) or "none loaded yet"
+                                  f"direct pairs: {capped(self.directions)}", "target")
+            pairs = capped(self.directions) or "none loaded yet"
             if self.pivots:
-                pairs += f"; through {next(iter(self.pivots.values())).through}: {', '.join(sorted(self.pivots))}"
+                pairs += f"; through {next(iter(self.pivots.values())).through}: {capped(sorted(self.pivots))}"
             # the parameter to change: the target when some model reads this source
-            param = "target" if any(m.source == source for m in self.models.values()) else "source"
+            param = "target" if source in self.sources else "source"
             raise bad_request(f"no model for {source}->{target}; supported pairs: {pairs}", param)
         return model
 
@@ -103,4 +130,10 @@ class ServiceState:
             raise bad_request('language detection is off on this server: name the source language instead of "auto"', "source")
         from nmt_serve.text.language_detection import detector_for
 
-        return detector_for(frozenset(m.source for m in self.models.values()))
+        return detector_for(self.sources)
+
+
+def capped(names: list[str], shown: int = 24) -> str:
+    """Names for a message or a log line, at most `shown` of them and then their count: NLLB-200's 40,602
+    directions would make one 600 kB."""
+    return ", ".join(names[:shown]) + (f", ... ({len(names)} in all)" if len(names) > shown else "")

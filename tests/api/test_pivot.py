@@ -163,3 +163,21 @@ def test_the_models_listing_is_kept_narrowed_on_request_and_gzipped_for_who_take
     finally:
         state.models, state.pivots = served, kept
     assert client.get("/v1/models").json() == whole.json()
+
+
+def test_what_requests_read_of_the_served_models_follows_them_and_messages_stay_short(client):
+    """The served languages and directions are made once per set of models (NLLB-200 serves 40,602 directions);
+    a message naming them lists 24 and the count."""
+    from nmt_serve.service.state import capped
+
+    state = client.app.state.service
+    assert state.sources == {"de", "en"} and state.targets == {"en", "fr"} and state.directions == ["de-en", "en-fr"]
+    served = state.models
+    try:
+        state.models = {"de-en": served["de-en"]}
+        assert state.targets == {"en"} and state.directions == ["de-en"]
+    finally:
+        state.models = served
+    assert state.targets == {"en", "fr"}
+    names = [f"l{i}-m{i}" for i in range(40)]
+    assert capped(names) == ", ".join(names[:24]) + ", ... (40 in all)" and capped(names[:3]) == "l0-m0, l1-m1, l2-m2"

@@ -186,12 +186,12 @@ def authorize_libretranslate(state: ServiceState, request: Request, params: dict
 
 
 def check_source(state: ServiceState, source: str, param: str = "source") -> None:
-    if source != AUTO and state.language(source) not in {m.source for m in state.models.values()}:
+    if source != AUTO and state.language(source) not in state.sources:
         raise bad_request(f"{source} is not supported", param)
 
 
 def check_target(state: ServiceState, target: str) -> None:
-    if state.language(target) not in {m.target for m in state.models.values()}:
+    if state.language(target) not in state.targets:
         raise bad_request(f"{target} is not supported", "target")
 
 
@@ -409,11 +409,11 @@ async def languages(state: ServiceState = Depends(get_state)) -> list[Language]:
     }, "what LibreTranslate's front-end and clients read")},
 )
 async def frontend_settings(state: ServiceState = Depends(get_state)) -> dict:
-    targets = sorted({m.target for m in state.models.values()})
+    targets = sorted(state.targets)
     target = "en" if "en" in targets else (targets[0] if targets else "en")
     source = {"code": AUTO, "name": "Auto Detect"}
     if not state.settings.language_detection:  # a served source language, another than the target where one is
-        sources = sorted({m.source for m in state.models.values()}, key=lambda c: (c == target, c)) or ["en"]
+        sources = sorted(state.sources, key=lambda c: (c == target, c)) or ["en"]
         source = {"code": sources[0], "name": language_name(sources[0])}
     return {
         "charLimit": state.settings.max_chars_per_text,
