@@ -109,7 +109,8 @@ class ServiceState:
                 raise bad_request(f"no model translates {source}->{target} itself (it is translated through {pivot.through}, "
                                   f"by {pivot.first.id} and {pivot.second.id}): this needs one model; "
                                   f"direct pairs: {capped(self.directions)}", "target")
-            pairs = capped(self.directions) or "none loaded yet"
+            # those from the asked source first: with many directions, the list is cut after a few
+            pairs = capped(sorted(self.directions, key=lambda d: not d.startswith(f"{source}-"))) or "none loaded yet"
             if self.pivots:
                 pairs += f"; through {next(iter(self.pivots.values())).through}: {capped(sorted(self.pivots))}"
             # the parameter to change: the target when some model reads this source
