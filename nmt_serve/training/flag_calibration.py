@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nmt-flag-calibration", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, type=Path)
     parser.add_argument("--data", required=True, type=Path, help="directory with val.{lang}.gz (or a pattern with {lang})")
-    parser.add_argument("--directions", default="", help="comma-separated (default: every direction the model serves with files here)")
+    parser.add_argument("--directions", default="", help="comma-separated (default: every direction the model serves with files "
+                        "here; for a model named by its own codes, such as NLLB-200, those between languages with files)")
     parser.add_argument("--lines", type=int, default=1000,
                         help=f"the first N sentences of each direction's source (a direction gets thresholds of its own from {MIN_SENTENCES})")
     parser.add_argument("--beam-size", type=int, default=4)
@@ -115,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--directions: {', '.join(unknown)} not served by {args.model}")
     directions = list(dict.fromkeys(names[d] for d in asked)) or served
+    if info.language_codes and not asked:
+        # between the languages with files only: NLLB-200 translates each of them into 201 others
+        have = {lang for d in directions for lang in d.split("-") if Path(pattern.format(lang=lang)).is_file()}
+        directions = [d for d in directions if set(d.split("-")) <= have]
     sets = {d: read_lines(pattern.format(lang=d.split("-")[0]))[: args.lines] for d in directions
             if Path(pattern.format(lang=d.split("-")[0])).is_file()}
     if not sets:

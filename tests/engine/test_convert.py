@@ -816,11 +816,15 @@ def test_a_model_named_by_codes_gets_quality_flag_thresholds_under_the_service_n
     data.mkdir()
     for lang in ("de", "en", "fr"):
         with gzip.open(data / f"val.{lang}.gz", "wt") as f:
-            # a few words of each line: the tiny model takes 64 positions
-            f.write("".join(" ".join(line.split()[:4]) + "\n" for line in (fixtures / f"val40.{lang}").read_text().splitlines()))
+            # a few words of each line (the tiny model takes 64 positions), twice over
+            f.write("".join(" ".join(line.split()[:4]) + "\n" for line in (fixtures / f"val40.{lang}").read_text().splitlines() * 2))
     assert flag_calibration.main(["--model", str(ours), "--data", str(data), "--lines", "20", "--beam-size", "1"]) == 0
     measured = read_info(ours).metadata["quality_flags"]["measured_on"]
     assert measured["directions"] == ["de-en", "de-fr", "en-de", "en-fr", "fr-de", "fr-en"] and measured["sentences"] == 120
+    # a language without a file is no direction's target either (NLLB-200 would add 201 per language)
+    (data / "val.fr.gz").unlink()
+    assert flag_calibration.main(["--model", str(ours), "--data", str(data), "--lines", "60", "--beam-size", "1"]) == 0
+    assert read_info(ours).metadata["quality_flags"]["measured_on"]["directions"] == ["de-en", "en-de"]
     for directions, message in (("de-xx", "not served"), ("deu_Latn-eng_Latn", "too few")):  # either naming is taken
         with pytest.raises(SystemExit):
             flag_calibration.main(["--model", str(ours), "--data", str(data), "--lines", "20", "--directions", directions])
