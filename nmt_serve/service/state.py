@@ -18,7 +18,6 @@ from nmt_serve.service.translation_cache import TranslationCache
 if TYPE_CHECKING:
     from nmt_serve.engine.supervisor import EngineSupervisor
     from nmt_serve.service.engine_client import EngineClient
-    from nmt_serve.service.model_listing import Listing
     from nmt_serve.text.language_detection import LanguageDetector
 
 
@@ -39,7 +38,7 @@ class ServiceState:
     names: dict[str, str] = field(default_factory=dict)  # a model's own language code -> the service's name for it
     translation_cache: TranslationCache = None  # type: ignore[assignment]
     glossaries: GlossaryStore = None  # type: ignore[assignment]
-    listing: "Listing | None" = None  # GET /v1/models' whole body, kept while these models are served
+    listing: object = None  # model_listing.Listing: GET /v1/models' whole body, kept while these models are served
     # (sorted directions, source languages, target languages) of `models`, and the dict they were read from
     _served: tuple = field(default=((), frozenset(), frozenset()), init=False, repr=False)
     _served_of: dict | None = field(default=None, init=False, repr=False)
