@@ -66,6 +66,8 @@ def best(offers: Iterable[Offer], cost_limit: float = 0.0, prefer: Sequence[str]
     """The offer that serves one direction: the first of `prefer` (model names) among them, whatever its
     scores and cost; else the best by scores among those cost_limit allows (see affordable; 0 on a GPU)."""
     offers = list(offers)
+    if len(offers) == 1:  # whatever the rules, the only one (most of a many-to-many model's 40,602 directions)
+        return offers[0]
     preferred = [o for o in offers if o.name in prefer]
     if preferred:
         return min(preferred, key=lambda o: prefer.index(o.name))
