@@ -165,7 +165,7 @@ def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: floa
             why += (f"; it has none (a converted model): measure its card (python -m nmt_serve.training.model_card) "
                     f"or name it in prefer (NMT_PREFER={path.name})")
         log.info("not loading %s from %s: every direction it serves goes to %s: %s", names[path], path, ", ".join(better), why)
-        # NLLB-200 serves 39,800: the list goes out with every status
+        # NLLB-200 serves 40,602: the list goes out with every status
         plan.unloaded.append(dict(model=names[path], path=str(path), directions=served[path][:UNLOADED_DIRECTIONS_LISTED],
                                   direction_count=len(served[path]), served_by=better, reason=why))
     return plan

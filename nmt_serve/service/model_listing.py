@@ -1,4 +1,4 @@
-"""GET /v1/models' body. A many-to-many model makes it large: NLLB-200's 39,800 directions are 27 MB of JSON,
+"""GET /v1/models' body. A many-to-many model makes it large: NLLB-200's 40,602 directions are 27 MB of JSON,
 which took 2 s of the event loop to validate and serialize on every call (every other request waited). The
 whole listing is therefore built once per set of served models, on a thread, and kept with its gzip (a few
 percent of the size, for clients that take it); a listing narrowed by source, target or model is built when
