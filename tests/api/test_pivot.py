@@ -102,6 +102,8 @@ def test_no_pivot_language_no_pivot(pivot_models, tmp_path):
         refused = c.post("/v1/translate", json={"text": "Ein Mann.", "source": "de", "target": "fr"})
         assert refused.status_code == 400 and "no model for de->fr" in refused.json()["error"]["message"]
         assert c.get("/v1/models").json()["pivots"] == []
+    with client_for(pivot_models, tmp_path, pivot_language="EN") as c:  # named as a request may name it
+        assert [p["id"] for p in ready(c).get("/v1/models").json()["pivots"]] == ["de-fr"]
 
 
 def test_the_second_translation_is_not_held_to_the_token_limit_of_what_users_send(client, pivot_models, tmp_path, spm_model):
