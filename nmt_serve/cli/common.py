@@ -105,12 +105,13 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
                         help="auto: the static decoder (CUDA graphs) on CUDA, the eager search on CPU; eager: always the eager search")
 
 
-def load_translator(parser: argparse.ArgumentParser, args: argparse.Namespace) -> "Translator":
+def load_translator(parser: argparse.ArgumentParser, args: argparse.Namespace, model: str | None = None) -> "Translator":
+    """args.model (or `model`, with the same options) loaded; a problem is one line and exit status 2."""
     from nmt_serve.inference.translator import Translator
     from nmt_serve.network.checkpoint import CheckpointError
 
     # CheckpointError: a missing or broken checkpoint; ValueError: options it cannot run with (cuda on a CPU machine)
     with user_errors(parser, CheckpointError, ValueError):
-        translator = Translator.load(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization,
+        translator = Translator.load(model or args.model, device=args.device, dtype=args.dtype, quantization=args.quantization,
                                      step_mode=args.step_mode)
     return translator

@@ -4,9 +4,11 @@ Each line is cut into sentences (a line may be a paragraph) and put back togethe
     python -m nmt_serve.cli.translate --model checkpoints/de-en < input.de > output.en
     python -m nmt_serve.cli.translate --model checkpoints/en-de --demo
     python -m nmt_serve.cli.translate --model checkpoints/multi30k --source-lang fr --target-lang cs < input.fr
+    python -m nmt_serve.cli.translate --model opus-mt-de-en --pivot en --second-model opus-mt-en-fr < input.de
 
 --demo translates a few built-in sentences in the model's source language instead of reading stdin,
-and prints each with its translation.
+and prints each with its translation. --pivot translates into that language first and from it into the
+target (with --second-model, or the same model), as the service does for a direction no model serves.
 """
 from __future__ import annotations
 
@@ -52,14 +54,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--progress", choices=["auto", "always", "never"], default="auto", help="progress bar on stderr (auto: when stdin is not a terminal)")
     parser.add_argument("--source-lang", help="the input's language (a multilingual model needs it, for sentence splitting)")
     parser.add_argument("--target-lang", help="the language to translate into (a multilingual model needs it)")
+    parser.add_argument("--pivot", help="translate into this language first, then from it into the target language")
+    parser.add_argument("--second-model", help="the model of the pivot's second translation (default: --model)")
     parser.add_argument("--demo", action="store_true", help="translate built-in sentences in the model's source language, not stdin")
     parser.add_argument("--no-split-sentences", dest="split_sentences", action="store_false",
                         help="translate each line whole instead of sentence by sentence")
     return parser
 
 
-def direction(parser: argparse.ArgumentParser, model_dir: str, source: str | None, target: str | None) -> tuple[str, str]:
-    """The (source, target) languages of this run, checked against the checkpoint before any weights load."""
+def direction(parser: argparse.ArgumentParser, model_dir: str, source: str | None, target: str | None,
+              flags: tuple[str, str] = ("--source-lang", "--target-lang")) -> tuple[str, str]:
+    """The (source, target) languages of this run (or of one of a pivot's translations, whose languages `flags`
+    name), checked against the checkpoint before any weights load."""
     info = check_model(parser, model_dir)
     if info.language_codes:  # a language may be named by its ISO 639-1 code too (de for deu_Latn)
         aliases = iso_aliases(info.language_codes)
@@ -68,11 +74,11 @@ def direction(parser: argparse.ArgumentParser, model_dir: str, source: str | Non
         # a many-to-many model's directions are every pair of its languages: name the languages
         served = f"its languages: {', '.join(info.language_codes)}" if info.language_codes else f"it serves {', '.join(info.served())}"
         if not source or not target:
-            fail(parser, f"{model_dir} is multilingual: name --source-lang and --target-lang ({served})")
+            fail(parser, f"{model_dir} is multilingual: name {flags[0]} and {flags[1]} ({served})")
         if f"{source}-{target}" not in info.served():
             fail(parser, f"{model_dir} does not translate {source}->{target}; {served}")
         return source, target
-    for flag, given, own in (("--source-lang", source, info.source_lang), ("--target-lang", target, info.target_lang)):
+    for flag, given, own in ((flags[0], source, info.source_lang), (flags[1], target, info.target_lang)):
         if given and given != own:
             fail(parser, f"{flag} {given}: {model_dir} translates {info.source_lang}->{info.target_lang}")
     return info.source_lang, info.target_lang
@@ -135,23 +141,38 @@ def main(argv: list[str] | None = None) -> int:
     most_threads = 4 * (os.cpu_count() or 1)
     if args.threads > most_threads:
         fail(parser, f"--threads {args.threads}: more than {most_threads} (4 per CPU core of this machine)")
-    source_lang, target_lang = direction(parser, args.model, args.source_lang, args.target_lang)
+    if args.second_model and not args.pivot:
+        fail(parser, f"--second-model {args.second_model}: it makes the pivot's second translation: give --pivot")
+    if args.pivot and args.pivot == args.source_lang:
+        fail(parser, f"--pivot {args.pivot}: the source language itself: there is nothing to pivot through")
+    # every translation of the run: one, or two through --pivot (the languages as each model names them)
+    routes = [(args.model, *direction(parser, args.model, args.source_lang, args.pivot or args.target_lang,
+                                      ("--source-lang", "--pivot" if args.pivot else "--target-lang")))]
+    if args.pivot:
+        if routes[0][1] == routes[0][2]:
+            fail(parser, f"--pivot {args.pivot}: the source language itself: there is nothing to pivot through")
+        second = args.second_model or args.model
+        routes.append((second, *direction(parser, second, args.pivot, args.target_lang, ("--pivot", "--target-lang"))))
+    source_lang, target_lang = routes[0][1], routes[-1][2]
     demo = demo_sentences(parser, args.model, source_lang) if args.demo else None
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    translator = load_translator(parser, args)
-    options = dict(beam_size=args.beam_size, max_length=args.max_length, length_penalty=args.length_penalty,
-                   no_repeat_ngram_size=args.no_repeat_ngram_size, max_batch_size=args.batch_size,
-                   target_lang=target_lang if translator.multilingual else None,
-                   source_lang=source_lang if translator.info.language_codes else None)
+    hops = []
+    for model_dir, source, target in routes:
+        translator = load_translator(parser, args, model_dir) if not hops or model_dir != routes[0][0] else hops[0][0]
+        hops.append((translator, dict(beam_size=args.beam_size, max_length=args.max_length, length_penalty=args.length_penalty,
+                                      no_repeat_ngram_size=args.no_repeat_ngram_size, max_batch_size=args.batch_size,
+                                      target_lang=target if translator.multilingual else None,
+                                      source_lang=source if translator.info.language_codes else None), source))
     try:
         if demo is not None:
-            for line, result in zip(demo, translator.translate(demo, **options)):
-                print(f"{source_lang}: {line}\n{target_lang}: {result.text}")
+            with user_errors(parser, ValueError):
+                for line, text in zip(demo, translate_through(hops, demo, args.split_sentences)):
+                    print(f"{source_lang}: {line}\n{target_lang}: {text}")
             return 0
-        translate_stdin(parser, args, translator, options, source_lang)
+        translate_stdin(parser, args, hops)
     except BrokenPipeError:
         # the reader stopped early (`| head`): stop quietly, as a Unix tool does; what is still buffered
         # goes to /dev/null, or Python's flush at exit raises the same error again
@@ -160,7 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def translate_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace, translator, options: dict, source_lang: str) -> None:
+def translate_through(hops: list[tuple], lines: list[str], split_sentences: bool, first_line: int = 1) -> list[str]:
+    """Lines translated by each of `hops` ((translator, options, source language)) in turn: one, or two through a
+    pivot language."""
+    for translator, options, source_lang in hops:
+        lines = translate_lines(translator, lines, split_sentences, options, source_lang, first_line)
+    return lines
+
+
+def translate_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace, hops: list[tuple]) -> None:
     lines = read_stdin()
     show = args.progress == "always" or (args.progress == "auto" and not sys.stdin.isatty())
     # chunks of several batches: the translator sorts each chunk by length, the bar moves per chunk
@@ -171,7 +200,7 @@ def translate_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace, t
                                                dynamic_ncols=True) as bar:
         for start in range(0, len(lines), chunk):
             part = lines[start : start + chunk]
-            translated = translate_lines(translator, part, args.split_sentences, options, source_lang, start + 1)
+            translated = translate_through(hops, part, args.split_sentences, start + 1)
             sys.stdout.write("".join(text + "\n" for text in translated))
             sys.stdout.flush()
             bar.update(len(part))

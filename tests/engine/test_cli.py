@@ -379,3 +379,23 @@ def test_scoring_without_the_eval_extra_is_one_line(monkeypatch, capsys):
             main(["--help"])
         assert exit_.value.code == 2
         assert "nmt-serve[eval]" in capsys.readouterr().err
+
+
+def test_translate_through_a_pivot_language_is_the_two_translations(capsys, monkeypatch):
+    """--pivot en --second-model: de->en by one model, then en->de by the other, as two runs one after the other
+    write it (the service's pivot, offline); what cannot be pivoted is refused before any model loads."""
+    german = "Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee. Eine Frau liest.\n"
+    common = ["--device", "cpu", "--beam-size", "1", "--progress", "never"]
+
+    def translated(lines: str, *args: str) -> str:
+        monkeypatch.setattr("sys.stdin", io.StringIO(lines))
+        assert translate.main([*args, *common]) == 0
+        return capsys.readouterr().out
+
+    english = translated(german, "--model", DE_EN)
+    assert translated(german, "--model", DE_EN, "--pivot", "en", "--second-model", EN_DE) == translated(english, "--model", EN_DE)
+    for args, message in ((["--model", DE_EN, "--second-model", EN_DE], "give --pivot"),
+                          (["--model", DE_EN, "--pivot", "en", "--second-model", DE_EN], "--pivot en: "),
+                          (["--model", DE_EN, "--pivot", "fr"], "--pivot fr: "),
+                          (["--model", DE_EN, "--source-lang", "de", "--pivot", "de"], "the source language itself")):
+        main_error(capsys, translate, [*args, *common], "nmt-translate", message)
