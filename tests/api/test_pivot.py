@@ -127,13 +127,15 @@ def test_both_translations_share_the_request_deadline(client, monkeypatch):
 
     calls = []
 
-    def monotonic() -> float:  # 4 s later at every look: the first hop leaves 6 of 10 s, the second finds none
+    # 12 s later at every look: the first hop is left 18 of 30 s (of the real clock too: a busy machine's
+    # translation ends within them), the second finds none
+    def monotonic() -> float:
         calls.append(1)
-        return 4.0 * len(calls)
+        return 12.0 * len(calls)
 
     monkeypatch.setattr(pipeline, "time", types.SimpleNamespace(monotonic=monotonic))
     late = client.post("/v1/translate", json={"text": "Ein Mann.", "source": "de", "target": "fr"},
-                       headers={"X-Request-Timeout": "10"})
+                       headers={"X-Request-Timeout": "30"})
     assert late.status_code == 504 and late.json()["error"]["type"] == "timeout", late.text
     assert len(calls) == 4  # the request's start, the first hop's (and its own start), the second's
 
