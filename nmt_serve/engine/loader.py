@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from nmt_serve.engine.memory_plan import GIB, DoesNotFit, MemoryPlan, ModelNeeds, budget, plan
 from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT, preferred_names
-from nmt_serve.text import language_codes
+from nmt_serve.text.language_codes import public_directions
 
 if TYPE_CHECKING:
     from nmt_serve.inference.translator import Translator
@@ -94,12 +94,6 @@ def resolve_prefer(prefer: str, names: dict[Path, str], models_dir: str | Path) 
     return preferred_names(prefer, aliases)
 
 
-def public_directions(info: CheckpointInfo) -> list[str]:
-    """The directions a checkpoint serves as the API names them (text.language_codes.public_directions: a model
-    with language codes by each code's ISO 639-1 name where it has one of its own)."""
-    return language_codes.public_directions(info.served(), info.language_codes) if info.language_codes else info.served()
-
-
 def check_prefer(models_dir: str | Path, prefer: str) -> None:
     """resolve_prefer's check alone, before the engine starts: from each checkpoint's config.json, read as JSON
     (checkpoint.read_info would import torch into the API process)."""
@@ -140,7 +134,8 @@ def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: floa
     names = model_names({p: (info.multilingual, f"{info.source_lang}-{info.target_lang}") for p, info in infos.items()})
     preferred = resolve_prefer(prefer, names, models_dir)
     costs = {p: decode_cost(info.config) for p, info in infos.items()}
-    served = {p: public_directions(info) for p, info in infos.items()}
+    # as the API names them: a model with language codes by each code's ISO 639-1 name where it has one of its own
+    served = {p: public_directions(info.served(), info.language_codes) for p, info in infos.items()}
     offers = [Offer(names[p], d, info.test_scores().get(d, {}), info.multilingual, costs[p]) for p, info in infos.items() for d in served[p]]
     limit = cpu_cost_limit if resolve_device(device).type == "cpu" else 0.0
     # a checkpoint whose every direction another one serves better would only take memory and load time

@@ -100,8 +100,6 @@ def served_directions(infos: list[dict], cpu_cost_limit: float = DEFAULT_CPU_COS
             candidates.setdefault(direction, []).append(ServedDirection(direction, info, inputs, source, target, info["id"]))
 
     def chosen(found: list[ServedDirection]) -> ServedDirection:
-        if len(found) == 1:  # nothing to weigh (most of a many-to-many model's 40,602 directions)
-            return found[0]
         offers = [Offer(m.engine_model, m.id, _test_scores(m.info, m.id), m.multilingual, m.info.get("decode_cost", 0.0)) for m in found]
         on_cpu = all(str(m.info.get("device", "cpu")).startswith("cpu") for m in found)
         pick = best(offers, cpu_cost_limit if on_cpu else 0.0, preferred)

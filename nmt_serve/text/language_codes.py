@@ -51,10 +51,19 @@ def public_names(codes: Iterable[str]) -> dict[str, str]:
     return {code: iso_of.get(code, code) for code in codes}
 
 
-def public_directions(directions: Iterable[str], codes: Iterable[str]) -> list[str]:
-    """Directions between a model's codes ("deu_Latn-fra_Latn") as the service names them ("de-fr")."""
+def public_directions(directions: Iterable[str], codes: Iterable[str] | None) -> list[str]:
+    """Directions between a model's codes ("deu_Latn-fra_Latn") as the service names them ("de-fr"); a model
+    without codes (None) names them so already."""
+    if not codes:
+        return list(directions)
     names = public_names(codes)
     return [f"{names.get(s, s)}-{names.get(t, t)}" for s, t in (d.split("-", 1) for d in directions)]
+
+
+def direction_names(directions: list[str], codes: Iterable[str] | None) -> dict[str, str]:
+    """{a direction as the model or the service names it: the service's name} (what a tool's --directions takes)."""
+    public = public_directions(directions, codes)
+    return {**dict(zip(directions, public)), **{name: name for name in public}}
 
 
 def bcp47(language: str) -> str:

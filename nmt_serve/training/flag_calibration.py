@@ -29,7 +29,7 @@ import torch
 from nmt_serve.engine.attention_maps import source_entropy
 from nmt_serve.inference.translator import Translator
 from nmt_serve.network.checkpoint import CONFIG_FILE, read_info
-from nmt_serve.text.language_codes import public_directions
+from nmt_serve.text.language_codes import direction_names, public_directions
 from nmt_serve.text.quality_flags import FlagThresholds
 from nmt_serve.training.data import read_lines
 
@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     info = read_info(args.model)
     # a model named by its own codes (NLLB-200's deu_Latn-fra_Latn) is measured and recorded under the names the
     # service gives its directions (de-fr), where the service looks its thresholds up
-    served = public_directions(info.served(), info.language_codes) if info.language_codes else info.served()
-    names = {**dict(zip(info.served(), served)), **{d: d for d in served}}
+    served = public_directions(info.served(), info.language_codes)
+    names = direction_names(info.served(), info.language_codes)
     asked = [d for d in args.directions.split(",") if d]
     unknown = [d for d in asked if d not in names]
     if unknown:

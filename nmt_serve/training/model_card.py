@@ -33,7 +33,7 @@ from nmt_serve.cli.common import fail
 from nmt_serve.convert.card import render_converted_card
 from nmt_serve.inference.translator import Translator
 from nmt_serve.network.checkpoint import CONFIG_FILE, read_info
-from nmt_serve.text.language_codes import public_directions
+from nmt_serve.text.language_codes import direction_names, public_directions
 from nmt_serve.training.data import read_lines
 from nmt_serve.training.evaluate import evaluate
 from nmt_serve.training.hardware import cpu_name
@@ -149,7 +149,7 @@ def measure_directions(translator: Translator, data: Path, beam_sizes: list[int]
     and recorded under the names the service gives its directions (`de-en`): those routing compares.
     kept: the rows an earlier run measured, and where to keep new ones."""
     kept = kept or MeasuredRows()
-    served = served_names(translator)
+    served = public_directions(translator.directions, translator.info.language_codes)
     if directions is None:
         directions = {d: list(SPLITS.values()) if splits is None else splits for d in served}
 
@@ -169,12 +169,6 @@ def measure_directions(translator: Translator, data: Path, beam_sizes: list[int]
     return rows
 
 
-def served_names(translator: Translator) -> list[str]:
-    """The directions the model serves, as the service names them (`de-en` for NLLB-200's `deu_Latn-eng_Latn`)."""
-    codes = translator.info.language_codes
-    return public_directions(translator.directions, codes) if codes else translator.directions
-
-
 def plan_directions(served: list[str], codes: dict[str, str] | None, data: Path | None, splits: list[str],
                     pair_tests: dict[str, str], chosen: list[str] | None) -> dict[str, list[str]]:
     """{direction: the Multi30k splits it is measured on}, checked before any model is loaded (a measurement takes
@@ -182,8 +176,8 @@ def plan_directions(served: list[str], codes: dict[str, str] | None, data: Path 
     that some test set holds; ValueError (one line) for a direction it does not serve, a Multi30k file that is
     missing, or a chosen direction no test set holds. A model named by its own codes (NLLB-200: 40,602
     directions) is measured, unless told, in those between the languages the test files hold."""
-    public = dict(zip(public_directions(served, codes), served)) if codes else {d: d for d in served}
-    names = {**{code: name for name, code in public.items()}, **{name: name for name in public}}
+    public = public_directions(served, codes)
+    names = direction_names(served, codes)
 
     @functools.lru_cache(maxsize=None)
     def listed(directory: Path) -> frozenset[str]:  # each directory read once: 40,602 directions x files to look for
