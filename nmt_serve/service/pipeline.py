@@ -251,8 +251,10 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
         results, attention = await with_deadline(state, request, timeout, run())
     else:
         results, attention = await run()  # the engine drops a chunk past its deadline (504)
-    hops = dict(param=param, format=format, split_sentences=split_sentences, attention_check=attention_check)
-    pivoted = await _pivoted(state, request, prepared, options, terminology, timeout, started, hops)
+    pivoted = {}
+    if any(t.pivot is not None for t in prepared):  # most requests have none: no coroutine for them
+        hops = dict(param=param, format=format, split_sentences=split_sentences, attention_check=attention_check)
+        pivoted = await _pivoted(state, request, prepared, options, terminology, timeout, started, hops)
     return [_assemble(state, t, results[t.model.id], sentence_texts[t.model.id], batches[t.model.id], attention, options)
             if t.model is not None else pivoted[i] if t.pivot is not None else _as_is(t, options) for i, t in enumerate(prepared)]
 
@@ -268,8 +270,6 @@ async def _pivoted(state: ServiceState, request: Request | None, prepared: list[
     for i, t in enumerate(prepared):
         if t.pivot is not None:
             routes.setdefault(t.pivot.id, []).append(i)
-    if not routes:
-        return {}
     avoided = Terminology(avoid=terminology.avoid) if terminology is not None and terminology.avoid else None
 
     def left() -> float | None:  # a job's hops each have the chunk's deadline, as any chunk's call
