@@ -32,6 +32,10 @@ torch.set_num_threads(max(1, min(2, _CORES // int(os.environ.get("PYTEST_XDIST_W
 # every server the tests start keeps its jobs apart from a real server's (and from earlier runs'): the
 # jobs directory is shared by design, and a job left in it would be taken up by the next server
 os.environ["NMT_JOBS_DIR"] = tempfile.mkdtemp(prefix="nmt-test-jobs-")
+# the engines the tests start (some 80 a run) take admission's starting rate from the settings instead of a
+# calibration of 1-2 s of every core: admission admits everything here, as the in-process cores' `admission.rate =
+# 1e9` do, and is tested on its own (test_admission, test_engine). NMT_ADMISSION_RATE=0 runs the suite calibrating.
+os.environ.setdefault("NMT_ADMISSION_RATE", "1e9")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -108,6 +108,7 @@ class EngineConfig:
     batching: bool = True  # false: a batch runs one call at a time (for comparison)
     admission: bool = True
     admission_margin: float = 0.8
+    admission_rate: float = 0.0  # decode units/s to start from; 0: calibrate() measures it at start-up
     retry_after_s: int = 1
     background_share: float = 0.25  # of a search's running sentences, at most this share (at least one) background ones
     translation_cache_entries: int = 0  # n-best lists kept for all API workers (result_cache.py); the service sets it where workers > 1
@@ -931,6 +932,22 @@ class EngineCore:
             self._window = [0.0, 0.0, 0, 0]
 
     # ------------------------------------------------------------------ start-up
+    def first_runs(self) -> None:
+        """Every model translates once before the engine serves, so weights that load but do not compute
+        (NaN scores) are refused at start-up rather than by the first request, and admission gets its
+        starting rate: the settings' admission_rate where they give one (a restart then skips the
+        calibration's second or two), else calibrate()'s measurement, whose rounds check the first model."""
+        checked = None
+        if self.config.admission and self.config.admission_rate > 0:
+            self.admission.rate = self.config.admission_rate
+            log.info("admission: engine rate %.0f decode units/s (admission_rate; no calibration)", self.config.admission_rate)
+        elif self.config.admission and self.models:
+            self.calibrate()
+            checked = next(iter(self.models))
+        for model_id in self.models:
+            if model_id != checked:
+                self._check_scores(model_id)
+
     def calibrate(self, rounds: int = CALIBRATION_ROUNDS, within_s: float = CALIBRATION_SECONDS) -> None:
         """Measure the rate before the first call, so that admission starts from a measured figure rather
         than a guess (it then follows the real work): a batch in every lane at once, as the engine runs
@@ -948,10 +965,8 @@ class EngineCore:
             return
         model_id, translator = next(iter(self.models.items()))
         beam = 4
-        source, target = translator.directions[0].split("-", 1)
-        src = translator.encode_source(CALIBRATION_TEXT, target, source)
+        src, kind = self._calibration_source(model_id)
         n = min(16, self.config.max_batch_sentences)
-        kind = "device" if translator.uses_static_decoder else "eager"
         lanes = self.config.lanes if kind == "eager" else 1
         [limit] = self._length_limits(translator, [src], SearchOptions(beam_size=beam))
         best, spent, checked = 0.0, 0.0, False
@@ -993,13 +1008,20 @@ class EngineCore:
             if spent > within_s:
                 break
         if not checked:
-            self._check_scores(model_id, kind, src)
+            self._check_scores(model_id)
         self.admission.rate = best
         log.info("admission: engine rate %.0f decode units/s (best of %d calibration round(s) in %.1fs: %d lane(s) of %d sentences%s)",
                  best, round_ + 1, spent, lanes, n, "; the last cut short" if cut else "")
 
-    def _check_scores(self, model_id: str, kind: str, src: list[int]) -> None:
+    def _calibration_source(self, model_id: str) -> tuple[list[int], str]:
+        """(CALIBRATION_TEXT's encoder ids in the model's first direction, the kind of search it runs in)."""
+        translator = self.models[model_id]
+        source, target = translator.directions[0].split("-", 1)
+        return translator.encode_source(CALIBRATION_TEXT, target, source), "device" if translator.uses_static_decoder else "eager"
+
+    def _check_scores(self, model_id: str) -> None:
         """One sentence of two tokens, greedy: NoTranslation where its score is not a number."""
+        src, kind = self._calibration_source(model_id)
         search = self._new_search(model_id, 1, kind)
         search.add([Sentence("scores", src, 2)])
         done = []

@@ -207,8 +207,7 @@ def run(config: dict) -> int:
             log.info("captured %d decoder programs in %.1fs", programs, time.perf_counter() - started)
         if (over := core.over_budget()) is not None:
             return refuse(over)
-        if engine_config.admission:
-            core.calibrate()
+        core.first_runs()
     except Exception as exc:  # noqa: BLE001 - reported to every API process, then exit (no restart loop)
         log.exception("the models' first runs failed")
         return refuse(f"the first runs of {', '.join(sorted(core.models))} failed: {type(exc).__name__}: {exc}")

@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     admission: bool = Field(True, description="refuse (503) requests whose predicted wait, from the work queued ahead and the "
                                               "measured engine rate, would pass their deadline; false: bound the queue by sentences only")
     admission_margin: float = Field(0.8, gt=0, le=1, description="share of a request's deadline the predicted wait may take")
+    admission_rate: float = Field(0.0, ge=0, description="decode units per second admission starts from, for example the "
+                                                         "nmt_engine_rate_units_per_second of an earlier run on the same kind "
+                                                         "of node; 0: measured by a calibration of up to about 2 s at every "
+                                                         "engine start. Either way the rate then follows the engine's work")
 
     # limits per request
     max_texts_per_request: int = Field(64, ge=1)
@@ -149,7 +153,7 @@ class Settings(BaseSettings):
 
         names = ("models_dir", "device", "cpu_cost_limit", "prefer", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice",
                  "max_batch_sentences", "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission",
-                 "admission_margin", "retry_after_s", "graceful_shutdown_s", "background_share", "engine_heartbeat_timeout_s")
+                 "admission_margin", "admission_rate", "retry_after_s", "graceful_shutdown_s", "background_share", "engine_heartbeat_timeout_s")
         # the engine runs in the repository's directory: a relative models_dir means this process's directory
         return dict({n: getattr(self, n) for n in names}, models_dir=str(Path(self.models_dir).resolve()),
                     log_level=logging.getLevelName(logging.getLogger().level).lower(),

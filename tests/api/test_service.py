@@ -218,6 +218,13 @@ def test_overload_seen_in_the_engine_status_is_refused_before_the_engine(models_
         assert c.post("/v1/translate", json={"text": "Hallo", **FAST}).status_code == 200
 
 
+def test_admission_rate_is_the_engine_rate_admission_starts_from(models_dir):
+    """The setting reaches the engine process, which starts admission from it instead of calibrating."""
+    with make_client(models_dir, admission_rate=4321) as c:
+        wait_ready(c)
+        assert "nmt_engine_rate_units_per_second 4321.0" in c.get("/metrics").text
+
+
 def test_backlog_is_read_from_the_engine_status():
     from types import SimpleNamespace
 

@@ -227,8 +227,24 @@ def test_a_model_that_gives_no_translation_fails_its_call_not_the_engine(transla
     assert replies[1].error == FAILED and "no translation" in replies[1].message
     assert texts_of(replies[2])
     assert texts_of(run(core, call(3, ["Eine Katze"], beam=beam))[3])
-    with pytest.raises(RuntimeError, match="no translation of the calibration text"):  # admission on: refused at start-up
-        EngineCore({"broken": broken}, EngineConfig()).calibrate()
+    # refused at start-up however admission starts: by the calibration's rounds, by a given rate's check of every
+    # model (the broken one second here), or with admission off
+    for config, models in ((EngineConfig(), {"broken": broken}), (EngineConfig(admission_rate=5000.0), {"de-en": translator, "broken": broken}),
+                           (EngineConfig(admission=False), {"de-en": translator, "broken": broken})):
+        with pytest.raises(RuntimeError, match="no translation of the calibration text"):
+            EngineCore(models, config).first_runs()
+
+
+def test_a_given_admission_rate_is_where_admission_starts_and_nothing_is_calibrated(translator, monkeypatch):
+    core = EngineCore({"de-en": translator}, EngineConfig(admission_rate=1234.0))
+    monkeypatch.setattr(core, "calibrate", lambda *args, **kwargs: pytest.fail("calibrated despite admission_rate"))
+    core.first_runs()
+    assert core.admission.rate == 1234.0
+    measured = EngineCore({"de-en": translator}, EngineConfig())
+    rounds = []
+    monkeypatch.setattr(measured, "calibrate", lambda *args, **kwargs: rounds.append(1))
+    measured.first_runs()
+    assert rounds == [1]
 
 
 def test_a_call_that_cannot_be_taken_in_fails_alone_and_the_engine_goes_on(translator, tiny_checkpoint, monkeypatch):
