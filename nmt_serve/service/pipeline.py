@@ -130,10 +130,11 @@ def _plain_text(document: HtmlDocument | None, text: str) -> str:
 
 
 def _prepare(state: ServiceState, source: str, target: str, texts: list[str], param: str, format: str,
-             split_sentences: bool, upstream_fallbacks: bool = False,
-             check_tokens: bool = True) -> tuple[list[_Text], dict[str, list[list[int]]], dict[str, list[str]]]:
+             split_sentences: bool, upstream_fallbacks: bool = False, check_tokens: bool = True,
+             positions: list[int] | None = None) -> tuple[list[_Text], dict[str, list[list[int]]], dict[str, list[str]]]:
     """Each text parsed (HTML), its model found (auto), cut into sentences and tokenized; every sentence
-    of the request in one batch per model."""
+    of the request in one batch per model. positions: each text's index in the request, where the texts are
+    some of its texts (a pivot's first hop), for the errors that name one."""
     s = state.settings
     batches: dict[str, list[list[int]]] = {}  # model id -> sentence ids, every text's together
     sentence_texts: dict[str, list[str]] = {}
@@ -144,8 +145,8 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
         try:
             model, detected = resolve_model(state, source, target, _plain_text(document, text), param, upstream_fallbacks)
         except APIError as exc:
-            if len(texts) > 1:  # which of the texts it is
-                exc.message = f"text {i}: {exc.message}"
+            if len(texts) > 1 or positions is not None:  # which of the texts it is
+                exc.message = f"text {positions[i] if positions is not None else i}: {exc.message}"
             raise
         if model is None or isinstance(model, Pivot):
             prepared.append(_Text(None, detected, [], None, text, pivot=model))
@@ -171,7 +172,7 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
                 batch.append(ids)
                 sources.append(sentence)
         if check_tokens:
-            state.limits.check_tokens(i, tokens, param)
+            state.limits.check_tokens(positions[i] if positions is not None else i, tokens, param)
         prepared.append(_Text(model, detected, units, document, text, protected=marked is not None))
     return prepared, batches, sentence_texts
 
@@ -180,7 +181,7 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
                           options: DecodeOptions, param: str, format: str = "text", split_sentences: bool = True,
                           upstream_fallbacks: bool = False, terminology: Terminology | None = None,
                           attention_check: bool = False, checked: bool = False, timeout: float | None = None,
-                          check_tokens: bool = True) -> list[TextResult]:
+                          check_tokens: bool = True, positions: list[int] | None = None) -> list[TextResult]:
     """Translate whole texts (plain or HTML) with the request's deadline; every failure is an APIError.
     checked: the caller has checked the texts against its own limits (a document's paragraphs: max_document_chars
     in all, where max_chars_per_text would refuse one long paragraph).
@@ -193,7 +194,8 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
     chunk deadline, the job's own limits (checked when it was submitted).
     A text whose direction no model serves goes through the pivot language (_pivoted). timeout: what is left
     of the request's deadline (a pivot's hops), instead of its own; check_tokens False: the texts are the
-    server's own translations (a pivot's second hop), not held to max_tokens_per_text."""
+    server's own translations (a pivot's second hop), not held to max_tokens_per_text; positions: the texts' indexes
+    in the request they are some of (a pivot's first hop), which its errors name."""
     engine = state.require_ready()
     source, target = state.language(source), state.language(target)
     priority = INTERACTIVE if request is not None else BACKGROUND
@@ -206,7 +208,8 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
             raise refusal
         if not checked:
             state.limits.check_texts(texts, param)
-    prepare = lambda: _prepare(state, source, target, texts, param, format, split_sentences, upstream_fallbacks, check_tokens)  # noqa: E731
+    prepare = lambda: _prepare(state, source, target, texts, param, format, split_sentences, upstream_fallbacks, check_tokens,  # noqa: E731
+                                positions)
     # cutting, parsing and tokenizing a long text takes tens of milliseconds (a 20,000-character page:
     # ~80 ms): on a thread, so that health probes and other requests are answered meanwhile
     big = sum(len(t) for t in texts) > INLINE_PREPARE_CHARS
@@ -285,9 +288,11 @@ async def _pivoted(state: ServiceState, request: Request | None, prepared: list[
     for indexes in routes.values():
         pivot = prepared[indexes[0]].pivot
         first = await translate_texts(state, request, source=pivot.source, target=pivot.through, checked=True, timeout=left(),
-                                      texts=[prepared[i].original for i in indexes], options=replace(options, num_hypotheses=1), **hops)
+                                      texts=[prepared[i].original for i in indexes], options=replace(options, num_hypotheses=1),
+                                      positions=indexes if len(prepared) > 1 else None, **hops)
         second = await translate_texts(state, request, source=pivot.through, target=pivot.target, checked=True, timeout=left(),
-                                       check_tokens=False, texts=[r.text for r in first], options=options, terminology=avoided, **hops)
+                                       check_tokens=False, texts=[r.text for r in first], options=options, terminology=avoided,
+                                       positions=indexes if len(prepared) > 1 else None, **hops)
         for i, a, b in zip(indexes, first, second):
             out[i] = _chained(a, b, prepared[i].detected, pivot)
     state.metrics.pivoted.inc(len(out))
@@ -303,7 +308,7 @@ def glossary_through_pivot(pivot: Pivot) -> APIError:
 def _chained(first: TextResult, second: TextResult, detected: Detection | None, pivot: Pivot) -> TextResult:
     """A text translated through the pivot language: the second hop's translations, scored as the chain (the first
     hop's log-probability added to each of the second's; the normalized score the mean of the two hops'), with
-    both hops' flags (the first's translations are in the pivot language, the second's sources too)."""
+    both hops' flags, each naming its hop (the first's translations are in the pivot language, the second's sources too)."""
     def chain(score: float | None) -> float | None:
         return None if score is None or first.score is None else first.score + score
 
@@ -311,7 +316,9 @@ def _chained(first: TextResult, second: TextResult, detected: Detection | None, 
                   else (first.normalized_score + second.normalized_score) / 2)
     return TextResult(text=second.text, alternatives=second.alternatives, detected=detected, model=pivot.engine_model,
                       score=chain(second.score), normalized_score=normalized,
-                      hypothesis_scores=[chain(s) for s in second.hypothesis_scores], flags=[*first.flags, *second.flags],
+                      hypothesis_scores=[chain(s) for s in second.hypothesis_scores],
+                      flags=[*(replace(f, direction=f"{pivot.source}-{pivot.through}") for f in first.flags),
+                             *(replace(f, direction=f"{pivot.through}-{pivot.target}") for f in second.flags)],
                       source_tokens=first.source_tokens, generated_tokens=first.generated_tokens + second.generated_tokens,
                       sentences=first.sentences)
 

@@ -94,6 +94,9 @@ class SentenceFlag(BaseModel):
     flags: list[str] = Field(description="repetition, length_ratio, copied_source, truncated, split, long, low_confidence, "
                                          "detached, constraint_unmet, constraint_strained "
                                          "(README: quality flags)")
+    direction: str | None = Field(None, description="a text translated through the pivot language: the hop this sentence is "
+                                                    "of (de-en, its source the text's; en-fr, its source the first hop's "
+                                                    "English), each hop's sentences numbered from 0; absent otherwise")
 
 
 class Translation(BaseModel):
@@ -116,7 +119,8 @@ class Translation(BaseModel):
             if num_hypotheses > 1 else None,
             detected_language=DetectedLanguage(language=result.detected.language, confidence=round(result.detected.confidence, 4))
             if result.detected else None,
-            flags=[SentenceFlag(sentence=f.sentence, source=f.source, text=f.text, flags=list(f.flags)) for f in result.flags] or None,
+            flags=[SentenceFlag(sentence=f.sentence, source=f.source, text=f.text, flags=list(f.flags), direction=f.direction)
+                   for f in result.flags] or None,
             error=result.error,
         )
 

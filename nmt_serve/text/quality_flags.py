@@ -113,6 +113,7 @@ class SentenceFlags:
     source: str
     text: str
     flags: tuple[str, ...]
+    direction: str | None = None  # of a text translated through a pivot language: the hop this sentence is of
 
 
 def _words(text: str) -> list[str]:

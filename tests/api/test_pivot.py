@@ -185,3 +185,21 @@ def test_what_requests_read_of_the_served_models_follows_them_and_messages_stay_
     assert state.targets == {"en", "fr"}
     names = [f"l{i}-m{i}" for i in range(40)]
     assert capped(names) == ", ".join(names[:24]) + ", ... (40 in all)" and capped(names[:3]) == "l0-m0, l1-m1, l2-m2"
+
+
+def test_a_pivoted_texts_flags_name_their_hop_and_an_error_names_the_text_as_the_request_has_it(client, pivot_models, tmp_path, spm_model):
+    from nmt_serve.network.tokenizer import Tokenizer
+
+    german = "Zwei Hunde spielen im Schnee. Eine Frau liest."
+    flags = translate(client, "de", "fr", german)["translations"][0]["flags"]
+    # max_length 8: the random models' translations are cut short in both hops
+    assert {f["direction"] for f in flags} == {"de-en", "en-fr"}
+    assert all((f["source"] in german) == (f["direction"] == "de-en") for f in flags)  # the second hop's sources are English
+    assert all("direction" not in f for f in translate(client, "de", "en", german)["translations"][0]["flags"])
+    # text 1 is the only one translated through English, and it is over the token limit: named as the request's text 1
+    english, long_german = "A man is riding a bike.", "Ein Mann fährt Fahrrad. Zwei Hunde spielen im Schnee. Eine Frau liest ein Buch."
+    limit = len(Tokenizer(spm_model).encode(english))
+    assert len(Tokenizer(spm_model).encode(long_german)) > limit
+    with client_for(pivot_models, tmp_path, max_tokens_per_text=limit) as c:
+        refused = ready(c).post("/v1/translate", json={"text": [english, long_german], "source": "auto", "target": "fr", **FAST})
+    assert refused.status_code == 413 and refused.json()["error"]["message"].startswith("text 1 has "), refused.text
