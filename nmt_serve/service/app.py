@@ -53,7 +53,7 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
             if state.settings.language_detection:
                 from nmt_serve.text.language_detection import detector_for
 
-                detector_for(frozenset(m.source for m in models.values()))
+                detector_for(frozenset(m.source for m in models.values()), state.settings.language_detection_accuracy)
             state.models = models
             state.unloaded = status.unloaded
             state.names = language_names(models)

@@ -130,7 +130,7 @@ class ServiceState:
             raise bad_request('language detection is off on this server: name the source language instead of "auto"', "source")
         from nmt_serve.text.language_detection import detector_for
 
-        return detector_for(self.sources)
+        return detector_for(self.sources, self.settings.language_detection_accuracy)
 
 
 def capped(names: list[str], shown: int = 24) -> str:

@@ -19,6 +19,17 @@ API worker process holds one pair), and py3langid as a second opinion before a t
   named wrong, with de/en served (64 named, the rest None) or de/en/fr/cs (75 named); in particular no
   text in a served language was named an unserved one.
 
+Many served languages (a converted NLLB-200 or M2M100: the 75 lingua knows) make the high-accuracy detector
+costly: measured on this project's 2-core VM over all 75, it took 7.8 s to build, +1240 MB RSS per API
+process and 4-5 ms a sentence of detect() (which holds the GIL), against 0.2 s, +36 MB and 1.3-1.7 ms in
+low-accuracy mode. Top-1 of detect() over the first 1000 sentences of each Multi30k test_2016_flickr file, high
+against low: de 1000 / 989, en 999 / 959, fr 1000 / 988, cs 990 / 935; language_detection.tsv 60 / 50 of 66,
+everyday_sentences.tsv 54 / 44 of 55. (A two-stage try, high accuracy among low accuracy's five best, kept
+high's accuracy but loaded models for 512 different candidate sets over 6,000 sentences: +1000 MB all the
+same.) Low accuracy's errors are texts translated by the wrong model (1 in 25 English captions), so high
+accuracy stays the default whatever the number of languages, and `accuracy="low"` (the setting
+language_detection_accuracy) is for a deployment that would rather keep the memory.
+
 Short texts and languages no model serves: among two served languages the high-accuracy detector is
 sure of anything ("Hallo": English 0.87, "¿Dónde está la biblioteca? Necesito un libro.": English 0.96),
 and low-accuracy mode over WIDE confuses neighbours below about 40 letters (that Spanish sentence, 36
@@ -126,6 +137,7 @@ SURE_CONFIDENCE = 0.5
 # event loop for 25 ms (detect) and 67 ms (identify), its first 1000 characters, which tell the
 # language as well, for 0.7 and 5.7 ms
 SAMPLE_CHARS = 1000
+ACCURACIES = ("high", "low")  # lingua's mode for the served languages' detector (see the docstring: many languages)
 
 
 @dataclass(frozen=True)
@@ -204,8 +216,12 @@ def preload() -> None:
 
 
 class LanguageDetector:
-    def __init__(self, served: Iterable[str]):
+    def __init__(self, served: Iterable[str], accuracy: str = "high"):
+        """accuracy: the served languages' detector in lingua's high- or low-accuracy mode."""
         from lingua import LanguageDetectorBuilder
+
+        if accuracy not in ACCURACIES:
+            raise ValueError(f"accuracy must be one of {', '.join(ACCURACIES)}, not {accuracy!r}")
 
         preload()  # (at once when done; a preload under way is waited for, not repeated)
         served = sorted(set(served))
@@ -214,10 +230,17 @@ class LanguageDetector:
             log.warning("no language detection for %s (unknown to lingua)", ", ".join(unknown))
         self.served = tuple(c for c in served if c not in unknown)
         languages = [lingua_language(c) for c in self.served]
-        self._served = (LanguageDetectorBuilder.from_languages(*languages).with_preloaded_language_models().build()
-                        if languages else None)
+        self.high_accuracy = accuracy == "high"
         wide = {lingua_language(c) for c in WIDE} | set(languages)
         self._wide = LanguageDetectorBuilder.from_languages(*wide).with_low_accuracy_mode().with_preloaded_language_models().build()
+        if not languages:
+            self._served = None
+        elif self.high_accuracy:
+            self._served = LanguageDetectorBuilder.from_languages(*languages).with_preloaded_language_models().build()
+        elif set(languages) == wide:  # every widely written language served: the wide detector is this one
+            self._served = self._wide
+        else:
+            self._served = LanguageDetectorBuilder.from_languages(*languages).with_low_accuracy_mode().with_preloaded_language_models().build()
         self._second = _langid()
         # the served languages under py3langid's codes ("nb" is its "no"); one it does not know is never its answer
         self._second_served = frozenset(LANGID_CODES.get(c, c) for c in self.served) & set(self._second.labels)
@@ -277,5 +300,5 @@ class LanguageDetector:
 
 
 @lru_cache(maxsize=4)
-def detector_for(served: frozenset[str]) -> LanguageDetector:
-    return LanguageDetector(served)
+def detector_for(served: frozenset[str], accuracy: str = "high") -> LanguageDetector:
+    return LanguageDetector(served, accuracy)

@@ -228,3 +228,32 @@ def test_short_everyday_sentences_in_unserved_languages_are_still_refused(de_en,
         wrong = [(label, text, verdict(detector, text)) for label, text in unserved]
         wrong = [w for w in wrong if w[2][0] != "unserved"]
         assert not wrong, (detector.served, wrong)
+
+
+def test_low_accuracy_mode_is_a_setting_and_over_many_languages_one_detector(monkeypatch):
+    """NLLB-200's 75 languages that lingua knows: high accuracy costs 1.24 GB and 7.8 s (the module's docstring),
+    which language_detection_accuracy=low saves, at the price of more texts taken for another language."""
+    from lingua import Language
+
+    from nmt_serve.service.settings import Settings
+    from nmt_serve.service.state import ServiceState
+    from nmt_serve.text import language_detection as ld
+
+    every = [language.iso_code_639_1.name.lower() for language in Language.all()]
+    nllb = LanguageDetector(every, "low")
+    assert len(nllb.served) == 75 and not nllb.high_accuracy
+    assert nllb._served is nllb._wide  # every widely written language served: one detector, not two alike
+    for texts, language in ((GERMAN, "de"), (ENGLISH, "en"), (FRENCH, "fr"), (SPANISH, "es"), (ITALIAN, "it")):
+        assert [best(nllb, text) for text in texts] == [language] * len(texts)
+    # its price: three of these four short Czech sentences are taken for other languages (German, Bosnian, Irish)
+    assert sum(best(nllb, text) == "cs" for text in CZECH) < len(CZECH)
+    assert LanguageDetector(["de", "en"]).high_accuracy and not LanguageDetector(["de", "en"], "low").high_accuracy
+    with pytest.raises(ValueError, match="accuracy must be one of"):
+        LanguageDetector(["de"], "best")
+    # the service's setting is what its detector is built with
+    asked = []
+    monkeypatch.setattr(ld, "detector_for", lambda served, accuracy="high": asked.append(accuracy))
+    ServiceState(Settings(models_dir="/nonexistent", language_detection_accuracy="low")).detector()
+    assert asked == ["low"]
+    with pytest.raises(ValueError):
+        Settings(language_detection_accuracy="auto")
