@@ -72,6 +72,11 @@ def language_names(served: dict[str, ServedDirection]) -> dict[str, str]:
     return names
 
 
+def named(names: dict[str, str], name: str) -> str:
+    """The service's name of a language named as a user may name it (language_names' table), or the name as given."""
+    return names.get(name.casefold(), name)
+
+
 def _test_bleu(info: dict, direction: str) -> float | None:
     return (info.get("test_bleu") or {}).get(direction)
 

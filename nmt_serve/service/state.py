@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nmt_serve.service.directions import Pivot, ServedDirection
+from nmt_serve.service.directions import Pivot, ServedDirection, named
 from nmt_serve.service.errors import bad_request, not_ready
 from nmt_serve.service.glossary_store import GlossaryStore
 from nmt_serve.service.jobs_store import default_directory
@@ -89,7 +89,7 @@ class ServiceState:
     def language(self, name: str) -> str:
         """The service's name of a language named as a user may name it (`deu_Latn`, `de_DE`, `DE` -> `de`);
         a name no model knows as given (for the error that names it)."""
-        return self.names.get(name.casefold(), name)
+        return named(self.names, name)
 
     def to_itself(self, source: str, target: str) -> bool:
         """A served language named as both source and target: the text is given back as it is (as
