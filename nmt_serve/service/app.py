@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Callable
@@ -41,7 +42,7 @@ class Served:
 
 def served_of(status: EngineStatus, settings: Settings) -> Served:
     """The served directions, language names and pivots of an engine's models, and their language detector built:
-    0.85 s for NLLB-200's 40,602 directions, and seconds of lingua, so it runs on a thread (follow_status)."""
+    0.85 s for NLLB-200's 40,602 directions, and seconds of lingua, so it runs on a thread (StatusFollower)."""
     models = served_directions(status.models, settings.cpu_cost_limit, settings.prefer)
     # the language detector takes seconds to build: before readiness, not on the first "auto" request
     if settings.language_detection:
@@ -53,30 +54,57 @@ def served_of(status: EngineStatus, settings: Settings) -> Served:
     return Served(models, names, through, pivot_directions(models, through))
 
 
-def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | None,
-                  on_ready: Callable[[], None] | None = None) -> Callable[[EngineStatus], None]:
-    """What the API process learns from each engine status: models, load failure, statistics. A new engine's
-    models are made into what requests read on a thread (served_of), so the event loop answers meanwhile
-    (health probes, the requests of an engine that restarted with the same models)."""
-    seen = {"incarnation": None, "failed": False}
-    adopting: set[asyncio.Task] = set()  # (the loop holds tasks weakly)
+class StatusFollower:
+    """What the API process learns from each engine status (EngineConnection's on_status): models, load failure,
+    statistics. A new engine's models are made into what requests read on a thread (served_of), so the event loop
+    answers meanwhile (health probes, the requests of an engine that restarted with the same models)."""
 
-    def failed(message: str) -> None:
-        if not seen["failed"]:
-            seen["failed"] = True
-            state.load_error = message
+    def __init__(self, state: ServiceState, on_load_failure: Callable[[], None] | None = None,
+                 on_ready: Callable[[], None] | None = None):
+        self.state, self.on_load_failure, self.on_ready = state, on_load_failure, on_ready
+        self._incarnation: str | None = None  # of the last ready engine whose models are taken in, or being taken in
+        self._failed = False
+        self._adopting: set[asyncio.Task] = set()  # (the loop holds tasks weakly)
+
+    def __call__(self, status: EngineStatus) -> None:
+        collector = self.state.metrics.engine
+        collector.stats, collector.model_stats = status.stats, status.model_stats
+        collector.up = status.ready
+        collector.restarts = self.state.engine.connection.losses if self.state.engine else 0
+        if status.load_error:
+            self._fail(status.load_error)
+        if status.ready and status.incarnation != self._incarnation:
+            self._incarnation = status.incarnation
+            task = asyncio.get_running_loop().create_task(self._adopt(status), name="adopt-models")
+            self._adopting.add(task)
+            task.add_done_callback(self._adopting.discard)
+
+    async def adopted(self, timeout: float) -> bool:
+        """Wait (up to timeout seconds) until the models of the engines heard of so far are taken in."""
+        deadline = time.monotonic() + timeout
+        while self._adopting:
+            _, pending = await asyncio.wait(set(self._adopting), timeout=max(0.0, deadline - time.monotonic()))
+            if pending:
+                return False
+        return True
+
+    def _fail(self, message: str) -> None:
+        if not self._failed:
+            self._failed = True
+            self.state.load_error = message
             log.error("model loading failed: %s", message)
-            if on_load_failure:  # a server without its models should stop, not answer 503 forever
-                on_load_failure()
+            if self.on_load_failure:  # a server without its models should stop, not answer 503 forever
+                self.on_load_failure()
 
-    async def adopt(status: EngineStatus) -> None:
+    async def _adopt(self, status: EngineStatus) -> None:
+        state = self.state
         try:
             served = await asyncio.to_thread(served_of, status, state.settings)
         except Exception as exc:  # noqa: BLE001 - the models cannot be served: as a load failure
             log.exception("the engine's models could not be taken in")
-            failed(f"the engine's models could not be taken in: {type(exc).__name__}: {exc}")
+            self._fail(f"the engine's models could not be taken in: {type(exc).__name__}: {exc}")
             return
-        if status.incarnation != seen["incarnation"]:  # a newer engine came meanwhile: its models are taken in
+        if status.incarnation != self._incarnation:  # a newer engine came meanwhile: its models are taken in
             return
         state.models, state.names, state.pivots = served.models, served.names, served.pivots
         state.unloaded = status.unloaded
@@ -84,28 +112,13 @@ def follow_status(state: ServiceState, on_load_failure: Callable[[], None] | Non
         for m in status.models:
             state.metrics.model_load_seconds.labels(model=m["id"]).set(m.get("load_seconds", 0.0))
         log.info("ready: %s%s", capped(state.directions), f"; through {served.through}: {capped(sorted(state.pivots))}" if state.pivots else "")
-        if on_ready:
-            on_ready()
-
-    def on_status(status: EngineStatus) -> None:
-        collector = state.metrics.engine
-        collector.stats, collector.model_stats = status.stats, status.model_stats
-        collector.up = status.ready
-        collector.restarts = state.engine.connection.losses if state.engine else 0
-        if status.load_error:
-            failed(status.load_error)
-        if status.ready and status.incarnation != seen["incarnation"]:
-            seen["incarnation"] = status.incarnation
-            task = asyncio.get_running_loop().create_task(adopt(status), name="adopt-models")
-            adopting.add(task)
-            task.add_done_callback(adopting.discard)
-
-    return on_status
+        if self.on_ready:
+            self.on_ready()
 
 
 def preload_language_models() -> None:
     """The language detector's shared models, loaded while the engine loads its own (the detector for
-    the served languages is built once the engine names them, before readiness: follow_status)."""
+    the served languages is built once the engine names them, before readiness: StatusFollower)."""
     try:
         from nmt_serve.text.language_detection import preload
 
@@ -142,8 +155,8 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         else:
             state.supervisor = start_engine(s, engine_exited)
             calls, status = state.supervisor.addresses
-        connection = EngineConnection(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,
-                              on_status=follow_status(state, on_load_failure, on_ready))
+        follower = StatusFollower(state, on_load_failure, on_ready)
+        connection = EngineConnection(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s, on_status=follower)
         await connection.start()
         state.engine = EngineClient(connection)
         state.metrics.engine.liveness = lambda: (connection.ready, connection.losses)
@@ -151,9 +164,10 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         state.metrics.jobs.counts = app.state.jobs.store.counts
         app.state.jobs.start()
         if s.engine_socket_dir:
-            # a worker joining a running engine: until its first status it would answer 503 to
-            # traffic its siblings serve; uvicorn accepts connections only once this returns
-            await connection.wait_for_status(s.engine_heartbeat_timeout_s)
+            # a worker joining a running engine: until its first status, and the models it names taken in, it
+            # would answer 503 to traffic its siblings serve; uvicorn accepts connections only once this returns
+            if await connection.wait_for_status(s.engine_heartbeat_timeout_s):
+                await follower.adopted(s.engine_heartbeat_timeout_s)
         yield
         state.draining = True
         await app.state.jobs.stop()  # the job in hand stays on disk, for the next runner

@@ -1,4 +1,4 @@
-"""A ready engine's models taken in by the API process (service/app.follow_status): on a thread, so the event loop
+"""A ready engine's models taken in by the API process (service/app.StatusFollower): on a thread, so the event loop
 answers meanwhile; the newest engine's models win; models that cannot be taken in are a load failure."""
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ def served(tag: str) -> app_module.Served:
 
 
 def scenario(slow_served_of, *statuses: EngineStatus, settle: float = 1.5):
-    """Each status given to follow_status in turn, 0.05 s apart, while a ticker measures the event loop's
+    """Each status given to a StatusFollower in turn, 0.05 s apart, while a ticker measures the event loop's
     longest gap; what the state holds after `settle` seconds."""
     state = ServiceState(Settings(models_dir="/nonexistent", language_detection=False))
     events = {"ready": 0, "failed": 0}
-    on_status = app_module.follow_status(state, lambda: events.__setitem__("failed", events["failed"] + 1),
-                                         lambda: events.__setitem__("ready", events["ready"] + 1))
+    on_status = app_module.StatusFollower(state, lambda: events.__setitem__("failed", events["failed"] + 1),
+                                          lambda: events.__setitem__("ready", events["ready"] + 1))
 
     async def run() -> float:
         gaps = [0.0]
@@ -72,3 +72,25 @@ def test_models_that_cannot_be_taken_in_are_a_load_failure():
     state, events, _ = scenario(broken, EngineStatus("only", True), EngineStatus("only", True))
     assert events == {"ready": 0, "failed": 1} and not state.models
     assert "could not be taken in: KeyError" in state.load_error
+
+
+def test_a_joining_worker_can_wait_until_the_models_are_taken_in():
+    """An API worker joining a running engine accepts connections only once its models are in (app's lifespan)."""
+    state = ServiceState(Settings(models_dir="/nonexistent", language_detection=False))
+    follower = app_module.StatusFollower(state)
+
+    def slow(status, settings):
+        time.sleep(0.3)
+        return served(status.incarnation)
+
+    async def run():
+        follower(EngineStatus("one", True))
+        early = await follower.adopted(0.05)
+        assert not state.models
+        return early, await follower.adopted(5), list(state.models)
+
+    original, app_module.served_of = app_module.served_of, slow
+    try:
+        assert asyncio.run(run()) == (False, True, ["one-en"])
+    finally:
+        app_module.served_of = original
