@@ -1,6 +1,7 @@
 """What the routers share: settings, metrics, the engine (through its client) and the models it serves."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,6 +43,7 @@ class ServiceState:
     # (sorted directions, source languages, target languages) of `models`, and the dict they were read from
     _served: tuple = field(default=((), frozenset(), frozenset()), init=False, repr=False)
     _served_of: dict | None = field(default=None, init=False, repr=False)
+    _health: dict = field(default_factory=dict, init=False, repr=False)  # status -> /health's body for `_served_of`
 
     def __post_init__(self) -> None:
         self.translation_cache = TranslationCache(self.settings.api_cache_entries)
@@ -69,7 +71,18 @@ class ServiceState:
             models = self.models
             self._served = (sorted(models), frozenset(m.source for m in models.values()), frozenset(m.target for m in models.values()))
             self._served_of = models
+            self._health = {}
         return self._served
+
+    def health_body(self, status: str) -> bytes:
+        """/health's JSON ({"status", "models": the served directions}), made once per set of models and status:
+        for NLLB-200's 40,602 directions it is 655 kB, which took 9 ms of the event loop at every probe."""
+        directions = self.directions
+        body = self._health.get(status)
+        if body is None:
+            body = self._health[status] = json.dumps({"status": status, "models": directions}, ensure_ascii=False,
+                                                     separators=(",", ":")).encode()
+        return body
 
     @property
     def directions(self) -> list[str]:

@@ -170,19 +170,24 @@ def test_the_models_listing_is_kept_narrowed_on_request_and_gzipped_for_who_take
 
 
 def test_what_requests_read_of_the_served_models_follows_them_and_messages_stay_short(client):
-    """The served languages and directions are made once per set of models (NLLB-200 serves 40,602 directions);
-    a message naming them lists 24 and the count."""
+    """The served languages and directions, and /health's body, are made once per set of models (NLLB-200 serves
+    40,602 directions); a message naming them lists 24 and the count."""
     from nmt_serve.service.state import capped
 
     state = client.app.state.service
     assert state.sources == {"de", "en"} and state.targets == {"en", "fr"} and state.directions == ["de-en", "en-fr"]
     served = state.models
+    health = client.get("/health")
+    assert health.json() == {"status": "ok", "models": ["de-en", "en-fr"]} and health.headers["content-type"] == "application/json"
+    assert client.get("/health/ready").json() == {"status": "ready", "models": ["de-en", "en-fr"]}
+    assert state.health_body("ok") is state.health_body("ok")  # made once (655 kB for NLLB-200)
     try:
         state.models = {"de-en": served["de-en"]}
         assert state.targets == {"en"} and state.directions == ["de-en"]
+        assert client.get("/health").json()["models"] == ["de-en"]
     finally:
         state.models = served
-    assert state.targets == {"en", "fr"}
+    assert state.targets == {"en", "fr"} and client.get("/health/ready").json()["models"] == ["de-en", "en-fr"]
     names = [f"l{i}-m{i}" for i in range(40)]
     assert capped(names) == ", ".join(names[:24]) + ", ... (40 in all)" and capped(names[:3]) == "l0-m0, l1-m1, l2-m2"
 

@@ -20,8 +20,8 @@ def example(body) -> dict:
 
 
 @router.get("/health", response_model=Health, responses={200: example({"status": "ok", "models": ["de-en", "en-de"]})})
-async def health(state: ServiceState = Depends(get_state)) -> Health:
-    return Health(status="ok", models=state.directions)
+async def health(state: ServiceState = Depends(get_state)) -> Response:
+    return Response(state.health_body("ok"), media_type="application/json")
 
 
 @router.get(
@@ -34,7 +34,7 @@ async def health(state: ServiceState = Depends(get_state)) -> Health:
 )
 async def ready(state: ServiceState = Depends(get_state)):
     if state.ready:
-        return Health(status="ready", models=state.directions)
+        return Response(state.health_body("ready"), media_type="application/json")
     # the cause (with file names) is in the server log, not in a public response
     if state.load_error:
         message = "model loading failed; see the server log"
