@@ -76,7 +76,8 @@ class ServiceState:
 
     def health_body(self, status: str) -> bytes:
         """/health's JSON ({"status", "models": the served directions}), made once per set of models and status:
-        for NLLB-200's 40,602 directions it is 655 kB, which took 9 ms of the event loop at every probe."""
+        for NLLB-200's 40,602 directions it is 655 kB, validated and written at every probe before (a call took
+        3.0-4.1 ms, 0.7-1.1 ms since)."""
         directions = self.directions
         body = self._health.get(status)
         if body is None:
