@@ -227,7 +227,9 @@ class LanguageDetector:
         served = sorted(set(served))
         unknown = [c for c in served if lingua_language(c) is None]
         if unknown:
-            log.warning("no language detection for %s (unknown to lingua)", ", ".join(unknown))
+            # (a converted NLLB-200 has 127 such codes: the line names a few)
+            log.warning("no language detection for %d of the served languages, unknown to lingua: %s%s", len(unknown),
+                        ", ".join(unknown[:12]), ", ..." if len(unknown) > 12 else "")
         self.served = tuple(c for c in served if c not in unknown)
         languages = [lingua_language(c) for c in self.served]
         self.high_accuracy = accuracy == "high"

@@ -135,9 +135,13 @@ def test_a_detector_built_while_the_shared_models_load_waits_for_them():
     assert out.stdout.split() == ["1", "True", "de"]
 
 
-def test_one_served_language_and_unknown_codes():
+def test_one_served_language_and_unknown_codes(caplog):
     detector = LanguageDetector(["de", "xx"])  # "xx": a model whose language lingua does not know
     assert detector.served == ("de",)
+    assert "no language detection for 1 of the served languages, unknown to lingua: xx" in caplog.text
+    caplog.clear()
+    LanguageDetector(["de", *(f"q{i:02}" for i in range(20))])  # (a converted NLLB-200 has 127 such codes)
+    assert "for 20 of the served languages" in caplog.text and "q11, ..." in caplog.text and "q12" not in caplog.text
     [found] = detector.detect(GERMAN[1])
     assert found.language == "de" and found.confidence > 0.9
     assert detector.identify(SPANISH[0]).language == "es"  # one served language cannot contradict it
