@@ -44,7 +44,7 @@ def served_of(status: EngineStatus, settings: Settings) -> Served:
     """The served directions, language names and pivots of an engine's models, and their language detector built:
     0.85 s for NLLB-200's 40,602 directions, on a thread (StatusFollower) so that the event loop answers meanwhile.
     lingua holds the GIL while it builds, so its seconds (high accuracy over many languages) stall the loop all the
-    same (BENCHMARKS.md: 5 s once, before readiness, over NLLB-200's 75; 0.2 s in low-accuracy mode)."""
+    same (BENCHMARKS.md: about 7 s once, before readiness, over NLLB-200's 75; under 0.4 s in low-accuracy mode)."""
     models = served_directions(status.models, settings.cpu_cost_limit, settings.prefer)
     # the language detector takes seconds to build: before readiness, not on the first "auto" request
     if settings.language_detection:
