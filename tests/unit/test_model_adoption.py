@@ -94,3 +94,55 @@ def test_a_joining_worker_can_wait_until_the_models_are_taken_in():
         assert asyncio.run(run()) == (False, True, ["one-en"])
     finally:
         app_module.served_of = original
+
+
+def test_the_detector_is_built_while_the_engine_loads_its_planned_models(monkeypatch):
+    """A status of an engine still loading names the source languages of the models it loads: the detector over
+    them is built on a thread, once per engine, with the settings' accuracy."""
+    from nmt_serve.text import language_detection
+
+    built = []
+    monkeypatch.setattr(language_detection, "detector_for",
+                        lambda served, accuracy="high": built.append((served, accuracy, threading.current_thread().name)))
+    state = ServiceState(Settings(models_dir="/nonexistent", language_detection_accuracy="low"))
+    follower = app_module.StatusFollower(state)
+    for status in (EngineStatus("one", False), EngineStatus("one", False, sources=["de", "en"]),
+                   EngineStatus("one", False, sources=["de", "en"]), EngineStatus("two", False, sources=["fr"])):
+        follower(status)  # (a status of an engine still loading needs no event loop)
+    deadline = time.time() + 10
+    while len(built) < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert sorted(built) == [(frozenset({"de", "en"}), "low", "language-detector"), (frozenset({"fr"}), "low", "language-detector")]
+    built.clear()
+    app_module.StatusFollower(ServiceState(Settings(models_dir="/nonexistent", language_detection=False)))(
+        EngineStatus("three", False, sources=["de"]))
+    time.sleep(0.05)
+    assert built == []
+
+
+def test_a_detector_asked_for_while_it_is_built_is_built_once(monkeypatch):
+    from nmt_serve.text import language_detection
+
+    made = []
+
+    class Slow:
+        def __init__(self, served, accuracy):
+            made.append(served)
+            time.sleep(0.3)
+
+    monkeypatch.setattr(language_detection, "LanguageDetector", Slow)
+    key = frozenset({"zz-once"})
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(language_detection.detector_for(key, "low"))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert made == [key] and len(got) == 3 and got[0] is got[1] is got[2]
+
+
+def test_the_planned_sources_are_those_the_ready_models_serve(models_dir):
+    from nmt_serve.engine.loader import plan_loads
+
+    assert plan_loads(models_dir).sources() == ["de", "en"]
