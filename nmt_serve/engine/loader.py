@@ -117,12 +117,6 @@ class LoadPlan:
     chosen: dict[Path, tuple[str, CheckpointInfo]]  # path -> (model id, its info)
     unloaded: list[dict] = field(default_factory=list)  # {model, path, directions, direction_count, served_by, reason}: /v1/models
 
-    def sources(self) -> list[str]:
-        """The languages the chosen models translate from, as the service names them (the served directions are
-        every chosen model's, whichever model each goes to)."""
-        return sorted({d.split("-", 1)[0] for _, info in self.chosen.values()
-                       for d in public_directions(info.served(), info.language_codes)})
-
 
 def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT,
                prefer: str = "") -> LoadPlan:

@@ -1,8 +1,8 @@
 """The engine process: `python -m nmt_serve.engine.process --config JSON` (started by the supervisor).
 
 It binds two ZeroMQ sockets in the directory it is given: `calls` (ROUTER: calls from any number of
-API processes, replies routed back to the caller) and `status` (PUB: an EngineStatus every STATUS_INTERVAL_S, not
-ready while the models load, warm up and calibrate (Announcer), then ready once it serves). Then it loads the models and runs
+API processes, replies routed back to the caller) and `status` (PUB: one EngineStatus, not ready, before
+the models load, then one every STATUS_INTERVAL_S once it serves). Then it loads the models and runs
 two threads: the I/O thread (serve_calls) owns the calls socket, answers at once what needs no step
 (refusals by admission, a full queue, expired deadlines) and hands the rest over; the main thread
 takes what was handed over, lets the core run one step of every batch, passes the replies back, and
@@ -129,31 +129,6 @@ def serve_calls(calls: zmq.Socket, replies: zmq.Socket, core, inbox: queue.Queue
             return
 
 
-class Announcer:
-    """The statuses of an engine that does not serve yet, sent every STATUS_INTERVAL_S from a thread while the main
-    thread loads the models, warms them up and calibrates: one status sent once, right after binding, is lost to an
-    API process whose SUB socket connects a moment later (ZeroMQ retries a connection every 100 ms), and the status
-    that names the models' source languages lets the API build its language detector meanwhile. The thread owns
-    the status socket until stop() returns."""
-
-    def __init__(self, publish, status: EngineStatus):
-        self.status = status  # what is sent next (replaced as the start-up goes on)
-        self._publish = publish
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="engine-announce", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            self._publish(self.status)
-            if self._stopped.wait(STATUS_INTERVAL_S):
-                return
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join()
-
-
 def send_replies(socket: zmq.Socket, replies: list[Reply]) -> None:
     """The core's replies of one round to the I/O thread, in one message: id, reply, id, reply, ..."""
     if replies:
@@ -195,14 +170,13 @@ def run(config: dict) -> int:
 
     def refuse(message: str) -> int:
         """Tell every API process why the models cannot serve, then exit (the supervisor does not restart)."""
-        announcer.stop()
         log.error("model loading failed: %s", message)
         for _ in range(int(2 / STATUS_INTERVAL_S)):  # long enough for the subscribers to hear it
             publish(EngineStatus(incarnation, ready=False, load_error=message))
             time.sleep(STATUS_INTERVAL_S)
         return LOAD_FAILED
 
-    announcer = Announcer(publish, EngineStatus(incarnation, ready=False))
+    publish(EngineStatus(incarnation, ready=False))
     try:
         import torch
 
@@ -212,7 +186,6 @@ def run(config: dict) -> int:
         load_plan = plan_loads(config["models_dir"], device, float(config.get("cpu_cost_limit", DEFAULT_CPU_COST_LIMIT)),
                              config.get("prefer", ""))
         chosen = load_plan.chosen
-        announcer.status = EngineStatus(incarnation, ready=False, sources=load_plan.sources())  # (the API's detector meanwhile)
         # refused here, before a weight is read, when the budget cannot hold the models and one sentence
         memory = plan_memory(chosen, device, dtype, quantization, budget_gb=float(config.get("memory_budget_gb") or 0),
                              max_batch_sentences=int(config.get("max_batch_sentences") or 0),
@@ -240,7 +213,6 @@ def run(config: dict) -> int:
         return refuse(f"the first runs of {', '.join(sorted(core.models))} failed: {type(exc).__name__}: {exc}")
     # the models, the captured programs and everything else start-up built, out of the collector's reach: a
     # full collection walked ~170,000 objects for ~100 ms here, a stall of every running sentence
-    announcer.stop()  # the main loop's statuses from here on
     core.stats["gc_frozen_objects"] = float(freeze_startup_heap())
     rarer_young_collections()
     collector = CollectorClock().start()

@@ -131,9 +131,6 @@ class EngineStatus:
     stats: dict[str, float] = field(default_factory=dict)
     model_stats: dict[str, dict[str, float]] = field(default_factory=dict)  # per model id: tokens, sentences
     unloaded: list[dict] = field(default_factory=list)  # checkpoints left unloaded and why (loader.LoadPlan)
-    # the source languages of the models it is loading (LoadPlan.sources), in a status before they are ready: the
-    # API builds its language detector over them meanwhile
-    sources: list[str] = field(default_factory=list)
     # the process that made it (statuses are made only in the engine process): the API watches it, so
     # that an engine that exits is noticed at once and a slow one is not taken for a dead one
     pid: int = field(default_factory=os.getpid)

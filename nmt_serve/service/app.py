@@ -65,7 +65,6 @@ class StatusFollower:
                  on_ready: Callable[[], None] | None = None):
         self.state, self.on_load_failure, self.on_ready = state, on_load_failure, on_ready
         self._incarnation: str | None = None  # of the last ready engine whose models are taken in, or being taken in
-        self._planned: str | None = None  # of the last engine whose planned source languages' detector is built
         self._failed = False
         self._adopting: set[asyncio.Task] = set()  # (the loop holds tasks weakly)
 
@@ -76,13 +75,6 @@ class StatusFollower:
         collector.restarts = self.state.engine.connection.losses if self.state.engine else 0
         if status.load_error:
             self._fail(status.load_error)
-        settings = self.state.settings
-        if status.sources and status.incarnation != self._planned and settings.language_detection:
-            # the languages of the models the engine is loading: their detector is built meanwhile (seconds, which
-            # readiness would wait for after the engine's), and taking the models in then finds it built
-            self._planned = status.incarnation
-            threading.Thread(target=build_detector, args=(frozenset(status.sources), settings.language_detection_accuracy),
-                             name="language-detector", daemon=True).start()
         if status.ready and status.incarnation != self._incarnation:
             self._incarnation = status.incarnation
             task = asyncio.get_running_loop().create_task(self._adopt(status), name="adopt-models")
@@ -124,16 +116,6 @@ class StatusFollower:
         log.info("ready: %s%s", capped(state.directions), f"; through {served.through}: {capped(sorted(state.pivots))}" if state.pivots else "")
         if self.on_ready:
             self.on_ready()
-
-
-def build_detector(sources: frozenset[str], accuracy: str) -> None:
-    """The language detector over these languages, built ahead of readiness (StatusFollower)."""
-    try:
-        from nmt_serve.text.language_detection import detector_for
-
-        detector_for(sources, accuracy)
-    except Exception:  # noqa: BLE001 - building it at readiness raises it again, where it counts
-        log.warning("could not build the language detector while the engine loads", exc_info=True)
 
 
 def preload_language_models() -> None:

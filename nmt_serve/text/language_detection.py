@@ -301,16 +301,6 @@ class LanguageDetector:
         return Detection(UNDETERMINED, unserved)
 
 
-_BUILDING = threading.Lock()
-
-
-def detector_for(served: frozenset[str], accuracy: str = "high") -> LanguageDetector:
-    """The detector over these served languages, built once per process: a caller that comes while it is being
-    built (the API builds it while the engine loads, and asks again once the models are ready) waits for that build."""
-    with _BUILDING:
-        return _detector_for(served, accuracy)
-
-
 @lru_cache(maxsize=4)
-def _detector_for(served: frozenset[str], accuracy: str) -> LanguageDetector:
+def detector_for(served: frozenset[str], accuracy: str = "high") -> LanguageDetector:
     return LanguageDetector(served, accuracy)

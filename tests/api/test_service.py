@@ -248,19 +248,6 @@ def test_admission_rate_is_the_engine_rate_admission_starts_from(models_dir):
         assert "nmt_engine_rate_units_per_second 4321.0" in c.get("/metrics").text
 
 
-def test_the_language_detector_is_built_while_the_engine_loads(models_dir, monkeypatch):
-    """The engine names the source languages of the models it is about to load, in statuses it repeats while it
-    starts (one sent once, right after binding, would be lost); the API builds its detector over them meanwhile."""
-    from nmt_serve.service import app as app_module
-
-    asked = []
-    build = app_module.build_detector
-    monkeypatch.setattr(app_module, "build_detector", lambda sources, accuracy: (asked.append(sources), build(sources, accuracy)))
-    with make_client(models_dir) as c:
-        wait_ready(c)
-        assert asked == [frozenset({"de", "en"})] and c.app.state.service.sources == asked[0]
-
-
 def test_backlog_is_read_from_the_engine_status():
     from types import SimpleNamespace
 
