@@ -168,7 +168,7 @@ def test_connection_errors_and_timeouts_are_status_0(server):
     server.reset()
     slow = run_load(server.url, [{"i": 0, "sleep": 1.0}, {"i": 1}], concurrency=2, processes=1, timeout=0.3)
     assert [(o.status, bool(o.error)) for o in slow.outcomes] == [(0, True), (200, False)]
-    assert slow.outcomes[0].latency == pytest.approx(0.3, abs=0.2)
+    assert 0.25 < slow.outcomes[0].latency < 1.0  # its timeout, not the 1-s answer
 
 
 def test_no_bodies_and_bad_arguments():

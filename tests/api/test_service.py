@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -282,8 +283,18 @@ def test_concurrent_requests_share_model_batches(models_dir):
         alone = [c.post("/v1/translate", json={"text": t, **FAST, "return_scores": True}).json()["translations"][0] for t in texts]
         wait_for(lambda: metric(c, "nmt_engine_sentences_joined_total") == len(texts))
         before = metric(c, "nmt_engine_steps_total")
-        with ThreadPoolExecutor(16) as pool:
-            replies = list(pool.map(lambda t: c.post("/v1/translate", json={"text": t, **FAST, "return_scores": True}), texts))
+        # the engine stopped until every call is sent: whether 16 threads' requests overlap must not depend on
+        # how fast this machine answers one of them
+        state = c.app.state.service
+        os.kill(state.supervisor.pid, signal.SIGSTOP)
+        try:
+            with ThreadPoolExecutor(16) as pool:
+                sent = [pool.submit(c.post, "/v1/translate", json={"text": t, **FAST, "return_scores": True}) for t in texts]
+                wait_for(lambda: len(state.engine.connection._pending) == len(texts))
+                os.kill(state.supervisor.pid, signal.SIGCONT)
+                replies = [future.result() for future in sent]
+        finally:
+            os.kill(state.supervisor.pid, signal.SIGCONT)
         wait_for(lambda: metric(c, "nmt_engine_sentences_joined_total") == 2 * len(texts))
         steps = metric(c, "nmt_engine_steps_total") - before
     # alone, each took up to max_length steps; together they shared steps
