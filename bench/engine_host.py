@@ -330,7 +330,7 @@ def measure_process(tree: Path, args, scratch: Path) -> dict:
     import subprocess
     import tempfile
 
-    from bench.common import CALLGRIND, test_sources
+    from bench.common import CALLGRIND, counted_instructions, test_sources
     from nmt_serve.network.checkpoint import read_info
     from nmt_serve.network.tokenizer import Tokenizer
 
@@ -360,8 +360,7 @@ def measure_process(tree: Path, args, scratch: Path) -> dict:
     result = json.loads(lines[-1])
     if args.callgrind:
         [counted] = work.glob("callgrind.*.1")  # the dump at the end of the count
-        summary = next(line for line in counted.read_text().splitlines() if line.startswith("summary:"))
-        result["instructions"] = int(summary.split()[1]) / result["sentences"]
+        result["instructions"] = counted_instructions(counted) / result["sentences"]
     return result
 
 
