@@ -7,6 +7,7 @@ import os
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -217,11 +218,13 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
 
 def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none",
                 step_mode: str = "auto", *, chosen: dict[Path, tuple[str, CheckpointInfo]] | None = None,
-                static_rows: int = 1024, memory: MemoryPlan | None = None) -> dict[str, tuple[Translator, float, str]]:
+                static_rows: int = 1024, memory: MemoryPlan | None = None,
+                on_load: Callable[[str, int], None] | None = None) -> dict[str, tuple[Translator, float, str]]:
     """{"de-en": (translator, load seconds, checkpoint path)} for the chosen checkpoints (default: choose() on
     this device).
     static_rows: each Translator's own static decoder (0 for the engine, whose decoders are its own).
-    memory: the plan, which says whether each model's weights are packed (default: packed)."""
+    memory: the plan, which says whether each model's weights are packed (default: packed).
+    on_load: called with each model's id, and how many were loaded before it, as it begins to load."""
     from nmt_serve.inference.attention import attention_backend
     from nmt_serve.inference.translator import (
         Translator,  # torch: only the engine process pays for it
@@ -233,6 +236,8 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
         log.warning("device=auto: an NVIDIA GPU seems present (%s) but CUDA is not usable (%s); serving on the CPU", gpu, problem)
     models: dict = {}
     for path, (model_id, _) in (choose(models_dir, device) if chosen is None else chosen).items():
+        if on_load is not None:
+            on_load(model_id, len(models))
         t0 = time.perf_counter()
         # no warm-up capture here: the engine captures its own device searches' graphs (EngineCore.warmup)
         packed = memory.models[model_id]["packed_weights"] if memory is not None else True

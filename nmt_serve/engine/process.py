@@ -1,8 +1,8 @@
 """The engine process: `python -m nmt_serve.engine.process --config JSON` (started by the supervisor).
 
 It binds two ZeroMQ sockets in the directory it is given: `calls` (ROUTER: calls from any number of
-API processes, replies routed back to the caller) and `status` (PUB: one EngineStatus, not ready, before
-the models load, then one every STATUS_INTERVAL_S once it serves). Then it loads the models and runs
+API processes, replies routed back to the caller) and `status` (PUB: an EngineStatus every
+STATUS_INTERVAL_S, from the start: while it starts, not ready with how far it is, startup_status.py). Then it loads the models and runs
 two threads: the I/O thread (serve_calls) owns the calls socket, answers at once what needs no step
 (refusals by admission, a full queue, expired deadlines) and hands the rest over; the main thread
 takes what was handed over, lets the core run one step of every batch, passes the replies back, and
@@ -37,6 +37,7 @@ from nmt_serve.engine.protocol import (
     dumps,
     loads,
 )
+from nmt_serve.engine.startup_status import StartupStatus
 from nmt_serve.garbage_collection import CollectorClock, freeze_startup_heap, rarer_young_collections
 
 log = logging.getLogger("engine")
@@ -168,21 +169,24 @@ def run(config: dict) -> int:
     def publish(message: EngineStatus) -> None:
         status.send(dumps(message))
 
+    startup = StartupStatus(publish, incarnation, STATUS_INTERVAL_S).start()
+
     def refuse(message: str) -> int:
         """Tell every API process why the models cannot serve, then exit (the supervisor does not restart)."""
+        startup.stop()
         log.error("model loading failed: %s", message)
         for _ in range(int(2 / STATUS_INTERVAL_S)):  # long enough for the subscribers to hear it
             publish(EngineStatus(incarnation, ready=False, load_error=message))
             time.sleep(STATUS_INTERVAL_S)
         return LOAD_FAILED
 
-    publish(EngineStatus(incarnation, ready=False))
     try:
         import torch
 
         if config.get("threads"):
             torch.set_num_threads(int(config["threads"]))
         device, dtype, quantization = config["device"], config.get("dtype"), config.get("quantization", "none")
+        startup.set("planning")
         load_plan = plan_loads(config["models_dir"], device, float(config.get("cpu_cost_limit", DEFAULT_CPU_COST_LIMIT)),
                              config.get("prefer", ""))
         chosen = load_plan.chosen
@@ -190,8 +194,9 @@ def run(config: dict) -> int:
         memory = plan_memory(chosen, device, dtype, quantization, budget_gb=float(config.get("memory_budget_gb") or 0),
                              max_batch_sentences=int(config.get("max_batch_sentences") or 0),
                              max_batch_tokens=int(config.get("max_batch_tokens") or 4096))
+        startup.set("loading", models_total=len(chosen))
         loaded = load_models(config["models_dir"], device, dtype, quantization, config.get("step_mode", "auto"),
-                             chosen=chosen, static_rows=0, memory=memory)
+                             chosen=chosen, static_rows=0, memory=memory, on_load=startup.loading)
     except Exception as exc:  # noqa: BLE001 - reported to every API process, then exit
         return refuse(f"{type(exc).__name__}: {exc}")
     engine_config = EngineConfig(**{k: config[k] for k in EngineConfig.__dataclass_fields__ if k in config})
@@ -203,10 +208,12 @@ def run(config: dict) -> int:
     core.incarnation = incarnation
     started = time.perf_counter()
     try:  # the models' first runs: one that fails here (weights that load but do not compute) fails every time
+        startup.set("capturing", models_loaded=len(loaded))
         if programs := core.warmup():
             log.info("captured %d decoder programs in %.1fs", programs, time.perf_counter() - started)
         if (over := core.over_budget()) is not None:
             return refuse(over)
+        startup.set("first runs")
         core.first_runs()
     except Exception as exc:  # noqa: BLE001 - reported to every API process, then exit (no restart loop)
         log.exception("the models' first runs failed")
@@ -216,6 +223,7 @@ def run(config: dict) -> int:
     core.stats["gc_frozen_objects"] = float(freeze_startup_heap())
     rarer_young_collections()
     collector = CollectorClock().start()
+    startup.stop()  # the loop's statuses from here on, the first of them at once
     log.info("engine ready: %s (pid %d)", ", ".join(sorted(core.models)), os.getpid())
     heartbeat = heartbeat_file(config["socket_dir"])
 

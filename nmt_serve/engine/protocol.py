@@ -5,8 +5,9 @@ with a Reply carrying that id. A message holds one or more of them, a pickled ca
 the calls an API process made in one turn of its event loop, the replies to one caller of one round of
 the engine's loop (fewer messages: each costs both ends' ZeroMQ and the engine's I/O thread far more
 than a frame). The engine also publishes an EngineStatus a few times a second on a
-PUB socket: readiness, the loaded models, its incarnation (a new one after every restart, so a client
-knows that calls sent to the previous one are lost) and the statistics for /metrics. Messages are
+PUB socket: readiness (while it starts, how far it is), the loaded models, its incarnation (a new one
+after every restart, so a client knows that calls sent to the previous one are lost) and the statistics
+for /metrics. Messages are
 pickled dataclasses: both ends are processes of this service, on sockets in a private directory.
 """
 from __future__ import annotations
@@ -123,6 +124,28 @@ class Reply:
 
 
 @dataclass
+class StartupProgress:
+    """Where a starting engine is, repeated in its statuses until it serves."""
+    phase: str  # one of STARTUP_PHASES
+    seconds: float  # since the engine process started
+    model: str | None = None  # loading: the model being loaded
+    models_loaded: int = 0
+    models_total: int = 0  # 0 until the models are chosen
+
+    def describe(self) -> str:
+        """For people: "loading de-en, model 2 of 12; started 14 s ago"."""
+        what = self.phase
+        if self.phase == "loading" and self.model is not None:
+            what = f"loading {self.model}, model {self.models_loaded + 1} of {self.models_total}"
+        return f"{what}; started {self.seconds:.0f} s ago"
+
+
+# in order: the interpreter and torch; choosing the models and planning their memory; reading their weights;
+# capturing the device searches (CUDA); their first translations (and the admission rate's calibration)
+STARTUP_PHASES = ("starting", "planning", "loading", "capturing", "first runs")
+
+
+@dataclass
 class EngineStatus:
     incarnation: str
     ready: bool
@@ -134,6 +157,7 @@ class EngineStatus:
     # the process that made it (statuses are made only in the engine process): the API watches it, so
     # that an engine that exits is noticed at once and a slow one is not taken for a dead one
     pid: int = field(default_factory=os.getpid)
+    loading: StartupProgress | None = None  # not ready and not failed: how far its start-up is
 
 
 def dumps(message: Any) -> bytes:

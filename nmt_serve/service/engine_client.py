@@ -229,8 +229,9 @@ class EngineConnection:
             if self.status is not None and self.last_status_at and not process_exists(self.status.pid):
                 log.error("the engine process (pid %d) exited", self.status.pid)
                 self.engine_lost(f"the engine process (pid {self.status.pid}) exited", down=True)
-            # only an engine that serves sends statuses steadily: one loading its models (minutes for a
-            # large one) sent one status before it began, and is neither stuck nor killed for silence
+            # only a serving engine's silence means it is stuck: a starting one's statuses come from a thread of
+            # their own (startup_status.py) while it loads (minutes for a large model), which a slow disk or a
+            # busy CPU may hold up as well, and it is never killed for silence
             if self.status is not None and self.status.ready and not self.alive and self.last_status_at:
                 # counted once: its supervisor now kills it, and that exit is the same loss
                 log.error("no status from the engine for %.1fs", time.monotonic() - self.last_status_at)

@@ -29,7 +29,8 @@ async def health(state: ServiceState = Depends(get_state)) -> Response:
     responses={
         200: example({"status": "ready", "models": ["de-en", "en-de"]}),
         503: {"description": "models not loaded yet (or failed to load)",
-              **example({"error": {"type": "not_ready", "message": "models are still loading", "param": None}})},
+              **example({"error": {"type": "not_ready", "message": "models are still loading (loading de-en, model 2 of 12; started 14 s ago)",
+                                   "param": None}})},
     },
 )
 async def ready(state: ServiceState = Depends(get_state)):
@@ -40,10 +41,13 @@ async def ready(state: ServiceState = Depends(get_state)):
         message = "model loading failed; see the server log"
     elif state.draining:
         message = "the server is shutting down"
-    elif state.engine is not None and state.engine.connection.losses:
-        message = "the engine is restarting"
     else:
-        message = "models are still loading"
+        restarting = state.engine is not None and state.engine.connection.losses
+        message = "the engine is restarting" if restarting else "models are still loading"
+        # how far a starting engine is: which model it reads, and for how long (a large one takes minutes)
+        status = state.engine.connection.status if state.engine is not None else None
+        if status is not None and not status.ready and status.loading is not None:
+            message += f" ({status.loading.describe()})"
     return JSONResponse(error_body("not_ready", message), 503, headers={"Retry-After": "1"})
 
 
