@@ -59,10 +59,24 @@ class ServiceState:
 
     def require_ready(self) -> "EngineClient":
         if not self.ready:
-            if self.engine is not None and self.engine.connection.losses and not self.engine.connection.ready:
-                raise not_ready("the engine is restarting")
-            raise not_ready()
+            raise not_ready(self.unready_reason())
         return self.engine
+
+    def unready_reason(self) -> str:
+        """Why the service does not translate now, for a 503 (the cause of a load failure, with file names,
+        is in the server log, not in a public response)."""
+        if self.load_error:
+            return "model loading failed; see the server log"
+        if self.draining:
+            return "the server is shutting down"
+        connection = self.engine.connection if self.engine is not None else None
+        restarting = connection is not None and connection.losses
+        reason = "the engine is restarting" if restarting else "models are still loading"
+        # how far a starting engine is: which model it reads, and for how long (a large one takes minutes)
+        status = connection.status if connection is not None else None
+        if status is not None and not status.ready and status.loading is not None:
+            reason += f" ({status.loading.describe()})"
+        return reason
 
     def _facts(self) -> tuple:
         """What requests read of the served models, made once per set of them: NLLB-200 serves 40,602

@@ -13,7 +13,9 @@ from fastapi.testclient import TestClient
 from nmt_serve.engine.protocol import STARTUP_PHASES, EngineStatus, StartupProgress
 from nmt_serve.engine.startup_status import StartupStatus
 from nmt_serve.service.app import create_app
+from nmt_serve.service.errors import APIError
 from nmt_serve.service.settings import Settings
+from nmt_serve.service.state import ServiceState
 
 
 def test_statuses_repeat_where_it_is_and_stop_when_told():
@@ -97,6 +99,9 @@ def test_ready_says_which_model_a_starting_engine_reads(tmp_path, spm_model, mon
                 time.sleep(0.05)
             assert message.startswith("models are still loading (") and r.headers["retry-after"] == "1"
             assert c.app.state.service.engine.connection.status.ready is False
+            refused = c.post("/v1/translate", json={"text": "A dog runs.", "source": "en", "target": "de"})
+            assert refused.status_code == 503 and refused.json()["error"]["type"] == "not_ready"
+            assert "loading en-de, model 2 of 2; started " in refused.json()["error"]["message"]
         finally:
             release.touch()
         while c.get("/health/ready").status_code != 200:
@@ -105,3 +110,15 @@ def test_ready_says_which_model_a_starting_engine_reads(tmp_path, spm_model, mon
         assert c.app.state.service.engine.connection.status.loading is None
         r = c.post("/v1/translate", json={"text": "A dog runs.", "source": "en", "target": "de", "max_length": 5})
         assert r.status_code == 200, r.text
+
+
+def test_a_request_refused_before_readiness_says_why(models_dir):
+    state = ServiceState(Settings(models_dir=str(models_dir), device="cpu"))
+    assert state.unready_reason() == "models are still loading"
+    state.draining = True
+    assert state.unready_reason() == "the server is shutting down"
+    state.load_error = "CheckpointError: /models/de-en: missing spm.model"
+    assert state.unready_reason() == "model loading failed; see the server log"  # the paths stay in the log
+    with pytest.raises(APIError) as refused:
+        state.require_ready()
+    assert (refused.value.status, refused.value.type, refused.value.message) == (503, "not_ready", state.unready_reason())

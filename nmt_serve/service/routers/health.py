@@ -36,19 +36,7 @@ async def health(state: ServiceState = Depends(get_state)) -> Response:
 async def ready(state: ServiceState = Depends(get_state)):
     if state.ready:
         return Response(state.health_body("ready"), media_type="application/json")
-    # the cause (with file names) is in the server log, not in a public response
-    if state.load_error:
-        message = "model loading failed; see the server log"
-    elif state.draining:
-        message = "the server is shutting down"
-    else:
-        restarting = state.engine is not None and state.engine.connection.losses
-        message = "the engine is restarting" if restarting else "models are still loading"
-        # how far a starting engine is: which model it reads, and for how long (a large one takes minutes)
-        status = state.engine.connection.status if state.engine is not None else None
-        if status is not None and not status.ready and status.loading is not None:
-            message += f" ({status.loading.describe()})"
-    return JSONResponse(error_body("not_ready", message), 503, headers={"Retry-After": "1"})
+    return JSONResponse(error_body("not_ready", state.unready_reason()), 503, headers={"Retry-After": "1"})
 
 
 @router.get(
