@@ -140,10 +140,7 @@ def run(config: dict) -> int:
     # named by the supervisor itself: one that died before the engine got this far left it to init (or a
     # subreaper), whose pid would otherwise pass for the supervisor's and keep the orphan serving nobody
     supervisor = int(config.get("supervisor_pid") or os.getppid())
-    from nmt_serve.engine.core import EngineConfig, EngineCore
-    from nmt_serve.engine.loader import load_models, plan_loads, plan_memory
-    from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT
-
+    began = time.monotonic()
     if config.get("engine_nice"):
         # a lower priority than the API process's, where the operator asks for it: the engine then also
         # yields to every other process of the node (the default, 0, does not)
@@ -169,7 +166,11 @@ def run(config: dict) -> int:
     def publish(message: EngineStatus) -> None:
         status.send(dumps(message))
 
-    startup = StartupStatus(publish, incarnation, STATUS_INTERVAL_S).start()
+    startup = StartupStatus(publish, incarnation, STATUS_INTERVAL_S, began=began).start()
+    # torch among them: seconds, said by the statuses from here on
+    from nmt_serve.engine.core import EngineConfig, EngineCore
+    from nmt_serve.engine.loader import load_models, plan_loads, plan_memory
+    from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT
 
     def refuse(message: str) -> int:
         """Tell every API process why the models cannot serve, then exit (the supervisor does not restart)."""

@@ -133,11 +133,11 @@ class StartupProgress:
     models_total: int = 0  # 0 until the models are chosen
 
     def describe(self) -> str:
-        """For people: "loading de-en, model 2 of 12; started 14 s ago"."""
+        """For people: "loading de-en, model 2 of 12; started 14.2 s ago"."""
         what = self.phase
         if self.phase == "loading" and self.model is not None:
             what = f"loading {self.model}, model {self.models_loaded + 1} of {self.models_total}"
-        return f"{what}; started {self.seconds:.0f} s ago"
+        return f"{what}; started {self.seconds:.1f} s ago"
 
 
 # in order: the interpreter and torch; choosing the models and planning their memory; reading their weights;

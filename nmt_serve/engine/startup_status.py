@@ -18,9 +18,11 @@ from nmt_serve.engine.protocol import STARTUP_PHASES, EngineStatus, StartupProgr
 class StartupStatus:
     """Owns the engine's status socket from start() to stop(): the main thread only says where it is."""
 
-    def __init__(self, publish: Callable[[EngineStatus], None], incarnation: str, interval_s: float):
+    def __init__(self, publish: Callable[[EngineStatus], None], incarnation: str, interval_s: float,
+                 began: float | None = None):
+        """began: when the engine began (time.monotonic()), what progress' seconds count from; default now."""
         self._publish, self.incarnation, self.interval_s = publish, incarnation, interval_s
-        self._began = time.monotonic()
+        self._began = time.monotonic() if began is None else began
         self._where: tuple[str, str | None, int, int] = (STARTUP_PHASES[0], None, 0, 0)  # phase, model, loaded, total:
         # replaced whole, so that the thread never reads one phase's model with another's counts
         self._stop = threading.Event()

@@ -29,7 +29,7 @@ async def health(state: ServiceState = Depends(get_state)) -> Response:
     responses={
         200: example({"status": "ready", "models": ["de-en", "en-de"]}),
         503: {"description": "models not loaded yet (or failed to load)",
-              **example({"error": {"type": "not_ready", "message": "models are still loading (loading de-en, model 2 of 12; started 14 s ago)",
+              **example({"error": {"type": "not_ready", "message": "models are still loading (loading de-en, model 2 of 12; started 14.2 s ago)",
                                    "param": None}})},
     },
 )
