@@ -394,11 +394,24 @@ def test_graceful_shutdown_finishes_in_flight_requests(models_dir):
     try:
         wait_until_ready(base, 60, alive=lambda: proc.poll() is None)
         slow = {"text": distinct("Ein Hund rennt über die Wiese.", 32), "beam_size": 4, "max_length": 60}
-        with ThreadPoolExecutor(1) as pool:
-            in_flight = pool.submit(post_json, base + "/v1/translate", slow)
-            time.sleep(0.5)
-            proc.send_signal(signal.SIGTERM)
-            status, _, body = in_flight.result(timeout=60)
+        [engine] = processes(b"nmt_serve.engine.process", parent=proc.pid)
+        # the engine stopped until the request is in the API's hands: in flight however fast this machine translates
+        os.kill(engine, signal.SIGSTOP)
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                in_flight = pool.submit(post_json, base + "/v1/translate", slow)
+                while True:  # the scrape is one request in flight, the translation the other
+                    scraped = urllib.request.urlopen(base + "/metrics").read().decode()
+                    if float(re.search(r"^nmt_requests_in_flight (\S+)", scraped, re.M)[1]) >= 2:
+                        break
+                    assert not in_flight.done(), in_flight.result()
+                    time.sleep(0.02)
+                proc.send_signal(signal.SIGTERM)
+                os.kill(engine, signal.SIGCONT)
+                status, _, body = in_flight.result(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # gone with the server, where all went well
+                os.kill(engine, signal.SIGCONT)
         assert status == 200 and len(body["translations"]) == 32
         # uvicorn ends by re-raising the SIGTERM it handled, after the graceful part is done
         assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
