@@ -473,8 +473,15 @@ def test_a_connection_accepted_before_a_shutdown_gets_an_answer(models_dir, drai
     thread.start()
     try:
         wait_until_ready(f"http://127.0.0.1:{port}", 60, alive=thread.is_alive)
+        connections = server.server_state.connections  # uvicorn's, one per accepted connection
+        deadline = time.monotonic() + 30
+        while connections:  # the readiness probes' gone
+            assert time.monotonic() < deadline, connections
+            time.sleep(0.01)
         with connect(port, timeout=30) as sock:
-            time.sleep(0.2)  # accepted
+            while not connections:  # accepted (the kernel's handshake alone is not)
+                assert time.monotonic() < deadline, "the connection was not accepted"
+                time.sleep(0.01)
             app.state.service.draining = drain  # (what server.py's SIGTERM handler sets)
             server.should_exit = True
             # uvicorn stops listening and goes over the open connections in one step: once a new connection is
