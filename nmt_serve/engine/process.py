@@ -37,6 +37,7 @@ from nmt_serve.engine.protocol import (
     dumps,
     loads,
 )
+from nmt_serve.engine.remembered_rate import RateKeeper, RememberedRate
 from nmt_serve.engine.startup_status import StartupStatus
 from nmt_serve.garbage_collection import CollectorClock, freeze_startup_heap, rarer_young_collections
 
@@ -200,6 +201,12 @@ def run(config: dict) -> int:
                              chosen=chosen, static_rows=0, memory=memory, on_load=startup.loading)
     except Exception as exc:  # noqa: BLE001 - reported to every API process, then exit
         return refuse(f"{type(exc).__name__}: {exc}")
+    # a restarted engine starts from the rate the one before it learned (remembered_rate.py), unless the operator gave one
+    admission = config.get("admission", True)
+    remembered = RememberedRate.load(config["socket_dir"]) if admission and not float(config.get("admission_rate") or 0) else None
+    if remembered is not None:
+        config = {**config, "admission_rate": remembered.rate}
+        log.info("admission: the previous engine's rate, %.0f decode units/s, instead of a calibration", remembered.rate)
     engine_config = EngineConfig(**{k: config[k] for k in EngineConfig.__dataclass_fields__ if k in config})
     meta = {mid: dict(path=path, load_seconds=seconds, src_tokenizer=str(t.src_tokenizer.model_file),
                       src_vocab=str(t.src_tokenizer.vocab_file) if t.src_tokenizer.vocab_file else None)
@@ -207,6 +214,9 @@ def run(config: dict) -> int:
     core = EngineCore({mid: t for mid, (t, _, _) in loaded.items()}, engine_config, model_meta=meta, memory=memory,
                       unloaded=load_plan.unloaded)
     core.incarnation = incarnation
+    if remembered is not None:
+        core.admission.output_ratio = remembered.output_ratio
+    keep_rate = RateKeeper(config["socket_dir"], remembered)
     started = time.perf_counter()
     try:  # the models' first runs: one that fails here (weights that load but do not compute) fails every time
         startup.set("capturing", models_loaded=len(loaded))
@@ -270,6 +280,8 @@ def run(config: dict) -> int:
             # the heartbeat first: once an API process has heard this engine is ready, its supervisor
             # can tell that it serves (and kill it should it stop from then on)
             heartbeat.touch()
+            if admission:
+                keep_rate(core.admission.rate, core.admission.output_ratio, now)
             core.stats.update(gc_seconds=collector.seconds, gc_full_collections=float(collector.full_collections))
             publish(core.status())
             last_status = now

@@ -748,3 +748,24 @@ def test_a_memory_budget_too_small_refuses_the_start_before_any_model_loads(mode
     assert proc.returncode == 1
     assert "do not fit the memory budget" in proc.stderr and "--memory-budget-gb" in proc.stderr and "NMT_MEMORY_BUDGET_GB" in proc.stderr
     assert "loaded de-en" not in proc.stderr
+
+
+def test_a_restarted_engine_starts_from_the_rate_its_predecessor_learned(models_dir):
+    """The engine calibrates once; killed, its replacement starts from the rate the first one kept in the socket
+    directory, without a calibration (seconds before it serves again, measured while the machine may be busy)."""
+    with make_client(models_dir, admission_rate=0) as c:  # calibrated, whatever NMT_ADMISSION_RATE says
+        state = ready(c).app.state.service
+        kept = Path(state.supervisor.socket_dir) / "admission_rate.json"
+        deadline = time.time() + 60
+        while not kept.exists():  # written with the first statuses once it serves
+            assert time.time() < deadline, "no rate kept"
+            time.sleep(0.02)
+        rate = json.loads(kept.read_text())["rate"]
+        first = state.engine.connection.status
+        assert first.stats["rate_units_per_second"] == pytest.approx(rate, rel=0.02)
+        os.kill(state.supervisor.pid, signal.SIGKILL)
+        while not (state.ready and state.engine.connection.status.incarnation != first.incarnation):
+            assert time.time() < deadline, "the engine did not come back"
+            time.sleep(0.02)
+        # exactly the kept one: a calibration measures its own
+        assert state.engine.connection.status.stats["rate_units_per_second"] == pytest.approx(rate, rel=1e-9)
