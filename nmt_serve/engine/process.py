@@ -235,6 +235,7 @@ def run(config: dict) -> int:
     rarer_young_collections()
     collector = CollectorClock().start()
     startup.stop()  # the loop's statuses from here on, the first of them at once
+    core.stats["startup_seconds"] = time.monotonic() - began
     log.info("engine ready: %s (pid %d)", ", ".join(sorted(core.models)), os.getpid())
     heartbeat = heartbeat_file(config["socket_dir"])
 

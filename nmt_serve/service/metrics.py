@@ -59,7 +59,9 @@ ENGINE_GAUGES = {
     "padding_share": ("nmt_engine_padding_share", "share of computed rows that were empty slots, recent average"),
     "step_ms": ("nmt_engine_step_milliseconds", "time of one decoder step, recent average"),
     "device_memory_bytes": ("nmt_device_memory_bytes", "GPU memory allocated by torch in the engine"),
-    "uptime_seconds": ("nmt_engine_uptime_seconds", "seconds since this engine process started"),
+    "uptime_seconds": ("nmt_engine_uptime_seconds", "seconds since this engine's models were loaded"),
+    "startup_seconds": ("nmt_engine_startup_seconds", "seconds this engine took from its process's start to serving "
+                                                      "(importing torch, loading, checking and timing its models)"),
     "gc_frozen_objects": ("nmt_engine_gc_frozen_objects", "objects start-up built (models, modules, captured programs) that "
                                                           "the garbage collector no longer walks"),
 }

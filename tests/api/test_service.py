@@ -393,6 +393,8 @@ def test_metrics_change_as_requests_are_served(client):
         assert name in text
     # the engine took its start-up heap (the models, the modules) out of the garbage collector's reach
     assert metric(client, "nmt_engine_gc_frozen_objects") > 10_000
+    # its start-up as a whole, which holds each model's load
+    assert metric(client, "nmt_engine_startup_seconds") > max(metric(client, "nmt_model_load_seconds", model=m) for m in ("de-en", "en-de"))
 
 
 def test_readiness_turns_200_only_after_load(models_dir):
