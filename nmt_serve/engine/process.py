@@ -2,12 +2,13 @@
 
 It binds two ZeroMQ sockets in the directory it is given: `calls` (ROUTER: calls from any number of
 API processes, replies routed back to the caller) and `status` (PUB: an EngineStatus every
-STATUS_INTERVAL_S, from the start: while it starts, not ready with how far it is, startup_status.py). Then it loads the models and runs
-two threads: the I/O thread (serve_calls) owns the calls socket, answers at once what needs no step
-(refusals by admission, a full queue, expired deadlines) and hands the rest over; the main thread
-takes what was handed over, lets the core run one step of every batch, passes the replies back, and
-blocks for calls only when nothing runs; with each status it touches the heartbeat file, whose age
-tells the supervisor that a serving engine is stuck. On SIGTERM it stops taking calls, finishes
+STATUS_INTERVAL_S from the start; while it starts, not ready and how far it is: startup_status.py).
+Then it loads the models and runs two threads: the I/O thread (serve_calls) owns the calls socket,
+answers at once what needs no step (refusals by admission, a full queue, expired deadlines) and hands
+the rest over; the main thread takes what was handed over, lets the core run one step of every batch,
+passes the replies back, and blocks for calls only when nothing runs; with each status it touches the
+heartbeat file, whose age tells the supervisor that a serving engine is stuck, and keeps the admission
+rate for an engine that replaces it (remembered_rate.py). On SIGTERM it stops taking calls, finishes
 what runs (up to `graceful_shutdown_s`) and exits; a load failure exits with LOAD_FAILED, which the
 supervisor does not restart.
 """

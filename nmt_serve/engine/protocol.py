@@ -7,8 +7,8 @@ the engine's loop (fewer messages: each costs both ends' ZeroMQ and the engine's
 than a frame). The engine also publishes an EngineStatus a few times a second on a
 PUB socket: readiness (while it starts, how far it is), the loaded models, its incarnation (a new one
 after every restart, so a client knows that calls sent to the previous one are lost) and the statistics
-for /metrics. Messages are
-pickled dataclasses: both ends are processes of this service, on sockets in a private directory.
+for /metrics. Messages are pickled dataclasses: both ends are processes of this service, on sockets in a
+private directory.
 """
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ class Reply:
 class StartupProgress:
     """Where a starting engine is, repeated in its statuses until it serves."""
     phase: str  # one of STARTUP_PHASES
-    seconds: float  # since the engine process started
+    seconds: float  # since the engine process began its start-up (process.run)
     model: str | None = None  # loading: the model being loaded
     models_loaded: int = 0
     models_total: int = 0  # 0 until the models are chosen
