@@ -166,9 +166,10 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         state.metrics.jobs.counts = app.state.jobs.store.counts
         app.state.jobs.start()
         if s.engine_socket_dir:
-            # a worker joining a running engine: until its first status, and the models it names taken in, it
-            # would answer 503 to traffic its siblings serve; uvicorn accepts connections only once this returns
-            if await connection.wait_for_status(s.engine_heartbeat_timeout_s):
+            # a worker joining an engine: until the engine serves (a starting one's progress does not count) and the
+            # models it names are taken in, it would answer 503 to traffic its siblings serve; uvicorn accepts
+            # connections only once this returns
+            if await connection.wait_for_settled(s.engine_heartbeat_timeout_s):
                 await follower.adopted(s.engine_heartbeat_timeout_s)
         yield
         state.draining = True

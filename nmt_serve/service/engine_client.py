@@ -79,7 +79,7 @@ class EngineConnection:
         self._context: zmq.asyncio.Context | None = None
         self._outbox: list[bytes] = []  # calls (and cancels) for the next flush, in order
         self._flush_due = False
-        self._heard = asyncio.Event()  # set at the first status
+        self._settled = asyncio.Event()  # set at the first status that says the engine serves, or cannot
 
     # ------------------------------------------------------------------ life
     async def start(self) -> None:
@@ -114,10 +114,11 @@ class EngineConnection:
             self._context.term()
             self._context = None
 
-    async def wait_for_status(self, timeout: float) -> bool:
-        """Wait (up to timeout seconds) until the engine's first status has been heard."""
+    async def wait_for_settled(self, timeout: float) -> bool:
+        """Wait (up to timeout seconds) until the engine has said that it serves, or that its models cannot load
+        (a starting engine's statuses, which say how far it is, do not end the wait)."""
         try:
-            await asyncio.wait_for(self._heard.wait(), timeout)
+            await asyncio.wait_for(self._settled.wait(), timeout)
             return True
         except asyncio.TimeoutError:
             return False
@@ -219,7 +220,8 @@ class EngineConnection:
             self.last_status_at = time.monotonic()
             if self.on_status:
                 self.on_status(status)
-            self._heard.set()
+            if status.ready or status.load_error:
+                self._settled.set()
 
     async def _watch(self) -> None:
         """The engine's process exited, or it sent no status for heartbeat_timeout_s (stuck): fail what

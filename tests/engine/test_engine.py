@@ -585,8 +585,8 @@ def test_the_connection_notices_an_exited_engine_process_at_once():
 
 
 def test_the_heartbeat_holds_an_engine_that_serves_not_one_that_loads_its_models():
-    """An engine loading its models sent one status (not ready) and then none for as long as loading
-    takes (minutes for a large model): it is not stuck, so not lost, whereas an engine that served
+    """An engine loading its models (minutes for a large one) whose progress statuses stop coming (their thread
+    held up by a slow disk or a starved CPU) is not taken for stuck, so not lost, whereas an engine that served
     and went as silent is."""
     import asyncio
 
@@ -614,6 +614,45 @@ def test_the_heartbeat_holds_an_engine_that_serves_not_one_that_loads_its_models
     connections, waiting = asyncio.run(scenario())
     assert connections["serving"].losses == 1 and not connections["serving"].ready
     assert connections["loading"].losses == 0 and not waiting["loading"].done()
+
+
+def test_a_joining_worker_waits_for_an_engine_that_serves_not_for_its_progress(tmp_path):
+    """A worker joining a starting engine hears its progress at once; it starts taking connections only once the
+    engine serves (or cannot), or its siblings would take traffic it answers with 503."""
+    import asyncio
+
+    import zmq
+
+    from nmt_serve.engine.protocol import EngineStatus, StartupProgress, dumps
+    from nmt_serve.service.engine_client import EngineConnection
+
+    context = zmq.Context()
+    status = context.socket(zmq.PUB)
+    status.bind(f"ipc://{tmp_path}/status")
+
+    async def scenario():
+        connection = EngineConnection(f"ipc://{tmp_path}/calls", f"ipc://{tmp_path}/status", heartbeat_timeout_s=60)
+        await connection.start()
+        try:
+            async def publish_until_settled(message: EngineStatus, within: float) -> bool:
+                waiting = asyncio.ensure_future(connection.wait_for_settled(within))
+                while not waiting.done():
+                    status.send(dumps(message))
+                    await asyncio.sleep(0.01)
+                return waiting.result()
+
+            loading = EngineStatus("x", False, loading=StartupProgress("loading", 1.0, "de-en", 0, 2))
+            assert not await publish_until_settled(loading, 0.5)
+            assert connection.status is not None and connection.status.loading is not None  # heard, all the same
+            return await publish_until_settled(EngineStatus("x", True), 30)
+        finally:
+            await connection.stop()
+
+    try:
+        assert asyncio.run(scenario())
+    finally:
+        status.close(0)
+        context.term()
 
 
 def test_the_io_thread_answers_what_needs_no_step_while_the_main_thread_is_busy(translator):
