@@ -118,11 +118,6 @@ class LoadPlan:
     chosen: dict[Path, tuple[str, CheckpointInfo]]  # path -> (model id, its info)
     unloaded: list[dict] = field(default_factory=list)  # {model, path, directions, direction_count, served_by, reason}: /v1/models
 
-    def source_languages(self) -> tuple[str, ...]:
-        """The languages the chosen models translate from, as the API names them (service/directions.py)."""
-        return tuple(sorted({d.split("-", 1)[0] for _, info in self.chosen.values()
-                             for d in public_directions(info.served(), info.language_codes)}))
-
 
 def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = DEFAULT_CPU_COST_LIMIT,
                prefer: str = "") -> LoadPlan:

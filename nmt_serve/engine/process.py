@@ -197,7 +197,6 @@ def run(config: dict) -> int:
         memory = plan_memory(chosen, device, dtype, quantization, budget_gb=float(config.get("memory_budget_gb") or 0),
                              max_batch_sentences=int(config.get("max_batch_sentences") or 0),
                              max_batch_tokens=int(config.get("max_batch_tokens") or 4096))
-        startup.languages = load_plan.source_languages()
         startup.set("loading", models_total=len(chosen))
         loaded = load_models(config["models_dir"], device, dtype, quantization, config.get("step_mode", "auto"),
                              chosen=chosen, static_rows=0, memory=memory, on_load=startup.loading)

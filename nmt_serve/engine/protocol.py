@@ -131,9 +131,6 @@ class StartupProgress:
     model: str | None = None  # loading: the model being loaded
     models_loaded: int = 0
     models_total: int = 0  # 0 until the models are chosen
-    # from the models chosen on: the source languages they serve, by the names the API gives them (its language
-    # detector is built over them while the weights load: seconds over many languages)
-    languages: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """For people: "loading de-en, model 2 of 12; started 14.2 s ago"."""

@@ -25,7 +25,6 @@ class StartupStatus:
         self._began = time.monotonic() if began is None else began
         self._where: tuple[str, str | None, int, int] = (STARTUP_PHASES[0], None, 0, 0)  # phase, model, loaded, total:
         # replaced whole, so that the thread never reads one phase's model with another's counts
-        self.languages: tuple[str, ...] = ()  # once the models are chosen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-startup-status", daemon=True)
 
@@ -45,7 +44,7 @@ class StartupStatus:
 
     def progress(self) -> StartupProgress:
         phase, model, loaded, total = self._where
-        return StartupProgress(phase, time.monotonic() - self._began, model, loaded, total, self.languages)
+        return StartupProgress(phase, time.monotonic() - self._began, model, loaded, total)
 
     def stop(self) -> None:
         """No status from here on: the socket is the caller's again (its next status says ready, or why not)."""

@@ -67,7 +67,6 @@ class StatusFollower:
         self._incarnation: str | None = None  # of the last ready engine whose models are taken in, or being taken in
         self._failed = False
         self._adopting: set[asyncio.Task] = set()  # (the loop holds tasks weakly)
-        self._detecting: str | None = None  # the starting engine whose languages' detector is being built
 
     def __call__(self, status: EngineStatus) -> None:
         collector = self.state.metrics.engine
@@ -76,14 +75,6 @@ class StatusFollower:
         collector.restarts = self.state.engine.connection.losses if self.state.engine else 0
         if status.load_error:
             self._fail(status.load_error)
-        progress = status.loading
-        if (progress is not None and progress.languages and status.incarnation != self._detecting
-                and self.state.settings.language_detection):
-            # lingua's seconds (7.8 s over NLLB-200's 75 languages) while the engine loads, not after it serves:
-            # served_of then finds the detector built, or waits for this build
-            self._detecting = status.incarnation
-            threading.Thread(target=self._build_detector, args=(frozenset(progress.languages),), name="language-detector",
-                             daemon=True).start()
         if status.ready and status.incarnation != self._incarnation:
             self._incarnation = status.incarnation
             task = asyncio.get_running_loop().create_task(self._adopt(status), name="adopt-models")
@@ -98,14 +89,6 @@ class StatusFollower:
             if pending:
                 return False
         return True
-
-    def _build_detector(self, languages: frozenset[str]) -> None:
-        try:
-            from nmt_serve.text.language_detection import detector_for
-
-            detector_for(languages, self.state.settings.language_detection_accuracy)
-        except Exception:  # noqa: BLE001 - built again at readiness (served_of), where a failure counts
-            log.warning("the language detector could not be built while the engine loads", exc_info=True)
 
     def _fail(self, message: str) -> None:
         if not self._failed:

@@ -301,16 +301,6 @@ class LanguageDetector:
         return Detection(UNDETERMINED, unserved)
 
 
-_BUILDING = threading.Lock()
-
-
-def detector_for(served: frozenset[str], accuracy: str = "high") -> LanguageDetector:
-    """The detector for these served languages, built once: a caller that comes while another builds it waits for
-    that build (the API process starts one while the engine loads its models, and takes it in at readiness)."""
-    with _BUILDING:
-        return _detector_for(served, accuracy)
-
-
 @lru_cache(maxsize=4)
-def _detector_for(served: frozenset[str], accuracy: str) -> LanguageDetector:
+def detector_for(served: frozenset[str], accuracy: str = "high") -> LanguageDetector:
     return LanguageDetector(served, accuracy)

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from nmt_serve.engine.protocol import STARTUP_PHASES, EngineStatus, StartupProgress
 from nmt_serve.engine.startup_status import StartupStatus
-from nmt_serve.service.app import StatusFollower, create_app
+from nmt_serve.service.app import create_app
 from nmt_serve.service.errors import APIError
 from nmt_serve.service.settings import Settings
 from nmt_serve.service.state import ServiceState
@@ -85,9 +85,6 @@ def test_ready_says_which_model_a_starting_engine_reads(tmp_path, spm_model, mon
     release = tmp_path / "release"
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path / "hold"), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("NMT_TEST_HOLD_LOADING", f"{os.sep}en-de{os.sep}{os.pathsep}{release}")
-    detectors: list[frozenset] = []
-    build = StatusFollower._build_detector
-    monkeypatch.setattr(StatusFollower, "_build_detector", lambda self, languages: (detectors.append(languages), build(self, languages)))
     app = create_app(Settings(models_dir=str(models), device="cpu"))
     with TestClient(app, raise_server_exceptions=False) as c:
         try:
@@ -102,10 +99,6 @@ def test_ready_says_which_model_a_starting_engine_reads(tmp_path, spm_model, mon
                 time.sleep(0.05)
             assert message.startswith("models are still loading (") and r.headers["retry-after"] == "1"
             assert c.app.state.service.engine.connection.status.ready is False
-            # the languages the chosen models translate from, named once they are chosen: the API builds their
-            # language detector while the engine is still loading
-            assert c.app.state.service.engine.connection.status.loading.languages == ("de", "en")
-            assert detectors == [frozenset({"de", "en"})]
             refused = c.post("/v1/translate", json={"text": "A dog runs.", "source": "en", "target": "de"})
             assert refused.status_code == 503 and refused.json()["error"]["type"] == "not_ready"
             assert "loading en-de, model 2 of 2; started " in refused.json()["error"]["message"]
@@ -129,26 +122,3 @@ def test_a_request_refused_before_readiness_says_why(models_dir):
     with pytest.raises(APIError) as refused:
         state.require_ready()
     assert (refused.value.status, refused.value.type, refused.value.message) == (503, "not_ready", state.unready_reason())
-
-
-def test_one_build_of_a_detector_at_a_time(monkeypatch):
-    """The API process starts building a detector while the engine loads and asks for it again at readiness:
-    the second caller waits for the first build, it does not run a second one beside it."""
-    from nmt_serve.text import language_detection
-
-    inside, most = [0], [0]
-
-    def slow_build(served, accuracy):
-        inside[0] += 1
-        most[0] = max(most[0], inside[0])
-        time.sleep(0.05)
-        inside[0] -= 1
-        return (served, accuracy)
-
-    monkeypatch.setattr(language_detection, "_detector_for", slow_build)
-    callers = [threading.Thread(target=language_detection.detector_for, args=(frozenset({"de"}),)) for _ in range(4)]
-    for caller in callers:
-        caller.start()
-    for caller in callers:
-        caller.join()
-    assert most[0] == 1
