@@ -149,13 +149,14 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
     sentence_texts: dict[str, list[str]] = {}
     prepared: list[_Text] = []
     for i, text in enumerate(texts):
+        at = positions[i] if positions is not None else i  # the text's index in the request
         marked = protected_spans.as_html(text) if format == "text" else None
         document = parse_html(marked if marked is not None else text) if format == "html" or marked is not None else None
         try:
             model, detected = resolve_model(state, source, target, _plain_text(document, text), param, upstream_fallbacks)
         except APIError as exc:
             if len(texts) > 1 or positions is not None:  # which of the texts it is
-                exc.message = f"text {positions[i] if positions is not None else i}: {exc.message}"
+                exc.message = f"text {at}: {exc.message}"
             raise
         if model is None or isinstance(model, Pivot):
             prepared.append(_Text(None, detected, [], None, text, pivot=model))
@@ -181,7 +182,7 @@ def _prepare(state: ServiceState, source: str, target: str, texts: list[str], pa
                 batch.append(ids)
                 sources.append(sentence)
         if check_tokens:
-            state.limits.check_tokens(positions[i] if positions is not None else i, tokens, param)
+            state.limits.check_tokens(at, tokens, param)
         prepared.append(_Text(model, detected, units, document, text, protected=marked is not None))
     return prepared, batches, sentence_texts
 
@@ -298,12 +299,13 @@ async def _pivoted(state: ServiceState, request: Request | None, prepared: list[
     out: dict[int, TextResult] = {}
     for indexes in routes.values():
         pivot = prepared[indexes[0]].pivot
+        positions = indexes if len(prepared) > 1 else None  # what the hops' errors name: the texts as the request has them
         first = await translate_texts(state, request, source=pivot.source, target=pivot.through, checked=True, timeout=left(),
                                       texts=[prepared[i].original for i in indexes], options=replace(options, num_hypotheses=1),
-                                      positions=indexes if len(prepared) > 1 else None, **hops)
+                                      positions=positions, **hops)
         second = await translate_texts(state, request, source=pivot.through, target=pivot.target, checked=True, timeout=left(),
                                        check_tokens=False, texts=[r.text for r in first], options=options, terminology=avoided,
-                                       positions=indexes if len(prepared) > 1 else None, **hops)
+                                       positions=positions, **hops)
         for i, a, b in zip(indexes, first, second):
             out[i] = _chained(a, b, prepared[i].detected, pivot)
     state.metrics.pivoted.inc(len(out))
