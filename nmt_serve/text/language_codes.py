@@ -1,9 +1,9 @@
 """Naming a language across model families: ISO 639-1 (`de`, what users, LibreTranslate's clients and
 language detection use), NLLB-200's ISO 639-3 + script (`deu_Latn`), mBART-50's locale (`de_DE`) and
 M2M100's (`de`). A model keeps its own codes; these give each one the ISO 639-1 name by which users may
-call it too, through lingua's table of ISO 639-1 and 639-3 codes (the languages lingua knows, which are
-also the ones detection can find). lingua is imported only to name a 639-3 code: loading and running a
-model of any other family needs none of it (a GPU image may lack its 170 MB wheel)."""
+call it too, for the languages lingua knows (the ones detection can find). Their ISO 639-3 codes are kept
+here rather than asked of lingua, so that loading a model needs none of it (a GPU image may lack its
+170 MB wheel) and names it the same with or without it."""
 from __future__ import annotations
 
 import re
@@ -13,6 +13,16 @@ from functools import lru_cache
 
 MBART = re.compile(r"([a-z]{2})_[A-Z]{2}")  # de_DE
 NLLB = re.compile(r"([a-z]{3})_[A-Z][a-z]{3}")  # deu_Latn
+ISO_639_3 = {  # ISO 639-3: ISO 639-1, lingua's languages (tests/unit/test_language_codes.py holds it to lingua's table)
+    "afr": "af", "ara": "ar", "aze": "az", "bel": "be", "ben": "bn", "bos": "bs", "bul": "bg", "cat": "ca", "ces": "cs", "cym": "cy",
+    "dan": "da", "deu": "de", "ell": "el", "eng": "en", "epo": "eo", "est": "et", "eus": "eu", "fas": "fa", "fin": "fi", "fra": "fr",
+    "gle": "ga", "guj": "gu", "heb": "he", "hin": "hi", "hrv": "hr", "hun": "hu", "hye": "hy", "ind": "id", "isl": "is", "ita": "it",
+    "jpn": "ja", "kat": "ka", "kaz": "kk", "kor": "ko", "lat": "la", "lav": "lv", "lit": "lt", "lug": "lg", "mar": "mr", "mkd": "mk",
+    "mon": "mn", "mri": "mi", "msa": "ms", "nld": "nl", "nno": "nn", "nob": "nb", "pan": "pa", "pol": "pl", "por": "pt", "ron": "ro",
+    "rus": "ru", "slk": "sk", "slv": "sl", "sna": "sn", "som": "so", "sot": "st", "spa": "es", "sqi": "sq", "srp": "sr", "swa": "sw",
+    "swe": "sv", "tam": "ta", "tel": "te", "tgl": "tl", "tha": "th", "tsn": "tn", "tso": "ts", "tur": "tr", "ukr": "uk", "urd": "ur",
+    "vie": "vi", "xho": "xh", "yor": "yo", "zho": "zh", "zul": "zu",
+}
 
 
 @lru_cache(maxsize=4096)
@@ -24,12 +34,7 @@ def iso_639_1(code: str) -> str | None:
     if m := MBART.fullmatch(code):
         return m.group(1)
     if m := NLLB.fullmatch(code):
-        from lingua import IsoCode639_3, Language
-
-        try:
-            return Language.from_iso_code_639_3(IsoCode639_3.from_str(m.group(1))).iso_code_639_1.name.lower()
-        except ValueError:
-            return None
+        return ISO_639_3.get(m.group(1))
     return None
 
 
