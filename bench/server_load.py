@@ -8,7 +8,8 @@ the server is measured and not the client (its CPU time is reported). Sections:
   offline engine on the same 256 sentences.
 - throughput: 256 test sentences at concurrency 64, greedy and beam 4: the server's requests/s
   against the offline engine (Translator.translate, batches of 64) on the same sentences;
-  with each API worker count asked for.
+  with each API worker count asked for. `--replicas N`: N servers side by side on the device, the load
+  split between them (their engine shares then summed: each engine its own loop).
 - mixed: concurrency 32, 10% long texts (60+ tokens) and 90% short ones (<= 12 tokens), beam 4:
   the short ones' p50 latency against their latency alone (concurrency 1).
 - single: concurrency 1: p50 against the offline engine's single-sentence latency.
@@ -35,7 +36,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.common import ROOT, emit, machine, percentile, start_service, table, test_sources
-from bench.loadgen import run_load
+from bench.loadgen import LoadResult, run_load
 
 SOURCE = {"source": "de", "target": "en"}
 # the server and the offline engine run the same checkpoint, so the ratios measure the serving alone (the
@@ -43,10 +44,10 @@ SOURCE = {"source": "de", "target": "en"}
 CHECKPOINT = ROOT / "checkpoints" / "de-en"
 
 
-def start_server(args, *extra: str) -> subprocess.Popen:
+def start_server(args, *extra: str, port: int | None = None) -> subprocess.Popen:
     device = ["--device", args.device] + (["--dtype", args.dtype] if args.dtype else [])
     threads = args.threads if args.lanes == 1 else 0  # the service's default with its lanes: one thread each
-    return start_service(args.port, CHECKPOINT, [*device, "--threads", str(threads), "--lanes", str(args.lanes),
+    return start_service(port or args.port, CHECKPOINT, [*device, "--threads", str(threads), "--lanes", str(args.lanes),
                                                  "--max-batch-sentences", str(args.batch), *extra],
                          root=Path(args.tree) if args.tree else ROOT)
 
@@ -161,32 +162,58 @@ def health_prober(url: str):
     return finish
 
 
+def run_replicas(urls: list[str], bodies: list[dict], *, concurrency: int, processes: int) -> LoadResult:
+    """The bodies split evenly over the servers at `urls`, each loaded at its share of the concurrency from its
+    share of the client processes, all at once; one result: every answer, the longest run's time."""
+    if len(urls) == 1:
+        return run_load(urls[0], bodies, concurrency=concurrency, processes=processes)
+    n = len(urls)
+    results: list[LoadResult | None] = [None] * n
+
+    def load(i: int) -> None:
+        results[i] = run_load(urls[i], bodies[i::n], concurrency=max(1, concurrency // n), processes=max(1, processes // n))
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return LoadResult([o for r in results for o in r.outcomes], max(r.elapsed for r in results),
+                      sum(r.client_cpu_seconds for r in results))
+
+
 def throughput(args, offline: Offline) -> str:
     texts = (test_sources("de") * (1 + args.requests // 1000))[:args.requests]
     rates = {beam: offline.rate(texts, beam) for beam in (1, 4)}
     rows = []
+    ports = [args.port + i for i in range(args.replicas)]
     for workers in [int(w) for w in args.workers.split(",")]:
-        proc = start_server(args, "--workers", str(workers))
+        procs = []
         try:
-            url = f"http://127.0.0.1:{args.port}/v1/translate"
+            for port in ports:  # one after another: each plans its memory beside the ones already running
+                procs.append(start_server(args, "--workers", str(workers), port=port))
+            urls = [f"http://127.0.0.1:{port}/v1/translate" for port in ports]
+            label = str(workers) if args.replicas == 1 else f"{workers} x {args.replicas} servers"
             for beam in (1, 4):
                 bodies = [{"text": t, "beam_size": beam, **SOURCE} for t in texts]
-                run_load(url, bodies[:args.concurrency], concurrency=args.concurrency, processes=args.clients)  # warm-up
-                api, _ = server_processes(proc.pid)
-                before, api_before = engine_counters(args.port), sum(map(cpu_seconds, api))
-                result = run_load(url, bodies, concurrency=args.concurrency, processes=args.clients)
-                after, api_cpu = engine_counters(args.port), sum(map(cpu_seconds, api)) - api_before
-                d = {k: after[k] - before.get(k, 0.0) for k in after}
+                run_replicas(urls, bodies[:args.concurrency], concurrency=args.concurrency, processes=args.clients)  # warm-up
+                api = [pid for proc in procs for pid in server_processes(proc.pid)[0]]
+                before, api_before = [engine_counters(port) for port in ports], sum(map(cpu_seconds, api))
+                result = run_replicas(urls, bodies, concurrency=args.concurrency, processes=args.clients)
+                after, api_cpu = [engine_counters(port) for port in ports], sum(map(cpu_seconds, api)) - api_before
+                d = {k: sum(a[k] - b.get(k, 0.0) for a, b in zip(after, before)) for k in after[0]}
                 served = result.throughput()
-                rows.append([workers, "greedy" if beam == 1 else f"beam {beam}", f"{served:.1f}", f"{rates[beam]:.1f}",
+                # with several servers the engine shares are summed over their engines (each its own loop)
+                rows.append([label, "greedy" if beam == 1 else f"beam {beam}", f"{served:.1f}", f"{rates[beam]:.1f}",
                              f"{served / rates[beam]:.2f}", f"{p50(result.latencies()) * 1000:.0f}",
                              f"{percentile(result.latencies(), 99) * 1000:.0f}", result.counts().get(200, 0),
                              f"{1000 * result.client_cpu_seconds / len(bodies):.2f}", f"{1000 * api_cpu / len(bodies):.2f}",
                              f"{d['busy_seconds'] / result.elapsed:.2f}", engine_shares(d, result.elapsed),
-                             f"{d['rows_live'] / max(d['steps'], 1):.0f}", f"{1000 * result.elapsed / max(d['steps'], 1):.2f}"])
-                print(f"  throughput workers={workers} beam={beam}: {rows[-1]}", file=sys.stderr)
+                             f"{d['rows_live'] / max(d['steps'], 1):.0f}", f"{1000 * result.elapsed * len(ports) / max(d['steps'], 1):.2f}"])
+                print(f"  throughput workers={label} beam={beam}: {rows[-1]}", file=sys.stderr)
         finally:
-            stop_server(proc)
+            for proc in procs:
+                stop_server(proc)
     return (f"### Server vs offline engine: {len(texts)} sentences, one per request, concurrency {args.concurrency}\n\n"
             f"Machine: {machine()}; {device_line(args)}; {engine_line(args)}, up to {args.batch} "
             f"sentences per batch; {args.clients} client processes.\n\n"
@@ -420,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mixed-workers", type=int, default=1, help="API workers in the mixed-traffic section (on a GPU the "
                         "API is the bottleneck: 4 is the documented setting there)")
     parser.add_argument("--clients", type=int, default=2, help="load generator processes")
+    parser.add_argument("--replicas", type=int, default=1, help="throughput section: this many servers (each with its own "
+                        "engine) on one device, the load split evenly between them: whether engine loops side by side "
+                        "serve more than one (on a GPU, one engine's host work leaves the device idle)")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--flood", type=int, default=400)
     parser.add_argument("--flood-beam", type=int, default=5)

@@ -52,12 +52,17 @@
 #            back in 15 MiB parts (a file may be 16 MiB), with config.json, spm.model and the run's log. Alone in
 #            a call (timeout_s 600), carry .gpucorpus (scripts/gpu-carry.sh train); here
 #            scripts/gpu-carry.sh model FILES_AT puts the checkpoint together
+#   replicas bench.server_load's throughput section (4 API workers each, concurrency 256 in all, 4 load generators)
+#            with one server and with two side by side on the GPU, the load split between them, alternating: whether a
+#            second engine loop serves more where one engine's host work leaves the GPU idle (the H200's greedy server:
+#            4,205-4,625 requests/s, the engine loop 0.92 busy, 111 rows a step of 256, the GPU ~0.4 busy); if it does,
+#            engine processes per GPU are worth building (#28: "the number of engine workers per node")
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | join-any-step | lookahead | ab | train | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | join-any-step | lookahead | ab | train | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -66,7 +71,7 @@ if [ "$stage" = all ]; then
     # (the default list's limits add up to 600 s, a call's limit; a stage took about half its limit on an H200)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
     declare -A limit=([tests]=90 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
-                      [engine-host]=150 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
+                      [engine-host]=150 [replicas]=300 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -167,6 +172,12 @@ case $stage in
                 --clients 4 --concurrency 256 --batch 256 --requests 4096 --output "$out/check-$check.md" > "$out/check-$check.log" 2>&1
             grep -A4 "^| API workers" "$out/check-$check.md" | sed "s/^/$check /"
         done 2>&1 | tee "$out/check.txt" ;;
+    replicas)
+        for n in 1 2; do
+            python3 -m bench.server_load --device cuda --sections throughput --workers 4 --replicas $n --clients 4 \
+                --concurrency 256 --batch 256 --requests 4096 --output "$out/replicas-$n.md" > "$out/replicas-$n.log" 2>&1
+            grep -A4 "^| API workers" "$out/replicas-$n.md"
+        done 2>&1 | tee "$out/replicas.txt" ;;
     join-any-step)
         mkdir -p /tmp/joins-site
         printf '%s\n' 'import os' \

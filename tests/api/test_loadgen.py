@@ -208,3 +208,24 @@ def test_command_line(server):
     ).stdout
     assert "statuses: 200: 20" in out and "p99" in out and "client CPU" in out
     assert len(server.received) == 20
+
+
+def test_load_split_over_servers():
+    from bench.server_load import run_replicas
+
+    servers = [EchoServer(), EchoServer()]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    try:
+        n = 40
+        result = run_replicas([s.url for s in servers], [{"i": i, "sleep": 0.01} for i in range(n)], concurrency=8, processes=2)
+        # each server its half of the bodies, at its half of the concurrency; one result with every answer
+        assert sorted(servers[0].received) == list(range(0, n, 2)) and sorted(servers[1].received) == list(range(1, n, 2))
+        assert all(s.max_in_flight <= 4 for s in servers)
+        assert result.counts() == {200: n} and len(result.outcomes) == n
+        assert result.elapsed >= max(o.latency for o in result.outcomes)  # the longer of the two runs
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
