@@ -57,12 +57,16 @@
 #            second engine loop serves more where one engine's host work leaves the GPU idle (the H200's greedy server:
 #            4,205-4,625 requests/s, the engine loop 0.92 busy, 111 rows a step of 256, the GPU ~0.4 busy); if it does,
 #            engine processes per GPU are worth building (#28: "the number of engine workers per node")
+#   check-every  bench.server_load's throughput and mixed sections (4 API workers) with the device search reading which
+#            sentences finished every 4 steps (as shipped) and every 2 (patched in the engine process only), one run each:
+#            a short request waits for a check to join and another to leave (the H200's mixed traffic: short requests'
+#            p50 20-21 ms at concurrency 32 against 9 alone, 2.30-2.32; the long ones add only 1.04-1.07 of it)
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | join-any-step | lookahead | ab | train | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | check-every | join-any-step | lookahead | ab | train | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -71,7 +75,7 @@ if [ "$stage" = all ]; then
     # (the default list's limits add up to 600 s, a call's limit; a stage took about half its limit on an H200)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
     declare -A limit=([tests]=90 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
-                      [engine-host]=150 [replicas]=300 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
+                      [engine-host]=150 [replicas]=300 [check-every]=300 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -178,6 +182,21 @@ case $stage in
                 --concurrency 256 --batch 256 --requests 4096 --output "$out/replicas-$n.md" > "$out/replicas-$n.log" 2>&1
             grep -A4 "^| API workers" "$out/replicas-$n.md"
         done 2>&1 | tee "$out/replicas.txt" ;;
+    check-every)
+        mkdir -p /tmp/check-site
+        printf '%s\n' 'import os' \
+            'if os.environ.get("NMT_CHECK_EVERY") and b"nmt_serve.engine.process" in open("/proc/self/cmdline", "rb").read():' \
+            '    from nmt_serve.inference import continuous_device' \
+            '    init = continuous_device.ContinuousDeviceSearch.__init__' \
+            '    continuous_device.ContinuousDeviceSearch.__init__ = lambda self, *a, **k: init(self, *a, **{**k, "check_every": int(os.environ["NMT_CHECK_EVERY"])})' \
+            > /tmp/check-site/sitecustomize.py
+        for every in 4 2; do
+            if [ $every = 4 ]; then unset NMT_CHECK_EVERY; else export NMT_CHECK_EVERY=$every; fi
+            PYTHONPATH=/tmp/check-site:$PYTHONPATH python3 -m bench.server_load --device cuda --sections throughput,mixed \
+                --workers 4 --mixed-workers 4 --clients 4 --concurrency 256 --batch 256 --requests 4096 \
+                --output "$out/check-every-$every.md" > "$out/check-every-$every.log" 2>&1
+            grep -A4 -E "^\| (API workers|short alone)" "$out/check-every-$every.md" | sed "s/^/every $every /"
+        done 2>&1 | tee "$out/check-every.txt" ;;
     join-any-step)
         mkdir -p /tmp/joins-site
         printf '%s\n' 'import os' \
