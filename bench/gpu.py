@@ -232,21 +232,23 @@ def busy_section(quick: bool, results: dict) -> str:
             "is in the wall time)\n\n" + table(["decoder", "wall ms", "kernel ms", "busy", "kernels"], rows))
 
 
-def kernels_section(quick: bool, results: dict) -> str:
+def kernels_section(quick: bool, results: dict, checkpoint: Path = CHECKPOINT, max_length: int | None = None) -> str:
     """Where a static search's GPU time goes: the offline search of one batch under the torch profiler
-    (CUDA graphs' kernels are reported one by one), its kernels grouped by name, the largest first."""
+    (CUDA graphs' kernels are reported one by one), its kernels grouped by name, the largest first.
+    checkpoint: another model (a real shape's random twin, bench.real_shapes --engines ''); max_length: a cap on
+    its output (random weights rarely say eos)."""
     from torch.profiler import ProfilerActivity, profile
 
-    translator, _ = load("auto", rows=2048)
+    translator, _ = load("auto", rows=2048, checkpoint=checkpoint)
     ids = [translator.encode_source(t) for t in test_sources("de")]
     out = []
     for beam, size in ((1, 2048), (1, 256), (4, 256)):
         work = batches_of(ids, size, 1)
-        run_batches(translator, work, beam)  # warm-up: every bucket this batch meets is captured
+        run_batches(translator, work, beam, max_length)  # warm-up: every bucket this batch meets is captured
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             started = time.perf_counter()
-            run_batches(translator, work, beam)
+            run_batches(translator, work, beam, max_length)
             torch.cuda.synchronize()
             wall = time.perf_counter() - started
         by_name: dict[str, list[float]] = {}
@@ -420,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plans", default=PLANS, help="the throughput section's runs, dtype:step_mode (auto: the static "
                         "decoder on CUDA, eager: the eager search)")
     parser.add_argument("--offline-runs", default=OFFLINE, help="the offline section's runs, beam:batch")
+    parser.add_argument("--checkpoint", type=Path, default=CHECKPOINT, help="the kernels section's model (default: the "
+                        "shipped de-en)")
+    parser.add_argument("--max-length", type=int, help="the kernels section's output cap (a random model's searches run to it)")
     parser.add_argument("--output")
     parser.add_argument("--json", help="write the raw figures here")
     args = parser.parse_args(argv)
@@ -430,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.sections.split(","):
         started = time.perf_counter()
         fn = {"throughput": partial(throughput_section, plans=args.plans),
-              "offline": partial(offline_section, runs=args.offline_runs)}.get(name, SECTIONS[name])
+              "offline": partial(offline_section, runs=args.offline_runs),
+              "kernels": partial(kernels_section, checkpoint=args.checkpoint, max_length=args.max_length)}.get(name, SECTIONS[name])
         part = fn(args.quick) if name == "attention" else fn(args.quick, results)
         parts.append(part)
         print(part + f"\n\n({name}: {time.perf_counter() - started:.0f} s)\n", flush=True)

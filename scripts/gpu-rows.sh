@@ -61,12 +61,15 @@
 #            sentences finished every 4 steps (as shipped) and every 2 (patched in the engine process only), one run each:
 #            a short request waits for a check to join and another to leave (the H200's mixed traffic: short requests'
 #            p50 20-21 ms at concurrency 32 against 9 alone, 2.30-2.32; the long ones add only 1.04-1.07 of it)
+#   shape-kernels  bench.gpu's kernels section on a random OPUS-MT (74M, 58,101 vocabulary rows, built by bench.real_shapes
+#            --engines ''), outputs capped at 32 tokens: where its beam 4 batch 256 goes (1,539 sentences/s, 1.62x
+#            generate, against 4,541 and 5.1x for the shipped model's twin)
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | check-every | join-any-step | lookahead | ab | train | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | check-every | shape-kernels | join-any-step | lookahead | ab | train | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -75,7 +78,7 @@ if [ "$stage" = all ]; then
     # (the default list's limits add up to 600 s, a call's limit; a stage took about half its limit on an H200)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
     declare -A limit=([tests]=90 [ab]=120 [joins]=90 [kernels]=90 [gpu]=150 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
-                      [engine-host]=150 [replicas]=300 [check-every]=300 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
+                      [engine-host]=150 [replicas]=300 [check-every]=300 [shape-kernels]=200 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -182,6 +185,11 @@ case $stage in
                 --concurrency 256 --batch 256 --requests 4096 --output "$out/replicas-$n.md" > "$out/replicas-$n.log" 2>&1
             grep -A4 "^| API workers" "$out/replicas-$n.md"
         done 2>&1 | tee "$out/replicas.txt" ;;
+    shape-kernels)
+        python3 -m bench.real_shapes --device cuda --shape opus-mt --engines '' --work /tmp/shape-opus-mt > "$out/shape-kernels.log" 2>&1
+        python3 -m bench.gpu --sections kernels --checkpoint /tmp/shape-opus-mt/ours --max-length 32 --output "$out/shape-kernels.md" \
+            >> "$out/shape-kernels.log" 2>&1
+        grep -B1 -A8 "^#### " "$out/shape-kernels.md" | head -n 60 ;;
     check-every)
         mkdir -p /tmp/check-site
         printf '%s\n' 'import os' \
