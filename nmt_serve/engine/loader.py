@@ -1,7 +1,6 @@
 """The models an engine serves: one Translator per language pair, found in the models directory."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -13,12 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmt_serve.engine.memory_plan import GIB, DoesNotFit, MemoryPlan, ModelNeeds, budget, plan
+from nmt_serve.network.checkpoint_info import CheckpointInfo, read_info
 from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT, preferred_names
 from nmt_serve.text.language_codes import public_directions
 
 if TYPE_CHECKING:
     from nmt_serve.inference.translator import Translator
-    from nmt_serve.network.checkpoint import CheckpointInfo
 
 log = logging.getLogger("nmt_serve.engine.loader")
 
@@ -96,16 +95,14 @@ def resolve_prefer(prefer: str, names: dict[Path, str], models_dir: str | Path) 
 
 
 def check_prefer(models_dir: str | Path, prefer: str) -> None:
-    """resolve_prefer's check alone, before the engine starts: from each checkpoint's config.json, read as JSON
-    (checkpoint.read_info would import torch into the API process)."""
+    """resolve_prefer's check alone, before the engine starts: from each checkpoint's config.json (read_info,
+    which the API process can run without torch)."""
     if not prefer.strip():
         return
     kinds = {}
     for path in discover(models_dir):
-        payload = json.loads((path / "config.json").read_text())
-        # CheckpointInfo.multilingual's rule
-        kinds[path] = (bool(payload.get("directions") or payload.get("language_codes")),
-                       f"{payload.get('source_lang')}-{payload.get('target_lang')}")
+        info = read_info(path)
+        kinds[path] = (info.multilingual, f"{info.source_lang}-{info.target_lang}")
     resolve_prefer(prefer, model_names(kinds), models_dir)
 
 
@@ -127,7 +124,6 @@ def plan_loads(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: floa
     bilingual one's its pair, or its directory's name where another checkpoint has the same pair. `prefer` may
     name either; a name of no checkpoint here is a ValueError."""
     from nmt_serve.inference.translator import resolve_device
-    from nmt_serve.network.checkpoint import read_info
     from nmt_serve.network.routing import Offer, decode_cost, route
 
     paths = discover(models_dir)

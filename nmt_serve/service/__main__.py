@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from nmt_serve.cli.common import describe, fail
 from nmt_serve.engine.loader import check_prefer, discover
+from nmt_serve.network.checkpoint_info import CheckpointError
 from nmt_serve.service.server import LOG_FORMAT, serve
 from nmt_serve.service.settings import Settings, unknown_variables
 
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                         ("prefer", lambda: check_prefer(settings.models_dir, settings.prefer))):
         try:
             check()
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError, CheckpointError) as exc:
             print(f"{PROG}: error: --{name.replace('_', '-')} (NMT_{name.upper()}): {describe(exc)}", file=sys.stderr)
             return 2
     # an explicit device that cannot serve is a configuration error, not a reason to serve on the CPU
