@@ -43,10 +43,7 @@ def render_converted_card(directory: Path, payload: dict, rows: list[dict], sect
     upstream = ("in `UPSTREAM.md`, the upstream model's card as it came" if (directory / UPSTREAM_CARD).is_file()
                 else "in the upstream model's card")
     if rows:
-        table = "\n".join(
-            f"| {r.get('direction') or directions[0]} | {r['split']} | {'greedy' if r['beam_size'] == 1 else 'beam ' + str(r['beam_size'])} "
-            f"| {'int8' if r.get('quantization') == 'int8' else 'float32'} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['runaway_outputs']} |"
-            for r in rows)
+        table = "\n".join(score_row(r, r.get("direction") or directions[0], r["split"]) for r in rows)
         scores = f"""sacreBLEU, cased, detokenized output, one reference, measured here with `python -m nmt_serve.training.model_card`
 on this project's test sets: Multi30k's `test_2016_flickr` (image captions) and the held-out sets of its
 Debian corpus where named. Routing compares models by these (README, "Languages").
@@ -55,8 +52,7 @@ Debian corpus where named. Routing compares models by these (README, "Languages"
 | --- | --- | --- | --- | --- | --- | --- |
 {table}
 
-BLEU signature: `{rows[0]['bleu_signature']}`
-chrF signature: `{rows[0]['chrf_signature']}`"""
+{signatures(rows)}"""
     else:
         scores = """None measured here yet. Routing compares models by their scores on this project's test sets, so beside
 a checkpoint that has them this one serves only where the `prefer` setting names it, or once it is measured on
@@ -74,11 +70,30 @@ weights and vocabulary, unchanged. What it was trained on, its license and its o
 
 | | |
 | --- | --- |
-| architecture | encoder-decoder Transformer, {cfg['n_encoder_layers']}+{cfg['n_decoder_layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, {cfg['activation']}, {cfg['norm_placement']}-norm |
+| architecture | {architecture(cfg)} |
 | parameters | {params:,} |
 | vocabulary | {cfg['src_vocab_size']} pieces (source), {cfg['tgt_vocab_size']} (target) |
 | weights | {dtype} safetensors |
 {sections}"""
+
+
+def score_row(r: dict, *lead: str) -> str:
+    """One measured row of a card's score table (training.model_card's rows): the leading cells, then the
+    search, the Linear layers, BLEU, chrF and the outputs over 3x their source."""
+    search = "greedy" if r["beam_size"] == 1 else f"beam {r['beam_size']}"
+    linear = "int8" if r.get("quantization") == "int8" else "float32"
+    return "| " + " | ".join([*lead, search, linear, f"{r['bleu']:.2f}", f"{r['chrf']:.2f}", str(r["runaway_outputs"])]) + " |"
+
+
+def signatures(rows: list[dict]) -> str:
+    """sacreBLEU's signatures of the rows' scores (every row of a card is measured alike)."""
+    return f"BLEU signature: `{rows[0]['bleu_signature']}`\nchrF signature: `{rows[0]['chrf_signature']}`"
+
+
+def architecture(cfg: dict) -> str:
+    """A checkpoint's shape in words, from its config.json's model fields."""
+    return (f"encoder-decoder Transformer, {cfg['n_encoder_layers']}+{cfg['n_decoder_layers']} layers, d_model {cfg['d_model']}, "
+            f"{cfg['n_heads']} heads, FFN {cfg['d_ff']}, {cfg['activation']}, {cfg['norm_placement']}-norm")
 
 
 BUFFERS = ("logits_bias",)  # stored, but no parameter (Transformer.num_parameters leaves it out)

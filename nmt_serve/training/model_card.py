@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from nmt_serve.cli.common import fail
-from nmt_serve.convert.card import render_converted_card
+from nmt_serve.convert.card import architecture, render_converted_card, score_row, signatures
 from nmt_serve.inference.translator import Translator
 from nmt_serve.network.checkpoint import CONFIG_FILE, read_info
 from nmt_serve.text.language_codes import direction_names, public_directions
@@ -274,8 +274,7 @@ the baseline a direct direction should beat. Outputs over 3x the source length, 
 | --- | --- | --- | --- | --- | --- |
 {table}
 
-{extra}BLEU signature: `{rows[0]['bleu_signature']}`
-chrF signature: `{rows[0]['chrf_signature']}`
+{extra}{signatures(rows)}
 
 ## Data
 
@@ -289,7 +288,7 @@ Partly derived from Flickr30K: for non-commercial research and educational use.
 
 | | |
 | --- | --- |
-| architecture | encoder-decoder Transformer, {cfg['n_encoder_layers']}+{cfg['n_decoder_layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, {cfg['activation']}, {cfg['norm_placement']}-norm |
+| architecture | {architecture(cfg)} |
 | parameters | {params:,} |
 | vocabulary | joint sentencepiece {tcfg.get('spm_type', 'bpe')} over the four languages, {cfg['src_vocab_size']} pieces (the target tags among them), shared embeddings tied to the output layer |
 | weights | float16 safetensors |
@@ -461,11 +460,7 @@ def render_card(directory: Path, payload: dict, rows: list[dict], hardware: str)
     tcfg = training.get("config", {})
     src, tgt = payload["source_lang"], payload["target_lang"]
     params = Translator.load(directory, device="cpu").num_parameters()
-    table = "\n".join(
-        f"| {r['split']} | {'greedy' if r['beam_size'] == 1 else 'beam ' + str(r['beam_size'])} "
-        f"| {'int8' if r.get('quantization') == 'int8' else 'float32'} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['runaway_outputs']} |"
-        for r in rows
-    )
+    table = "\n".join(score_row(r, r["split"]) for r in rows)
     hours = training.get("train_seconds", 0) / 3600
     return f"""# {src}->{tgt} Transformer, Multi30k
 
@@ -481,8 +476,7 @@ sacreBLEU, cased, detokenized output, one reference. Measured with `python -m nm
 | --- | --- | --- | --- | --- | --- |
 {table}
 
-BLEU signature: `{rows[0]['bleu_signature']}`
-chrF signature: `{rows[0]['chrf_signature']}`
+{signatures(rows)}
 
 ## Data
 
@@ -494,7 +488,7 @@ reported score. Partly derived from Flickr30K: for non-commercial research and e
 
 | | |
 | --- | --- |
-| architecture | encoder-decoder Transformer, {cfg['n_encoder_layers']}+{cfg['n_decoder_layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, {cfg['activation']}, {cfg['norm_placement']}-norm |
+| architecture | {architecture(cfg)} |
 | parameters | {params:,} |
 | vocabulary | joint sentencepiece {tcfg.get('spm_type', 'bpe')}, {cfg['src_vocab_size']} pieces, shared embeddings tied to the output layer |
 | weights | float16 safetensors |
