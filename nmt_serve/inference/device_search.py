@@ -428,9 +428,15 @@ def _lexical_beam_update(dec: StaticDecoder, slots: SearchSlots, c: _Constants, 
     pos.add_(was_alive[:, None].expand(G, K).reshape(B))
 
 
+def supports_options(options: SearchOptions) -> bool:
+    """Whether this search runs these options: n-gram blocking and the uncached baseline are search.py's, and
+    a target prefix is one forced token at most."""
+    return not (options.no_repeat_ngram_size or not options.use_cache or len(options.target_prefix) > 1)
+
+
 def supports(decoder: StaticDecoder, src: torch.Tensor, options: SearchOptions) -> bool:
-    """Whether this search fits the decoder: rows, lengths and options (n-gram blocking is search.py's)."""
-    if options.no_repeat_ngram_size or not options.use_cache or len(options.target_prefix) > 1:
+    """Whether this search fits the decoder: rows, lengths and options (supports_options)."""
+    if not supports_options(options):
         return False
     if src.size(0) * options.beam_size > decoder.max_rows or src.size(1) > decoder.max_length:
         return False
@@ -470,7 +476,11 @@ class DeviceSearch:
             options = replace(options, beam_size=max(options.beam_size, CONSTRAINED_MIN_BEAM))
             if not all(constraints_fit(lex) for lex in constraints):
                 return False
-        return supports(self.decoder, src, options) and (not options.target_prefix or self.constants.forcing)
+        return supports(self.decoder, src, options) and self.accepts_options(options)
+
+    def accepts_options(self, options: SearchOptions) -> bool:
+        """supports_options, and a target prefix only where the steps force one (each sentence's fit is its own)."""
+        return supports_options(options) and (not options.target_prefix or self.constants.forcing)
 
     def slots(self, K: int) -> SearchSlots:
         if K not in self._slots:

@@ -217,6 +217,31 @@ def test_translator_step_modes_agree(tiny_checkpoint):
         Translator.load(tiny_checkpoint, device="cpu", step_mode="fast")
 
 
+def test_translate_runs_more_sentences_than_a_batch_continuously(tiny_checkpoint, monkeypatch):
+    """Past one batch the static decoder's translate() joins sentences as others leave (the engine's search):
+    the same hypotheses as the eager search's, in input order, sentences that do not fit it in batches."""
+    from nmt_serve.inference import translator as translator_module
+
+    sentences = [f"Ein Hund läuft {i} mal über die Wiese." if i % 3 else "Hallo" for i in range(11)] + [""]
+    eager = Translator.load(tiny_checkpoint, device="cpu", step_mode="eager")
+    static = Translator.load(tiny_checkpoint, device="cpu", step_mode="static", static_rows=16, static_length=64)
+    joins = []
+    add = translator_module.ContinuousDeviceSearch.add
+    monkeypatch.setattr(translator_module.ContinuousDeviceSearch, "add", lambda self, s: joins.append(len(s)) or add(self, s))
+    for options in (dict(beam_size=1), dict(beam_size=4, num_hypotheses=2, length_penalty=0.6), dict(beam_size=2, min_length=3)):
+        joins.clear()
+        a = eager.translate(sentences, return_scores=True, max_length=12, max_batch_size=3, **options)
+        b = static.translate(sentences, return_scores=True, max_length=12, max_batch_size=3, **options)
+        assert [[(h.tokens, round(h.score, 4)) for h in r.hypotheses] for r in a] == [[(h.tokens, round(h.score, 4)) for h in r.hypotheses]
+                                                                                     for r in b]
+        # 11 sentences, at most 3 running (16 rows hold 4 of beam 4): joins while others run
+        assert sum(joins) == 11 and len(joins) > 3 and max(joins) <= 3
+    # a source longer than the decoder's 64 positions goes through the batches instead
+    long = ["Hund " * 80, *sentences[:4]]
+    assert [r.hypotheses[0].tokens for r in static.translate(long, beam_size=1, max_length=8, max_batch_size=2)] == \
+        [r.hypotheses[0].tokens for r in eager.translate(long, beam_size=1, max_length=8, max_batch_size=2)]
+
+
 def test_static_decoder_is_remade_when_the_weights_change(tiny_checkpoint):
     translator = Translator.load(tiny_checkpoint, device="cpu", step_mode="static", static_rows=16, static_length=64)
     translator.translate(["Hallo Welt"], beam_size=2, max_length=8)
