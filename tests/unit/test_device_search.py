@@ -331,6 +331,19 @@ def test_captured_graphs_give_the_eager_static_results_on_cuda(dtype, beam_size)
 
 
 @cuda
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_translate_continuously_on_cuda_gives_the_batches_results(tiny_checkpoint, beam_size):
+    """translate() past one batch (the continuous search, captured joins and steps, reads a step later) against
+    the same sentences in batches of generate() on the same static decoder."""
+    translator = Translator.load(tiny_checkpoint, device="cuda", dtype="float32", static_rows=64, static_length=64)
+    texts = [f"Ein Hund läuft {i} mal über die Wiese." if i % 3 else "Zwei Kinder spielen." for i in range(40)]
+    continuous = translator.translate(texts, beam_size=beam_size, max_length=16, max_batch_size=8)
+    batches = [r for i in range(0, 40, 8) for r in translator.translate(texts[i:i + 8], beam_size=beam_size, max_length=16,
+                                                                         max_batch_size=8)]
+    assert [r.hypotheses[0].tokens for r in continuous] == [r.hypotheses[0].tokens for r in batches]
+
+
+@cuda
 def test_warmup_captures_every_bucket_on_cuda():
     model = random_model(seed=33).to("cuda", torch.float16)
     searcher = DeviceSearch(StaticDecoder(ModelRunner(model), max_rows=64, max_length=64))
