@@ -100,7 +100,9 @@ def p50(values: list[float]) -> float:
 
 
 class Offline:
-    """The offline engine in this process, measured before any server starts (never beside one)."""
+    """The offline engine in this process, measured before any server starts (never beside one): translate() in
+    batches of --batch, which on CUDA past one batch runs the continuous search the engine runs (earlier runs of
+    this benchmark, before that, compared the server with batches one after another: 1.5-1.8x slower there)."""
 
     def __init__(self, args):
         import torch
