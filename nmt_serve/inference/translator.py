@@ -276,7 +276,9 @@ class Translator:
         terms: Sequence[Sequence[str]] | None = None,
         avoid: Sequence[str] = (),
     ) -> list[TranslationResult]:
-        """Translate texts (any lengths, any order); results come back in input order.
+        """Translate texts (any lengths, any order); results come back in input order. Up to max_batch_size
+        sentences (and max_batch_tokens padded tokens) are searched at once; on the static decoder (CUDA), more
+        than max_batch_size run as the engine's continuous search (_search_continuous), with the same results.
 
         target_lang: the language to translate into; required by a multilingual model.
         source_lang: the language of the texts; required by a model of the fairseq families (NLLB-200,
