@@ -33,6 +33,21 @@ REORDER_CHUNK_BYTES = 256 * 2**20  # the largest gathered copy of beam search's 
 # layer's at once, for all of a batch's sentences, is as large as the buffer's share of them (3.2 GB for
 # 256 sentences of 256 tokens at NLLB-200 600M's shape in half precision), and K times that with beams
 LOAD_CHUNK_BYTES = 256 * 2**20
+# how a step's one query per row attends: "sdpa" (scaled_dot_product_attention, the memory-efficient kernel on
+# CUDA where a mask is given, whose 64-query tiles hold one query here) or "matmul" (two batched products around
+# a float32 softmax). On an H200 the step's attention took 52% of greedy batch 2,048's kernel time, 65 us a call;
+# gpu-rows.sh's step-attention stage compares the two whole searches before either is preferred.
+STEP_ATTENTION = "sdpa"
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """q (B, H, 1, D) against k, v (B, H, L, D) where mask (B, 1, 1, L) is True -> (B, H, 1, D)."""
+    if STEP_ATTENTION == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    scores = torch.matmul(q * q.size(-1) ** -0.5, k.transpose(-1, -2))  # (B, H, 1, L), the query scaled first as the kernel does
+    # the lowest float rather than -inf: a row with nothing to attend (a free slot's) gets numbers, not NaN
+    weights = scores.float().masked_fill_(~mask, torch.finfo(torch.float32).min).softmax(dim=-1)
+    return torch.matmul(weights.to(v.dtype), v)
 
 
 def buckets(limit: int, first: int = 1) -> list[int]:
@@ -182,12 +197,12 @@ class StaticDecoder:
             qkv = w.self_qkv(h).view(B, 3, H, D)
             layer = self.self_kv[i]  # (2, max_rows, H, max_length, D)
             layer[:, rows, :, pos] = qkv[:, 1:]  # row r's new key/value at its own position pos[r]
-            a = F.scaled_dot_product_attention(qkv[:, 0, :, None], layer[0, :B, :, :L], layer[1, :B, :, :L], attn_mask=self_mask)
+            a = attend(qkv[:, 0, :, None], layer[0, :B, :, :L], layer[1, :B, :, :L], self_mask)
             x = e._residual(x, w.self_out(a.reshape(B, C)), w.self_norm)
             h = w.cross_norm(x) if pre else x
             q = w.cross_q(h).view(B, H, 1, D)
             cross = self.cross_kv[i]
-            a = F.scaled_dot_product_attention(q, cross[0, :B, :, :L], cross[1, :B, :, :L], attn_mask=cross_mask)
+            a = attend(q, cross[0, :B, :, :L], cross[1, :B, :, :L], cross_mask)
             if weights:
                 # beside the fused kernel rather than instead of it (which keeps no weights), so that the
                 # translation is the same with or without them; the query scaled first, as the kernel does,

@@ -242,6 +242,26 @@ def test_translate_runs_more_sentences_than_a_batch_continuously(tiny_checkpoint
         [r.hypotheses[0].tokens for r in eager.translate(long, beam_size=1, max_length=8, max_batch_size=2)]
 
 
+def test_step_attention_by_matmul_gives_the_sdpa_results(tiny_checkpoint, monkeypatch):
+    """The step's attention as two products around a softmax (static_decoder.STEP_ATTENTION "matmul", the
+    alternative gpu-rows.sh's step-attention stage times) translates as scaled_dot_product_attention does."""
+    from nmt_serve.inference import static_decoder
+
+    sentences = ["Ein Hund läuft.", "Zwei Kinder spielen im Schnee mit einem Ball.", "Hallo", "Eine Frau liest ein Buch im Park."]
+    q, k, v = torch.randn(3, 2, 1, 8), torch.randn(3, 2, 5, 8), torch.randn(3, 2, 5, 8)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)[:, None, None, :]
+    want = static_decoder.attend(q[:2], k[:2], v[:2], mask[:2])
+    results = {}
+    for impl in ("sdpa", "matmul"):
+        monkeypatch.setattr(static_decoder, "STEP_ATTENTION", impl)
+        translator = Translator.load(tiny_checkpoint, device="cpu", step_mode="static", static_rows=32, static_length=64)
+        results[impl] = [[h.tokens for h in r.hypotheses] for beam in (1, 4)
+                         for r in translator.translate(sentences, beam_size=beam, num_hypotheses=beam, max_length=12)]
+    torch.testing.assert_close(static_decoder.attend(q[:2], k[:2], v[:2], mask[:2]), want)
+    assert torch.isfinite(static_decoder.attend(q, k, v, mask)).all()  # a row with nothing to attend: no NaN
+    assert results["matmul"] == results["sdpa"]
+
+
 def test_static_decoder_is_remade_when_the_weights_change(tiny_checkpoint):
     translator = Translator.load(tiny_checkpoint, device="cpu", step_mode="static", static_rows=16, static_length=64)
     translator.translate(["Hallo Welt"], beam_size=2, max_length=8)
