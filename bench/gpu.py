@@ -85,7 +85,8 @@ def attention_section(quick: bool) -> str:
     H, D = 4, 64
     cases = [("encoder, batch 64 x 24 tokens, padded", (64, H, 24, D), (64, H, 24, D), True),
              ("encoder, batch 64 x 24 tokens, no padding", (64, H, 24, D), (64, H, 24, D), False),
-             ("decoder step, 1024 rows x 64 positions, masked", (1024, H, 1, D), (1024, H, 64, D), True)]
+             ("decoder step, 1024 rows x 64 positions, masked", (1024, H, 1, D), (1024, H, 64, D), True),
+             ("decoder step, 2048 rows x 48 positions, masked", (2048, H, 1, D), (2048, H, 48, D), True)]
     for name, qs, ks, masked in cases:
         q, k, v = (torch.randn(s, device="cuda", dtype=torch.float16) for s in (qs, ks, ks))
         mask = (torch.rand(ks[0], 1, 1, ks[2], device="cuda") > 0.2) if masked else None
@@ -100,6 +101,16 @@ def attention_section(quick: bool) -> str:
                 rows.append([name, backend.name, f"{seconds * 1e4:.1f}"])  # per call, microseconds
             except RuntimeError:
                 rows.append([name, backend.name, "not supported"])
+        if qs[2] == 1:  # the static decoder's alternative for one query per row (STEP_ATTENTION "matmul")
+            from nmt_serve.inference import static_decoder
+
+            shipped, static_decoder.STEP_ATTENTION = static_decoder.STEP_ATTENTION, "matmul"
+            try:
+                static_decoder.attend(q, k, v, mask)
+                seconds, _ = cuda_time(lambda: [static_decoder.attend(q, k, v, mask) for _ in range(100)], 3)
+                rows.append([name, "matmul, softmax, matmul", f"{seconds * 1e4:.1f}"])
+            finally:
+                static_decoder.STEP_ATTENTION = shipped
     return "### Attention backends (float16, per call, microseconds)\n\n" + table(["attention", "backend", "µs"], rows)
 
 

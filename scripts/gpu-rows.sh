@@ -64,12 +64,16 @@
 #   shape-kernels  bench.gpu's kernels section on a random OPUS-MT (74M, 58,101 vocabulary rows, built by bench.real_shapes
 #            --engines ''), outputs capped at 32 tokens: where its beam 4 batch 256 goes (1,539 sentences/s, 1.62x
 #            generate, against 4,541 and 5.1x for the shipped model's twin)
+#   step-attention  bench.gpu's attention section (each backend per call, and the static decoder's matmul variant, at the
+#            step's shapes: 1,024 rows x 64 positions, 2,048 x 48), then its static float16 throughput with the step's
+#            attention as shipped (sdpa: the memory-efficient kernel, 52% of greedy 2,048's kernel time on the H200, 65 us
+#            a call) and as two products around a softmax (static_decoder.STEP_ATTENTION "matmul", patched in), two rounds
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | check-every | shape-kernels | join-any-step | lookahead | ab | train | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | check-every | shape-kernels | step-attention | join-any-step | lookahead | ab | train | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -79,7 +83,7 @@ if [ "$stage" = all ]; then
     # gpu ran past its earlier 150 s before its hf and parity sections)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
     declare -A limit=([tests]=90 [ab]=120 [joins]=90 [kernels]=90 [gpu]=240 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
-                      [engine-host]=150 [replicas]=300 [check-every]=300 [shape-kernels]=200 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
+                      [engine-host]=150 [replicas]=300 [check-every]=300 [shape-kernels]=200 [step-attention]=300 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -186,6 +190,19 @@ case $stage in
                 --concurrency 256 --batch 256 --requests 4096 --output "$out/replicas-$n.md" > "$out/replicas-$n.log" 2>&1
             grep -A4 "^| API workers" "$out/replicas-$n.md"
         done 2>&1 | tee "$out/replicas.txt" ;;
+    step-attention)
+        mkdir -p /tmp/attention-site
+        printf '%s\n' 'import os' 'if os.environ.get("NMT_STEP_ATTENTION"):' '    from nmt_serve.inference import static_decoder' \
+            '    static_decoder.STEP_ATTENTION = os.environ["NMT_STEP_ATTENTION"]' > /tmp/attention-site/sitecustomize.py
+        python3 -m bench.gpu --sections attention --output "$out/attention.md" > "$out/attention.log" 2>&1
+        grep "decoder step" "$out/attention.md"
+        for round in 1 2; do
+            for impl in sdpa matmul; do
+                NMT_STEP_ATTENTION=$impl PYTHONPATH=/tmp/attention-site:$PYTHONPATH python3 -m bench.gpu --quick --sections throughput \
+                    --plans float16:auto --output "$out/step-attention-$impl-$round.md" > "$out/step-attention-$impl-$round.log" 2>&1
+                grep "static (CUDA graphs)" "$out/step-attention-$impl-$round.md" | cut -d'|' -f4-6 | tr -d ' ' | sed "s/^/$impl $round /"
+            done
+        done 2>&1 | tee "$out/step-attention.txt" ;;
     shape-kernels)
         python3 -m bench.real_shapes --device cuda --shape opus-mt --engines '' --work /tmp/shape-opus-mt > "$out/shape-kernels.log" 2>&1
         python3 -m bench.gpu --sections kernels --checkpoint /tmp/shape-opus-mt/ours --max-length 32 --output "$out/shape-kernels.md" \
