@@ -398,7 +398,8 @@ def joins_section(quick: bool, results: dict, device: str = "cuda") -> str:
     rows, repeat, running = [], 3 if quick else 7, 256
     sizes = (1, 8, 32) if quick else (1, 8, 32, 128)
     for K in (1, 4):
-        device_search = DeviceSearch(StaticDecoder(translator.runner, max_rows=(running + 2 * max(sizes) * repeat) * K, max_length=256))
+        device_search = DeviceSearch(StaticDecoder(translator.runner, max_rows=(running + 2 * max(sizes) * repeat) * K, max_length=256,
+                                                   group=K))  # as the engine's decoder of one beam size
         device_search.warmup(beam_sizes=(K,), join_tokens=JOIN_TOKENS, attention=True)
         search = ContinuousDeviceSearch(device_search, beam_size=K, check_every=10**6)  # no reads back while timing
         count = iter(range(10**9))

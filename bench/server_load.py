@@ -375,7 +375,7 @@ def engine(args, offline: Offline) -> str:
                 for s in srcs]
         searches = {"eager": lambda: ContinuousSearch(t.runner, beam_size=beam)}
         if t.uses_static_decoder:
-            device_search = DeviceSearch(StaticDecoder(t.runner, max_rows=args.concurrency * beam, max_length=t.static_length))
+            device_search = DeviceSearch(StaticDecoder(t.runner, max_rows=args.concurrency * beam, max_length=t.static_length, group=beam))
             device_search.warmup(beam_sizes=(beam,), join_tokens=JOIN_TOKENS)  # as the engine warms up
             searches["device"] = lambda: ContinuousDeviceSearch(device_search, beam_size=beam)
         for kind, make in searches.items():

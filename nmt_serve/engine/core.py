@@ -507,7 +507,8 @@ class EngineCore:
         if key not in self._device_searches:
             t = self.models[model_id]
             rows = self.config.max_batch_sentences * beam
-            self._device_searches[key] = DeviceSearch(StaticDecoder(t.runner, max_rows=rows, max_length=t.static_length),
+            # one beam size a decoder: a sentence's K rows share its source's keys and values (group)
+            self._device_searches[key] = DeviceSearch(StaticDecoder(t.runner, max_rows=rows, max_length=t.static_length, group=beam),
                                                       forced_first_token=bool(t.inputs.codes))
         return self._device_searches[key]
 

@@ -13,7 +13,8 @@ this order:
 3. the running sentences, the same number S for every model and start-up beam size, the most that
    fits up to `max_batch_sentences`. A row (one beam of one sentence) holds the keys/values of
    self- and cross-attention of every decoder layer over `max_length` positions:
-       2 (self, cross) x n_layers x 2 (k, v) x H x max_length x D  elements,
+       2 (self, cross) x n_layers x 2 (k, v) x H x max_length x D  elements
+   (on CUDA a beam size's decoder holds the source's once for a sentence's K rows: 1 + 1/K instead of 2),
    and a step's work space per row: its logits and their float32 log-probabilities, and in beam
    search the candidates' float32 scores, over the whole vocabulary (V x (itemsize + 4) bytes
    greedy, V x (itemsize + 8) beam: with a 256k vocabulary, 3% of a row's keys/values); and the
@@ -89,9 +90,13 @@ class ModelNeeds:
         lone_row = lone_row_elements(self.config, self.lone_row_threads) if self.lone_row_threads else 0
         return (total + linear + lone_row) * self.itemsize
 
-    def row_bytes(self) -> int:
+    def row_bytes(self, beam: int = 1) -> int:
+        """A row's keys and values: its target's, and its source's, which on CUDA the K rows of a sentence share
+        (the static decoder of one beam size: static_decoder.py's `group`); the eager search (CPU) counts a copy
+        per row, what it holds below GROUPED_BEAM_MIN_ROWS."""
         c = self.config
-        return 2 * c.n_decoder_layers * 2 * c.n_heads * self.max_length * c.head_dim * self.itemsize
+        per = c.n_decoder_layers * 2 * c.n_heads * self.max_length * c.head_dim * self.itemsize  # self or cross
+        return per + (-(-per // beam) if self.device == "cuda" else per)
 
     def step_bytes_per_row(self, beam: int) -> int:
         return self.config.tgt_vocab_size * (self.itemsize + (4 if beam == 1 else 8))
@@ -107,7 +112,7 @@ class ModelNeeds:
         return row + -(-group // beam)
 
     def rows_bytes(self, beam: int, rows: int) -> int:
-        return rows * (self.row_bytes() + self.step_bytes_per_row(beam) + self.search_bytes_per_row(beam))
+        return rows * (self.row_bytes(beam) + self.step_bytes_per_row(beam) + self.search_bytes_per_row(beam))
 
     def sentence_bytes(self) -> int:
         """What one more running sentence costs: its rows in every start-up beam size's decoder."""

@@ -232,9 +232,13 @@ def _join_update(dec: StaticDecoder, slots: SearchSlots, table: torch.Tensor, mi
     groups = info[:, 0]
     beams = groups[:, None] * K + dec.rows[:K]  # (n, K): a sentence's beams adjacent
     rows = beams.view(-1)
-    # each sentence's keys and values written to its K rows, broadcast (neither a contiguous copy nor K of them);
-    # positions from the source's length to W hold the encoder's output at padding: masked by src_len
-    dec.cross_kv[:, :, beams, :, :W] = kv.unsqueeze(3)
+    # each sentence's keys and values written once to its group's slot where the decoder's K rows share it, else to
+    # its K rows, broadcast (neither a contiguous copy nor K of them); positions from the source's length to W hold
+    # the encoder's output at padding: masked by src_len
+    if dec.group == K:
+        dec.cross_kv[:, :, groups, :, :W] = kv
+    else:
+        dec.cross_kv[:, :, beams, :, :W] = kv.unsqueeze(3)
     if K > 1:  # (expand, not repeat_interleave: that may ask the device for its size)
         info = info.unsqueeze(1).expand(n, K, JOIN_INFO).flatten(0, 1)
     dec.src_len[rows] = info[:, 1]
@@ -483,6 +487,8 @@ class DeviceSearch:
         return supports_options(options) and (not options.target_prefix or self.constants.forcing)
 
     def slots(self, K: int) -> SearchSlots:
+        if self.decoder.group not in (1, K):
+            raise ValueError(f"this decoder's rows come in groups of {self.decoder.group}: it runs beam size {self.decoder.group} only")
         if K not in self._slots:
             self._slots[K] = SearchSlots(self.decoder, K)
         return self._slots[K]

@@ -4,8 +4,14 @@ A decoder step of this model is ~80 small kernels whose work takes microseconds;
 from Python, the launches cost more than the work. Here every tensor a step touches lives at a fixed
 address, sized once for `max_rows` rows and `max_length` positions:
 
-    self_kv, cross_kv  (n_layers, 2, max_rows, H, max_length, D)   keys/values of target and source
+    self_kv   (n_layers, 2, max_rows, H, max_length, D)             keys/values of the target
+    cross_kv  (n_layers, 2, max_rows // group, H, max_length, D)    keys/values of the source
     tokens, pos, src_len  (max_rows,)   each row's newest token, its position, its source length
+
+A decoder for one beam size K (`group=K`) holds a sentence's source keys and values once for its K rows (beams
+of one sentence are adjacent rows and share the source): its cross-attention reads them once for K queries,
+and the buffer is K times smaller (for beam 4, 38% of all the keys and values a row holds). With group=1 (one
+decoder for several beam sizes) every row holds its own copy.
 
 and a step reads the first B rows and the first L positions, B and L rounded up to buckets (B to powers of
 two, L to length_buckets: powers of two and the sizes halfway between them). Rows past the real ones and
@@ -41,10 +47,11 @@ STEP_ATTENTION = "sdpa"
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """q (B, H, 1, D) against k, v (B, H, L, D) where mask (B, 1, 1, L) is True -> (B, H, 1, D)."""
+    """q (B, H, Q, D) (one query per row, or a group's K rows' queries) against k, v (B, H, L, D) where mask
+    (B, 1, 1, L) is True -> (B, H, Q, D)."""
     if STEP_ATTENTION == "sdpa":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    scores = torch.matmul(q * q.size(-1) ** -0.5, k.transpose(-1, -2))  # (B, H, 1, L), the query scaled first as the kernel does
+    scores = torch.matmul(q * q.size(-1) ** -0.5, k.transpose(-1, -2))  # (B, H, Q, L), the query scaled first as the kernel does
     # the lowest float rather than -inf: a row with nothing to attend (a free slot's) gets numbers, not NaN
     weights = scores.float().masked_fill_(~mask, torch.finfo(torch.float32).min).softmax(dim=-1)
     return torch.matmul(weights.to(v.dtype), v)
@@ -94,9 +101,11 @@ def bucket_of(n: int, sizes: list[int]) -> int:
 
 
 class StaticDecoder:
-    def __init__(self, runner: ModelRunner, *, max_rows: int = 1024, max_length: int = 256, capture: bool | None = None):
+    def __init__(self, runner: ModelRunner, *, max_rows: int = 1024, max_length: int = 256, capture: bool | None = None,
+                 group: int = 1):
         """max_rows: rows one step may hold (sentences x beams); max_length: positions of target and
-        source; capture: use CUDA graphs (default: on CUDA devices)."""
+        source; capture: use CUDA graphs (default: on CUDA devices); group: the one beam size this decoder
+        serves, whose K rows share their sentence's source keys and values (1: any beam size, a copy per row)."""
         cfg = runner.config
         if runner.quantization != "none":
             raise ValueError("the static decoder runs float weights only")
@@ -115,7 +124,10 @@ class StaticDecoder:
         self.self_kv = torch.zeros(shape, dtype=dtype, device=device)
         per_layer = self.self_kv[0].numel() * self.self_kv.element_size()
         self.reorder_layers = max(1, min(self.n_layers, REORDER_CHUNK_BYTES // max(per_layer, 1)))
-        self.cross_kv = torch.zeros(shape, dtype=dtype, device=device)
+        if group < 1 or max_rows % group:
+            raise ValueError(f"max_rows ({max_rows}) must hold whole groups of {group} rows")
+        self.group = group
+        self.cross_kv = torch.zeros((self.n_layers, 2, max_rows // group, *shape[3:]), dtype=dtype, device=device)
         self._moved = (as_words(self.self_kv), as_words(self.cross_kv))  # what row moves copy (as_words)
         self.tokens = torch.full((max_rows,), cfg.decoder_start_id, dtype=torch.long, device=device)
         self.pos = torch.zeros(max_rows, dtype=torch.long, device=device)  # position of each row's newest token
@@ -137,6 +149,8 @@ class StaticDecoder:
         B, S = src.shape
         n = B * repeat
         assert n <= self.max_rows and S <= self.max_length
+        assert self.group in (1, repeat), f"a decoder of groups of {self.group} rows loads {repeat} rows a sentence"
+        copies = repeat // self.group  # rows of the cross-attention buffer a sentence fills
         with attention_backends(self.device):
             states, mask = e.encode(src)  # (B, S, C), (B, 1, 1, S)
         # a few sentences at a time (LOAD_CHUNK_BYTES), each one's keys and values written to its `repeat` rows
@@ -145,8 +159,8 @@ class StaticDecoder:
         for start in range(0, B, chunk):
             c = min(chunk, B - start)
             kv = e.source_kv(states[start:start + c], contiguous=False)  # (n_layers, 2, c, H, S, D)
-            rows = self.cross_kv[:, :, start * repeat:(start + c) * repeat, :, :S]  # (n_layers, 2, c * repeat, H, S, D)
-            rows.unflatten(2, (c, repeat)).copy_(kv.unsqueeze(3).expand(-1, -1, -1, repeat, -1, -1, -1))
+            rows = self.cross_kv[:, :, start * copies:(start + c) * copies, :, :S]  # (n_layers, 2, c * copies, H, S, D)
+            rows.unflatten(2, (c, copies)).copy_(kv.unsqueeze(3).expand(-1, -1, -1, copies, -1, -1, -1))
         self.src_len[:n] = mask.view(B, S).sum(1).repeat_interleave(repeat)
         end = max(n, bucket_rows or n)
         self.pos[:end] = 0
@@ -155,13 +169,17 @@ class StaticDecoder:
         return n
 
     def keep_rows(self, rows: torch.Tensor, positions: int | None = None) -> None:
-        """Rows [0, len(rows)) become the old rows `rows` (the ones still running); the rest are left as
-        they are and must be reset or masked by the caller. positions: how many of each row's cache
-        positions hold anything (its source's and its target's so far; default all)."""
+        """Rows [0, len(rows)) become the old rows `rows` (the ones still running; whole groups in order where
+        the decoder has groups); the rest are left as they are and must be reset or masked by the caller.
+        positions: how many of each row's cache positions hold anything (its source's and its target's so far;
+        default all)."""
         n, P = rows.numel(), positions or self.max_length
-        for buffer in self._moved:
+        # the source's buffer moves by groups: rows come as whole groups, each group's first row leads it
+        groups = rows if self.group == 1 else rows.view(-1, self.group)[:, 0] // self.group
+        for buffer, moved in zip(self._moved, (rows, groups)):
+            m = moved.numel()
             for layer in buffer:  # a layer at a time: the gathered copy is one layer's, not the whole buffer's
-                layer[:, :n, :, :P] = layer[:, rows, :, :P]
+                layer[:, :m, :, :P] = layer[:, moved, :, :P]
         for buffer in (self.tokens, self.pos, self.src_len):
             buffer[:n] = buffer[rows]
 
@@ -190,6 +208,9 @@ class StaticDecoder:
         seen = self.positions[:L]
         self_mask = (seen[None, :] <= pos[:, None])[:, None, None, :]  # (B, 1, 1, L)
         cross_mask = (seen[None, :] < self.src_len[:B, None])[:, None, None, :]  # (B, 1, 1, L)
+        K = self.group
+        G = B // K  # (B is whole groups where the decoder has them: buckets of groups times K)
+        group_mask = cross_mask[::K]  # (G, 1, 1, L): a group's rows share their source
         x = e.embed_target(tokens, pos)  # (B, C)
         scores = []  # with weights: each layer's cross-attention scores
         for i, w in enumerate(e.decoder_layers):
@@ -200,14 +221,15 @@ class StaticDecoder:
             a = attend(qkv[:, 0, :, None], layer[0, :B, :, :L], layer[1, :B, :, :L], self_mask)
             x = e._residual(x, w.self_out(a.reshape(B, C)), w.self_norm)
             h = w.cross_norm(x) if pre else x
-            q = w.cross_q(h).view(B, H, 1, D)
+            q = w.cross_q(h).view(G, K, H, D).transpose(1, 2)  # (G, H, K, D): a group's K queries against its one source
             cross = self.cross_kv[i]
-            a = attend(q, cross[0, :B, :, :L], cross[1, :B, :, :L], cross_mask)
+            a = attend(q, cross[0, :G, :, :L], cross[1, :G, :, :L], group_mask).transpose(1, 2)  # (G, K, H, D)
             if weights:
                 # beside the fused kernel rather than instead of it (which keeps no weights), so that the
                 # translation is the same with or without them; the query scaled first, as the kernel does,
                 # so that half-precision scores stay in range
-                scores.append(torch.matmul(q * D ** -0.5, cross[0, :B, :, :L].transpose(-1, -2)))  # (B, H, 1, L)
+                group_scores = torch.matmul(q * D ** -0.5, cross[0, :G, :, :L].transpose(-1, -2))  # (G, H, K, L)
+                scores.append(group_scores.transpose(1, 2).reshape(B, H, 1, L))
             x = e._residual(x, w.cross_out(a.reshape(B, C)), w.cross_norm)
             x = e._feed_forward(x, w.ffn)
         if e.decoder_norm is not None:

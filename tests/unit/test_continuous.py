@@ -26,15 +26,17 @@ from nmt_serve.inference.search import SearchOptions, generate, max_lengths_for
 from nmt_serve.inference.static_decoder import StaticDecoder, bucket_of
 
 SHAPES = [dict(), dict(norm_placement="post"), dict(n_heads=2, d_model=48, d_ff=96, n_decoder_layers=3)]
-KINDS = ["eager", "device", "lookahead"]  # lookahead: the device search taking its reads in a step later
+# lookahead: the device search taking its reads in a step later; grouped: that, over a decoder of the one beam size whose
+# rows share their sentence's source keys and values (the engine's on CUDA)
+KINDS = ["eager", "device", "lookahead", "grouped"]
 
 
 def make_search(kind: str, runner: ModelRunner, beam: int, min_length: int = 0, check_every: int = 4, max_rows: int = 64):
     if kind == "eager":
         return ContinuousSearch(runner, beam_size=beam, min_length=min_length)
-    decoder = StaticDecoder(runner, max_rows=max_rows, max_length=64)
+    decoder = StaticDecoder(runner, max_rows=max_rows // beam * beam, max_length=64, group=beam if kind == "grouped" else 1)
     return ContinuousDeviceSearch(DeviceSearch(decoder), beam_size=beam, min_length=min_length, check_every=check_every,
-                                  lookahead=kind == "lookahead")
+                                  lookahead=kind in ("lookahead", "grouped"))
 
 
 def alone(runner: ModelRunner, src: list[int], options: SearchOptions):
@@ -548,7 +550,7 @@ def test_every_run_of_a_program_reads_what_its_first_run_read(monkeypatch, beam)
     through a stream of joins of 0-9 sentences of 3-40 tokens (at beam 3 some with lexical constraints,
     some keeping their attention), cancellations, slots freed and compacted; then offline searches on a device search of their own."""
     first, later = record_programs(monkeypatch)
-    decoder = StaticDecoder(ModelRunner(random_model(seed=26)), max_rows=32 * beam, max_length=64)
+    decoder = StaticDecoder(ModelRunner(random_model(seed=26)), max_rows=32 * beam, max_length=64, group=beam)  # as the engine's
     search = ContinuousDeviceSearch(DeviceSearch(decoder), beam_size=beam, check_every=2)
     rnd = random.Random(beam)
     key = 0

@@ -22,8 +22,9 @@ SHAPES = [
 ]
 
 
-def device_search(model, max_rows=64, max_length=64, check_every=4, lookahead=False):
-    decoder = StaticDecoder(ModelRunner(model), max_rows=max_rows, max_length=max_length)
+def device_search(model, max_rows=64, max_length=64, check_every=4, lookahead=False, group=1):
+    """group: the decoder of one beam size, whose rows share their sentence's source keys and values (as the engine's)."""
+    decoder = StaticDecoder(ModelRunner(model), max_rows=max_rows, max_length=max_length, group=group)
     return DeviceSearch(decoder, check_every=check_every, lookahead=lookahead)
 
 
@@ -67,12 +68,14 @@ def test_row_moves_see_the_cache_as_wide_integers(dtype):
 @pytest.mark.parametrize("beam_size", [1, 3])
 @pytest.mark.parametrize("check_every", [1, 4])
 @pytest.mark.parametrize("lookahead", [False, True])
-def test_device_search_gives_the_reference_results(overrides, beam_size, check_every, lookahead):
+@pytest.mark.parametrize("grouped", [False, True])
+def test_device_search_gives_the_reference_results(overrides, beam_size, check_every, lookahead, grouped):
     model = random_model(seed=21, **overrides)
     src = random_sources(11, 9, model.config.src_vocab_size, seed=22)  # 11 sentences: a bucket of 16
     opts = SearchOptions(beam_size=beam_size, num_hypotheses=beam_size, max_length=20)
     reference = generate(ModelRunner(model), src, opts)
-    assert_same_results(device_search(model, check_every=check_every, lookahead=lookahead).search(src, opts), reference)
+    searcher = device_search(model, max_rows=48, check_every=check_every, lookahead=lookahead, group=beam_size if grouped else 1)
+    assert_same_results(searcher.search(src, opts), reference)
 
 
 @pytest.mark.parametrize("beam_size", [1, 2, 4])
@@ -89,7 +92,9 @@ def test_device_search_options(beam_size, options, lookahead):
     model = random_model(seed=23)
     src = random_sources(7, 8, model.config.src_vocab_size, seed=24)
     opts = SearchOptions(beam_size=beam_size, **options)
-    assert_same_results(device_search(model, lookahead=lookahead).search(src, opts), generate(ModelRunner(model), src, opts))
+    reference = generate(ModelRunner(model), src, opts)
+    for group in {1, beam_size}:
+        assert_same_results(device_search(model, lookahead=lookahead, group=group).search(src, opts), reference)
 
 
 @pytest.mark.parametrize("lookahead", [False, True])
@@ -100,9 +105,9 @@ def test_rows_leave_and_the_bucket_shrinks(lookahead):
     model.logits_bias.zero_()
     model.logits_bias[cfg.eos_id] = 3.0  # eos likely enough that sentences end at many different steps
     src = random_sources(37, 10, cfg.src_vocab_size, seed=26)
-    for beam_size in (1, 2):
+    for beam_size, group in ((1, 1), (2, 1), (2, 2)):
         opts = SearchOptions(beam_size=beam_size, max_length=40, num_hypotheses=beam_size)
-        searcher = device_search(model, max_rows=128, check_every=1, lookahead=lookahead)
+        searcher = device_search(model, max_rows=128, check_every=1, lookahead=lookahead, group=group)
         reference = generate(ModelRunner(model), src, opts)
         lengths = {len(h[0].tokens) for h in reference}
         assert len(lengths) > 3  # really finishing at different steps
@@ -164,6 +169,13 @@ def test_sources_load_a_few_sentences_at_a_time_into_the_same_rows(monkeypatch, 
     search = DeviceSearch(StaticDecoder(ModelRunner(model), max_rows=24, max_length=32))
     assert [[h.tokens for h in hyps] for hyps in search.search(src, options)] == \
         [[h.tokens for h in hyps] for hyps in generate(ModelRunner(model), src, options)]
+    # a decoder of that beam size holds each sentence's once, in its group's slot
+    grouped = StaticDecoder(ModelRunner(model), max_rows=24, max_length=32, group=repeat)
+    assert grouped.cross_kv.size(2) == 24 // repeat
+    with torch.inference_mode():
+        grouped.load_sources(src, repeat=repeat, bucket_rows=24)
+    torch.testing.assert_close(grouped.cross_kv[:, :, :5], whole[:, :, :5 * repeat:repeat], rtol=1e-5, atol=1e-6)
+    assert torch.equal(grouped.src_len[:5 * repeat], lengths[:5 * repeat])
 
 
 def test_step_rows_at_different_positions_match_recomputation():
@@ -322,6 +334,14 @@ def test_the_programs_never_read_the_device_nor_the_host(overrides):
                     programs += 1
         # per beam size 2 group buckets x 3 lengths (32, 48, 64), twice with constraints at beam 3; 2 x 2 joins
         assert decoder.length_buckets == [32, 48, 64] and programs == (6 + 4) + (12 + 4)
+        # a decoder of beam size 3 alone, its rows' source shared by groups: steps (with attention kept) and joins
+        grouped = StaticDecoder(ModelRunner(model), max_rows=15, max_length=64, capture=False, group=3)
+        searcher, decoder = DeviceSearch(grouped, check_every=4), grouped
+        for G in searcher.slots(3).group_buckets[:2]:
+            run(*searcher.program(3, G, 48, attention=True))
+            run(*searcher.join_program(3, G, 32, 0))
+        with pytest.raises(ValueError, match="groups of 3"):
+            searcher.slots(1)
         # and either kind of fault is caught
         with pytest.raises(RuntimeError, match="meta"):
             decoder.run(("reads",), lambda: decoder.pos.fill_(int(decoder.src_len.max())))

@@ -75,6 +75,10 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, l
     assert needs.row_bytes() * 12 == kv
     half = ModelNeeds("de-en", plain.config, "float16", max_length=64, device="cuda")
     assert half.row_bytes() * 2 == needs.row_bytes() and half.weights_bytes() * 2 == sum(storages.values())
+    # a beam size's decoder on CUDA holds a sentence's source once for its rows: what the plan counts for them
+    grouped = StaticDecoder(plain.runner, max_rows=12, max_length=64, group=4)
+    on_cuda = ModelNeeds("de-en", plain.config, "float32", max_length=64, device="cuda")
+    assert on_cuda.row_bytes(4) * 12 == sum(t.numel() * t.element_size() for t in (grouped.self_kv, grouped.cross_kv)) < kv
     # the device search's state, its kept attention made: what the plan counts per row, but for the
     # beams' constants (first_k: 2K bools) and the rounding up of a group's share
     for K in (1, 4):
