@@ -351,14 +351,16 @@ def test_the_programs_never_read_the_device_nor_the_host(overrides):
 @cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_captured_graphs_give_the_eager_static_results_on_cuda(dtype, beam_size):
+@pytest.mark.parametrize("grouped", [False, True])
+def test_captured_graphs_give_the_eager_static_results_on_cuda(dtype, beam_size, grouped):
     model = random_model(seed=31).to("cuda", dtype)
     src = random_sources(13, 9, 64, seed=32).cuda()
     opts = SearchOptions(beam_size=beam_size, num_hypotheses=beam_size, max_length=20)
     runner = ModelRunner(model)
-    captured = DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64), check_every=1)
+    group = beam_size if grouped else 1  # grouped: the engine's decoder of one beam size
+    captured = DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64, group=group), check_every=1)
     assert captured.decoder.capture
-    eager = DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64, capture=False), check_every=1)
+    eager = DeviceSearch(StaticDecoder(runner, max_rows=64, max_length=64, capture=False, group=group), check_every=1)
     first = captured.search(src, opts)  # captures as it goes
     again = captured.search(src, opts)  # replays
     reference = eager.search(src, opts)
