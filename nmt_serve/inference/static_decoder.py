@@ -221,7 +221,8 @@ class StaticDecoder:
             a = attend(qkv[:, 0, :, None], layer[0, :B, :, :L], layer[1, :B, :, :L], self_mask)
             x = e._residual(x, w.self_out(a.reshape(B, C)), w.self_norm)
             h = w.cross_norm(x) if pre else x
-            q = w.cross_q(h).view(G, K, H, D).transpose(1, 2)  # (G, H, K, D): a group's K queries against its one source
+            # (G, H, K, D): a group's K queries against its one source (contiguous, as the fused kernels want it)
+            q = w.cross_q(h).view(G, K, H, D).transpose(1, 2).contiguous()
             cross = self.cross_kv[i]
             a = attend(q, cross[0, :G, :, :L], cross[1, :G, :, :L], group_mask).transpose(1, 2)  # (G, K, H, D)
             if weights:
