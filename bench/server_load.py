@@ -375,7 +375,8 @@ def engine(args, offline: Offline) -> str:
                 for s in srcs]
         searches = {"eager": lambda: ContinuousSearch(t.runner, beam_size=beam)}
         if t.uses_static_decoder:
-            device_search = DeviceSearch(StaticDecoder(t.runner, max_rows=args.concurrency * beam, max_length=t.static_length, group=beam))
+            group = 1 if args.ungrouped else beam  # the engine's: a sentence's beams share its source's keys and values
+            device_search = DeviceSearch(StaticDecoder(t.runner, max_rows=args.concurrency * beam, max_length=t.static_length, group=group))
             device_search.warmup(beam_sizes=(beam,), join_tokens=JOIN_TOKENS)  # as the engine warms up
             searches["device"] = lambda: ContinuousDeviceSearch(device_search, beam_size=beam)
         for kind, make in searches.items():
@@ -449,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mixed-workers", type=int, default=1, help="API workers in the mixed-traffic section (on a GPU the "
                         "API is the bottleneck: 4 is the documented setting there)")
     parser.add_argument("--clients", type=int, default=2, help="load generator processes")
+    parser.add_argument("--ungrouped", action="store_true", help="engine section: decoders whose rows each hold their own copy "
+                        "of the source's keys and values (as the engine's did before its beams shared them)")
     parser.add_argument("--replicas", type=int, default=1, help="throughput section: this many servers (each with its own "
                         "engine) on one device, the load split evenly between them: whether engine loops side by side "
                         "serve more than one (on a GPU, one engine's host work leaves the device idle)")

@@ -68,12 +68,16 @@
 #            step's shapes: 1,024 rows x 64 positions, 2,048 x 48), then its static float16 throughput with the step's
 #            attention as shipped (sdpa: the memory-efficient kernel, 52% of greedy 2,048's kernel time on the H200, 65 us
 #            a call) and as two products around a softmax (static_decoder.STEP_ATTENTION "matmul", patched in), two rounds
+#   grouped  bench.server_load's engine section (the continuous device search alone, 256 in flight, greedy and beam 4) with
+#            the engine's decoders as shipped (a sentence's beams share its source's keys and values) and ungrouped (a copy
+#            per row, as before), alternating, two rounds: what sharing them gives beam 4's steps (the H200's engine section
+#            ran beam 4 at 10,064 sentences/s ungrouped)
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | check-every | shape-kernels | step-attention | join-any-step | lookahead | ab | train | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | check-every | shape-kernels | step-attention | grouped | join-any-step | lookahead | ab | train | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -83,7 +87,7 @@ if [ "$stage" = all ]; then
     # gpu ran past its earlier 150 s before its hf and parity sections)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
     declare -A limit=([tests]=90 [ab]=120 [joins]=90 [kernels]=90 [gpu]=240 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
-                      [engine-host]=150 [replicas]=300 [check-every]=300 [shape-kernels]=200 [step-attention]=300 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
+                      [engine-host]=150 [replicas]=300 [check-every]=300 [shape-kernels]=200 [step-attention]=300 [grouped]=240 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -190,6 +194,14 @@ case $stage in
                 --concurrency 256 --batch 256 --requests 4096 --output "$out/replicas-$n.md" > "$out/replicas-$n.log" 2>&1
             grep -A4 "^| API workers" "$out/replicas-$n.md"
         done 2>&1 | tee "$out/replicas.txt" ;;
+    grouped)
+        for round in 1 2; do
+            for kind in grouped ungrouped; do
+                python3 -m bench.server_load --device cuda --sections engine --concurrency 256 --batch 256 --requests 4096 \
+                    $([ $kind = ungrouped ] && echo --ungrouped) --output "$out/grouped-$kind-$round.md" > "$out/grouped-$kind-$round.log" 2>&1
+                grep "| device |" "$out/grouped-$kind-$round.md" | sed "s/^/$kind $round /"
+            done
+        done 2>&1 | tee "$out/grouped.txt" ;;
     step-attention)
         mkdir -p /tmp/attention-site
         printf '%s\n' 'import os' 'if os.environ.get("NMT_STEP_ATTENTION"):' '    from nmt_serve.inference import static_decoder' \
