@@ -70,6 +70,8 @@ def test_row_moves_see_the_cache_as_wide_integers(dtype):
 @pytest.mark.parametrize("lookahead", [False, True])
 @pytest.mark.parametrize("grouped", [False, True])
 def test_device_search_gives_the_reference_results(overrides, beam_size, check_every, lookahead, grouped):
+    if grouped and beam_size == 1:
+        pytest.skip("a greedy decoder's groups are its rows")
     model = random_model(seed=21, **overrides)
     src = random_sources(11, 9, model.config.src_vocab_size, seed=22)  # 11 sentences: a bucket of 16
     opts = SearchOptions(beam_size=beam_size, num_hypotheses=beam_size, max_length=20)
