@@ -2,6 +2,8 @@
 reference search, through bucket changes, finished rows leaving and every search option; the step
 itself against full recomputation, with rows at different positions. On CPU the programs run op by
 op; the CUDA tests at the end also capture them as CUDA graphs."""
+import time
+
 import pytest
 import torch
 from conftest import random_model, random_sources, record_reads, waits_without_a_step_queued
@@ -250,6 +252,11 @@ def test_translate_runs_more_sentences_than_a_batch_continuously(tiny_checkpoint
                                                                                      for r in b]
         # 11 sentences, at most 3 running (16 rows hold 4 of beam 4): joins while others run
         assert sum(joins) == 11 and len(joins) > 3 and max(joins) <= 3
+    # a deadline past ends it as it ends a batch
+    from nmt_serve.inference.search import DeadlineExceeded
+
+    with pytest.raises(DeadlineExceeded):
+        static.translate(sentences, max_length=12, max_batch_size=3, deadline=time.monotonic() - 1)
     # a source longer than the decoder's 64 positions goes through the batches instead
     long = ["Hund " * 80, *sentences[:4]]
     assert [r.hypotheses[0].tokens for r in static.translate(long, beam_size=1, max_length=8, max_batch_size=2)] == \
