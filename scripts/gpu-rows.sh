@@ -277,7 +277,7 @@ case $stage in
                 (cd "$dir" && PYTHONPATH=$dir:$PYTHONPATH python3 -c "import nmt_serve; print('$tree:', nmt_serve.__file__)" &&
                  PYTHONPATH=$dir:$PYTHONPATH python3 -m bench.gpu --quick --sections throughput --plans float16:auto \
                      --output "$out/ab-$tree-$round.md" > "$out/ab-$tree-$round.log" 2>&1)
-                grep static "$out/ab-$tree-$round.md" | cut -d'|' -f4-6 | tr -d ' ' | sed "s/^/$tree $round /"
+                grep "static (CUDA graphs)" "$out/ab-$tree-$round.md" | cut -d'|' -f4-6 | tr -d ' ' | sed "s/^/$tree $round /"
             done
         done 2>&1 | tee "$out/ab.txt" ;;
     *)
