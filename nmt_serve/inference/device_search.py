@@ -487,9 +487,9 @@ class DeviceSearch:
         return supports_options(options) and (not options.target_prefix or self.constants.forcing)
 
     def slots(self, K: int) -> SearchSlots:
-        if self.decoder.group not in (1, K):
-            raise ValueError(f"this decoder's rows come in groups of {self.decoder.group}: it runs beam size {self.decoder.group} only")
-        if K not in self._slots:
+        if K not in self._slots:  # (checked once per beam size: every step asks for its slots)
+            if self.decoder.group not in (1, K):
+                raise ValueError(f"this decoder's rows come in groups of {self.decoder.group}: it runs beam size {self.decoder.group} only")
             self._slots[K] = SearchSlots(self.decoder, K)
         return self._slots[K]
 

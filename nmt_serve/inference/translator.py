@@ -313,9 +313,10 @@ class Translator:
             None if ids is not None else TranslationResult([self._hypothesis(EMPTY, return_scores)] * num_hypotheses)
             for ids in sources]
         todo = [i for i, ids in enumerate(sources) if ids is not None]
-        if (len(todo) > max_batch_size and lexical is None and not return_attention and self.uses_static_decoder and self.static_rows
-                and self.device_search().accepts_options(options)):
-            for i, hyps in self._search_continuous([sources[i] for i in todo], options, max_batch_size, deadline).items():
+        searcher = (self.device_search() if len(todo) > max_batch_size and lexical is None and not return_attention
+                    and self.uses_static_decoder and self.static_rows else None)
+        if searcher is not None and searcher.accepts_options(options):
+            for i, hyps in self._search_continuous(searcher, [sources[i] for i in todo], options, max_batch_size, deadline).items():
                 results[todo[i]] = TranslationResult([self._hypothesis(h, return_scores, len(options.target_prefix)) for h in hyps])
             todo = [i for i in todo if results[i] is None]  # those that do not fit the decoder: in batches, below
         lengths = [len(sources[i]) for i in todo]
@@ -335,14 +336,14 @@ class Translator:
                     result.hypotheses = [replace(h, text=restore_unknowns(h.text, spans)) for h in result.hypotheses]
         return results  # type: ignore[return-value]
 
-    def _search_continuous(self, sources: list[list[int]], options: SearchOptions, at_once: int, deadline: float | None
-                           ) -> dict[int, list[SearchHypothesis]]:
+    def _search_continuous(self, searcher: DeviceSearch, sources: list[list[int]], options: SearchOptions, at_once: int,
+                           deadline: float | None) -> dict[int, list[SearchHypothesis]]:
         """{index: n-best} of the sources that fit the static decoder, searched as the engine searches: up to
         `at_once` sentences run, and one joins (by source length) as soon as others leave, where batches one after
         another would compute finished rows until their longest sentence ends and leave the device idle between
         them (on an H200 the engine's search ran 1.5-1.8x the sentences/s of batches of 256: BENCHMARKS.md).
         Each sentence's search is the one it gets alone, as in a batch."""
-        search = ContinuousDeviceSearch(self.device_search(), beam_size=options.beam_size, min_length=options.min_length)
+        search = ContinuousDeviceSearch(searcher, beam_size=options.beam_size, min_length=options.min_length)
         cap = self.config.max_positions - 1
         sentences = [Sentence(i, ids, max_length_of(len(ids), options, cap), options.length_penalty, options.num_hypotheses,
                               options.target_prefix) for i, ids in enumerate(sources)]

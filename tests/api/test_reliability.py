@@ -334,8 +334,10 @@ def test_overload_refuses_fast_accepted_requests_complete_and_health_stays_respo
         try:
             with ThreadPoolExecutor(24) as pool:
                 futures = [pool.submit(post_json, base + "/v1/translate", slow) for _ in range(48)]
+                hang = time.monotonic() + 120  # (a guard against a hang, not a pace)
                 while metric(scrape(base), "nmt_requests_in_flight") < 25:  # 24 translations and this scrape
                     assert not any(f.done() for f in futures), next(f.result() for f in futures if f.done())
+                    assert time.monotonic() < hang, "the burst never reached the API"
                     time.sleep(0.02)
                 for _ in range(5):
                     with urllib.request.urlopen(base + "/health", timeout=10) as r:  # (the timeout: a hang, not a pace)
