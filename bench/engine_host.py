@@ -254,7 +254,7 @@ def client_child(tree: str, socket_dir: str, engine_pid: int, ids_file: str, req
 
     from nmt_serve.engine.process import addresses
     from nmt_serve.engine.protocol import DecodeOptions, Translate
-    from nmt_serve.service.engine_client import EngineConnection
+    from nmt_serve.service.engine_connection import EngineConnection
 
     ids = json.loads(Path(ids_file).read_text())
     tick = os.sysconf("SC_CLK_TCK")

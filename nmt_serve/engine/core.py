@@ -101,7 +101,8 @@ class EngineConfig:
     """The engine's share of the service settings (a plain dataclass: the engine imports no pydantic)."""
 
     max_batch_sentences: int = 0  # sentences running at once per (model, beam size); 0: AUTO_BATCH_SENTENCES
-    lanes: int = 1  # searches per (model, beam size) whose steps run side by side (CPU); 0: usable_cores()
+    lanes: int = 1  # searches per (model, beam size) whose steps run side by side (CPU); 0: usable_cores() / engines
+    engines: int = 1  # engine processes of the server, this one among them: each takes its share of the cores
     threads: int = 0  # torch threads of each lane (0: one where there are several lanes, else torch's default)
     max_batch_tokens: int = 4096  # source tokens encoded per step (the cost of joining)
     max_queue_sentences: int = 2048  # sentences of the calls in the engine (waiting, running or done in an unfinished call) at most
@@ -211,11 +212,13 @@ class EngineCore:
         elif not config.max_batch_sentences:
             config = replace(config, max_batch_sentences=AUTO_BATCH_SENTENCES["cuda" if on_cuda else "cpu"])
         # lanes are for the CPU: on a GPU one step already fills the device, and its graphs are one per beam size
-        config = replace(config, lanes=1 if on_cuda else (config.lanes or usable_cores()))
+        config = replace(config, lanes=1 if on_cuda else (config.lanes or max(1, usable_cores() // config.engines)))
         self.config = config
         self._pool = self._attention_pool = None
+        if config.lanes > 1 or (config.engines > 1 and not on_cuda):
+            # this thread's joins too; and an engine beside others has its share of the cores, one per lane
+            torch.set_num_threads(config.threads or 1)
         if config.lanes > 1:
-            torch.set_num_threads(config.threads or 1)  # this thread's joins too
             self._pool = ThreadPoolExecutor(config.lanes, thread_name_prefix="engine-lane",
                                             initializer=torch.set_num_threads, initargs=(config.threads or 1,))
             # a forced decoding costs about what translating the sentence did: on its own thread the lanes do not wait for it

@@ -170,9 +170,9 @@ def choose(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = 
 
 
 def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dtype: str | None, quantization: str = "none", *,
-                budget_gb: float = 0.0, max_batch_sentences: int = 0, max_batch_tokens: int = 4096) -> MemoryPlan:
-    """What the chosen models and their running sentences will hold (memory_plan.py), before any loads;
-    DoesNotFit (one line) when not even one sentence fits."""
+                budget_gb: float = 0.0, max_batch_sentences: int = 0, max_batch_tokens: int = 4096, engines: int = 1) -> MemoryPlan:
+    """What the chosen models and their running sentences will hold (memory_plan.py), before any loads, in one of
+    `engines` engine processes; DoesNotFit (one line) when not even one sentence fits."""
     import torch
 
     from nmt_serve.engine.core import AUTO_BATCH_SENTENCES, WARMUP_BEAMS
@@ -195,7 +195,7 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
         return plan(needs, budget_bytes=budget_bytes, budget_source=source,
                     max_batch_sentences=max_batch_sentences or AUTO_BATCH_SENTENCES[resolved.type], max_batch_tokens=max_batch_tokens)
 
-    budget_bytes, source = budget(budget_gb, str(resolved))
+    budget_bytes, source = budget(budget_gb, str(resolved), engines)
     memory = planned(False)
     # packed weights are faster but a second copy: they load only where they cost no running sentence
     if resolved.type == "cpu" and quantization == "none" and dtype_name in ("float32", "bfloat16"):

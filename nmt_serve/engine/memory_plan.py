@@ -1,7 +1,7 @@
 """What the engine's models and their decoders will hold in memory, planned before anything loads.
 
 The budget (`memory_budget_gb`; 0: what the device has free at start-up, less a tenth) is spent in
-this order:
+this order (a server of several engine processes gives each an equal share: `budget`):
 1. the weights of every model that will load (counted from its config, at the dtype it runs in;
    int8 adds its packed copy of every Linear weight beside the float ones, and of the output layer's a
    second one in oneDNN's layout for large batches; oneDNN's packed float weights on the CPU add one
@@ -162,46 +162,58 @@ def plan(needs: list[ModelNeeds], *, budget_bytes: int, budget_source: str, max_
                       models=models, planned_bytes=int(planned))
 
 
-def free_memory(device: str) -> tuple[int, str]:
-    """(bytes free for this process on `device`, where that was read): a CUDA device's free memory, or
-    on the CPU the smaller of the machine's available memory and what the cgroup (a pod's limit) leaves."""
+def free_memory(device: str) -> tuple[int, int, str]:
+    """(bytes free for this process on `device`, bytes it has in all, where that was read): a CUDA device's memory,
+    or on the CPU the machine's available and total memory, each bounded by what the cgroup (a pod's limit) allows."""
     if device.startswith("cuda"):
         import torch
 
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
-        return free, f"free on {device}"
-    available = _meminfo_available()
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+        return free, total, f"free on {device}"
+    available, total = _meminfo("MemAvailable"), _meminfo("MemTotal")
     source = "MemAvailable in /proc/meminfo"
     limit = _cgroup_room()
-    if limit is not None and limit < available:
-        available, source = limit, "the cgroup's memory.max less its memory.current"
-    return available, source
+    if limit is not None and limit[0] < available:
+        available, source = limit[0], "the cgroup's memory.max less its memory.current"
+    if limit is not None:
+        total = min(total, limit[1])
+    return available, total, source
 
 
-def _meminfo_available() -> int:
+def _meminfo(field: str) -> int:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    pages = "SC_AVPHYS_PAGES" if field == "MemAvailable" else "SC_PHYS_PAGES"
+    return os.sysconf(pages) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _cgroup_room() -> int | None:
+def _cgroup_room() -> tuple[int, int] | None:
+    """(what the cgroup's memory limit leaves, the limit), or None without a limit."""
     root = Path("/sys/fs/cgroup")
     try:
         limit = (root / "memory.max").read_text().strip()
         if limit == "max":
             return None
-        return int(limit) - int((root / "memory.current").read_text().strip())
+        return int(limit) - int((root / "memory.current").read_text().strip()), int(limit)
     except (OSError, ValueError):
         return None
 
 
-def budget(setting_gb: float, device: str) -> tuple[int, str]:
-    """The budget in bytes and where it came from: the setting, or a share of the free memory."""
+def budget(setting_gb: float, device: str, engines: int = 1) -> tuple[int, str]:
+    """The budget in bytes of one of `engines` engine processes on the device, and where it came from: its share of
+    the setting, or a share of the free memory.
+
+    The engines of a server start at once and each reads the device's free memory before the others hold much,
+    so each takes at most 1/engines of the device's memory; and one that restarts beside the others finds their
+    shares taken, so it takes at most what is free."""
+    share = "" if engines == 1 else f", a 1/{engines} share"
     if setting_gb > 0:
-        return int(setting_gb * GIB), "--memory-budget-gb / NMT_MEMORY_BUDGET_GB"
-    free, source = free_memory(device)
-    return int(free * AUTO_SHARE), f"{AUTO_SHARE:.0%} of {source}"
+        return int(setting_gb * GIB / engines), f"--memory-budget-gb / NMT_MEMORY_BUDGET_GB{share}"
+    free, total, source = free_memory(device)
+    if engines == 1:
+        return int(free * AUTO_SHARE), f"{AUTO_SHARE:.0%} of {source}"
+    return int(min(free, total / engines) * AUTO_SHARE), f"{AUTO_SHARE:.0%} of {source} or of 1/{engines} of the device's memory, the smaller"

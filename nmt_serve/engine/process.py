@@ -196,7 +196,7 @@ def run(config: dict) -> int:
         # refused here, before a weight is read, when the budget cannot hold the models and one sentence
         memory = plan_memory(chosen, device, dtype, quantization, budget_gb=float(config.get("memory_budget_gb") or 0),
                              max_batch_sentences=int(config.get("max_batch_sentences") or 0),
-                             max_batch_tokens=int(config.get("max_batch_tokens") or 4096))
+                             max_batch_tokens=int(config.get("max_batch_tokens") or 4096), engines=int(config.get("engines") or 1))
         startup.set("loading", models_total=len(chosen))
         loaded = load_models(config["models_dir"], device, dtype, quantization, config.get("step_mode", "auto"),
                              chosen=chosen, static_rows=0, memory=memory, on_load=startup.loading)

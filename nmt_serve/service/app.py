@@ -1,8 +1,9 @@
-"""App factory: settings -> FastAPI app whose lifespan connects to the engine process (starting and
-supervising it, unless a parent process runs it for several API workers)."""
+"""App factory: settings -> FastAPI app whose lifespan connects to the engine processes (starting and
+supervising them, unless a parent process runs them for several API workers)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -19,7 +20,9 @@ from nmt_serve.engine.supervisor import EngineSupervisor
 from nmt_serve.garbage_collection import rarer_young_collections
 from nmt_serve.service.directions import Pivot, ServedDirection, language_names, named, pivot_directions, served_directions
 from nmt_serve.service.docs import install_docs
-from nmt_serve.service.engine_client import EngineClient, EngineConnection
+from nmt_serve.service.engine_client import EngineClient
+from nmt_serve.service.engine_connection import EngineConnection
+from nmt_serve.service.engine_pool import EnginePool
 from nmt_serve.service.errors import install_handlers
 from nmt_serve.service.middleware import BodySizeLimit, MetricsMiddleware
 from nmt_serve.service.jobs_runner import JobRunner
@@ -57,27 +60,35 @@ def served_of(status: EngineStatus, settings: Settings) -> Served:
 
 
 class StatusFollower:
-    """What the API process learns from each engine status (EngineConnection's on_status): models, load failure,
-    statistics. A new engine's models are made into what requests read on a thread (served_of), so the event loop
-    answers meanwhile (health probes, the requests of an engine that restarted with the same models)."""
+    """What the API process learns from each engine's statuses (EngineConnection's on_status, one listener per
+    engine): models, load failure, statistics. A new engine's models are made into what requests read on a thread
+    (served_of), so the event loop answers meanwhile (health probes, the requests of an engine that restarted with
+    the same models). Every engine serves the same models: each new one's are taken in as they come."""
 
     def __init__(self, state: ServiceState, on_load_failure: Callable[[], None] | None = None,
                  on_ready: Callable[[], None] | None = None):
         self.state, self.on_load_failure, self.on_ready = state, on_load_failure, on_ready
-        self._incarnation: str | None = None  # of the last ready engine whose models are taken in, or being taken in
+        # per engine, the incarnation of the last ready engine whose models are taken in, or being taken in
+        self._incarnations: dict[int, str] = {}
         self._failed = False
         self._adopting: set[asyncio.Task] = set()  # (the loop holds tasks weakly)
 
-    def __call__(self, status: EngineStatus) -> None:
-        collector = self.state.metrics.engine
-        collector.stats, collector.model_stats = status.stats, status.model_stats
-        collector.up = status.ready
-        collector.restarts = self.state.engine.connection.losses if self.state.engine else 0
+    def listener(self, index: int) -> Callable[[EngineStatus], None]:
+        return lambda status: self(status, index)
+
+    def __call__(self, status: EngineStatus, index: int = 0) -> None:
+        collector, engines = self.state.metrics.engine, self.state.engine.engines if self.state.engine else None
+        if engines is None or len(engines) == 1:
+            collector.stats, collector.model_stats = status.stats, status.model_stats
+        else:
+            collector.stats, collector.model_stats = engines.stats()
+        collector.up = status.ready or (engines is not None and engines.ready)
+        collector.restarts = engines.losses if engines is not None else 0
         if status.load_error:
             self._fail(status.load_error)
-        if status.ready and status.incarnation != self._incarnation:
-            self._incarnation = status.incarnation
-            task = asyncio.get_running_loop().create_task(self._adopt(status), name="adopt-models")
+        if status.ready and status.incarnation != self._incarnations.get(index):
+            self._incarnations[index] = status.incarnation
+            task = asyncio.get_running_loop().create_task(self._adopt(status, index), name="adopt-models")
             self._adopting.add(task)
             task.add_done_callback(self._adopting.discard)
 
@@ -98,7 +109,7 @@ class StatusFollower:
             if self.on_load_failure:  # a server without its models should stop, not answer 503 forever
                 self.on_load_failure()
 
-    async def _adopt(self, status: EngineStatus) -> None:
+    async def _adopt(self, status: EngineStatus, index: int = 0) -> None:
         state = self.state
         try:
             served = await asyncio.to_thread(served_of, status, state.settings)
@@ -106,7 +117,7 @@ class StatusFollower:
             log.exception("the engine's models could not be taken in")
             self._fail(f"the engine's models could not be taken in: {type(exc).__name__}: {exc}")
             return
-        if status.incarnation != self._incarnation:  # a newer engine came meanwhile: its models are taken in
+        if status.incarnation != self._incarnations.get(index):  # a newer engine came meanwhile: its models are taken in
             return
         state.models, state.names, state.pivots = served.models, served.names, served.pivots
         state.unloaded = status.unloaded
@@ -130,6 +141,7 @@ def preload_language_models() -> None:
 
 
 def start_engine(settings: Settings, on_exit: Callable[[int], None] | None = None) -> EngineSupervisor:
+    """One of the server's engine processes, started and kept running."""
     supervisor = EngineSupervisor(settings.engine_config(), on_exit=on_exit)
     supervisor.start()
     return supervisor
@@ -144,39 +156,40 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         s = state.settings
         rarer_young_collections()
         loop = asyncio.get_running_loop()
-        connection: EngineConnection | None = None
+        engines: EnginePool | None = None
 
-        def engine_exited(code: int) -> None:  # on the supervisor's thread
-            if connection is not None:
-                loop.call_soon_threadsafe(lambda: connection.engine_lost(f"the engine process exited (code {code})", down=True))
+        def engine_exited(index: int, code: int) -> None:  # on a supervisor's thread
+            if engines is not None:
+                loop.call_soon_threadsafe(lambda: engines.engine_lost(index, f"the engine process exited (code {code})", down=True))
 
         if s.language_detection:
             threading.Thread(target=preload_language_models, name="language-models", daemon=True).start()
-        if s.engine_socket_dir:  # a parent process runs the engine for several API workers
-            calls, status = addresses(s.engine_socket_dir)
+        if s.engine_dirs:  # a parent process runs the engines for several API workers
+            places = [addresses(directory) for directory in s.engine_dirs]
         else:
-            state.supervisor = start_engine(s, engine_exited)
-            calls, status = state.supervisor.addresses
+            state.supervisors = [start_engine(s, functools.partial(engine_exited, i)) for i in range(s.engines)]
+            places = [supervisor.addresses for supervisor in state.supervisors]
         follower = StatusFollower(state, on_load_failure, on_ready)
-        connection = EngineConnection(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s, on_status=follower)
-        await connection.start()
-        state.engine = EngineClient(connection)
-        state.metrics.engine.liveness = lambda: (connection.ready, connection.losses)
+        engines = EnginePool([EngineConnection(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,
+                                               on_status=follower.listener(i)) for i, (calls, status) in enumerate(places)])
+        state.engine = EngineClient(engines)
+        await engines.start()
+        state.metrics.engine.liveness = lambda: (sum(c.ready for c in engines.connections), engines.losses)
         app.state.jobs = JobRunner(state, JobStore(s.jobs_dir or default_directory(), s.job_ttl_s))
         state.metrics.jobs.counts = app.state.jobs.store.counts
         app.state.jobs.start()
-        if s.engine_socket_dir:
-            # a worker joining an engine: until the engine serves (a starting one's progress does not count) and the
+        if s.engine_dirs:
+            # a worker joining the engines: until one serves (a starting one's progress does not count) and the
             # models it names are taken in, it would answer 503 to traffic its siblings serve; uvicorn accepts
             # connections only once this returns
-            if await connection.wait_for_settled(s.engine_heartbeat_timeout_s):
+            if await engines.wait_for_settled(s.engine_heartbeat_timeout_s):
                 await follower.adopted(s.engine_heartbeat_timeout_s)
         yield
         state.draining = True
         await app.state.jobs.stop()  # the job in hand stays on disk, for the next runner
-        await connection.stop()
-        if state.supervisor:
-            await loop.run_in_executor(None, state.supervisor.stop, s.graceful_shutdown_s)
+        await engines.stop()
+        # side by side: each may take up to graceful_shutdown_s to finish what it runs
+        await asyncio.gather(*(loop.run_in_executor(None, supervisor.stop, s.graceful_shutdown_s) for supervisor in state.supervisors))
 
     app = FastAPI(
         title="nmt-serve",

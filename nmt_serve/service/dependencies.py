@@ -22,7 +22,7 @@ def rate_limiter(state: ServiceState) -> RateLimiter:
     """The state's limiter; with several API workers (their parent's engine directory set) one table that
     all of them share, so that `rate_limit_per_minute` is the limit of the server, not of each worker."""
     limiter = state.rate_limiter
-    directory = state.settings.engine_socket_dir
+    directory = next(iter(state.settings.engine_dirs), "")
     if limiter.per_minute and directory and limiter.path is None:
         limiter = state.rate_limiter = RateLimiter(limiter.per_minute, os.path.join(directory, RATE_LIMIT_FILE))
     return limiter

@@ -79,14 +79,16 @@ class EngineCollector:
         self.stats: dict[str, float] = {}
         self.model_stats: dict[str, dict[str, float]] = {}
         self.up = False
+        self.ready = 0  # engines ready
         self.restarts = 0
-        # read at each scrape where set (the engine client's view: it knows at once when the engine is lost,
-        # where the last status, from before, would still say up)
-        self.liveness: Callable[[], tuple[bool, int]] | None = None
+        # read at each scrape where set (the engine client's view: it knows at once when an engine is lost,
+        # where the last status, from before, would still say up): (engines ready, losses)
+        self.liveness: Callable[[], tuple[int, int]] | None = None
 
     def collect(self):
         if self.liveness is not None:
-            self.up, self.restarts = self.liveness()
+            self.ready, self.restarts = self.liveness()
+            self.up = self.ready > 0
         for key, (name, doc) in ENGINE_COUNTERS.items():
             if key in self.stats:
                 yield CounterMetricFamily(name, doc, value=self.stats[key])
@@ -98,8 +100,9 @@ class EngineCollector:
             for model, values in sorted(self.model_stats.items()):
                 family.add_metric([model], values.get(key, 0.0))
             yield family
-        yield GaugeMetricFamily("nmt_engine_up", "1 while the engine process answers and is ready", value=float(self.up))
-        yield CounterMetricFamily("nmt_engine_restarts", "times the engine was lost (died or stopped answering)", value=self.restarts)
+        yield GaugeMetricFamily("nmt_engine_up", "1 while an engine process answers and is ready", value=float(self.up))
+        yield GaugeMetricFamily("nmt_engines_ready", "engine processes that answer and are ready (Settings.engines)", value=float(self.ready))
+        yield CounterMetricFamily("nmt_engine_restarts", "times an engine was lost (died or stopped answering)", value=self.restarts)
 
 
 class JobsCollector:

@@ -1,6 +1,7 @@
 """All service settings in one place: flags of `python -m nmt_serve.service`, or environment variables NMT_*."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field
@@ -42,9 +43,14 @@ class Settings(BaseSettings):
                                                          "neighbours it then starves)")
 
     # processes
-    workers: int = Field(1, ge=1, description="API worker processes in front of the one engine process")
-    engine_socket_dir: str = Field("", description="internal: the socket directory of an engine run by a parent process "
-                                                   "(set for the workers when workers > 1)")
+    workers: int = Field(1, ge=1, description="API worker processes in front of the engine processes")
+    engines: int = Field(1, ge=1, le=16, description="engine processes, each with the models, its share of the memory "
+                                                     "budget and of the CPU cores; an API process sends each call to the "
+                                                     "ready engine with the fewest of its calls, and a call whose engine "
+                                                     "is lost goes to another. On a GPU one engine's loop (Python, one "
+                                                     "core) can leave the device idle: several share it")
+    engine_socket_dir: str = Field("", description="internal: the socket directories of the engines run by a parent process, "
+                                                   "joined by the path separator (set for the workers when workers > 1)")
     engine_heartbeat_timeout_s: float = Field(30.0, gt=0, description="no status for this long from a live engine process: "
                                                                       "it is stuck: waiting requests get 503, and the "
                                                                       "engine is killed and restarted (an engine process "
@@ -52,13 +58,15 @@ class Settings(BaseSettings):
 
     # continuous batching (in the engine process)
     max_batch_sentences: int = Field(0, ge=0, description="sentences running at once per model and beam size "
-                                                          "(0: 64 on CPU, 256 on CUDA)")
+                                                          "in each engine (0: 64 on CPU, 256 on CUDA)")
     max_batch_tokens: int = Field(4096, ge=1, description="source tokens that may join the running batch at one step")
     memory_budget_gb: float = Field(0.0, ge=0, description="memory (GiB) the engine's models and running sentences may take on "
                                                            "their device: weights, then a reserve for joins, then as many running "
                                                            "sentences as fit, up to max_batch_sentences; models that do not fit "
-                                                           "are refused at start-up (0: 90% of the device's free memory)")
-    max_queue_sentences: int = Field(2048, ge=1, description="sentences waiting or running at most; beyond it requests get 503")
+                                                           "are refused at start-up (0: 90% of the device's free memory); several "
+                                                           "engines take an equal share of it each")
+    max_queue_sentences: int = Field(2048, ge=1, description="sentences waiting or running at most (the server's: each engine takes "
+                                                             "its share); beyond it requests get 503")
     batching: bool = Field(True, description="false: a batch runs one request at a time (for comparison)")
     admission: bool = Field(True, description="refuse (503) requests whose predicted wait, from the work queued ahead and the "
                                               "measured engine rate, would pass their deadline; false: bound the queue by sentences only")
@@ -161,10 +169,19 @@ class Settings(BaseSettings):
                  "max_batch_sentences", "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission",
                  "admission_margin", "admission_rate", "retry_after_s", "graceful_shutdown_s", "background_share", "engine_heartbeat_timeout_s")
         # the engine runs in the repository's directory: a relative models_dir means this process's directory
-        return dict({n: getattr(self, n) for n in names}, models_dir=str(Path(self.models_dir).resolve()),
+        return dict({n: getattr(self, n) for n in names}, models_dir=str(Path(self.models_dir).resolve()), engines=self.engines,
+                    # the server's bound on waiting and running sentences, shared by its engines
+                    max_queue_sentences=-(-self.max_queue_sentences // self.engines),
                     log_level=logging.getLevelName(logging.getLogger().level).lower(),
                     # one cache for every worker, in the engine they share; a lone worker keeps its own (api_cache_entries)
                     translation_cache_entries=self.translation_cache_entries if self.workers > 1 else 0)
+
+    @property
+    def engine_dirs(self) -> list[str]:
+        """The socket directories of the engines a parent process runs (workers > 1), the first also the private
+        directory the workers share (their rate limit's table, LibreTranslate's uploaded files); [] in a lone API
+        process, which runs its engines itself."""
+        return [d for d in self.engine_socket_dir.split(os.pathsep) if d]
 
     @property
     def api_cache_entries(self) -> int:

@@ -30,7 +30,7 @@ class ServiceState:
     pivots: dict[str, Pivot] = field(default_factory=dict)  # directions no model serves, through Settings.pivot_language
     unloaded: list[dict] = field(default_factory=list)  # the engine's checkpoints left unloaded, and why
     engine: "EngineClient | None" = None
-    supervisor: "EngineSupervisor | None" = None  # when this process started the engine
+    supervisors: "list[EngineSupervisor]" = field(default_factory=list)  # when this process started the engines
     draining: bool = False  # SIGTERM: readiness 503, in-flight requests finish
     load_error: str | None = None
     keys: KeyChecker = None  # type: ignore[assignment]
@@ -54,6 +54,11 @@ class ServiceState:
         self.limits = RequestLimits(self.settings)
 
     @property
+    def supervisor(self) -> "EngineSupervisor | None":
+        """The first engine's supervisor, when this process started the engines."""
+        return self.supervisors[0] if self.supervisors else None
+
+    @property
     def ready(self) -> bool:
         return not self.draining and self.engine is not None and self.engine.ready and bool(self.models)
 
@@ -69,11 +74,11 @@ class ServiceState:
             return "model loading failed; see the server log"
         if self.draining:
             return "the server is shutting down"
-        connection = self.engine.connection if self.engine is not None else None
-        restarting = connection is not None and connection.losses
+        engines = self.engine.engines if self.engine is not None else None
+        restarting = engines is not None and engines.losses
         reason = "the engine is restarting" if restarting else "models are still loading"
         # how far a starting engine is: which model it reads, and for how long (a large one takes minutes)
-        status = connection.status if connection is not None else None
+        status = engines.status if engines is not None else None
         if status is not None and not status.ready and status.loading is not None:
             reason += f" ({status.loading.describe()})"
         return reason

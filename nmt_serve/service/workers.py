@@ -1,10 +1,10 @@
-"""Several API worker processes in front of one engine process (`--workers N`, N > 1).
+"""Several API worker processes in front of the engine processes (`--workers N`, N > 1).
 
-The parent (serve_workers) runs the engine's supervisor, binds the listening socket and starts the
-workers, each a uvicorn server on that socket set up as a single API process is (run_worker: the same
-`serve`, its draining flag set at SIGTERM, its logging). They get their settings from the parent,
-connect to the parent's engine, and write their metrics where any of them sums them for a scrape
-(prometheus_client's multiprocess mode, in a private directory removed at exit).
+The parent (serve_workers) runs the engines' supervisors (`--engines`, one by default), binds the listening
+socket and starts the workers, each a uvicorn server on that socket set up as a single API process is
+(run_worker: the same `serve`, its draining flag set at SIGTERM, its logging). They get their settings from
+the parent, connect to every one of the parent's engines, and write their metrics where any of them sums
+them for a scrape (prometheus_client's multiprocess mode, in a private directory removed at exit).
 
 Signals to the parent, as uvicorn's and gunicorn's supervisors take them: SIGTERM and SIGINT drain and
 stop; SIGHUP replaces every worker, one after another (each old one drains once its replacement is
@@ -53,16 +53,16 @@ def exit_with_parent(parent: int) -> None:
 
 
 def serve_workers(settings: Settings) -> int:
-    """Several API processes in front of one engine process run from here. The workers are uvicorn
+    """Several API processes in front of the engine processes run from here. The workers are uvicorn
     servers on the socket bound here, each as a single API process is (its draining flag set at
-    SIGTERM, its logging), with these settings and this engine's sockets; they write their metrics
+    SIGTERM, its logging), with these settings and the engines' sockets; they write their metrics
     where any of them sums them for a scrape (prometheus_client's multiprocess mode, in a private
     directory removed at exit).
 
     Not uvicorn's own worker supervisor: at SIGTERM or SIGINT the listening socket must close here at
     once (a copy left open here keeps taking connections that nobody accepts: they hang instead of
     being refused), and every worker gets SIGTERM at once, so that all of them turn readiness 503,
-    stop accepting and finish what they hold together; the engine stops after the last of them."""
+    stop accepting and finish what they hold together; the engines stop after the last of them."""
     import multiprocessing
     import shutil
     import tempfile
@@ -107,13 +107,14 @@ def serve_workers(settings: Settings) -> int:
     signal.signal(signal.SIGINT, request_stop)
     for signum in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(signum, request_change)
-    supervisor = EngineSupervisor(settings.engine_config(), on_exit=on_engine_exit)
-    supervisor.start()
+    supervisors = [EngineSupervisor(settings.engine_config(), on_exit=on_engine_exit) for _ in range(settings.engines)]
+    for supervisor in supervisors:
+        supervisor.start()
     metrics_dir = tempfile.mkdtemp(prefix="nmt-metrics-")
     workers: list[multiprocessing.process.BaseProcess] = []
     retiring: list[multiprocessing.process.BaseProcess] = []  # told to drain and stop: not replaced
     try:
-        worker_settings = settings.model_copy(update={"engine_socket_dir": supervisor.socket_dir})
+        worker_settings = settings.model_copy(update={"engine_socket_dir": os.pathsep.join(s.socket_dir for s in supervisors)})
         # bound as uvicorn binds it for its own workers (and logged as a single API process logs it)
         sock = uvicorn.Config("", host=settings.host, port=settings.port, workers=settings.workers, log_level="info").bind_socket()
         spawn = multiprocessing.get_context("spawn")
@@ -203,7 +204,11 @@ def serve_workers(settings: Settings) -> int:
             if worker.exitcode is None:
                 worker.terminate()
                 worker.join()
-        supervisor.stop(settings.graceful_shutdown_s)
+        stopping = [threading.Thread(target=s.stop, args=(settings.graceful_shutdown_s,)) for s in supervisors]
+        for thread in stopping:  # side by side: each engine may take up to graceful_shutdown_s to finish
+            thread.start()
+        for thread in stopping:
+            thread.join()
         shutil.rmtree(metrics_dir, ignore_errors=True)
         os.close(wake_read)
         os.close(wake_write)

@@ -215,10 +215,10 @@ def test_a_job_survives_a_killed_engine_with_nothing_lost_or_translated_twice(mo
         if len(attempts) == 3:
             engine = state.supervisor.pid
             os.kill(engine, signal.SIGSTOP)  # it takes the chunk and never answers
-            sent = set(state.engine.connection._pending)
+            sent = state.engine.engines.pending_ids()
             call = asyncio.ensure_future(real_translate(state, request, **kw))
             for _ in range(1000):
-                if set(state.engine.connection._pending) - sent:
+                if state.engine.engines.pending_ids() - sent:
                     break
                 await asyncio.sleep(0.01)
             os.kill(engine, signal.SIGKILL)

@@ -757,11 +757,11 @@ def test_a_restarted_engine_starts_from_the_rate_its_predecessor_learned(models_
             assert time.time() < deadline, "no rate kept"
             time.sleep(0.02)
         rate = json.loads(kept.read_text())["rate"]
-        first = state.engine.connection.status
+        first = state.engine.engines.status
         assert first.stats["rate_units_per_second"] == pytest.approx(rate, rel=0.02)
         os.kill(state.supervisor.pid, signal.SIGKILL)
-        while not (state.ready and state.engine.connection.status.incarnation != first.incarnation):
+        while not (state.ready and state.engine.engines.status.incarnation != first.incarnation):
             assert time.time() < deadline, "the engine did not come back"
             time.sleep(0.02)
         # exactly the kept one: a calibration measures its own
-        assert state.engine.connection.status.stats["rate_units_per_second"] == pytest.approx(rate, rel=1e-9)
+        assert state.engine.engines.status.stats["rate_units_per_second"] == pytest.approx(rate, rel=1e-9)

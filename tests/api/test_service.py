@@ -253,12 +253,20 @@ def test_backlog_is_read_from_the_engine_status():
     from types import SimpleNamespace
 
     from nmt_serve.service.engine_client import EngineClient
+    from nmt_serve.service.engine_pool import EnginePool
 
-    engine = EngineClient(SimpleNamespace(status=None))
+    first, second = SimpleNamespace(status=None, ready=False), SimpleNamespace(status=None, ready=False)
+    engine = EngineClient(EnginePool([first]))
     assert engine.backlog_seconds() == 0.0 and engine.refusal(30.0, 0.8) is None
-    engine.connection.status = SimpleNamespace(stats={"pending_units": 2500.0, "rate_units_per_second": 100.0})
+    first.status, first.ready = SimpleNamespace(stats={"pending_units": 2500.0, "rate_units_per_second": 100.0}), True
     assert engine.backlog_seconds() == 25.0
     assert engine.refusal(30.0, 0.8).status == 503 and engine.refusal(30.0, 0.9) is None  # 25 s > 24 s, not > 27 s
+    # with several engines, what a call would wait for: the least busy ready engine's backlog
+    engine = EngineClient(EnginePool([first, second]))
+    second.status = SimpleNamespace(stats={"pending_units": 500.0, "rate_units_per_second": 100.0})
+    assert engine.backlog_seconds() == 25.0  # the second is not ready: its backlog says nothing
+    second.ready = True
+    assert engine.backlog_seconds() == 5.0 and engine.refusal(30.0, 0.8) is None
 
 
 def test_request_past_its_deadline_is_504(models_dir):
@@ -290,7 +298,7 @@ def test_concurrent_requests_share_model_batches(models_dir):
         try:
             with ThreadPoolExecutor(16) as pool:
                 sent = [pool.submit(c.post, "/v1/translate", json={"text": t, **FAST, "return_scores": True}) for t in texts]
-                wait_for(lambda: len(state.engine.connection._pending) == len(texts))
+                wait_for(lambda: state.engine.engines.in_flight() == len(texts))
                 os.kill(state.supervisor.pid, signal.SIGCONT)
                 replies = [future.result() for future in sent]
         finally:

@@ -98,7 +98,7 @@ def test_ready_says_which_model_a_starting_engine_reads(tmp_path, spm_model, mon
                 assert "failed" not in message and time.time() < deadline, message
                 time.sleep(0.05)
             assert message.startswith("models are still loading (") and r.headers["retry-after"] == "1"
-            assert c.app.state.service.engine.connection.status.ready is False
+            assert c.app.state.service.engine.engines.status.ready is False
             refused = c.post("/v1/translate", json={"text": "A dog runs.", "source": "en", "target": "de"})
             assert refused.status_code == 503 and refused.json()["error"]["type"] == "not_ready"
             assert "loading en-de, model 2 of 2; started " in refused.json()["error"]["message"]
@@ -107,7 +107,7 @@ def test_ready_says_which_model_a_starting_engine_reads(tmp_path, spm_model, mon
         while c.get("/health/ready").status_code != 200:
             assert time.time() < deadline, "the engine did not become ready"
             time.sleep(0.05)
-        assert c.app.state.service.engine.connection.status.loading is None
+        assert c.app.state.service.engine.engines.status.loading is None
         r = c.post("/v1/translate", json={"text": "A dog runs.", "source": "en", "target": "de", "max_length": 5})
         assert r.status_code == 200, r.text
 

@@ -560,7 +560,7 @@ def test_the_connection_notices_an_exited_engine_process_at_once():
     import sys
 
     from nmt_serve.engine.protocol import EngineStatus
-    from nmt_serve.service.engine_client import EngineConnection, EngineUnavailable
+    from nmt_serve.service.engine_connection import EngineConnection, EngineUnavailable
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -591,7 +591,7 @@ def test_the_heartbeat_holds_an_engine_that_serves_not_one_that_loads_its_models
     import asyncio
 
     from nmt_serve.engine.protocol import EngineStatus
-    from nmt_serve.service.engine_client import WATCH_INTERVAL_S, EngineConnection, EngineUnavailable
+    from nmt_serve.service.engine_connection import WATCH_INTERVAL_S, EngineConnection, EngineUnavailable
 
     async def scenario():
         connections, waiting = {}, {}
@@ -624,7 +624,7 @@ def test_a_joining_worker_waits_for_an_engine_that_serves_not_for_its_progress(t
     import zmq
 
     from nmt_serve.engine.protocol import EngineStatus, StartupProgress, dumps
-    from nmt_serve.service.engine_client import EngineConnection
+    from nmt_serve.service.engine_connection import EngineConnection
 
     context = zmq.Context()
     status = context.socket(zmq.PUB)
@@ -874,7 +874,7 @@ def test_calls_an_engine_would_not_take_are_failed_and_never_sent_once_it_is_los
     import zmq
 
     from nmt_serve.engine.protocol import EngineStatus
-    from nmt_serve.service.engine_client import EngineConnection, EngineUnavailable
+    from nmt_serve.service.engine_connection import EngineConnection, EngineUnavailable
 
     class Full:  # the calls socket of an engine whose queue is full, until `taking`
         taking, sent = False, []
@@ -921,7 +921,7 @@ def test_the_engine_connection_gets_every_reply_of_many_calls_at_once():
     import zmq
 
     from nmt_serve.engine.protocol import EngineStatus, dumps, loads
-    from nmt_serve.service.engine_client import EngineConnection
+    from nmt_serve.service.engine_connection import EngineConnection
 
     directory = tempfile.mkdtemp()
     calls_address = f"ipc://{directory}/calls"

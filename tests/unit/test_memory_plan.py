@@ -152,6 +152,19 @@ def test_budget_from_the_setting_or_the_free_memory():
     assert 0 < free and "%" in source
 
 
+def test_several_engines_share_the_budget_and_the_device(monkeypatch):
+    from nmt_serve.engine import memory_plan
+
+    assert budget(3.0, "cpu", engines=2) == (int(1.5 * GIB), "--memory-budget-gb / NMT_MEMORY_BUDGET_GB, a 1/2 share")
+    # the engines start at once, each finding the device (nearly) free: each takes a share of all of it
+    monkeypatch.setattr(memory_plan, "free_memory", lambda device: (100 * GIB, 100 * GIB, "free on cuda:0"))
+    assert budget(0, "cuda:0", engines=4)[0] == int(25 * GIB * memory_plan.AUTO_SHARE)
+    assert budget(0, "cuda:0")[0] == int(100 * GIB * memory_plan.AUTO_SHARE)
+    # one that restarts beside the others finds their shares held: no more than what is free
+    monkeypatch.setattr(memory_plan, "free_memory", lambda device: (40 * GIB, 100 * GIB, "free on cuda:0"))
+    assert budget(0, "cuda:0", engines=2)[0] == int(40 * GIB * memory_plan.AUTO_SHARE)
+
+
 def test_the_engine_runs_the_planned_sentences_and_reports_the_plan(models_dir):
     chosen = choose(models_dir)
     memory = plan_memory(chosen, "cpu", None, budget_gb=0, max_batch_sentences=8, max_batch_tokens=512)

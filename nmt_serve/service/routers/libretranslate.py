@@ -442,7 +442,7 @@ def file_store(request: Request, state: ServiceState) -> FileStore:
         # under jobs_dir where it is set: shared with every other API process or replica on that directory,
         # as the jobs are (a download may reach another pod than the upload did); else the engine's socket
         # directory: shared by all API workers, private, removed at shutdown
-        base = state.settings.jobs_dir or state.settings.engine_socket_dir or (state.supervisor.socket_dir if state.supervisor else "")
+        base = state.settings.jobs_dir or next(iter(state.settings.engine_dirs), "") or (state.supervisor.socket_dir if state.supervisor else "")
         store = FileStore(os.path.join(base, "files") if base else tempfile.mkdtemp(prefix="nmt-files-"))
         request.app.state.libretranslate_files = store
     return store

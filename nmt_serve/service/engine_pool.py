@@ -1,0 +1,127 @@
+"""The API process's connections to the server's engine processes (Settings.engines; one by default).
+
+Every engine serves the same models. A call goes to the ready engine with the fewest of this process's calls
+in it (least outstanding calls: each API process sees only its own, and the engines' statuses are up to a
+status interval old). A lost engine fails the calls it held; EngineClient sends those again to another ready
+engine (a translation has no side effects, so doing one twice costs time, not correctness), and the calls
+after it go to the others while it restarts: with two engines or more, an engine's death answers no request
+with 503. The engines' statistics are one set for /metrics: counters and amounts added up, the recent
+averages (busy share, rows per step, step time) averaged.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Iterable
+
+from nmt_serve.engine.protocol import EngineStatus
+from nmt_serve.service.engine_connection import EngineConnection, EngineUnavailable
+
+# statistics of one engine's recent work, averaged over the engines rather than added up
+AVERAGED = frozenset({"busy_share", "rows_per_step", "padding_share", "step_ms"})
+LEAST = frozenset({"uptime_seconds"})  # since the youngest engine's start
+MOST = frozenset({"startup_seconds"})  # the slowest engine's
+
+
+def merged_stats(stats: Iterable[dict[str, float]]) -> dict[str, float]:
+    """One engine's statistics from several engines' (EngineStatus.stats, or a model's model_stats)."""
+    stats = list(stats)
+    if len(stats) == 1:
+        return stats[0]
+    merged: dict[str, float] = {}
+    for key in {k for s in stats for k in s}:
+        values = [s[key] for s in stats if key in s]
+        if key in AVERAGED:
+            merged[key] = sum(values) / len(values)
+        elif key in LEAST:
+            merged[key] = min(values)
+        elif key in MOST:
+            merged[key] = max(values)
+        else:
+            merged[key] = sum(values)
+    return merged
+
+
+class EnginePool:
+    def __init__(self, connections: list[EngineConnection]):
+        assert connections, "at least one engine"
+        self.connections = connections
+        self._turn = 0  # where the search for the least busy engine starts: ties go round
+
+    def __len__(self) -> int:
+        return len(self.connections)
+
+    # ------------------------------------------------------------------ life
+    async def start(self) -> None:
+        for connection in self.connections:
+            await connection.start()
+
+    async def stop(self) -> None:
+        for connection in self.connections:
+            await connection.stop()
+
+    async def wait_for_settled(self, timeout: float) -> bool:
+        """Wait (up to timeout seconds) until some engine has said that it serves, or that its models cannot load."""
+        waits = [asyncio.ensure_future(c.wait_for_settled(timeout)) for c in self.connections]
+        try:
+            for finished in asyncio.as_completed(waits):
+                if await finished:
+                    return True
+            return False
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    def engine_lost(self, index: int, why: str, *, down: bool = False) -> None:
+        """Engine `index` is gone (its supervisor saw its process exit): its waiting calls fail."""
+        self.connections[index].engine_lost(why, down=down)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def ready(self) -> bool:
+        return any(c.ready for c in self.connections)
+
+    @property
+    def losses(self) -> int:
+        """Times an engine was lost while this process ran, all engines together."""
+        return sum(c.losses for c in self.connections)
+
+    @property
+    def status(self) -> EngineStatus | None:
+        """The status that says how the server stands: a ready engine's, else the first heard of."""
+        ready = self.ready_statuses()
+        return ready[0] if ready else next((c.status for c in self.connections if c.status is not None), None)
+
+    def ready_statuses(self) -> list[EngineStatus]:
+        return [c.status for c in self.connections if c.ready]
+
+    def stats(self) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+        """The engines' last statistics, and each model's, merged (merged_stats) over the engines heard of."""
+        statuses = [c.status for c in self.connections if c.status is not None]
+        if not statuses:
+            return {}, {}
+        models = {m for s in statuses for m in s.model_stats}
+        return (merged_stats(s.stats for s in statuses),
+                {m: merged_stats(s.model_stats[m] for s in statuses if m in s.model_stats) for m in sorted(models)})
+
+    def in_flight(self) -> int:
+        """This process's calls waiting on an engine."""
+        return sum(c.in_flight for c in self.connections)
+
+    def pending_ids(self) -> set:
+        """The ids of this process's calls waiting on an engine."""
+        return {call_id for c in self.connections for call_id in c.pending_ids()}
+
+    # ------------------------------------------------------------------ calls
+    def pick(self, avoid: EngineConnection | None = None) -> EngineConnection:
+        """The ready engine with the fewest of this process's calls (not `avoid`, the one that just lost a call,
+        where another is ready); EngineUnavailable if none is ready."""
+        n = len(self.connections)
+        start, self._turn = self._turn, (self._turn + 1) % n
+        best = None
+        for i in range(n):
+            c = self.connections[(start + i) % n]
+            if c.ready and c is not avoid and (best is None or c.in_flight < best.in_flight):
+                best = c
+        if best is None:
+            raise EngineUnavailable("no engine is ready" if n > 1 else "the engine is not ready")
+        return best

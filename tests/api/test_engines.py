@@ -1,0 +1,134 @@
+"""Several engine processes behind one server (Settings.engines): which engine a call goes to, what happens to
+the calls of an engine that dies, and the engines' statistics as one."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import pytest
+from conftest import running_server
+from test_service import FAST, GERMAN, make_client, metric, wait_for, wait_ready
+
+from nmt_serve.engine.protocol import Reply
+from nmt_serve.service.engine_client import EngineClient
+from nmt_serve.service.engine_connection import EngineUnavailable
+from nmt_serve.service.engine_pool import EnginePool, merged_stats
+from nmt_serve.service.errors import APIError
+
+
+class FakeConnection:
+    """An engine connection that answers every call at once, or loses it (its engine died with it)."""
+
+    def __init__(self, name: str, *, ready: bool = True, in_flight: int = 0, loses: bool = False):
+        self.name, self.ready, self.in_flight, self.loses = name, ready, in_flight, loses
+        self.calls: list = []
+        self._ids = 0
+
+    def new_id(self) -> str:
+        self._ids += 1
+        return f"{self.name}-{self._ids}"
+
+    async def call(self, message) -> Reply:
+        self.calls.append(message)
+        if self.loses:
+            raise EngineUnavailable(f"engine {self.name} exited")
+        return Reply(message, value="done")
+
+
+def test_a_call_goes_to_the_ready_engine_with_the_fewest_calls():
+    busy, idle, starting = FakeConnection("busy", in_flight=3), FakeConnection("idle", in_flight=1), FakeConnection("starting", ready=False)
+    pool = EnginePool([busy, starting, idle])
+    assert [pool.pick().name for _ in range(4)] == ["idle"] * 4
+    assert pool.pick(avoid=idle).name == "busy"
+    # equally busy engines take turns
+    a, b = FakeConnection("a"), FakeConnection("b")
+    pool = EnginePool([a, b])
+    assert sorted(pool.pick().name for _ in range(2)) == ["a", "b"]
+    a.ready = b.ready = False
+    with pytest.raises(EngineUnavailable):
+        pool.pick()
+
+
+def test_a_call_lost_with_its_engine_goes_once_to_another():
+    def translate(client):
+        return asyncio.run(client.translate("de-en", [[5, 6]], None, 10.0))
+
+    lost, good = FakeConnection("lost", loses=True), FakeConnection("good", in_flight=1)
+    assert translate(EngineClient(EnginePool([lost, good]))) == "done"
+    assert len(lost.calls) == 1 and len(good.calls) == 1
+    # the same call again, on the other engine's ids and with its deadline unchanged
+    assert good.calls[0].id.startswith("good-") and good.calls[0].deadline == lost.calls[0].deadline
+    # one engine: nothing to send it to
+    with pytest.raises(APIError) as caught:
+        translate(EngineClient(EnginePool([FakeConnection("alone", loses=True)])))
+    assert caught.value.status == 503 and caught.value.type == "engine_unavailable"
+    # lost twice: not sent a third time (a sentence that kills engines would take them all down)
+    first, second, third = FakeConnection("1", loses=True), FakeConnection("2", loses=True, in_flight=1), FakeConnection("3", in_flight=2)
+    with pytest.raises(APIError):
+        translate(EngineClient(EnginePool([first, second, third])))
+    assert (len(first.calls), len(second.calls), len(third.calls)) == (1, 1, 0)
+
+
+def test_the_engines_statistics_merge_into_one_engines():
+    one = {"steps": 10.0, "rate_units_per_second": 100.0, "busy_share": 0.5, "uptime_seconds": 30.0, "startup_seconds": 4.0}
+    two = {"steps": 5.0, "rate_units_per_second": 50.0, "busy_share": 0.25, "uptime_seconds": 3.0, "startup_seconds": 6.0}
+    assert merged_stats([one]) == one
+    assert merged_stats([one, two]) == {"steps": 15.0, "rate_units_per_second": 150.0, "busy_share": 0.375,
+                                        "uptime_seconds": 3.0, "startup_seconds": 6.0}
+    pool = EnginePool([SimpleNamespace(status=SimpleNamespace(stats=one, model_stats={"de-en": {"sentences": 2.0}}), ready=True),
+                       SimpleNamespace(status=None, ready=False),
+                       SimpleNamespace(status=SimpleNamespace(stats=two, model_stats={"de-en": {"sentences": 3.0}, "en-de": {"sentences": 1.0}}),
+                                       ready=True)])
+    stats, models = pool.stats()
+    assert stats["steps"] == 15.0 and models == {"de-en": {"sentences": 5.0}, "en-de": {"sentences": 1.0}}
+
+
+def test_two_engines_serve_and_a_dead_ones_calls_finish_on_the_other(models_dir):
+    """Both engines take calls; the calls held by an engine that dies (SIGKILL, as the OOM killer) are translated by
+    the other, so every request is answered 200; the dead one restarts and takes calls again."""
+    texts = [f"Ein Hund Nummer {i} rennt über die Wiese." for i in range(12)]
+    with make_client(models_dir, engines=2, lanes=1) as c:
+        wait_ready(c)
+        state = c.app.state.service
+        wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=60)
+        first, second = state.supervisors
+        assert first.pid != second.pid and first.socket_dir != second.socket_dir
+        alone = [c.post("/v1/translate", json={"text": t, **FAST}).json()["translations"][0]["text"] for t in texts]
+        connections = state.engine.engines.connections
+        # the first engine stopped: the calls sent to it wait there, and the others go to the second one
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            with ThreadPoolExecutor(len(texts)) as pool:
+                sent = [pool.submit(c.post, "/v1/translate", json={"text": t, **FAST}) for t in texts]
+                # every call answered by the second engine or held by the first (ties between them take turns)
+                wait_for(lambda: connections[0].in_flight + sum(f.done() for f in sent) == len(texts), timeout=60)
+                held = connections[0].in_flight
+                os.kill(first.pid, signal.SIGKILL)
+                replies = [future.result() for future in sent]
+        finally:
+            if first.process.poll() is None:
+                os.kill(first.pid, signal.SIGCONT)
+        assert [r.status_code for r in replies] == [200] * len(texts), [r.text for r in replies if r.status_code != 200]
+        assert [r.json()["translations"][0]["text"] for r in replies] == alone
+        assert 0 < held < len(texts)  # both engines had calls
+        wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=60)
+        assert metric(c, "nmt_engine_restarts_total") == 1 and first.restarts == 1
+        before = connections[0].status.stats.get("calls", 0.0)
+        with ThreadPoolExecutor(8) as pool:
+            assert all(r.status_code == 200 for r in pool.map(lambda t: c.post("/v1/translate", json={"text": t, **FAST}), GERMAN * 4))
+        # the restarted engine takes calls again (eight at once: never all on the other)
+        wait_for(lambda: connections[0].status.stats.get("calls", 0.0) > before)
+
+
+def test_workers_and_engines_together(models_dir):
+    """--workers 2 --engines 2: every worker follows both engines; /metrics says two are ready."""
+    with running_server(models_dir, "--workers", "2", "--engines", "2", "--lanes", "1") as url:
+        wait_for(lambda: b"nmt_engines_ready 2.0" in urllib.request.urlopen(f"{url}/metrics", timeout=30).read(), timeout=90)
+        for text in GERMAN:
+            body = f'{{"text": "{text}", "beam_size": 2, "max_length": 8}}'.encode()
+            request = urllib.request.Request(f"{url}/v1/translate", data=body, headers={"content-type": "application/json"})
+            assert urllib.request.urlopen(request, timeout=60).status == 200
