@@ -9,7 +9,8 @@ the server is measured and not the client (its CPU time is reported). Sections:
 - throughput: 256 test sentences at concurrency 64, greedy and beam 4: the server's requests/s
   against the offline engine (Translator.translate, batches of 64) on the same sentences;
   with each API worker count asked for. `--replicas N`: N servers side by side on the device, the load
-  split between them (their engine shares then summed: each engine its own loop).
+  split between them (their engine shares then summed: each engine its own loop). `--engines N`: the
+  server's engine processes (each section's server).
 - mixed: concurrency 32, 10% long texts (60+ tokens) and 90% short ones (<= 12 tokens), beam 4:
   the short ones' p50 latency against their latency alone (concurrency 1).
 - single: concurrency 1: p50 against the offline engine's single-sentence latency.
@@ -47,8 +48,9 @@ CHECKPOINT = ROOT / "checkpoints" / "de-en"
 def start_server(args, *extra: str, port: int | None = None) -> subprocess.Popen:
     device = ["--device", args.device] + (["--dtype", args.dtype] if args.dtype else [])
     threads = args.threads if args.lanes == 1 else 0  # the service's default with its lanes: one thread each
+    engines = ["--engines", str(args.engines)] if args.engines != 1 else []  # (a tree from before the setting has none)
     return start_service(port or args.port, CHECKPOINT, [*device, "--threads", str(threads), "--lanes", str(args.lanes),
-                                                 "--max-batch-sentences", str(args.batch), *extra],
+                                                 "--max-batch-sentences", str(args.batch), *engines, *extra],
                          root=Path(args.tree) if args.tree else ROOT)
 
 
@@ -196,6 +198,7 @@ def throughput(args, offline: Offline) -> str:
                 procs.append(start_server(args, "--workers", str(workers), port=port))
             urls = [f"http://127.0.0.1:{port}/v1/translate" for port in ports]
             label = str(workers) if args.replicas == 1 else f"{workers} x {args.replicas} servers"
+            label += "" if args.engines == 1 else f", {args.engines} engines"
             for beam in (1, 4):
                 bodies = [{"text": t, "beam_size": beam, **SOURCE} for t in texts]
                 run_replicas(urls, bodies[:args.concurrency], concurrency=args.concurrency, processes=args.clients)  # warm-up
@@ -211,7 +214,7 @@ def throughput(args, offline: Offline) -> str:
                              f"{percentile(result.latencies(), 99) * 1000:.0f}", result.counts().get(200, 0),
                              f"{1000 * result.client_cpu_seconds / len(bodies):.2f}", f"{1000 * api_cpu / len(bodies):.2f}",
                              f"{d['busy_seconds'] / result.elapsed:.2f}", engine_shares(d, result.elapsed),
-                             f"{d['rows_live'] / max(d['steps'], 1):.0f}", f"{1000 * result.elapsed * len(ports) / max(d['steps'], 1):.2f}"])
+                             f"{d['rows_live'] / max(d['steps'], 1):.0f}", f"{1000 * result.elapsed * len(ports) * args.engines / max(d['steps'], 1):.2f}"])
                 print(f"  throughput workers={label} beam={beam}: {rows[-1]}", file=sys.stderr)
         finally:
             for proc in procs:
@@ -455,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=1, help="throughput section: this many servers (each with its own "
                         "engine) on one device, the load split evenly between them: whether engine loops side by side "
                         "serve more than one (on a GPU, one engine's host work leaves the device idle)")
+    parser.add_argument("--engines", type=int, default=1, help="the server's engine processes (--engines): the engine shares "
+                        "are then summed over them (each its own loop), the step time is per engine")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--flood", type=int, default=400)
     parser.add_argument("--flood-beam", type=int, default=5)

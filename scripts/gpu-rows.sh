@@ -57,6 +57,10 @@
 #            second engine loop serves more where one engine's host work leaves the GPU idle (the H200's greedy server:
 #            4,205-4,625 requests/s, the engine loop 0.92 busy, 111 rows a step of 256, the GPU ~0.4 busy); if it does,
 #            engine processes per GPU are worth building (#28: "the number of engine workers per node")
+#   engines  bench.server_load's throughput and mixed sections with the server's engine processes at 1 and 2 (--engines;
+#            8 API workers each, concurrency 256, 4 load generators), alternating: what a second engine loop on the GPU
+#            gives the greedy server (goal >= 0.6 of the offline engine) and the mixed traffic's short requests (goal
+#            <= 2x alone), where one engine's loop is the limit (0.92 busy, the GPU ~0.4 busy)
 #   check-every  bench.server_load's throughput and mixed sections (4 API workers) with the device search reading which
 #            sentences finished every 4 steps (as shipped) and every 2 (patched in the engine process only), one run each:
 #            a short request waits for a check to join and another to leave (the H200's mixed traffic: short requests'
@@ -77,7 +81,7 @@
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | check-every | shape-kernels | step-attention | grouped | join-any-step | lookahead | ab | train | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | engines | check-every | shape-kernels | step-attention | grouped | join-any-step | lookahead | ab | train | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -87,7 +91,7 @@ if [ "$stage" = all ]; then
     # gpu ran past its earlier 150 s before its hf and parity sections)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
     declare -A limit=([tests]=90 [ab]=120 [joins]=90 [kernels]=90 [gpu]=240 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
-                      [engine-host]=150 [replicas]=300 [check-every]=300 [shape-kernels]=200 [step-attention]=300 [grouped]=240 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
+                      [engine-host]=150 [replicas]=300 [engines]=420 [check-every]=300 [shape-kernels]=200 [step-attention]=300 [grouped]=240 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -194,6 +198,12 @@ case $stage in
                 --concurrency 256 --batch 256 --requests 4096 --output "$out/replicas-$n.md" > "$out/replicas-$n.log" 2>&1
             grep -A4 "^| API workers" "$out/replicas-$n.md"
         done 2>&1 | tee "$out/replicas.txt" ;;
+    engines)
+        for n in 1 2; do
+            python3 -m bench.server_load --device cuda --sections throughput,mixed --workers 8 --mixed-workers 8 --engines $n \
+                --clients 4 --concurrency 256 --batch 256 --requests 4096 --output "$out/engines-$n.md" > "$out/engines-$n.log" 2>&1
+            grep -A4 "^| API workers\|^| short alone" "$out/engines-$n.md" | sed "s/^/engines $n /"
+        done 2>&1 | tee "$out/engines.txt" ;;
     grouped)
         for round in 1 2; do
             for kind in grouped ungrouped; do

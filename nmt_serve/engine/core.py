@@ -276,7 +276,8 @@ class EngineCore:
         if self.memory is None:
             return None
         out = dict(self.memory.models[model_id], running_sentences=self.memory.sentences, budget_bytes=self.memory.budget_bytes,
-                   budget_source=self.memory.budget_source, planned_bytes_all_models=self.memory.planned_bytes)
+                   budget_source=self.memory.budget_source, planned_bytes_all_models=self.memory.planned_bytes,
+                   engines=self.config.engines)
         device = self.models[model_id].device
         if device.type == "cuda":
             out["device_reserved_bytes"] = torch.cuda.memory_reserved(device)

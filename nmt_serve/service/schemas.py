@@ -215,7 +215,8 @@ class ModelInfo(BaseModel):
                                                           "graphs (captured CUDA graphs) and graph_pool_bytes")
     memory: dict | None = Field(None, description="the memory plan it was loaded under (NMT_MEMORY_BUDGET_GB): weights_bytes, "
                                                   "max_length, per start-up beam size its rows and bytes, running_sentences, "
-                                                  "budget_bytes and budget_source, planned_bytes_all_models, and on a GPU "
+                                                  "budget_bytes and budget_source, planned_bytes_all_models, engines (the "
+                                                  "server's engine processes: each holds all of this), and on a GPU "
                                                   "device_reserved_bytes (what torch holds there now)")
     load_seconds: float | None = Field(None, description="how long loading the checkpoint took")
     path: str

@@ -97,6 +97,8 @@ def test_two_engines_serve_and_a_dead_ones_calls_finish_on_the_other(models_dir)
         wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=60)
         first, second = state.supervisors
         assert first.pid != second.pid and first.socket_dir != second.socket_dir
+        memory = c.get("/v1/models").json()["models"][0]["memory"]
+        assert memory["engines"] == 2 and "a 1/2 share" in memory["budget_source"] or "1/2 of the device" in memory["budget_source"]
         alone = [c.post("/v1/translate", json={"text": t, **FAST}).json()["translations"][0]["text"] for t in texts]
         connections = state.engine.engines.connections
         # the first engine stopped: the calls sent to it wait there, and the others go to the second one
