@@ -102,7 +102,8 @@ class Settings(BaseSettings):
     translation_cache_entries: int = Field(0, ge=0, description="sentences' translations kept (the least recently used go "
                                            "first) to answer a sentence asked for again with the same model and options "
                                            "without a search: by the API worker itself where workers = 1, by the engine for all "
-                                           "of them where there are several; 0 = off (a sentence repeated within one request "
+                                           "of them where there are several (each engine its own, where there are several "
+                                           "engines); 0 = off (a sentence repeated within one request "
                                            "is translated once either way). About 1 KB each")
     max_beam_size: int = Field(8, ge=1)
     max_output_length: int = Field(512, ge=1, description="upper bound for max_length in a request")
