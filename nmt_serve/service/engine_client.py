@@ -69,7 +69,8 @@ class EngineClient:
         target terms it must contain, avoid: terms none may (protocol.Translate)."""
         deadline = time.monotonic() + timeout
         reply = await self._call(lambda connection: Translate(connection.new_id(), model_id, sources, options, deadline,
-                                                              target_prefix or [], priority=priority, terms=terms, avoid=list(avoid)))
+                                                              target_prefix or [], priority=priority, terms=terms, avoid=list(avoid)),
+                                 work=sum(map(len, sources)) + len(sources))
         return self._value(reply, timeout)
 
     async def attention(self, model_id: str, timeout: float, **fields) -> dict:
@@ -77,7 +78,7 @@ class EngineClient:
         reply = await self._call(lambda connection: Attention(connection.new_id(), model_id, deadline=deadline, **fields))
         return self._value(reply, timeout)
 
-    async def _call(self, make: Callable[[EngineConnection], Any]) -> Reply:
+    async def _call(self, make: Callable[[EngineConnection], Any], work: float = 1.0) -> Reply:
         """The call made by `make` for the engine it goes to, sent to the least busy ready engine; if that engine
         is lost with it, sent once more, to another ready engine, with its deadline unchanged. Only once: were the
         call what killed the engine (a sentence that faults the device), it would take down every engine in turn."""
@@ -85,7 +86,7 @@ class EngineClient:
         while True:
             try:
                 connection = self.engines.pick(avoid=tried)
-                return await connection.call(make(connection))
+                return await connection.call(make(connection), work)
             except EngineUnavailable as exc:
                 if tried is not None or len(self.engines) == 1 or not self.engines.ready:
                     raise APIError(503, "engine_unavailable", f"{exc}; retry shortly", None, {"Retry-After": "1"}) from None

@@ -62,6 +62,7 @@ class EngineConnection:
         self._ids = itertools.count()
         self._prefix = f"{os.getpid()}-{id(self):x}"
         self._pending: dict[Any, asyncio.Future] = {}
+        self.work_in_flight = 0.0  # the work of the calls in _pending (call's `work`)
         self._tasks: list[asyncio.Task] = []
         self._context: zmq.asyncio.Context | None = None
         self._outbox: list[bytes] = []  # calls (and cancels) for the next flush, in order
@@ -144,12 +145,14 @@ class EngineConnection:
     def new_id(self) -> str:
         return f"{self._prefix}-{next(self._ids)}"
 
-    async def call(self, message: Any) -> Reply:
-        """Send a call (its id from new_id()) and await its reply."""
+    async def call(self, message: Any, work: float = 1.0) -> Reply:
+        """Send a call (its id from new_id()) and await its reply; work: what it asks of the engine (its source
+        tokens), counted in work_in_flight meanwhile."""
         if not self.ready:
             raise EngineUnavailable("the engine is not ready")
         future = self._loop.create_future()
         self._pending[message.id] = future
+        self.work_in_flight += work
         try:
             self._send(dumps(message))
             return await future
@@ -159,6 +162,7 @@ class EngineConnection:
             raise
         finally:
             self._pending.pop(message.id, None)
+            self.work_in_flight -= work
 
     def _send(self, data: bytes) -> None:
         """Queue a call for the next flush: the calls made in one turn of the event loop go out as one

@@ -1,8 +1,9 @@
 """The API process's connections to the server's engine processes (Settings.engines; one by default).
 
-Every engine serves the same models. A call goes to the ready engine with the fewest of this process's calls
-in it (least outstanding calls: each API process sees only its own, and the engines' statuses are up to a
-status interval old). A lost engine fails the calls it held; EngineClient sends those again to another ready
+Every engine serves the same models. A call goes to the ready engine with the least of this process's work in
+it, the source tokens of its calls (each API process sees only its own, and the engines' statuses are up to a
+status interval old; a long text weighs what its sentences do, where a count of calls would weigh it as one
+short sentence). A lost engine fails the calls it held; EngineClient sends those again to another ready
 engine (a translation has no side effects, so doing one twice costs time, not correctness), and the calls
 after it go to the others while it restarts: with two engines or more, an engine's death answers no request
 with 503. The engines' statistics are one set for /metrics: counters and amounts added up, the recent
@@ -42,6 +43,8 @@ def merged_stats(stats: Iterable[dict[str, float]]) -> dict[str, float]:
 
 
 class EnginePool:
+    """The engines' connections: which one a call goes to, and their state as one."""
+
     def __init__(self, connections: list[EngineConnection]):
         assert connections, "at least one engine"
         self.connections = connections
@@ -113,14 +116,14 @@ class EnginePool:
 
     # ------------------------------------------------------------------ calls
     def pick(self, avoid: EngineConnection | None = None) -> EngineConnection:
-        """The ready engine with the fewest of this process's calls (not `avoid`, the one that just lost a call,
-        where another is ready); EngineUnavailable if none is ready."""
+        """The ready engine with the least of this process's work in flight (not `avoid`, the one that just lost
+        a call, where another is ready); EngineUnavailable if none is ready."""
         n = len(self.connections)
         start, self._turn = self._turn, (self._turn + 1) % n
         best = None
         for i in range(n):
             c = self.connections[(start + i) % n]
-            if c.ready and c is not avoid and (best is None or c.in_flight < best.in_flight):
+            if c.ready and c is not avoid and (best is None or c.work_in_flight < best.work_in_flight):
                 best = c
         if best is None:
             raise EngineUnavailable("no engine is ready" if n > 1 else "the engine is not ready")

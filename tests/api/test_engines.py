@@ -23,8 +23,8 @@ from nmt_serve.service.errors import APIError
 class FakeConnection:
     """An engine connection that answers every call at once, or loses it (its engine died with it)."""
 
-    def __init__(self, name: str, *, ready: bool = True, in_flight: int = 0, loses: bool = False):
-        self.name, self.ready, self.in_flight, self.loses = name, ready, in_flight, loses
+    def __init__(self, name: str, *, ready: bool = True, work_in_flight: float = 0.0, loses: bool = False):
+        self.name, self.ready, self.work_in_flight, self.loses = name, ready, work_in_flight, loses
         self.calls: list = []
         self._ids = 0
 
@@ -32,15 +32,15 @@ class FakeConnection:
         self._ids += 1
         return f"{self.name}-{self._ids}"
 
-    async def call(self, message) -> Reply:
-        self.calls.append(message)
+    async def call(self, message, work: float = 1.0) -> Reply:
+        self.calls.append((message, work))
         if self.loses:
             raise EngineUnavailable(f"engine {self.name} exited")
         return Reply(message, value="done")
 
 
-def test_a_call_goes_to_the_ready_engine_with_the_fewest_calls():
-    busy, idle, starting = FakeConnection("busy", in_flight=3), FakeConnection("idle", in_flight=1), FakeConnection("starting", ready=False)
+def test_a_call_goes_to_the_ready_engine_with_the_least_work():
+    busy, idle, starting = FakeConnection("busy", work_in_flight=30), FakeConnection("idle", work_in_flight=10), FakeConnection("starting", ready=False)
     pool = EnginePool([busy, starting, idle])
     assert [pool.pick().name for _ in range(4)] == ["idle"] * 4
     assert pool.pick(avoid=idle).name == "busy"
@@ -57,17 +57,18 @@ def test_a_call_lost_with_its_engine_goes_once_to_another():
     def translate(client):
         return asyncio.run(client.translate("de-en", [[5, 6]], None, 10.0))
 
-    lost, good = FakeConnection("lost", loses=True), FakeConnection("good", in_flight=1)
+    lost, good = FakeConnection("lost", loses=True), FakeConnection("good", work_in_flight=1)
     assert translate(EngineClient(EnginePool([lost, good]))) == "done"
     assert len(lost.calls) == 1 and len(good.calls) == 1
-    # the same call again, on the other engine's ids and with its deadline unchanged
-    assert good.calls[0].id.startswith("good-") and good.calls[0].deadline == lost.calls[0].deadline
+    # the same call again, on the other engine's ids, with its deadline unchanged; its work: 2 tokens and an eos
+    (first, work), (again, work_again) = lost.calls[0], good.calls[0]
+    assert again.id.startswith("good-") and again.deadline == first.deadline and work == work_again == 3
     # one engine: nothing to send it to
     with pytest.raises(APIError) as caught:
         translate(EngineClient(EnginePool([FakeConnection("alone", loses=True)])))
     assert caught.value.status == 503 and caught.value.type == "engine_unavailable"
     # lost twice: not sent a third time (a sentence that kills engines would take them all down)
-    first, second, third = FakeConnection("1", loses=True), FakeConnection("2", loses=True, in_flight=1), FakeConnection("3", in_flight=2)
+    first, second, third = FakeConnection("1", loses=True), FakeConnection("2", loses=True, work_in_flight=1), FakeConnection("3", work_in_flight=2)
     with pytest.raises(APIError):
         translate(EngineClient(EnginePool([first, second, third])))
     assert (len(first.calls), len(second.calls), len(third.calls)) == (1, 1, 0)
@@ -117,6 +118,7 @@ def test_two_engines_serve_and_a_dead_ones_calls_finish_on_the_other(models_dir)
         assert [r.status_code for r in replies] == [200] * len(texts), [r.text for r in replies if r.status_code != 200]
         assert [r.json()["translations"][0]["text"] for r in replies] == alone
         assert 0 < held < len(texts)  # both engines had calls
+        assert [c.work_in_flight for c in connections] == [0, 0]  # the lost calls' work left with them
         wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=60)
         assert metric(c, "nmt_engine_restarts_total") == 1 and first.restarts == 1
         before = connections[0].status.stats.get("calls", 0.0)
