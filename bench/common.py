@@ -123,22 +123,34 @@ def marian_twin(checkpoint: Path, out: Path, seed: int = 0, shape: str | None = 
 
 def start_service(port: int, models_dir: Path, flags: list[str], timeout: float = 300.0, root: Path = ROOT) -> subprocess.Popen:
     """`python -m nmt_serve.service` on a loopback port with `flags`, once ready (on CUDA the engine
-    captures its graphs first); its log, which nobody reads, goes to a file, not a pipe that could fill.
+    captures its graphs first) and, with `--engines N`, once all N engines are (the server is ready with the
+    first); its log, which nobody reads, goes to a file, not a pipe that could fill.
     root: the checkout whose code runs (another one: to compare with a revision of it)."""
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(models_dir),
                              "--log-level", "warning", *flags], cwd=root, stdout=log, stderr=subprocess.STDOUT)
+    engines = int(flags[flags.index("--engines") + 1]) if "--engines" in flags else 1
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/ready", timeout=1) as r:
-                if r.status == 200:
+                if r.status == 200 and (engines == 1 or engines_ready(port) == engines):
                     return proc
         except OSError:
-            time.sleep(0.2)
+            pass
+        time.sleep(0.2)
     proc.kill()
     log.seek(0)
     raise RuntimeError(f"server did not start: {log.read()[-2000:]!r}")
+
+
+def engines_ready(port: int) -> int:
+    """The server's ready engines, from its /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("nmt_engines_ready "):
+                return int(float(line.split()[1]))
+    return 0
 
 
 # callgrind counts from the child's os.getloadavg() call to its os.times() call: the measured stretch only
