@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -136,3 +137,49 @@ def test_workers_and_engines_together(models_dir):
             body = f'{{"text": "{text}", "beam_size": 2, "max_length": 8}}'.encode()
             request = urllib.request.Request(f"{url}/v1/translate", data=body, headers={"content-type": "application/json"})
             assert urllib.request.urlopen(request, timeout=60).status == 200
+
+
+def test_the_server_settles_with_its_first_engine_and_says_how_the_ready_one_stands():
+    """A worker waits for some engine to serve, not all (a second may still be capturing its programs); the status
+    readiness reports is a ready engine's, else the first heard of."""
+    from nmt_serve.engine.protocol import EngineStatus
+    from nmt_serve.service.engine_connection import EngineConnection
+
+    async def scenario():
+        slow, quick = (EngineConnection(f"inproc://{n}-calls", f"inproc://{n}-status", heartbeat_timeout_s=60) for n in ("slow", "quick"))
+        pool = EnginePool([slow, quick])
+        assert pool.status is None and not await pool.wait_for_settled(0.05)
+        slow.status, slow.last_status_at = EngineStatus("loading", False), time.monotonic()
+        assert pool.status is slow.status and not pool.ready
+        waiting = asyncio.ensure_future(pool.wait_for_settled(5))
+        await asyncio.sleep(0.05)
+        quick.status, quick.last_status_at = EngineStatus("serving", True), time.monotonic()
+        quick._settled.set()
+        return await waiting, pool
+
+    settled, pool = asyncio.run(scenario())
+    assert settled and pool.ready and pool.status.incarnation == "serving"
+
+
+def test_a_cancelled_call_takes_its_work_with_it():
+    """The work a call counts in its engine's work_in_flight leaves with it however it ends (the choice of engine
+    would otherwise drift from one engine to the other)."""
+    from nmt_serve.engine.protocol import EngineStatus, Translate
+    from nmt_serve.service.engine_connection import EngineConnection
+
+    async def scenario():
+        connection = EngineConnection("inproc://w-calls", "inproc://w-status", heartbeat_timeout_s=60)
+        await connection.start()
+        connection.status, connection.last_status_at = EngineStatus("x", True), time.monotonic()
+        try:
+            call = asyncio.ensure_future(connection.call(Translate(connection.new_id(), "m", [[1, 2]], None, 0.0, []), 3.0))
+            await asyncio.sleep(0.05)  # sent; nobody answers
+            during = connection.work_in_flight
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            return during, connection.work_in_flight
+        finally:
+            await connection.stop()
+
+    assert asyncio.run(scenario()) == (3.0, 0.0)
