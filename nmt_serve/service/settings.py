@@ -46,8 +46,8 @@ class Settings(BaseSettings):
     workers: int = Field(1, ge=1, description="API worker processes in front of the engine processes")
     engines: int = Field(1, ge=1, le=16, description="engine processes, each with the models, its share of the memory "
                                                      "budget and of the CPU cores; an API process sends each call to the "
-                                                     "ready engine with the fewest of its calls, and a call whose engine "
-                                                     "is lost goes to another. On a GPU one engine's loop (Python, one "
+                                                     "ready engine with the least of its work in flight (source tokens), and "
+                                                     "a call whose engine is lost goes once to another. On a GPU one engine's loop (Python, one "
                                                      "core) can leave the device idle: several share it")
     engine_socket_dir: str = Field("", description="internal: the socket directories of the engines run by a parent process, "
                                                    "joined by the path separator (set for the workers when workers > 1)")
