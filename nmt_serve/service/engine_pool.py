@@ -6,17 +6,23 @@ status interval old; a long text weighs what its sentences do, where a count of 
 short sentence). A lost engine fails the calls it held; EngineClient sends those again to another ready
 engine (a translation has no side effects, so doing one twice costs time, not correctness), and the calls
 after it go to the others while it restarts: with two engines or more, an engine's death answers no request
-with 503. The engines' statistics are one set for /metrics: counters and amounts added up, the recent
+with 503. An engine silent for a second (stopped, starved, stuck in a long step) is passed over for new calls
+while another answers, long before its heartbeat says it is lost. The engines' statistics are one set for /metrics: counters and amounts added up, the recent
 averages (busy share, rows per step, step time) averaged.
 """
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Iterable
 
 from nmt_serve.engine.protocol import EngineStatus
 from nmt_serve.service.engine_connection import EngineConnection, EngineUnavailable
 
+# An engine whose last status is older than this is passed over while another has spoken since: it sends one
+# every STATUS_INTERVAL_S (0.1 s) from its loop, so it is stalled (stopped, starved of CPU, inside a step that
+# long). It is not lost (the heartbeat decides that, much later); a call sent to it would wait with it.
+STALE_S = 1.0
 # statistics of one engine's recent work, averaged over the engines rather than added up
 AVERAGED = frozenset({"busy_share", "rows_per_step", "padding_share", "step_ms"})
 LEAST = frozenset({"uptime_seconds"})  # since the youngest engine's start
@@ -117,14 +123,19 @@ class EnginePool:
     # ------------------------------------------------------------------ calls
     def pick(self, avoid: EngineConnection | None = None) -> EngineConnection:
         """The ready engine with the least of this process's work in flight (not `avoid`, the one that just lost
-        a call, where another is ready); EngineUnavailable if none is ready."""
+        a call, where another is ready), among those heard from within STALE_S where there are any;
+        EngineUnavailable if none is ready."""
         n = len(self.connections)
         start, self._turn = self._turn, (self._turn + 1) % n
-        best = None
+        now = time.monotonic()
+        best, best_fresh = None, False
         for i in range(n):
             c = self.connections[(start + i) % n]
-            if c.ready and c is not avoid and (best is None or c.work_in_flight < best.work_in_flight):
-                best = c
+            if not c.ready or c is avoid:
+                continue
+            fresh = now - c.last_status_at < STALE_S
+            if best is None or (fresh, -c.work_in_flight) > (best_fresh, -best.work_in_flight):
+                best, best_fresh = c, fresh
         if best is None:
             raise EngineUnavailable("no engine is ready" if n > 1 else "the engine is not ready")
         return best

@@ -26,6 +26,7 @@ class FakeConnection:
 
     def __init__(self, name: str, *, ready: bool = True, work_in_flight: float = 0.0, loses: bool = False):
         self.name, self.ready, self.work_in_flight, self.loses = name, ready, work_in_flight, loses
+        self.last_status_at = time.monotonic()
         self.calls: list = []
         self._ids = 0
 
@@ -52,6 +53,17 @@ def test_a_call_goes_to_the_ready_engine_with_the_least_work():
     a.ready = b.ready = False
     with pytest.raises(EngineUnavailable):
         pool.pick()
+
+
+def test_an_engine_silent_for_a_second_is_passed_over_while_another_speaks():
+    from nmt_serve.service.engine_pool import STALE_S
+
+    stalled, speaking = FakeConnection("stalled"), FakeConnection("speaking", work_in_flight=50)
+    stalled.last_status_at -= 2 * STALE_S
+    pool = EnginePool([stalled, speaking])
+    assert [pool.pick().name for _ in range(3)] == ["speaking"] * 3  # busier, but it answers
+    speaking.last_status_at -= 2 * STALE_S  # both silent: by work, as when all are
+    assert pool.pick().name == "stalled"
 
 
 def test_a_call_lost_with_its_engine_goes_once_to_another():
@@ -127,6 +139,28 @@ def test_two_engines_serve_and_a_dead_ones_calls_finish_on_the_other(models_dir)
             assert all(r.status_code == 200 for r in pool.map(lambda t: c.post("/v1/translate", json={"text": t, **FAST}), GERMAN * 4))
         # the restarted engine takes calls again (eight at once: never all on the other)
         wait_for(lambda: connections[0].status.stats.get("calls", 0.0) > before)
+
+
+def test_requests_one_at_a_time_pass_a_stalled_engine_by(models_dir):
+    """One of two engines stopped (SIGSTOP: as one starved of CPU or inside a long step; not lost, its heartbeat is
+    30 s): once it has been silent for a second, requests one after another all go to the other and are answered at
+    once; without that, every other one would wait for the stopped engine."""
+    from nmt_serve.service.engine_pool import STALE_S
+
+    with make_client(models_dir, engines=2, lanes=1) as c:
+        wait_ready(c)
+        state = c.app.state.service
+        wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=60)
+        first = state.supervisors[0]
+        connections = state.engine.engines.connections
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: time.monotonic() - connections[0].last_status_at > STALE_S)
+            replies = [c.post("/v1/translate", json={"text": t, **FAST}, headers={"X-Request-Timeout": "20"}) for t in GERMAN * 2]
+            assert [r.status_code for r in replies] == [200] * len(replies)
+            assert connections[0].in_flight == 0
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
 
 
 def test_workers_and_engines_together(models_dir):
