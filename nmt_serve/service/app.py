@@ -172,7 +172,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         follower = StatusFollower(state, on_load_failure, on_ready)
         engines = EnginePool([EngineConnection(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,
                                                on_status=follower.listener(i)) for i, (calls, status) in enumerate(places)])
-        state.engine = EngineClient(engines)
+        state.engine = EngineClient(engines, on_resend=state.metrics.resent.inc)
         await engines.start()
         state.metrics.engine.liveness = lambda: (sum(c.ready for c in engines.connections), engines.losses)
         app.state.jobs = JobRunner(state, JobStore(s.jobs_dir or default_directory(), s.job_ttl_s))

@@ -34,8 +34,10 @@ log = logging.getLogger("nmt_serve.service.engine_calls")
 class EngineClient:
     """Calls to the engines with the request's deadline; every failure comes back as an APIError."""
 
-    def __init__(self, engines: EnginePool):
+    def __init__(self, engines: EnginePool, on_resend: Callable[[], None] | None = None):
+        """on_resend: told of every call sent again to another engine (a metric)."""
         self.engines = engines
+        self.on_resend = on_resend
 
     @property
     def ready(self) -> bool:
@@ -90,7 +92,10 @@ class EngineClient:
             except EngineUnavailable as exc:
                 if tried is not None or len(self.engines) == 1 or not self.engines.ready:
                     raise APIError(503, "engine_unavailable", f"{exc}; retry shortly", None, {"Retry-After": "1"}) from None
-                log.warning("an engine was lost with a call (%s); sending it to another", exc)
+                # the loss itself is logged once, by whoever noticed it; its calls are counted, not logged one by one
+                log.debug("an engine was lost with a call (%s); sending it to another", exc)
+                if self.on_resend is not None:
+                    self.on_resend()
                 tried = connection
 
     @staticmethod

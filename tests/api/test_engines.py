@@ -132,6 +132,7 @@ def test_two_engines_serve_and_a_dead_ones_calls_finish_on_the_other(models_dir)
         assert [r.json()["translations"][0]["text"] for r in replies] == alone
         assert 0 < held < len(texts)  # both engines had calls
         assert [c.work_in_flight for c in connections] == [0, 0]  # the lost calls' work left with them
+        assert metric(c, "nmt_engine_calls_resent_total") == held
         wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=60)
         assert metric(c, "nmt_engine_restarts_total") == 1 and first.restarts == 1
         before = connections[0].status.stats.get("calls", 0.0)
