@@ -70,6 +70,16 @@ def device_problem(device: str) -> str | None:
     return None
 
 
+def engine_device(device: str, index: int, engines: int, gpus: int) -> tuple[str, int]:
+    """Where engine `index` of `engines` runs, and how many of them share that device (each takes that share of its
+    memory): on a node with several GPUs, a device that names none ("cuda", or "auto" where CUDA is) puts engine i on
+    GPU i mod the GPUs' count, one server over all of them; a named GPU, or the CPU, holds them all."""
+    if gpus > 1 and device in ("cuda", "auto"):
+        gpu = index % gpus
+        return f"cuda:{gpu}", len(range(gpu, engines, gpus))
+    return device, engines
+
+
 def model_names(kinds: dict[Path, tuple[bool, str]]) -> dict[Path, str]:
     """Each checkpoint's model id, from {path: (multilingual, its pair)}: a multilingual checkpoint's directory
     name, a bilingual one's pair unless another checkpoint has the same pair (then its directory name: an

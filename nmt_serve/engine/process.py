@@ -171,7 +171,7 @@ def run(config: dict) -> int:
     startup = StartupStatus(publish, incarnation, STATUS_INTERVAL_S, began=began).start()
     # torch among them: seconds, said by the statuses from here on
     from nmt_serve.engine.core import EngineConfig, EngineCore
-    from nmt_serve.engine.loader import load_models, plan_loads, plan_memory
+    from nmt_serve.engine.loader import engine_device, load_models, plan_loads, plan_memory
     from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT
 
     def refuse(message: str) -> int:
@@ -188,7 +188,10 @@ def run(config: dict) -> int:
 
         if config.get("threads"):
             torch.set_num_threads(int(config["threads"]))
-        device, dtype, quantization = config["device"], config.get("dtype"), config.get("quantization", "none")
+        engines = int(config.get("engines") or 1)
+        gpus = torch.cuda.device_count() if config["device"] in ("cuda", "auto") and torch.cuda.is_available() else 0
+        device, sharing = engine_device(config["device"], int(config.get("engine_index") or 0), engines, gpus)
+        dtype, quantization = config.get("dtype"), config.get("quantization", "none")
         startup.set("planning")
         load_plan = plan_loads(config["models_dir"], device, float(config.get("cpu_cost_limit", DEFAULT_CPU_COST_LIMIT)),
                              config.get("prefer", ""))
@@ -196,7 +199,7 @@ def run(config: dict) -> int:
         # refused here, before a weight is read, when the budget cannot hold the models and one sentence
         memory = plan_memory(chosen, device, dtype, quantization, budget_gb=float(config.get("memory_budget_gb") or 0),
                              max_batch_sentences=int(config.get("max_batch_sentences") or 0),
-                             max_batch_tokens=int(config.get("max_batch_tokens") or 4096), engines=int(config.get("engines") or 1))
+                             max_batch_tokens=int(config.get("max_batch_tokens") or 4096), engines=sharing)
         startup.set("loading", models_total=len(chosen))
         loaded = load_models(config["models_dir"], device, dtype, quantization, config.get("step_mode", "auto"),
                              chosen=chosen, static_rows=0, memory=memory, on_load=startup.loading)

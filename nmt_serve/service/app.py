@@ -140,9 +140,9 @@ def preload_language_models() -> None:
         log.warning("could not load the language detection models ahead of the engine", exc_info=True)
 
 
-def start_engine(settings: Settings, on_exit: Callable[[int], None] | None = None) -> EngineSupervisor:
-    """One of the server's engine processes, started and kept running."""
-    supervisor = EngineSupervisor(settings.engine_config(), on_exit=on_exit)
+def start_engine(settings: Settings, on_exit: Callable[[int], None] | None = None, index: int = 0) -> EngineSupervisor:
+    """Engine `index` of the server's, started and kept running."""
+    supervisor = EngineSupervisor(settings.engine_config(index), on_exit=on_exit)
     supervisor.start()
     return supervisor
 
@@ -167,7 +167,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         if s.engine_dirs:  # a parent process runs the engines for several API workers
             places = [addresses(directory) for directory in s.engine_dirs]
         else:
-            state.supervisors = [start_engine(s, functools.partial(engine_exited, i)) for i in range(s.engines)]
+            state.supervisors = [start_engine(s, functools.partial(engine_exited, i), i) for i in range(s.engines)]
             places = [supervisor.addresses for supervisor in state.supervisors]
         follower = StatusFollower(state, on_load_failure, on_ready)
         engines = EnginePool([EngineConnection(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,

@@ -48,7 +48,8 @@ class Settings(BaseSettings):
                                                      "budget and of the CPU cores; an API process sends each call to the "
                                                      "ready engine with the least of its work in flight (source tokens), and "
                                                      "a call whose engine is lost goes once to another. On a GPU one engine's loop (Python, one "
-                                                     "core) can leave the device idle: several share it")
+                                                     "core) can leave the device idle: several share it; on a node with "
+                                                     "several GPUs (device cuda or auto) engine i runs on GPU i mod their count")
     engine_socket_dir: str = Field("", description="internal: the socket directories of the engines run by a parent process, "
                                                    "joined by the path separator (set for the workers when workers > 1)")
     engine_heartbeat_timeout_s: float = Field(30.0, gt=0, description="no status for this long from a live engine process: "
@@ -63,8 +64,8 @@ class Settings(BaseSettings):
     memory_budget_gb: float = Field(0.0, ge=0, description="memory (GiB) the engine's models and running sentences may take on "
                                                            "their device: weights, then a reserve for joins, then as many running "
                                                            "sentences as fit, up to max_batch_sentences; models that do not fit "
-                                                           "are refused at start-up (0: 90% of the device's free memory); several "
-                                                           "engines take an equal share of it each")
+                                                           "are refused at start-up (0: 90% of the device's free memory); engines "
+                                                           "on one device take an equal share of it each")
     max_queue_sentences: int = Field(2048, ge=1, description="sentences waiting or running at most (the server's: each engine takes "
                                                              "its share); beyond it requests get 503")
     batching: bool = Field(True, description="false: a batch runs one request at a time (for comparison)")
@@ -162,15 +163,15 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int = Field(0, ge=0, description="requests per minute per API key (or client address without keys); 0 = off")
     cors_origins: str = Field("", description="comma-separated origins allowed by CORS; empty = none (closed)")
 
-    def engine_config(self) -> dict:
-        """What the engine process needs (plain JSON; no keys or other secrets)."""
+    def engine_config(self, index: int = 0) -> dict:
+        """What engine process `index` (of `engines`) needs (plain JSON; no keys or other secrets)."""
         import logging
 
         names = ("models_dir", "device", "cpu_cost_limit", "prefer", "dtype", "quantization", "step_mode", "threads", "lanes", "engine_nice",
                  "max_batch_sentences", "max_batch_tokens", "memory_budget_gb", "max_queue_sentences", "batching", "admission",
                  "admission_margin", "admission_rate", "retry_after_s", "graceful_shutdown_s", "background_share", "engine_heartbeat_timeout_s")
         # the engine runs in the repository's directory: a relative models_dir means this process's directory
-        return dict({n: getattr(self, n) for n in names}, models_dir=str(Path(self.models_dir).resolve()), engines=self.engines,
+        return dict({n: getattr(self, n) for n in names}, models_dir=str(Path(self.models_dir).resolve()), engines=self.engines, engine_index=index,
                     # the server's bound on waiting and running sentences, shared by its engines
                     max_queue_sentences=-(-self.max_queue_sentences // self.engines),
                     log_level=logging.getLevelName(logging.getLogger().level).lower(),

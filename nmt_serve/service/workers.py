@@ -107,7 +107,7 @@ def serve_workers(settings: Settings) -> int:
     signal.signal(signal.SIGINT, request_stop)
     for signum in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(signum, request_change)
-    supervisors = [EngineSupervisor(settings.engine_config(), on_exit=on_engine_exit) for _ in range(settings.engines)]
+    supervisors = [EngineSupervisor(settings.engine_config(i), on_exit=on_engine_exit) for i in range(settings.engines)]
     for supervisor in supervisors:
         supervisor.start()
     metrics_dir = tempfile.mkdtemp(prefix="nmt-metrics-")

@@ -185,3 +185,16 @@ def test_the_engine_runs_the_planned_sentences_and_reports_the_plan(models_dir):
     assert core.config.max_batch_sentences == 5
     [info] = core.model_info()
     assert info["memory"]["running_sentences"] == 5 and info["memory"]["beams"]["4"]["rows"] == 20
+
+
+def test_engines_spread_over_a_nodes_gpus_and_share_a_device_they_run_on():
+    from nmt_serve.engine.loader import engine_device
+
+    # four engines, two GPUs: two on each, each taking half of its GPU
+    assert [engine_device("cuda", i, 4, 2) for i in range(4)] == [("cuda:0", 2), ("cuda:1", 2), ("cuda:0", 2), ("cuda:1", 2)]
+    # three engines on two GPUs: the first GPU holds two of them
+    assert [engine_device("auto", i, 3, 2) for i in range(3)] == [("cuda:0", 2), ("cuda:1", 1), ("cuda:0", 2)]
+    # one GPU, a named GPU, or the CPU: all of them on it
+    assert engine_device("cuda", 1, 2, 1) == ("cuda", 2)
+    assert engine_device("cuda:1", 0, 2, 4) == ("cuda:1", 2)
+    assert engine_device("cpu", 1, 2, 0) == ("cpu", 2) and engine_device("auto", 1, 2, 0) == ("auto", 2)
