@@ -72,25 +72,26 @@ class EngineClient:
         deadline = time.monotonic() + timeout
         reply = await self._call(lambda connection: Translate(connection.new_id(), model_id, sources, options, deadline,
                                                               target_prefix or [], priority=priority, terms=terms, avoid=list(avoid)),
-                                 work=sum(map(len, sources)) + len(sources))
+                                 model_id, work=sum(map(len, sources)) + len(sources))
         return self._value(reply, timeout)
 
     async def attention(self, model_id: str, timeout: float, **fields) -> dict:
         deadline = time.monotonic() + timeout
-        reply = await self._call(lambda connection: Attention(connection.new_id(), model_id, deadline=deadline, **fields))
+        reply = await self._call(lambda connection: Attention(connection.new_id(), model_id, deadline=deadline, **fields), model_id)
         return self._value(reply, timeout)
 
-    async def _call(self, make: Callable[[EngineConnection], Any], work: float = 1.0) -> Reply:
+    async def _call(self, make: Callable[[EngineConnection], Any], model_id: str, work: float = 1.0) -> Reply:
         """The call made by `make` for the engine it goes to, sent to the least busy ready engine; if that engine
         is lost with it, sent once more, to another ready engine, with its deadline unchanged. Only once: were the
         call what killed the engine (a sentence that faults the device), it would take down every engine in turn."""
         tried: EngineConnection | None = None
         while True:
+            connection = None
             try:
-                connection = self.engines.pick(avoid=tried)
+                connection = self.engines.pick(avoid=tried, model_id=model_id)
                 return await connection.call(make(connection), work)
             except EngineUnavailable as exc:
-                if tried is not None or len(self.engines) == 1 or not self.engines.ready:
+                if tried is not None or len(self.engines) == 1 or not self.engines.ready or connection is None:
                     raise APIError(503, "engine_unavailable", f"{exc}; retry shortly", None, {"Retry-After": "1"}) from None
                 # the loss itself is logged once, by whoever noticed it; its calls are counted, not logged one by one
                 log.debug("an engine was lost with a call (%s); sending it to another", exc)

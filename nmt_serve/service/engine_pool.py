@@ -1,7 +1,8 @@
 """The API process's connections to the server's engine processes (Settings.engines; one by default).
 
-Every engine serves the same models. A call goes to the ready engine with the least of this process's work in
-it, the source tokens of its calls (each API process sees only its own, and the engines' statuses are up to a
+Every engine loads the same models (one that restarted after the directory changed, or one on a GPU with less
+room, may serve others: a call goes only to engines whose status names its model). A call goes to the ready
+engine with the least of this process's work in it, the source tokens of its calls (each API process sees only its own, and the engines' statuses are up to a
 status interval old; a long text weighs what its sentences do, where a count of calls would weigh it as one
 short sentence). A lost engine fails the calls it held; EngineClient sends those again to another ready
 engine (a translation has no side effects, so doing one twice costs time, not correctness), and the calls
@@ -55,6 +56,7 @@ class EnginePool:
         assert connections, "at least one engine"
         self.connections = connections
         self._turn = 0  # where the search for the least busy engine starts: ties go round
+        self._models: dict[int, tuple[str, frozenset[str]]] = {}  # per engine: (incarnation, the models it serves)
 
     def __len__(self) -> int:
         return len(self.connections)
@@ -121,21 +123,32 @@ class EnginePool:
         return {call_id for c in self.connections for call_id in c.pending_ids()}
 
     # ------------------------------------------------------------------ calls
-    def pick(self, avoid: EngineConnection | None = None) -> EngineConnection:
+    def serves(self, index: int, model_id: str) -> bool:
+        """Whether engine `index`'s last status names the model (engines load the same directory with the same
+        settings, but one that restarted after it changed, or one on a GPU with less room, may serve others)."""
+        status = self.connections[index].status
+        kept = self._models.get(index)
+        if kept is None or kept[0] != status.incarnation:
+            kept = self._models[index] = (status.incarnation, frozenset(m["id"] for m in status.models))
+        return model_id in kept[1]
+
+    def pick(self, avoid: EngineConnection | None = None, model_id: str | None = None) -> EngineConnection:
         """The ready engine with the least of this process's work in flight (not `avoid`, the one that just lost
-        a call, where another is ready), among those heard from within STALE_S where there are any;
-        EngineUnavailable if none is ready."""
+        a call, where another is ready; only those that serve `model_id`), among those heard from within STALE_S
+        where there are any; EngineUnavailable if none is ready."""
         n = len(self.connections)
         start, self._turn = self._turn, (self._turn + 1) % n
         now = time.monotonic()
         best, best_fresh = None, False
         for i in range(n):
             c = self.connections[(start + i) % n]
-            if not c.ready or c is avoid:
+            if not c.ready or c is avoid or (model_id is not None and n > 1 and not self.serves((start + i) % n, model_id)):
                 continue
             fresh = now - c.last_status_at < STALE_S
             if best is None or (fresh, -c.work_in_flight) > (best_fresh, -best.work_in_flight):
                 best, best_fresh = c, fresh
         if best is None:
-            raise EngineUnavailable("no engine is ready" if n > 1 else "the engine is not ready")
+            if n == 1:
+                raise EngineUnavailable("the engine is not ready")
+            raise EngineUnavailable(f"no ready engine serves {model_id}" if model_id is not None and self.ready else "no engine is ready")
         return best

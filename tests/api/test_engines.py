@@ -24,9 +24,11 @@ from nmt_serve.service.errors import APIError
 class FakeConnection:
     """An engine connection that answers every call at once, or loses it (its engine died with it)."""
 
-    def __init__(self, name: str, *, ready: bool = True, work_in_flight: float = 0.0, loses: bool = False):
+    def __init__(self, name: str, *, ready: bool = True, work_in_flight: float = 0.0, loses: bool = False,
+                 models: tuple[str, ...] = ("de-en",)):
         self.name, self.ready, self.work_in_flight, self.loses = name, ready, work_in_flight, loses
         self.last_status_at = time.monotonic()
+        self.status = SimpleNamespace(incarnation=name, models=[{"id": m} for m in models])
         self.calls: list = []
         self._ids = 0
 
@@ -64,6 +66,18 @@ def test_an_engine_silent_for_a_second_is_passed_over_while_another_speaks():
     assert [pool.pick().name for _ in range(3)] == ["speaking"] * 3  # busier, but it answers
     speaking.last_status_at -= 2 * STALE_S  # both silent: by work, as when all are
     assert pool.pick().name == "stalled"
+
+
+def test_a_call_goes_only_to_an_engine_that_serves_its_model():
+    both, one = FakeConnection("both", work_in_flight=9, models=("de-en", "en-de")), FakeConnection("one", models=("de-en",))
+    pool = EnginePool([one, both])
+    assert {pool.pick(model_id="en-de").name for _ in range(3)} == {"both"}
+    assert pool.pick(model_id="de-en").name == "one"  # the least busy of those that serve it
+    with pytest.raises(EngineUnavailable, match="no ready engine serves fr-de"):
+        pool.pick(model_id="fr-de")
+    # a restarted engine's models are read anew (its incarnation changed)
+    one.status = SimpleNamespace(incarnation="one again", models=[{"id": "en-de"}])
+    assert pool.pick(model_id="en-de").name == "one"
 
 
 def test_a_call_lost_with_its_engine_goes_once_to_another():
