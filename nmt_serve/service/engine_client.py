@@ -6,6 +6,7 @@ of each call, and an EngineConnection (engine_connection.py) talks ZeroMQ to one
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -29,6 +30,40 @@ from nmt_serve.service.engine_pool import EnginePool
 from nmt_serve.service.errors import APIError, bad_request, overloaded, timed_out
 
 log = logging.getLogger("nmt_serve.service.engine_calls")
+# a call of at least twice this many sentences is split between the ready engines that serve its model, at least
+# this many sentences a part: one request of many sentences (an evaluation script's batch, a job's chunk) runs on
+# all of them, where one engine would hold it all while the others wait
+SPLIT_MIN_SENTENCES = 4
+
+
+def balanced_bounds(work: list[int], parts: int) -> list[tuple[int, int]]:
+    """[start, stop) of `parts` consecutive runs of the items, none empty, each near an equal share of the work."""
+    total, bounds, start, done = sum(work), [], 0, 0
+    for k in range(1, parts):
+        stop, target = start + 1, total * k / parts
+        done += work[start]
+        while stop < len(work) - (parts - k) and done + work[stop] / 2 < target:
+            done += work[stop]
+            stop += 1
+        bounds.append((start, stop))
+        start = stop
+    return bounds + [(start, len(work))]
+
+
+async def first_failure_cancels(parts: list) -> list:
+    """The parts' results, concatenated in order; the first to fail cancels the others (their engines drop their
+    work) and its error is raised."""
+    tasks = [asyncio.ensure_future(part) for part in parts]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:  # a part failed, or this call was cancelled (its deadline, its client gone)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()
+    return [item for task in tasks for item in task.result()]
 
 
 class EngineClient:
@@ -70,6 +105,17 @@ class EngineClient:
         BACKGROUND for a job's chunk (it yields to interactive calls in the engine); terms: per text the
         target terms it must contain, avoid: terms none may (protocol.Translate)."""
         deadline = time.monotonic() + timeout
+        parts = min(self.engines.serving(model_id), len(sources) // SPLIT_MIN_SENTENCES)
+        if parts > 1:  # side by side on several engines, as one engine's lanes would take them (CPU)
+            bounds = balanced_bounds([len(s) + 1 for s in sources], parts)
+            return await first_failure_cancels([
+                self._translate(model_id, sources[a:b], options, deadline, timeout, target_prefix, priority,
+                                terms[a:b] if terms is not None else None, avoid) for a, b in bounds])
+        return await self._translate(model_id, sources, options, deadline, timeout, target_prefix, priority, terms, avoid)
+
+    async def _translate(self, model_id: str, sources: list[list[int]], options: DecodeOptions, deadline: float, timeout: float,
+                         target_prefix: list[int] | None, priority: int, terms: list[list[str]] | None,
+                         avoid: tuple[str, ...]) -> list[list[EngineHypothesis]]:
         reply = await self._call(lambda connection: Translate(connection.new_id(), model_id, sources, options, deadline,
                                                               target_prefix or [], priority=priority, terms=terms, avoid=list(avoid)),
                                  model_id, work=sum(map(len, sources)) + len(sources))

@@ -132,6 +132,11 @@ class EnginePool:
             kept = self._models[index] = (status.incarnation, frozenset(m["id"] for m in status.models))
         return model_id in kept[1]
 
+    def serving(self, model_id: str) -> int:
+        """The ready engines that serve the model."""
+        n = len(self.connections)
+        return sum(1 for i, c in enumerate(self.connections) if c.ready and (n == 1 or self.serves(i, model_id)))
+
     def pick(self, avoid: EngineConnection | None = None, model_id: str | None = None) -> EngineConnection:
         """The ready engine with the least of this process's work in flight (not `avoid`, the one that just lost
         a call, where another is ready; only those that serve `model_id`), among those heard from within STALE_S

@@ -14,7 +14,7 @@ import pytest
 from conftest import running_server
 from test_service import FAST, GERMAN, make_client, metric, wait_for, wait_ready
 
-from nmt_serve.engine.protocol import Reply
+from nmt_serve.engine.protocol import REFUSED, Reply
 from nmt_serve.service.engine_client import EngineClient
 from nmt_serve.service.engine_connection import EngineUnavailable
 from nmt_serve.service.engine_pool import EnginePool, merged_stats
@@ -40,7 +40,8 @@ class FakeConnection:
         self.calls.append((message, work))
         if self.loses:
             raise EngineUnavailable(f"engine {self.name} exited")
-        return Reply(message, value="done")
+        await asyncio.sleep(0)
+        return Reply(message, value=[[(self.name, source)] for source in message.sources])
 
 
 def test_a_call_goes_to_the_ready_engine_with_the_least_work():
@@ -85,7 +86,7 @@ def test_a_call_lost_with_its_engine_goes_once_to_another():
         return asyncio.run(client.translate("de-en", [[5, 6]], None, 10.0))
 
     lost, good = FakeConnection("lost", loses=True), FakeConnection("good", work_in_flight=1)
-    assert translate(EngineClient(EnginePool([lost, good]))) == "done"
+    assert translate(EngineClient(EnginePool([lost, good]))) == [[("good", [5, 6])]]
     assert len(lost.calls) == 1 and len(good.calls) == 1
     # the same call again, on the other engine's ids, with its deadline unchanged; its work: 2 tokens and an eos
     (first, work), (again, work_again) = lost.calls[0], good.calls[0]
@@ -99,6 +100,46 @@ def test_a_call_lost_with_its_engine_goes_once_to_another():
     with pytest.raises(APIError):
         translate(EngineClient(EnginePool([first, second, third])))
     assert (len(first.calls), len(second.calls), len(third.calls)) == (1, 1, 0)
+
+
+def test_a_call_of_many_sentences_is_split_between_the_engines():
+    from nmt_serve.service.engine_client import SPLIT_MIN_SENTENCES, balanced_bounds
+
+    assert balanced_bounds([5] * 12, 2) == [(0, 6), (6, 12)]
+    assert balanced_bounds([30, 1, 1, 1, 1, 1], 2) == [(0, 1), (1, 6)]  # by work, not by count
+    assert balanced_bounds([1, 1, 1], 3) == [(0, 1), (1, 2), (2, 3)] and balanced_bounds([9, 9], 1) == [(0, 2)]
+    sources = [[i] * (1 + i % 3) for i in range(2 * SPLIT_MIN_SENTENCES + 1)]
+    a, b, starting = FakeConnection("a"), FakeConnection("b"), FakeConnection("starting", ready=False)
+    client = EngineClient(EnginePool([a, b, starting]))
+    out = asyncio.run(client.translate("de-en", sources, None, 10.0, terms=[[str(i)] for i in range(len(sources))]))
+    assert [source for (_, source), in out] == sources  # every sentence once, in order
+    assert {name for (name, _), in out} == {"a", "b"} and len(a.calls) == len(b.calls) == 1
+    (first, _), (second, _) = a.calls[0], b.calls[0]
+    assert first.terms + second.terms == [[str(i)] for i in range(len(sources))] or second.terms + first.terms == [[str(i)] for i in range(len(sources))]
+    assert first.deadline == second.deadline
+    # too few sentences to split, or one engine: one call
+    asyncio.run(client.translate("de-en", sources[:2 * SPLIT_MIN_SENTENCES - 1], None, 10.0))
+    assert len(a.calls) + len(b.calls) == 3
+    # a part that fails fails the call, and the other part is cancelled (its engine told to drop it)
+    class Refusing(FakeConnection):
+        async def call(self, message, work: float = 1.0) -> Reply:
+            self.calls.append((message, work))
+            await asyncio.sleep(0.01)
+            return Reply(message.id, error=REFUSED, message="busy", retry_after=2.0)
+
+    class Hanging(FakeConnection):
+        async def call(self, message, work: float = 1.0) -> Reply:
+            self.calls.append((message, work))
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+
+    refusing, hanging = Refusing("refusing"), Hanging("hanging")
+    with pytest.raises(APIError) as caught:
+        asyncio.run(EngineClient(EnginePool([refusing, hanging])).translate("de-en", sources, None, 10.0))
+    assert caught.value.type == "overloaded" and hanging.cancelled and len(refusing.calls) == len(hanging.calls) == 1
 
 
 def test_the_engines_statistics_merge_into_one_engines():
