@@ -434,8 +434,10 @@ def test_env_names_are_real_settings(rendered, variant):
     # one thread each, which the engine reads from its cgroup (threads from the limit as well: limit x limit threads)
     if variant.startswith("gpu"):
         assert variables["NMT_THREADS"]["valueFrom"]["resourceFieldRef"]["resource"] == "limits.cpu"
+        assert variables["NMT_ENGINES"]["value"] == "1"  # two on one GPU not measured yet
     else:
         assert "NMT_THREADS" not in variables and "NMT_LANES" not in variables
+        assert variables["NMT_ENGINES"]["value"] == "2"  # two engines of one lane: measured faster on 2 cores
     assert "cpu" in container(docs)["resources"]["limits"]
     if "models" in {v["name"] for v in pod_spec(docs)["volumes"]}:
         assert variables["NMT_MODELS_DIR"]["value"] == "/models"
