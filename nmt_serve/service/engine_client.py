@@ -105,7 +105,7 @@ class EngineClient:
         BACKGROUND for a job's chunk (it yields to interactive calls in the engine); terms: per text the
         target terms it must contain, avoid: terms none may (protocol.Translate)."""
         deadline = time.monotonic() + timeout
-        parts = min(self.engines.serving(model_id), len(sources) // SPLIT_MIN_SENTENCES)
+        parts = min(self.engines.serving(model_id), len(sources) // SPLIT_MIN_SENTENCES) if len(self.engines) > 1 else 1
         if parts > 1:  # side by side on several engines, as one engine's lanes would take them (CPU)
             bounds = balanced_bounds([len(s) + 1 for s in sources], parts)
             return await first_failure_cancels([

@@ -142,18 +142,20 @@ class EnginePool:
         a call, where another is ready; only those that serve `model_id`), among those heard from within STALE_S
         where there are any; EngineUnavailable if none is ready."""
         n = len(self.connections)
+        if n == 1:
+            if not self.connections[0].ready:
+                raise EngineUnavailable("the engine is not ready")
+            return self.connections[0]
         start, self._turn = self._turn, (self._turn + 1) % n
         now = time.monotonic()
         best, best_fresh = None, False
         for i in range(n):
             c = self.connections[(start + i) % n]
-            if not c.ready or c is avoid or (model_id is not None and n > 1 and not self.serves((start + i) % n, model_id)):
+            if not c.ready or c is avoid or (model_id is not None and not self.serves((start + i) % n, model_id)):
                 continue
             fresh = now - c.last_status_at < STALE_S
             if best is None or (fresh, -c.work_in_flight) > (best_fresh, -best.work_in_flight):
                 best, best_fresh = c, fresh
         if best is None:
-            if n == 1:
-                raise EngineUnavailable("the engine is not ready")
             raise EngineUnavailable(f"no ready engine serves {model_id}" if model_id is not None and self.ready else "no engine is ready")
         return best
