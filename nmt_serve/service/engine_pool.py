@@ -2,14 +2,15 @@
 
 Every engine loads the same models (one that restarted after the directory changed, or one on a GPU with less
 room, may serve others: a call goes only to engines whose status names its model). A call goes to the ready
-engine with the least of this process's work in it, the source tokens of its calls (each API process sees only its own, and the engines' statuses are up to a
-status interval old; a long text weighs what its sentences do, where a count of calls would weigh it as one
-short sentence). A lost engine fails the calls it held; EngineClient sends those again to another ready
-engine (a translation has no side effects, so doing one twice costs time, not correctness), and the calls
-after it go to the others while it restarts: with two engines or more, an engine's death answers no request
-with 503. An engine silent for a second (stopped, starved, stuck in a long step) is passed over for new calls
-while another answers, long before its heartbeat says it is lost. The engines' statistics are one set for /metrics: counters and amounts added up, the recent
-averages (busy share, rows per step, step time) averaged.
+engine with the least of this process's work in it, the source tokens of its calls (each API process sees only
+its own, and the engines' statuses are up to a status interval old; a long text weighs what its sentences do,
+where a count of calls would weigh it as one short sentence). A lost engine fails the calls it held;
+EngineClient sends those again to another ready engine (a translation has no side effects, so doing one twice
+costs time, not correctness), and the calls after it go to the others while it restarts: with two engines or
+more, an engine's death answers no request with 503. An engine silent for a second (stopped, starved, stuck in
+a long step) is passed over for new calls while another answers, long before its heartbeat says it is lost.
+The engines' statistics are one set for /metrics: counters and amounts added up, the recent averages (busy
+share, rows per step, step time) averaged.
 """
 from __future__ import annotations
 
