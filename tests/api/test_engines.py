@@ -156,9 +156,13 @@ def test_the_engines_statistics_merge_into_one_engines():
     assert stats["steps"] == 15.0 and models == {"de-en": {"sentences": 5.0}, "en-de": {"sentences": 1.0}}
 
 
-def test_two_engines_serve_and_a_dead_ones_calls_finish_on_the_other(models_dir):
+def test_two_engines_serve_and_a_dead_ones_calls_finish_on_the_other(models_dir, monkeypatch):
     """Both engines take calls; the calls held by an engine that dies (SIGKILL, as the OOM killer) are translated by
     the other, so every request is answered 200; the dead one restarts and takes calls again."""
+    from nmt_serve.service import engine_pool
+
+    # the stopped engine stays a candidate however slowly this machine sends the calls (its silence is another test's)
+    monkeypatch.setattr(engine_pool, "STALE_S", 3600.0)
     texts = [f"Ein Hund Nummer {i} rennt über die Wiese." for i in range(12)]
     with make_client(models_dir, engines=2, lanes=1) as c:
         wait_ready(c)
@@ -167,16 +171,19 @@ def test_two_engines_serve_and_a_dead_ones_calls_finish_on_the_other(models_dir)
         first, second = state.supervisors
         assert first.pid != second.pid and first.socket_dir != second.socket_dir
         memory = c.get("/v1/models").json()["models"][0]["memory"]
-        assert memory["engines"] == 2 and "a 1/2 share" in memory["budget_source"] or "1/2 of the device" in memory["budget_source"]
+        assert memory["engines"] == 2 and ("a 1/2 share" in memory["budget_source"] or "1/2 of the device" in memory["budget_source"])
         alone = [c.post("/v1/translate", json={"text": t, **FAST}).json()["translations"][0]["text"] for t in texts]
         connections = state.engine.engines.connections
-        # the first engine stopped: the calls sent to it wait there, and the others go to the second one
+        # the first engine stopped: the calls sent to it wait there, and the others go to the second one. Sent one by
+        # one, each once the one before is answered or held: while the first engine holds none, the two are equally
+        # idle and take turns, so it holds one of the first two, and then calls only while the second is busy
         os.kill(first.pid, signal.SIGSTOP)
         try:
             with ThreadPoolExecutor(len(texts)) as pool:
-                sent = [pool.submit(c.post, "/v1/translate", json={"text": t, **FAST}) for t in texts]
-                # every call answered by the second engine or held by the first (ties between them take turns)
-                wait_for(lambda: connections[0].in_flight + sum(f.done() for f in sent) == len(texts), timeout=60)
+                sent = []
+                for t in texts:
+                    sent.append(pool.submit(c.post, "/v1/translate", json={"text": t, **FAST}))
+                    wait_for(lambda: connections[0].in_flight + sum(f.done() for f in sent) == len(sent), timeout=60)
                 held = connections[0].in_flight
                 os.kill(first.pid, signal.SIGKILL)
                 replies = [future.result() for future in sent]
@@ -191,9 +198,8 @@ def test_two_engines_serve_and_a_dead_ones_calls_finish_on_the_other(models_dir)
         wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=60)
         assert metric(c, "nmt_engine_restarts_total") == 1 and first.restarts == 1
         before = connections[0].status.stats.get("calls", 0.0)
-        with ThreadPoolExecutor(8) as pool:
-            assert all(r.status_code == 200 for r in pool.map(lambda t: c.post("/v1/translate", json={"text": t, **FAST}), GERMAN * 4))
-        # the restarted engine takes calls again (eight at once: never all on the other)
+        # the restarted engine takes calls again (one after another, the idle engines take turns)
+        assert all(c.post("/v1/translate", json={"text": t, **FAST}).status_code == 200 for t in GERMAN)
         wait_for(lambda: connections[0].status.stats.get("calls", 0.0) > before)
 
 
