@@ -210,10 +210,8 @@ def budget(setting_gb: float, device: str, engines: int = 1) -> tuple[int, str]:
     The engines of a server start at once and each reads the device's free memory before the others hold much,
     so each takes at most 1/engines of the device's memory; and one that restarts beside the others finds their
     shares taken, so it takes at most what is free."""
-    share = "" if engines == 1 else f", a 1/{engines} share"
     if setting_gb > 0:
-        return int(setting_gb * GIB / engines), f"--memory-budget-gb / NMT_MEMORY_BUDGET_GB{share}"
+        return int(setting_gb * GIB / engines), "--memory-budget-gb / NMT_MEMORY_BUDGET_GB" + (f", a 1/{engines} share" if engines > 1 else "")
     free, total, source = free_memory(device)
-    if engines == 1:
-        return int(free * AUTO_SHARE), f"{AUTO_SHARE:.0%} of {source}"
-    return int(min(free, total / engines) * AUTO_SHARE), f"{AUTO_SHARE:.0%} of {source} or of 1/{engines} of the device's memory, the smaller"
+    return (int(min(free, total / engines) * AUTO_SHARE),
+            f"{AUTO_SHARE:.0%} of {source}" + (f" or of 1/{engines} of the device's memory, the smaller" if engines > 1 else ""))

@@ -78,10 +78,8 @@ class StatusFollower:
 
     def __call__(self, status: EngineStatus, index: int = 0) -> None:
         collector, engines = self.state.metrics.engine, self.state.engine.engines if self.state.engine else None
-        if engines is None or len(engines) == 1:
+        if engines is None or len(engines) == 1:  # several engines' are merged when /metrics is read (EngineCollector)
             collector.stats, collector.model_stats = status.stats, status.model_stats
-        else:
-            collector.stats, collector.model_stats = engines.stats()
         collector.up = status.ready or (engines is not None and engines.ready)
         collector.restarts = engines.losses if engines is not None else 0
         if status.load_error:
@@ -175,6 +173,8 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         state.engine = EngineClient(engines, on_resend=state.metrics.resent.inc)
         await engines.start()
         state.metrics.engine.liveness = lambda: (sum(c.ready for c in engines.connections), engines.losses)
+        if len(engines) > 1:
+            state.metrics.engine.statistics = engines.stats
         app.state.jobs = JobRunner(state, JobStore(s.jobs_dir or default_directory(), s.job_ttl_s))
         state.metrics.jobs.counts = app.state.jobs.store.counts
         app.state.jobs.start()

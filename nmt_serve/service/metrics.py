@@ -84,11 +84,15 @@ class EngineCollector:
         # read at each scrape where set (the engine client's view: it knows at once when an engine is lost,
         # where the last status, from before, would still say up): (engines ready, losses)
         self.liveness: Callable[[], tuple[int, int]] | None = None
+        # where set (several engines), read at each scrape: their statistics merged, rather than at every status
+        self.statistics: Callable[[], tuple[dict[str, float], dict[str, dict[str, float]]]] | None = None
 
     def collect(self):
         if self.liveness is not None:
             self.ready, self.restarts = self.liveness()
             self.up = self.ready > 0
+        if self.statistics is not None:
+            self.stats, self.model_stats = self.statistics()
         for key, (name, doc) in ENGINE_COUNTERS.items():
             if key in self.stats:
                 yield CounterMetricFamily(name, doc, value=self.stats[key])
