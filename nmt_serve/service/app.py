@@ -169,7 +169,8 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
             places = [supervisor.addresses for supervisor in state.supervisors]
         follower = StatusFollower(state, on_load_failure, on_ready)
         engines = EnginePool([EngineConnection(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,
-                                               on_status=follower.listener(i)) for i, (calls, status) in enumerate(places)])
+                                               on_status=follower.listener(i)) for i, (calls, status) in enumerate(places)],
+                             stall_s=s.engine_stall_s)
         state.engine = EngineClient(engines, on_resend=state.metrics.resent.inc)
         await engines.start()
         state.metrics.engine.liveness = lambda: (sum(c.ready for c in engines.connections), engines.losses)

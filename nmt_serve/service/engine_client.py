@@ -73,6 +73,7 @@ class EngineClient:
         """on_resend: told of every call sent again to another engine (a metric)."""
         self.engines = engines
         self.on_resend = on_resend
+        self._several = len(engines) > 1  # calls may move from a stalled engine to another
 
     @property
     def ready(self) -> bool:
@@ -128,14 +129,15 @@ class EngineClient:
 
     async def _call(self, make: Callable[[EngineConnection], Any], model_id: str, work: float = 1.0) -> Reply:
         """The call made by `make` for the engine it goes to, sent to the least busy ready engine; if that engine
-        is lost with it, sent once more, to another ready engine, with its deadline unchanged. Only once: were the
-        call what killed the engine (a sentence that faults the device), it would take down every engine in turn."""
+        is lost with it, or stalls (EnginePool.move_stalled), sent once more, to another ready engine, with its deadline
+        unchanged. Only once: were the call what killed the engine (a sentence that faults the device), it would take
+        down every engine in turn."""
         tried: EngineConnection | None = None
         while True:
             connection = None
             try:
                 connection = self.engines.pick(avoid=tried, model_id=model_id)
-                return await connection.call(make(connection), work)
+                return await connection.call(make(connection), work, movable=tried is None and self._several)
             except EngineUnavailable as exc:
                 if tried is not None or len(self.engines) == 1 or not self.engines.ready or connection is None:
                     raise APIError(503, "engine_unavailable", f"{exc}; retry shortly", None, {"Retry-After": "1"}) from None

@@ -62,6 +62,7 @@ class EngineConnection:
         self._ids = itertools.count()
         self._prefix = f"{os.getpid()}-{id(self):x}"
         self._pending: dict[Any, asyncio.Future] = {}
+        self._movable: dict[Any, str] = {}  # of the pending calls, those another engine may take over: id -> model
         self.work_in_flight = 0.0  # the work of the calls in _pending (call's `work`)
         self._tasks: list[asyncio.Task] = []
         self._context: zmq.asyncio.Context | None = None
@@ -136,6 +137,7 @@ class EngineConnection:
                 self.losses += 1
             self.last_status_at = 0.0
         pending, self._pending = self._pending, {}
+        self._movable = {}
         self._outbox = []  # calls not sent yet are among those failed: the next engine must not do their work
         for future in pending.values():
             if not future.done():
@@ -145,13 +147,16 @@ class EngineConnection:
     def new_id(self) -> str:
         return f"{self._prefix}-{next(self._ids)}"
 
-    async def call(self, message: Any, work: float = 1.0) -> Reply:
+    async def call(self, message: Any, work: float = 1.0, movable: bool = False) -> Reply:
         """Send a call (its id from new_id()) and await its reply; work: what it asks of the engine (its source
-        tokens), counted in work_in_flight meanwhile."""
+        tokens), counted in work_in_flight meanwhile; movable: should this engine stall, the call may be taken from
+        it (move_waiting)."""
         if not self.ready:
             raise EngineUnavailable("the engine is not ready")
         future = self._loop.create_future()
         self._pending[message.id] = future
+        if movable:
+            self._movable[message.id] = message.model
         self.work_in_flight += work
         try:
             self._send(dumps(message))
@@ -162,7 +167,23 @@ class EngineConnection:
             raise
         finally:
             self._pending.pop(message.id, None)
+            if movable:
+                self._movable.pop(message.id, None)
             self.work_in_flight -= work
+
+    def move_waiting(self, elsewhere: Callable[[str], bool], why: str) -> int:
+        """Fail the movable waiting calls whose model `elsewhere` serves, as if this engine were lost (their callers
+        send them to another), and tell this engine to drop their work, which it does when it runs again. The
+        number of calls moved."""
+        moved = 0
+        for call_id in [call_id for call_id, model in self._movable.items() if elsewhere(model)]:
+            del self._movable[call_id]
+            future = self._pending.pop(call_id, None)
+            if future is not None and not future.done():
+                future.set_exception(EngineUnavailable(why))
+                self._send(dumps(Cancel(call_id)))
+                moved += 1
+        return moved
 
     def _send(self, data: bytes) -> None:
         """Queue a call for the next flush: the calls made in one turn of the event loop go out as one

@@ -8,23 +8,27 @@ where a count of calls would weigh it as one short sentence). A lost engine fail
 EngineClient sends those again to another ready engine (a translation has no side effects, so doing one twice
 costs time, not correctness), and the calls after it go to the others while it restarts: with two engines or
 more, an engine's death answers no request with 503. An engine silent for a second (stopped, starved, stuck in
-a long step) is passed over for new calls while another answers, long before its heartbeat says it is lost.
+a long step) is passed over for new calls while another answers, long before its heartbeat says it is lost; once
+it has been silent for `stall_s` (Settings.engine_stall_s), the calls it holds go to another engine too, each once.
 The engines' statistics are one set for /metrics: counters and amounts added up, the recent averages (busy
 share, rows per step, step time) averaged.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Iterable
 
 from nmt_serve.engine.protocol import EngineStatus
 from nmt_serve.service.engine_connection import EngineConnection, EngineUnavailable
 
+log = logging.getLogger("nmt_serve.service.engine_calls")
 # An engine whose last status is older than this is passed over while another has spoken since: it sends one
 # every STATUS_INTERVAL_S (0.1 s) from its loop, so it is stalled (stopped, starved of CPU, inside a step that
 # long). It is not lost (the heartbeat decides that, much later); a call sent to it would wait with it.
 STALE_S = 1.0
+STALL_CHECK_S = 0.25  # how often the engines' silence is looked at for calls to move (stall_s)
 # statistics of one engine's recent work, averaged over the engines rather than added up
 AVERAGED = frozenset({"busy_share", "rows_per_step", "padding_share", "step_ms"})
 LEAST = frozenset({"uptime_seconds"})  # since the youngest engine's start
@@ -53,9 +57,12 @@ def merged_stats(stats: Iterable[dict[str, float]]) -> dict[str, float]:
 class EnginePool:
     """The engines' connections: which one a call goes to, and their state as one."""
 
-    def __init__(self, connections: list[EngineConnection]):
+    def __init__(self, connections: list[EngineConnection], stall_s: float = 0.0):
+        """stall_s: an engine silent this long has the calls it holds taken to the others (move_stalled); 0: never."""
         assert connections, "at least one engine"
         self.connections = connections
+        self.stall_s = stall_s
+        self._watch: asyncio.Task | None = None
         self._turn = 0  # where the search for the least busy engine starts: ties go round
         self._models: dict[int, tuple[str, frozenset[str]]] = {}  # per engine: (incarnation, the models it serves)
 
@@ -66,10 +73,42 @@ class EnginePool:
     async def start(self) -> None:
         for connection in self.connections:
             await connection.start()
+        if len(self.connections) > 1 and self.stall_s > 0:
+            self._watch = asyncio.create_task(self._watch_stalls(), name="engine-stalls")
 
     async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            try:
+                await self._watch
+            except asyncio.CancelledError:
+                pass
         for connection in self.connections:
             await connection.stop()
+
+    async def _watch_stalls(self) -> None:
+        while True:
+            await asyncio.sleep(min(STALL_CHECK_S, self.stall_s / 4))
+            self.move_stalled()
+
+    def move_stalled(self) -> int:
+        """The calls waiting on a ready engine silent for stall_s (stopped, starved, stuck in a step: not yet lost,
+        which its heartbeat decides much later) that another engine still speaking serves: failed there, so that their
+        callers send them to it (EngineClient: a call that was already sent again stays where it is). The stalled
+        engine drops their work when it runs again. The number of calls moved."""
+        now = time.monotonic()
+        speaking = [i for i, c in enumerate(self.connections) if c.ready and now - c.last_status_at < self.stall_s]
+        moved = 0
+        for i, connection in enumerate(self.connections):
+            silent = now - connection.last_status_at
+            if not connection.in_flight or not connection.ready or silent < self.stall_s or not speaking:
+                continue
+            n = connection.move_waiting(lambda model: any(self.serves(j, model) for j in speaking),
+                                        f"engine {i} has been silent for {silent:.1f}s")
+            if n:
+                log.warning("engine %d has been silent for %.1fs: %d of its waiting calls go to the others", i, silent, n)
+            moved += n
+        return moved
 
     async def wait_for_settled(self, timeout: float) -> bool:
         """Wait (up to timeout seconds) until some engine has said that it serves, or that its models cannot load."""

@@ -56,6 +56,10 @@ class Settings(BaseSettings):
                                                                       "it is stuck: waiting requests get 503, and the "
                                                                       "engine is killed and restarted (an engine process "
                                                                       "that exits is noticed within 0.25 s, whatever this says)")
+    engine_stall_s: float = Field(5.0, ge=0, description="with several engines: one silent this long (stopped, starved of "
+                                                         "CPU, stuck) has the calls it holds sent to another that still "
+                                                         "answers, each call once; it drops their work when it runs again "
+                                                         "(0: calls wait for the engine or its heartbeat)")
 
     # continuous batching (in the engine process)
     max_batch_sentences: int = Field(0, ge=0, description="sentences running at once per model and beam size "

@@ -30,13 +30,14 @@ class FakeConnection:
         self.last_status_at = time.monotonic()
         self.status = SimpleNamespace(incarnation=name, models=[{"id": m} for m in models])
         self.calls: list = []
+        self.in_flight = 0
         self._ids = 0
 
     def new_id(self) -> str:
         self._ids += 1
         return f"{self.name}-{self._ids}"
 
-    async def call(self, message, work: float = 1.0) -> Reply:
+    async def call(self, message, work: float = 1.0, movable: bool = False) -> Reply:
         self.calls.append((message, work))
         if self.loses:
             raise EngineUnavailable(f"engine {self.name} exited")
@@ -102,6 +103,58 @@ def test_a_call_lost_with_its_engine_goes_once_to_another():
     assert (len(first.calls), len(second.calls), len(third.calls)) == (1, 1, 0)
 
 
+def test_the_calls_of_an_engine_silent_for_stall_s_go_once_to_one_that_speaks(tmp_path):
+    """An engine that holds calls and says nothing for stall_s (stopped, starved, stuck in a step) has them taken from
+    it: each goes to an engine still speaking that serves its model, and the silent one is told to drop its work. A
+    call already sent again stays where it is (one resend at most), and so does one whose model no other engine
+    serves."""
+    import zmq
+
+    from nmt_serve.engine.protocol import Cancel, EngineStatus, Translate, loads
+    from nmt_serve.service.engine_connection import EngineConnection
+
+    async def scenario():
+        context = zmq.Context()
+        engine_side = context.socket(zmq.ROUTER)  # the stalled engine's calls socket: it reads what it was sent
+        engine_side.bind(f"ipc://{tmp_path}/calls")
+        stalled = EngineConnection(f"ipc://{tmp_path}/calls", f"ipc://{tmp_path}/status", heartbeat_timeout_s=60)
+        speaking = FakeConnection("speaking")
+        pool = EnginePool([stalled, speaking], stall_s=2.0)
+        client = EngineClient(pool)
+        await stalled.start()
+        stalled.status = EngineStatus("stalled", True, models=[{"id": "de-en"}, {"id": "fr-en"}])
+        stalled.last_status_at = time.monotonic()
+        try:
+            speaking.ready = False  # the calls go to the engine that stalls next
+            first = asyncio.ensure_future(client.translate("de-en", [[5, 6]], None, 30))
+            only_there = asyncio.ensure_future(client.translate("fr-en", [[7]], None, 30))
+            resent = asyncio.ensure_future(stalled.call(Translate(stalled.new_id(), "de-en", [[8]], None, 0.0, []), 2.0))
+            await asyncio.sleep(0.05)
+            speaking.ready = True
+            assert stalled.in_flight == 3 and pool.move_stalled() == 0  # not silent long enough yet
+            stalled.last_status_at -= 2.5
+            assert pool.move_stalled() == 1
+            assert (await first) == [[("speaking", [5, 6])]]
+            assert not only_there.done() and not resent.done() and stalled.in_flight == 2
+            assert stalled.work_in_flight == 2.0 + 2  # the moved call's work left with it
+            await asyncio.sleep(0.05)
+            sent = []
+            while engine_side.poll(100):
+                sent += [loads(frame) for frame in engine_side.recv_multipart()[1:]]
+            cancels = [m.id for m in sent if isinstance(m, Cancel)]
+            moved_id = next(m.id for m in sent if isinstance(m, Translate) and m.sources == [[5, 6]])
+            assert cancels == [moved_id]
+            only_there.cancel()
+            resent.cancel()
+            await asyncio.gather(only_there, resent, return_exceptions=True)
+        finally:
+            await stalled.stop()
+            engine_side.close()
+            context.term()
+
+    asyncio.run(scenario())
+
+
 def test_a_call_of_many_sentences_is_split_between_the_engines():
     from nmt_serve.service.engine_client import SPLIT_MIN_SENTENCES, balanced_bounds
 
@@ -164,7 +217,7 @@ def test_two_engines_serve_and_a_dead_ones_calls_finish_on_the_other(models_dir,
     # the stopped engine stays a candidate however slowly this machine sends the calls (its silence is another test's)
     monkeypatch.setattr(engine_pool, "STALE_S", 3600.0)
     texts = [f"Ein Hund Nummer {i} rennt über die Wiese." for i in range(12)]
-    with make_client(models_dir, engines=2, lanes=1) as c:
+    with make_client(models_dir, engines=2, lanes=1, engine_stall_s=0) as c:  # its calls wait for its loss
         wait_ready(c)
         state = c.app.state.service
         wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=60)
@@ -201,6 +254,57 @@ def test_two_engines_serve_and_a_dead_ones_calls_finish_on_the_other(models_dir,
         # the restarted engine takes calls again (one after another, the idle engines take turns)
         assert all(c.post("/v1/translate", json={"text": t, **FAST}).status_code == 200 for t in GERMAN)
         wait_for(lambda: connections[0].status.stats.get("calls", 0.0) > before)
+
+
+def process_state(pid: int) -> str:
+    """R, S, T (stopped), ... from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_calls_a_stopped_engine_holds_are_answered_by_the_other(models_dir, monkeypatch):
+    """One of two engines stopped (SIGSTOP: as one stuck, or starved of CPU) while it holds calls: once it has been
+    silent for engine_stall_s, the other translates them, while the stopped one is still stopped and long before its
+    heartbeat (30 s) would have it killed. Each is answered 200 with its translation alone; nothing restarts; the
+    stopped engine, run again, serves (its partner stopped in turn, a call reaches it)."""
+    from nmt_serve.service import engine_pool
+
+    monkeypatch.setattr(engine_pool, "STALE_S", 3600.0)  # the stopped engine stays a candidate for new calls
+    texts = [f"Eine Katze Nummer {i} schläft auf dem Sofa." for i in range(12)]
+    timeout = {"X-Request-Timeout": "20"}  # below the heartbeat: without the move the held calls end 504
+    with make_client(models_dir, engines=2, lanes=1, engine_stall_s=2.0) as c:
+        wait_ready(c)
+        state = c.app.state.service
+        wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=60)
+        first, second = state.supervisors
+        connections = state.engine.engines.connections
+        alone = [c.post("/v1/translate", json={"text": t, **FAST}).json()["translations"][0]["text"] for t in texts]
+        held = 0
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            with ThreadPoolExecutor(len(texts)) as pool:
+                sent = []
+                for t in texts:
+                    sent.append(pool.submit(c.post, "/v1/translate", json={"text": t, **FAST}, headers=timeout))
+                    # until the API holds it (or has answered it): each call is on one engine or answered
+                    wait_for(lambda: sum(c.in_flight for c in connections) + sum(f.done() for f in sent) == len(sent), timeout=60)
+                    held = max(held, connections[0].in_flight)
+                replies = [future.result() for future in sent]
+            assert process_state(first.pid) == "T"  # answered while it was still stopped
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        assert [r.status_code for r in replies] == [200] * len(texts), [r.text for r in replies if r.status_code != 200]
+        assert [r.json()["translations"][0]["text"] for r in replies] == alone
+        assert held > 0 and metric(c, "nmt_engine_calls_resent_total") >= held
+        assert metric(c, "nmt_engine_restarts_total") == 0 and first.restarts == 0
+        wait_for(lambda: time.monotonic() - connections[0].last_status_at < 0.5)
+        os.kill(second.pid, signal.SIGSTOP)
+        try:
+            reply = c.post("/v1/translate", json={"text": texts[0], **FAST}, headers=timeout)
+            assert process_state(second.pid) == "T"
+        finally:
+            os.kill(second.pid, signal.SIGCONT)
+        assert reply.status_code == 200 and reply.json()["translations"][0]["text"] == alone[0]
 
 
 def test_requests_one_at_a_time_pass_a_stalled_engine_by(models_dir, monkeypatch):
