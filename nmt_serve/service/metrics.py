@@ -142,7 +142,7 @@ class Metrics:
                                "their direction served by no model itself", registry=r)
         self.cache = Counter("nmt_translation_cache_sentences", "sentences answered without the engine (hit: a repeat "
                              "within the call, or kept by the translation cache) or translated by it (miss)", ["result"], registry=r)
-        self.resent = Counter("nmt_engine_calls_resent", "calls sent again to another engine after theirs was lost with them "
+        self.resent = Counter("nmt_engine_calls_resent", "calls sent again to another engine after theirs was lost with them, or stalled "
                               "(Settings.engines > 1)", registry=r)
         self.engine = EngineCollector()
         self.jobs = JobsCollector()

@@ -30,6 +30,7 @@ class FakeConnection:
         self.last_status_at = time.monotonic()
         self.status = SimpleNamespace(incarnation=name, models=[{"id": m} for m in models])
         self.calls: list = []
+        self.movable: list[bool] = []  # per call, whether a stall may move it (EngineConnection.call)
         self.in_flight = 0
         self._ids = 0
 
@@ -39,6 +40,7 @@ class FakeConnection:
 
     async def call(self, message, work: float = 1.0, movable: bool = False) -> Reply:
         self.calls.append((message, work))
+        self.movable.append(movable)
         if self.loses:
             raise EngineUnavailable(f"engine {self.name} exited")
         await asyncio.sleep(0)
@@ -92,6 +94,7 @@ def test_a_call_lost_with_its_engine_goes_once_to_another():
     # the same call again, on the other engine's ids, with its deadline unchanged; its work: 2 tokens and an eos
     (first, work), (again, work_again) = lost.calls[0], good.calls[0]
     assert again.id.startswith("good-") and again.deadline == first.deadline and work == work_again == 3
+    assert lost.movable == [True] and good.movable == [False]  # once sent again, a stall does not move it a third time
     # one engine: nothing to send it to
     with pytest.raises(APIError) as caught:
         translate(EngineClient(EnginePool([FakeConnection("alone", loses=True)])))
@@ -175,13 +178,13 @@ def test_a_call_of_many_sentences_is_split_between_the_engines():
     assert len(a.calls) + len(b.calls) == 3
     # a part that fails fails the call, and the other part is cancelled (its engine told to drop it)
     class Refusing(FakeConnection):
-        async def call(self, message, work: float = 1.0) -> Reply:
+        async def call(self, message, work: float = 1.0, movable: bool = False) -> Reply:
             self.calls.append((message, work))
             await asyncio.sleep(0.01)
             return Reply(message.id, error=REFUSED, message="busy", retry_after=2.0)
 
     class Hanging(FakeConnection):
-        async def call(self, message, work: float = 1.0) -> Reply:
+        async def call(self, message, work: float = 1.0, movable: bool = False) -> Reply:
             self.calls.append((message, work))
             try:
                 await asyncio.sleep(60)
