@@ -432,10 +432,11 @@ def scrape(base: str) -> str:
 
 
 def start_workers(models_dir: Path, log_path: Path, *args: str, workers: int = 2) -> tuple[subprocess.Popen, int]:
-    """`--workers N` as a real process, its output in log_path; returns once every worker is ready. Each
-    logs `ready` (in the service's format) when it is: one worker's readiness says nothing of the
-    others, which take connections from the engine's first status on and answer 503 until their
-    models are in."""
+    """`--workers N` as a real process, its output in log_path; returns once every worker is ready and the port
+    takes connections. Each worker logs `ready` (in the service's format) when it has its models: one worker's
+    readiness says nothing of the others, which take connections from the engine's first status on and answer
+    503 until their models are in. The listening socket, bound by the parent, listens only once a worker's
+    start-up has ended, a moment after that line: a connection made in between is refused."""
     port = free_port()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -450,7 +451,16 @@ def start_workers(models_dir: Path, log_path: Path, *args: str, workers: int = 2
             proc.wait()
             raise AssertionError(f"the workers did not all become ready: {log_path.read_text()[-3000:]}")
         time.sleep(0.1)
-    return proc, port
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=30).close()
+            return proc, port
+        except ConnectionRefusedError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                proc.wait()
+                raise AssertionError(f"the port took no connection: {log_path.read_text()[-3000:]}") from None
+            time.sleep(0.05)
 
 
 def test_with_several_workers_a_drain_is_the_drain_of_one_api_process(models_dir, tmp_path):
