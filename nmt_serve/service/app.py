@@ -3,6 +3,7 @@ supervising them, unless a parent process runs them for several API workers)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import threading
@@ -63,13 +64,17 @@ class StatusFollower:
     """What the API process learns from each engine's statuses (EngineConnection's on_status, one listener per
     engine): models, load failure, statistics. A new engine's models are made into what requests read on a thread
     (served_of), so the event loop answers meanwhile (health probes, the requests of an engine that restarted with
-    the same models). Every engine serves the same models: each new one's are taken in as they come."""
+    the same models). What is served is every model some engine serves, as its newest incarnation named them: the
+    engines load one directory alike, but one restarted after it changed serves the new set while the others keep
+    theirs, and a call goes only to an engine that names its model (engine_pool.py)."""
 
     def __init__(self, state: ServiceState, on_load_failure: Callable[[], None] | None = None,
                  on_ready: Callable[[], None] | None = None):
         self.state, self.on_load_failure, self.on_ready = state, on_load_failure, on_ready
         # per engine, the incarnation of the last ready engine whose models are taken in, or being taken in
         self._incarnations: dict[int, str] = {}
+        self._engine_models: dict[int, list[dict]] = {}  # per engine, the models its newest ready incarnation named
+        self._generation = 0  # one more at each engine's new models: an adoption begun before is superseded
         self._failed = False
         self._adopting: set[asyncio.Task] = set()  # (the loop holds tasks weakly)
 
@@ -86,7 +91,9 @@ class StatusFollower:
             self._fail(status.load_error)
         if status.ready and status.incarnation != self._incarnations.get(index):
             self._incarnations[index] = status.incarnation
-            task = asyncio.get_running_loop().create_task(self._adopt(status, index), name="adopt-models")
+            self._engine_models[index] = status.models
+            self._generation += 1
+            task = asyncio.get_running_loop().create_task(self._adopt(status, self._generation), name="adopt-models")
             self._adopting.add(task)
             task.add_done_callback(self._adopting.discard)
 
@@ -107,15 +114,16 @@ class StatusFollower:
             if self.on_load_failure:  # a server without its models should stop, not answer 503 forever
                 self.on_load_failure()
 
-    async def _adopt(self, status: EngineStatus, index: int = 0) -> None:
+    async def _adopt(self, status: EngineStatus, generation: int) -> None:
         state = self.state
+        every = {m["id"]: m for models in self._engine_models.values() for m in models}  # what some engine serves
         try:
-            served = await asyncio.to_thread(served_of, status, state.settings)
+            served = await asyncio.to_thread(served_of, dataclasses.replace(status, models=list(every.values())), state.settings)
         except Exception as exc:  # noqa: BLE001 - the models cannot be served: as a load failure
             log.exception("the engine's models could not be taken in")
             self._fail(f"the engine's models could not be taken in: {type(exc).__name__}: {exc}")
             return
-        if status.incarnation != self._incarnations.get(index):  # a newer engine came meanwhile: its models are taken in
+        if generation != self._generation:  # an engine's new models came meanwhile: that adoption takes in every engine's
             return
         state.models, state.names, state.pivots = served.models, served.names, served.pivots
         state.unloaded = status.unloaded

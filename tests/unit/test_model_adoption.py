@@ -104,3 +104,52 @@ def test_a_joining_worker_can_wait_until_the_models_are_taken_in():
         return early, await follower.adopted(WAIT_S), list(state.models)
 
     assert run_with(held, scenario) == (False, True, ["one-en"])
+
+
+def by_models(status, settings):
+    """Served from what the status names (each model id a direction)."""
+    return app_module.Served({m["id"]: SimpleNamespace(source=m["id"][:2], target="en") for m in status.models}, {}, "en", {})
+
+
+def test_what_is_served_is_every_model_some_engine_serves():
+    """Several engines (Settings.engines): one restarted after the directory changed names the new set while the
+    others keep theirs; every model that some engine serves is served (a call goes only to engines that name it)."""
+    state, events, follower = follower_with_events()
+    old, new = [{"id": "de-en"}, {"id": "fr-en"}], [{"id": "de-en"}, {"id": "cs-en"}]
+
+    async def scenario():
+        seen = []
+        for incarnation, index, models in (("a1", 0, old), ("b1", 1, old), ("a2", 0, new), ("b2", 1, new)):
+            follower(EngineStatus(incarnation, True, models=models), index)
+            assert await follower.adopted(WAIT_S)
+            seen.append(sorted(state.models))
+        return seen
+
+    assert run_with(by_models, scenario) == [["de-en", "fr-en"], ["de-en", "fr-en"], ["cs-en", "de-en", "fr-en"], ["cs-en", "de-en"]]
+    assert events == {"ready": 4, "failed": 0}
+
+
+def test_an_engine_s_models_taken_in_late_do_not_hide_another_s():
+    """Engine 0's models are still being taken in when engine 1 names others: what is served at the end is both
+    engines' models, whichever adoption ends last."""
+    state, events, follower = follower_with_events()
+    release, second_done = threading.Event(), threading.Event()
+
+    def held(status, settings):
+        if status.incarnation == "a":
+            assert release.wait(WAIT_S)
+        else:
+            second_done.set()
+        return by_models(status, settings)
+
+    async def scenario():
+        follower(EngineStatus("a", True, models=[{"id": "de-en"}]), 0)
+        await asyncio.sleep(0)  # engine 0's adoption has begun: its thread waits for `release`
+        follower(EngineStatus("b", True, models=[{"id": "fr-en"}]), 1)
+        while not second_done.is_set():
+            await asyncio.sleep(0.01)
+        release.set()  # engine 0's adoption, begun before engine 1 named its models, ends last
+        assert await follower.adopted(WAIT_S)
+        return sorted(state.models)
+
+    assert run_with(held, scenario) == ["de-en", "fr-en"]
