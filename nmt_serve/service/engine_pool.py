@@ -89,7 +89,10 @@ class EnginePool:
     async def _watch_stalls(self) -> None:
         while True:
             await asyncio.sleep(min(STALL_CHECK_S, self.stall_s / 4))
-            self.move_stalled()
+            try:
+                self.move_stalled()
+            except Exception:  # noqa: BLE001 - the watch goes on: the next look may move them
+                log.exception("the calls of a stalled engine could not be moved")
 
     def move_stalled(self) -> int:
         """The calls waiting on a ready engine silent for stall_s (stopped, starved, stuck in a step: not yet lost,

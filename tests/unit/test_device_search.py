@@ -139,9 +139,9 @@ def test_with_lookahead_no_read_is_waited_for_without_a_step_queued_behind_it(mo
         idle[lookahead] = waits_without_a_step_queued(log)
         assert sum(kind == "wait" for kind, _ in log) >= 8  # checks, and reads of the finished as the bucket shrank
     assert idle[True] == 0 and idle[False] >= 8
-    # the same tokens; the scores to float32's rounding: with lookahead the bucket shrinks a step later, so some steps
-    # run with more rows, and on some CPUs a row's products then round differently (bit for bit on an earlier VM,
-    # 1-2 units in the last place of a summed score on a later one)
+    # the same tokens, the scores to float32's rounding: with lookahead the bucket shrinks a step later, so some steps
+    # run with more rows, and on some CPUs a row's step then rounds differently (1-2 units in the last place of a
+    # summed score on a 2-core AMD EPYC)
     assert_same_results(found[True], found[False])
 
 
