@@ -181,7 +181,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
                              stall_s=s.engine_stall_s)
         state.engine = EngineClient(engines, on_resend=state.metrics.resent.inc)
         await engines.start()
-        state.metrics.engine.liveness = lambda: (sum(c.ready for c in engines.connections), engines.losses)
+        state.metrics.engine.liveness = lambda: (sum(c.ready for c in engines.connections), engines.stalled(), engines.losses)
         if len(engines) > 1:
             state.metrics.engine.statistics = engines.stats
         app.state.jobs = JobRunner(state, JobStore(s.jobs_dir or default_directory(), s.job_ttl_s))

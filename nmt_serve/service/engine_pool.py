@@ -145,6 +145,11 @@ class EnginePool:
         ready = self.ready_statuses()
         return ready[0] if ready else next((c.status for c in self.connections if c.status is not None), None)
 
+    def stalled(self) -> int:
+        """Ready engines silent for over STALE_S: new calls pass them by while another speaks."""
+        now = time.monotonic()
+        return sum(1 for c in self.connections if c.ready and now - c.last_status_at >= STALE_S)
+
     def ready_statuses(self) -> list[EngineStatus]:
         return [c.status for c in self.connections if c.ready]
 

@@ -80,16 +80,17 @@ class EngineCollector:
         self.model_stats: dict[str, dict[str, float]] = {}
         self.up = False
         self.ready = 0  # engines ready
+        self.stalled = 0  # of those, engines silent past EnginePool's STALE_S
         self.restarts = 0
         # read at each scrape where set (the engine client's view: it knows at once when an engine is lost,
-        # where the last status, from before, would still say up): (engines ready, losses)
-        self.liveness: Callable[[], tuple[int, int]] | None = None
+        # where the last status, from before, would still say up): (engines ready, of those stalled, losses)
+        self.liveness: Callable[[], tuple[int, int, int]] | None = None
         # where set (several engines), read at each scrape: their statistics merged, rather than at every status
         self.statistics: Callable[[], tuple[dict[str, float], dict[str, dict[str, float]]]] | None = None
 
     def collect(self):
         if self.liveness is not None:
-            self.ready, self.restarts = self.liveness()
+            self.ready, self.stalled, self.restarts = self.liveness()
             self.up = self.ready > 0
         if self.statistics is not None:
             self.stats, self.model_stats = self.statistics()
@@ -106,6 +107,9 @@ class EngineCollector:
             yield family
         yield GaugeMetricFamily("nmt_engine_up", "1 while an engine process answers and is ready", value=float(self.up))
         yield GaugeMetricFamily("nmt_engines_ready", "engine processes that answer and are ready (Settings.engines)", value=float(self.ready))
+        yield GaugeMetricFamily("nmt_engines_stalled", "of the ready engines, those silent for over a second (stopped, starved "
+                                "of CPU, stuck in a long step); with several engines new calls pass them by, and after "
+                                "engine_stall_s the calls they hold go to the others", value=float(self.stalled))
         yield CounterMetricFamily("nmt_engine_restarts", "times an engine was lost (died or stopped answering)", value=self.restarts)
 
 
