@@ -179,7 +179,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         engines = EnginePool([EngineConnection(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,
                                                on_status=follower.listener(i)) for i, (calls, status) in enumerate(places)],
                              stall_s=s.engine_stall_s)
-        state.engine = EngineClient(engines, on_resend=state.metrics.resent.inc)
+        state.engine = EngineClient(engines, on_resend=state.metrics.resent.inc, engines_cache=s.engine_cache_entries > 0)
         await engines.start()
         state.metrics.engine.liveness = lambda: (sum(c.ready for c in engines.connections), engines.stalled(), engines.losses)
         if len(engines) > 1:

@@ -26,7 +26,7 @@ from nmt_serve.engine.protocol import (
     Translate,
 )
 from nmt_serve.service.engine_connection import EngineConnection, EngineUnavailable
-from nmt_serve.service.engine_pool import EnginePool
+from nmt_serve.service.engine_pool import EnginePool, affinity_key
 from nmt_serve.service.errors import APIError, bad_request, overloaded, timed_out
 
 log = logging.getLogger("nmt_serve.service.engine_calls")
@@ -69,11 +69,14 @@ async def first_failure_cancels(parts: list) -> list:
 class EngineClient:
     """Calls to the engines with the request's deadline; every failure comes back as an APIError."""
 
-    def __init__(self, engines: EnginePool, on_resend: Callable[[], None] | None = None):
-        """on_resend: told of every call sent again to another engine (a metric)."""
+    def __init__(self, engines: EnginePool, on_resend: Callable[[], None] | None = None, *, engines_cache: bool = False):
+        """on_resend: told of every call sent again to another engine (a metric); engines_cache: the engines keep the
+        translation cache (several API workers), so a call goes to its content's own engine (EnginePool.pick), where
+        a repeat finds it."""
         self.engines = engines
         self.on_resend = on_resend
         self._several = len(engines) > 1  # calls may move from a stalled engine to another
+        self._affinity = engines_cache and self._several
 
     @property
     def ready(self) -> bool:
@@ -119,7 +122,8 @@ class EngineClient:
                          avoid: tuple[str, ...]) -> list[list[EngineHypothesis]]:
         reply = await self._call(lambda connection: Translate(connection.new_id(), model_id, sources, options, deadline,
                                                               target_prefix or [], priority=priority, terms=terms, avoid=list(avoid)),
-                                 model_id, work=sum(map(len, sources)) + len(sources))
+                                 model_id, work=sum(map(len, sources)) + len(sources),
+                                 key=affinity_key(sources) if self._affinity else None)
         return self._value(reply, timeout)
 
     async def attention(self, model_id: str, timeout: float, **fields) -> dict:
@@ -127,7 +131,7 @@ class EngineClient:
         reply = await self._call(lambda connection: Attention(connection.new_id(), model_id, deadline=deadline, **fields), model_id)
         return self._value(reply, timeout)
 
-    async def _call(self, make: Callable[[EngineConnection], Any], model_id: str, work: float = 1.0) -> Reply:
+    async def _call(self, make: Callable[[EngineConnection], Any], model_id: str, work: float = 1.0, key: int | None = None) -> Reply:
         """The call made by `make` for the engine it goes to, sent to the least busy ready engine; if that engine
         is lost with it, or stalls (EnginePool.move_stalled), sent once more, to another ready engine, with its deadline
         unchanged. Only once: were the call what killed the engine (a sentence that faults the device), it would take
@@ -136,7 +140,7 @@ class EngineClient:
         while True:
             connection = None
             try:
-                connection = self.engines.pick(avoid=tried, model_id=model_id)
+                connection = self.engines.pick(avoid=tried, model_id=model_id, key=key)
                 return await connection.call(make(connection), work, movable=tried is None and self._several)
             except EngineUnavailable as exc:
                 if tried is not None or len(self.engines) == 1 or not self.engines.ready or connection is None:

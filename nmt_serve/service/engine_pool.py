@@ -29,6 +29,9 @@ log = logging.getLogger("nmt_serve.service.engine_calls")
 # long). It is not lost (the heartbeat decides that, much later); a call sent to it would wait with it.
 STALE_S = 1.0
 STALL_CHECK_S = 0.25  # how often the engines' silence is looked at for calls to move (stall_s)
+# where the engines keep a translation cache, a call goes to its content's own engine while that engine has at most
+# this much more work in flight (source tokens) than the least busy: about ten short sentences
+AFFINITY_SLACK = 256.0
 # statistics of one engine's recent work, averaged over the engines rather than added up
 AVERAGED = frozenset({"busy_share", "rows_per_step", "padding_share", "step_ms"})
 LEAST = frozenset({"uptime_seconds"})  # since the youngest engine's start
@@ -52,6 +55,12 @@ def merged_stats(stats: Iterable[dict[str, float]]) -> dict[str, float]:
         else:
             merged[key] = sum(values)
     return merged
+
+
+def affinity_key(sources: list[list[int]]) -> int:
+    """A call's content as one number, the same in every API process (ints and tuples of them hash without the
+    per-process seed of strings): a repeat of the call gets the same key."""
+    return hash(tuple(map(tuple, sources)))
 
 
 class EnginePool:
@@ -185,10 +194,12 @@ class EnginePool:
         n = len(self.connections)
         return sum(1 for i, c in enumerate(self.connections) if c.ready and (n == 1 or self.serves(i, model_id)))
 
-    def pick(self, avoid: EngineConnection | None = None, model_id: str | None = None) -> EngineConnection:
+    def pick(self, avoid: EngineConnection | None = None, model_id: str | None = None, key: int | None = None) -> EngineConnection:
         """The ready engine with the least of this process's work in flight (not `avoid`, the one that just lost
         a call, where another is ready; only those that serve `model_id`), among those heard from within STALE_S
-        where there are any; EngineUnavailable if none is ready."""
+        where there are any; EngineUnavailable if none is ready. key: the call's content (`affinity_key`), where the
+        engines keep a translation cache: the call goes to that content's own engine among the candidates, the same
+        in every API process, unless that engine has AFFINITY_SLACK more work in flight than the least busy."""
         n = len(self.connections)
         if n == 1:
             if not self.connections[0].ready:
@@ -196,14 +207,22 @@ class EnginePool:
             return self.connections[0]
         start, self._turn = self._turn, (self._turn + 1) % n
         now = time.monotonic()
-        best, best_fresh = None, False
+        best, best_fresh, home, home_rank = None, False, None, None
         for i in range(n):
-            c = self.connections[(start + i) % n]
-            if not c.ready or c is avoid or (model_id is not None and not self.serves((start + i) % n, model_id)):
+            index = (start + i) % n
+            c = self.connections[index]
+            if not c.ready or c is avoid or (model_id is not None and not self.serves(index, model_id)):
                 continue
             fresh = now - c.last_status_at < STALE_S
             if best is None or (fresh, -c.work_in_flight) > (best_fresh, -best.work_in_flight):
                 best, best_fresh = c, fresh
+            if key is not None and fresh:
+                # rendezvous hashing: an engine that comes or goes moves only the content whose own engine it is
+                rank = hash((key, index))  # a tuple of ints hashes alike in every process
+                if home_rank is None or rank > home_rank:
+                    home, home_rank = c, rank
         if best is None:
             raise EngineUnavailable(f"no ready engine serves {model_id}" if model_id is not None and self.ready else "no engine is ready")
+        if home is not None and home.work_in_flight <= best.work_in_flight + AFFINITY_SLACK:
+            return home
         return best

@@ -106,9 +106,10 @@ class Settings(BaseSettings):
                                                          "captions taken for another language (README: language detection)")
     translation_cache_entries: int = Field(0, ge=0, description="sentences' translations kept (the least recently used go "
                                            "first) to answer a sentence asked for again with the same model and options "
-                                           "without a search: by the API worker itself where workers = 1, by the engine for all "
-                                           "of them where there are several (each engine its own, where there are several "
-                                           "engines); 0 = off (a sentence repeated within one request "
+                                           "without a search: by the API worker itself where workers = 1, by the engines for all "
+                                           "of them where there are several (with several engines, each keeps the content "
+                                           "that is its own: a call goes to its content's engine while that one is not much "
+                                           "busier than the others); 0 = off (a sentence repeated within one request "
                                            "is translated once either way). About 1 KB each")
     max_beam_size: int = Field(8, ge=1)
     max_output_length: int = Field(512, ge=1, description="upper bound for max_length in a request")
@@ -179,8 +180,7 @@ class Settings(BaseSettings):
                     # the server's bound on waiting and running sentences, shared by its engines
                     max_queue_sentences=-(-self.max_queue_sentences // self.engines),
                     log_level=logging.getLevelName(logging.getLogger().level).lower(),
-                    # one cache for every worker, in the engine they share; a lone worker keeps its own (api_cache_entries)
-                    translation_cache_entries=self.translation_cache_entries if self.workers > 1 else 0)
+                    translation_cache_entries=self.engine_cache_entries)
 
     @property
     def engine_dirs(self) -> list[str]:
@@ -188,6 +188,12 @@ class Settings(BaseSettings):
         directory the workers share (their rate limit's table, LibreTranslate's uploaded files); [] in a lone API
         process, which runs its engines itself."""
         return [d for d in self.engine_socket_dir.split(os.pathsep) if d]
+
+    @property
+    def engine_cache_entries(self) -> int:
+        """The translations each engine keeps: for every worker where there are several (a call goes to its content's
+        own engine, EnginePool.pick, where a repeat finds it), none where a lone worker keeps its own."""
+        return self.translation_cache_entries if self.workers > 1 else 0
 
     @property
     def api_cache_entries(self) -> int:

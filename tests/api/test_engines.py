@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 import urllib.request
@@ -156,6 +157,55 @@ def test_the_calls_of_an_engine_silent_for_stall_s_go_once_to_one_that_speaks(tm
             context.term()
 
     asyncio.run(scenario())
+
+
+def test_where_the_engines_keep_the_cache_a_call_goes_to_its_content_s_engine():
+    """With the engines' translation cache (several API workers), a call goes to the engine its content hashes to, the
+    same from every worker, so that a repeat finds the engine that keeps it; other contents spread over the engines;
+    that engine is passed over when it has AFFINITY_SLACK more work in flight than the least busy."""
+    from nmt_serve.service.engine_pool import AFFINITY_SLACK
+
+    def engine_of(client, sources):
+        return asyncio.run(client.translate("de-en", [sources], None, 10.0))[0][0][0]
+
+    workers = [EngineClient(EnginePool([FakeConnection("a"), FakeConnection("b")]), engines_cache=True) for _ in range(2)]
+    contents = [[i, i + 1, 7] for i in range(40)]
+    homes = [engine_of(workers[0], s) for s in contents]
+    assert [engine_of(w, s) for w in workers for s in contents] == homes * 2  # again, and from the other worker
+    assert {"a", "b"} == set(homes)  # the contents spread
+    # the content's engine busy beyond the slack: the least busy takes it
+    pool = EnginePool([FakeConnection("a"), FakeConnection("b")])
+    client = EngineClient(pool, engines_cache=True)
+    home = engine_of(client, contents[0])
+    busy = next(c for c in pool.connections if c.name == home)
+    busy.work_in_flight = AFFINITY_SLACK
+    assert engine_of(client, contents[0]) == home
+    busy.work_in_flight = AFFINITY_SLACK + 10
+    assert engine_of(client, contents[0]) != home
+    # without the engines' cache, the least busy engine, ties taking turns
+    plain = EngineClient(EnginePool([FakeConnection("a"), FakeConnection("b")]))
+    assert {engine_of(plain, contents[0]) for _ in range(4)} == {"a", "b"}
+
+
+def test_with_several_workers_and_engines_a_repeat_finds_the_engine_that_keeps_it(models_dir):
+    """--workers 2 --engines 2 with the translation cache: every repeat is answered from an engine's cache, whichever
+    worker takes it (with calls to the least busy engine, about half found the other engine and were searched)."""
+    from conftest import post_json
+
+    with running_server(models_dir, "--workers", "2", "--engines", "2", "--lanes", "1", "--translation-cache-entries", "100") as base:
+        wait_for(lambda: b"nmt_engines_ready 2.0" in urllib.request.urlopen(f"{base}/metrics", timeout=30).read(), timeout=90)
+        first = [post_json(base + "/v1/translate", {"text": t, "max_length": 6}) for t in GERMAN]
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda t: post_json(base + "/v1/translate", {"text": t, "max_length": 6}), GERMAN * 3))
+        assert [r[0] for r in first + results] == [200] * (len(first) + len(results))
+        assert [r[2]["translations"] for r in results] == [r[2]["translations"] for r in first] * 3
+
+        def hits() -> float:
+            metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+            return float(re.search(r"^nmt_engine_cache_hits_total (\S+)", metrics, re.M).group(1))
+
+        wait_for(lambda: hits() >= 3 * len(GERMAN), timeout=60)  # the engines' counters come with their next statuses
+        assert hits() == 3 * len(GERMAN)
 
 
 def test_a_call_of_many_sentences_is_split_between_the_engines():
