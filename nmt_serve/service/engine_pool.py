@@ -10,6 +10,8 @@ costs time, not correctness), and the calls after it go to the others while it r
 more, an engine's death answers no request with 503. An engine silent for a second (stopped, starved, stuck in
 a long step) is passed over for new calls while another answers, long before its heartbeat says it is lost; once
 it has been silent for `stall_s` (Settings.engine_stall_s), the calls it holds go to another engine too, each once.
+Where the engines keep the translation cache (several API workers), a call goes to its content's own engine, the
+same from every API process, so that a repeat finds the engine that keeps it.
 The engines' statistics are one set for /metrics: counters and amounts added up, the recent averages (busy
 share, rows per step, step time) averaged.
 """
