@@ -25,7 +25,7 @@ CHART = ROOT / "deploy" / "helm" / "nmt-serve"
 ADAPTER_VALUES = ROOT / "deploy" / "helm" / "prometheus-adapter-values.yaml"
 GPU_VALUES = ROOT / "deploy" / "helm" / "values-gpu.yaml"
 KUBE_VERSION = "1.30.0"  # the chart's kubeVersion floor; kubernetes-validate ships its schemas
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("keda.sh/v1alpha1", "ScaledObject")}
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"), ("keda.sh/v1alpha1", "ScaledObject")}
 
 BASE = {"image": {"registry": "registry.example.com/team"}, "apiKeys": {"existingSecret": "nmt-serve-keys"}}
 # a ReadWriteMany claim for the jobs: more than one replica (or an autoscaler that may make more) needs one
@@ -57,6 +57,7 @@ VARIANTS = {
     "no-keys": merged(BASE, {"apiKeys": {"enabled": False, "existingSecret": ""}}),
     "servicemonitor-token": merged(BASE, {"metrics": {"scrape": "serviceMonitor",
                                                       "tokenSecret": {"name": "nmt-serve-metrics"}}}),
+    "alerts": merged(BASE, {"metrics": {"scrape": "serviceMonitor", "alerts": {"enabled": True, "labels": {"release": "prometheus"}}}}),
     "models-volume": merged(BASE, {"models": {"volume": {"persistentVolumeClaim": {"claimName": "models",
                                                                                    "readOnly": True}}}}),
 }
@@ -489,6 +490,40 @@ def test_autoscaler_scales_on_a_metric_the_service_exposes(rendered):
     used = set(re.findall(r"\bnmt_[a-z_]+", trigger["metadata"]["query"]))
     assert used and used <= exposed, used - exposed
     assert 'namespace="translation"' in trigger["metadata"]["query"]
+
+
+def exported_metrics() -> set[str]:
+    """Every series name /metrics can carry: the app's own metrics and the engine collector's (counters with _total)."""
+    from nmt_serve.service.metrics import Metrics
+
+    names = set()
+    for family in Metrics().registry.collect():
+        names.add(family.name)
+        if family.type == "counter":
+            names.add(family.name + "_total")
+    return names | exposed_engine_metrics()
+
+
+def test_alerts_are_valid_promql_on_series_the_service_exports(rendered):
+    """metrics.alerts: a PrometheusRule whose expressions parse as PromQL, select this release's pods, and name only
+    series /metrics carries; none by default; refused without the Prometheus Operator's scrape (its labels)."""
+    promql = pytest.importorskip("promql_parser")
+    assert "PrometheusRule" not in kinds(rendered["cpu"])
+    rule = kinds(rendered["alerts"])["PrometheusRule"]
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    [group] = rule["spec"]["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {"NmtNoEngineReady", "NmtEngineStalled", "NmtEngineRestarting", "NmtServerErrors"}
+    exported = exported_metrics()
+    for name, r in alerts.items():
+        promql.parse(r["expr"])  # ValueError if not PromQL
+        used = set(re.findall(r"\bnmt_[a-z_]+", r["expr"]))
+        assert used and used <= exported, (name, used - exported)
+        assert r["expr"].count('namespace="translation", pod=~"nmt-nmt-serve-.*"') == r["expr"].count("nmt_")
+        assert r["labels"]["severity"] in {"warning", "critical"} and r["annotations"]["summary"]
+    assert "metrics.alerts.enabled needs metrics.scrape=serviceMonitor" in render_error(merged(BASE, {"metrics": {"alerts": {"enabled": True}}}))
+    with pytest.raises(ValueError):  # the parser does reject what is not PromQL
+        promql.parse("max by (pod) (nmt_engine_up == 0")
 
 
 def test_dockerfile_matches_the_service():
