@@ -135,16 +135,19 @@ def test_the_calls_of_an_engine_silent_for_stall_s_go_once_to_one_that_speaks(tm
             resent = asyncio.ensure_future(stalled.call(Translate(stalled.new_id(), "de-en", [[8]], None, 0.0, []), 2.0))
             await asyncio.sleep(0.05)
             speaking.ready = True
+            stalled.last_status_at = time.monotonic()
             assert stalled.in_flight == 3 and pool.move_stalled() == 0  # not silent long enough yet
             stalled.last_status_at -= 2.5
             assert pool.move_stalled() == 1
             assert (await first) == [[("speaking", [5, 6])]]
             assert not only_there.done() and not resent.done() and stalled.in_flight == 2
             assert stalled.work_in_flight == 2.0 + 2  # the moved call's work left with it
-            await asyncio.sleep(0.05)
-            sent = []
-            while engine_side.poll(100):
-                sent += [loads(frame) for frame in engine_side.recv_multipart()[1:]]
+            await asyncio.sleep(0)  # the cancel's flush (due at the next turn of the loop) has gone out
+            sent, deadline = [], time.monotonic() + 60  # the calls and the cancel come in the order they were sent
+            while not any(isinstance(m, Cancel) for m in sent):
+                assert time.monotonic() < deadline, sent
+                if engine_side.poll(100):
+                    sent += [loads(frame) for frame in engine_side.recv_multipart()[1:]]
             cancels = [m.id for m in sent if isinstance(m, Cancel)]
             moved_id = next(m.id for m in sent if isinstance(m, Translate) and m.sources == [[5, 6]])
             assert cancels == [moved_id]
