@@ -198,8 +198,9 @@ def test_with_several_workers_and_engines_a_repeat_finds_the_engine_that_keeps_i
     with running_server(models_dir, "--workers", "2", "--engines", "2", "--lanes", "1", "--translation-cache-entries", "100") as base:
         wait_for(lambda: b"nmt_engines_ready 2.0" in urllib.request.urlopen(f"{base}/metrics", timeout=30).read(), timeout=90)
         first = [post_json(base + "/v1/translate", {"text": t, "max_length": 6}) for t in GERMAN]
-        with ThreadPoolExecutor(8) as pool:
-            results = list(pool.map(lambda t: post_json(base + "/v1/translate", {"text": t, "max_length": 6}), GERMAN * 3))
+        # one at a time, whichever worker accepts each: under a burst on a loaded machine an engine silent for a second
+        # would rightly be passed over, and a repeat then searched again
+        results = [post_json(base + "/v1/translate", {"text": t, "max_length": 6}) for t in GERMAN * 3]
         assert [r[0] for r in first + results] == [200] * (len(first) + len(results))
         assert [r[2]["translations"] for r in results] == [r[2]["translations"] for r in first] * 3
 
