@@ -58,6 +58,7 @@ VARIANTS = {
     "servicemonitor-token": merged(BASE, {"metrics": {"scrape": "serviceMonitor",
                                                       "tokenSecret": {"name": "nmt-serve-metrics"}}}),
     "alerts": merged(BASE, {"metrics": {"scrape": "serviceMonitor", "alerts": {"enabled": True, "labels": {"release": "prometheus"}}}}),
+    "dashboard": merged(BASE, {"metrics": {"dashboard": {"enabled": True}}}),
     "models-volume": merged(BASE, {"models": {"volume": {"persistentVolumeClaim": {"claimName": "models",
                                                                                    "readOnly": True}}}}),
 }
@@ -496,12 +497,22 @@ def exported_metrics() -> set[str]:
     """Every series name /metrics can carry: the app's own metrics and the engine collector's (counters with _total)."""
     from nmt_serve.service.metrics import Metrics
 
+    from nmt_serve.service.metrics import ENGINE_COUNTERS
+
+    engine = EngineCollector()  # with every statistic an engine publishes
+    engine.stats = {key: 1.0 for key in [*ENGINE_COUNTERS, *ENGINE_GAUGES]}
     names = set()
-    for family in Metrics().registry.collect():
+    for family in [*Metrics().registry.collect(), *engine.collect()]:
         names.add(family.name)
         if family.type == "counter":
             names.add(family.name + "_total")
-    return names | exposed_engine_metrics()
+        if family.type == "histogram":
+            names |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count")}
+    return names
+
+
+def series_named(expr: str) -> set[str]:
+    return set(re.findall(r"\bnmt_[a-z_]+", expr))
 
 
 def test_alerts_are_valid_promql_on_series_the_service_exports(rendered):
@@ -517,13 +528,37 @@ def test_alerts_are_valid_promql_on_series_the_service_exports(rendered):
     exported = exported_metrics()
     for name, r in alerts.items():
         promql.parse(r["expr"])  # ValueError if not PromQL
-        used = set(re.findall(r"\bnmt_[a-z_]+", r["expr"]))
+        used = series_named(r["expr"])
         assert used and used <= exported, (name, used - exported)
         assert r["expr"].count('namespace="translation", pod=~"nmt-nmt-serve-.*"') == r["expr"].count("nmt_")
         assert r["labels"]["severity"] in {"warning", "critical"} and r["annotations"]["summary"]
     assert "metrics.alerts.enabled needs metrics.scrape=serviceMonitor" in render_error(merged(BASE, {"metrics": {"alerts": {"enabled": True}}}))
     with pytest.raises(ValueError):  # the parser does reject what is not PromQL
         promql.parse("max by (pod) (nmt_engine_up == 0")
+
+
+def test_the_dashboard_reads_series_the_service_exports(rendered):
+    """metrics.dashboard: a ConfigMap for Grafana's dashboard sidecar whose every panel's query parses as PromQL and
+    names only series /metrics carries; none by default."""
+    import json
+
+    promql = pytest.importorskip("promql_parser")
+    assert "ConfigMap" not in kinds(rendered["cpu"])
+    config_map = kinds(rendered["dashboard"])["ConfigMap"]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["nmt-serve.json"])
+    exported = exported_metrics()
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(exprs) >= len(dashboard["panels"]) >= 10
+    for expr in exprs:  # Grafana's variables stand in a label's value
+        promql.parse(expr.replace("$namespace", "translation").replace("$pod", ".*"))
+        assert series_named(expr) and series_named(expr) <= exported, (expr, series_named(expr) - exported)
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert {"datasource", "namespace", "pod"} <= set(variables)
+    for name in ("namespace", "pod"):
+        assert series_named(variables[name]["query"]["query"]) <= exported
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(set(ids)) == len(ids)
 
 
 def test_dockerfile_matches_the_service():
