@@ -146,8 +146,7 @@ def test_an_engine_s_models_taken_in_late_do_not_hide_another_s():
         follower(EngineStatus("a", True, models=[{"id": "de-en"}]), 0)
         await asyncio.sleep(0)  # engine 0's adoption has begun: its thread waits for `release`
         follower(EngineStatus("b", True, models=[{"id": "fr-en"}]), 1)
-        while not second_done.is_set():
-            await asyncio.sleep(0.01)
+        assert await asyncio.to_thread(second_done.wait, WAIT_S)
         release.set()  # engine 0's adoption, begun before engine 1 named its models, ends last
         assert await follower.adopted(WAIT_S)
         return sorted(state.models)
