@@ -86,10 +86,13 @@ def linear_shapes(cfg) -> list[tuple[int, int]]:
 def lone_row_elements(cfg, threads: int = 1) -> int:
     """Elements of the lone row's weights that a float runner sharing the model's storage (the engine's)
     keeps beside its packed weights and the model's: its transposed copies hold the model's weights, so
-    only the column blocks of small weights at more than 1 thread (copies of their own) are more."""
-    if threads == 1:
-        return 0
-    return sum(threads * (o - (threads - 1) * (o // threads)) * i for o, i in linear_shapes(cfg) if o * i <= FEW_ROWS_ELEMENTS)
+    only the column blocks of small weights (copies of their own) are more."""
+    total = 0
+    for o, i in linear_shapes(cfg):
+        blocks = lone_row_blocks(o, i, threads)
+        if blocks > 1 and o * i <= FEW_ROWS_ELEMENTS:
+            total += blocks * (o - (blocks - 1) * (o // blocks)) * i
+    return total
 
 
 def lone_row_copies(out_features: int, in_features: int) -> bool:
@@ -122,6 +125,18 @@ def few_rows(vendor: str) -> int:
 FEW_ROWS_ELEMENTS = 512 * 512  # 1 MiB in float32: the weights for which a few rows take the lone row's layout
 
 
+def block_columns(vendor: str) -> int:
+    """The columns of each block of a small weight's lone-row layout on a CPU of this vendor, 0 for
+    one block per thread. On a 2-core AMD EPYC (Zen 4) a row times blocks 32 columns wide ran 1.6-2.2x
+    as fast as one block per thread at 2 threads and 1.4-2.5x as fast as the transposed copy at 1 (every
+    weight of the shipped model's decoder, out of cache: 256x256 11 against 23 us at 2 threads, 256->1024
+    27 against 52-69, 1024->256 29 against 48-66; OPUS-MT's 512x512 26 against 50): MKL's product of
+    one row by a narrow block reads it at about the rate a sum of the weights does (40 GB/s here), where
+    its wider products and its gemv reach 13-25. 16 columns ran as fast, 64 1.5x slower. The Intel Xeons
+    of the sessions before were measured with one block per thread only, which they keep."""
+    return 32 if vendor == "AuthenticAMD" else 0
+
+
 def cpu_vendor() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -134,6 +149,16 @@ def cpu_vendor() -> str:
 
 
 FEW_ROWS = few_rows(cpu_vendor())
+BLOCK_COLUMNS = block_columns(cpu_vendor())
+
+
+def lone_row_blocks(out_features: int, in_features: int, threads: int) -> int:
+    """How many blocks of output columns a weight's lone-row layout on `threads` threads has (1: the
+    transposed weight, no blocks): a small weight's are BLOCK_COLUMNS wide where that is set, a large
+    weight's (views of one transposed copy, where narrow blocks ran 3-5x slower) one per thread."""
+    if BLOCK_COLUMNS and out_features * in_features <= FEW_ROWS_ELEMENTS:
+        return max(threads, -(-out_features // BLOCK_COLUMNS))
+    return threads
 
 
 def rows_of_lone_row(elements: int) -> int:
@@ -172,22 +197,24 @@ class FloatLinear:
     costs a second copy of the weight, so the memory plan decides. Without it oneDNN reads the
     (C_out, C_in) weight as it is.
 
-    `lone_row` (the engine's thread count T, 0 for none): a lone row (greedy search of one sentence),
+    `lone_row` (the engine's thread count, 0 for none): a lone row (greedy search of one sentence),
     and on CPUs where it pays up to FEW_ROWS rows of a small weight (a beam, a batch of a few dozen
     sentences), reads W laid out for it. There oneDNN's fixed cost per call outweighs its kernel, and
     ATen's addmm on the transposed weight is 1.2-4.7x faster per layer of the shipped model at 1
     thread; from how many rows on the packed weight is the faster one depends on the CPU and the
-    weight's size (`few_rows`).
+    weight's size (`few_rows`). The layout has T blocks of output columns (`lone_row_blocks`): one per
+    thread, or on CPUs where narrow blocks pay (`block_columns`) a small weight's are BLOCK_COLUMNS wide.
     - T = 1: W transposed, (C_in, C_out): a copy where the output is at least as wide as the input, else
       a view of W where only a lone row reads it (`lone_row_copies`; the runner's wider-input weights are
       never fused temporaries, so the view holds nothing the model does not).
-    - T > 1: (T, C_in, block), W^T in T blocks of output columns, one per thread, `block_step` apart and
-      the last ending at C_out (where T does not divide C_out, neighbours share a few columns): ATen's
-      gemv of one row runs on one thread, where a batched matmul of T blocks runs them side by side (at
-      2 threads, 1.6x faster than the transposed copy on the shipped model's output layer, 1.3-1.8x on
-      its others). A large weight's blocks (past FEW_ROWS_ELEMENTS: only a lone row reads them) are
-      views into one transposed copy, a small one's a copy of their own: views of a small weight ran
-      1.0-1.2x as long at 1 row, of a large one 0.9-1.2x (this 2-core VM, alternating runs).
+    - T > 1: (T, C_in, block), W^T in T blocks of output columns, `block_step` apart and the last ending
+      at C_out (where T does not divide C_out, neighbours share a few columns): ATen's gemv of one row
+      runs on one thread, where a batched matmul of T blocks runs them side by side (one block per
+      thread at 2 threads: 1.6x faster than the transposed copy on the shipped model's output layer,
+      1.3-1.8x on its others). A large weight's blocks (past FEW_ROWS_ELEMENTS: only a lone row reads
+      them) are views into one transposed copy, a small one's a copy of their own: views of a small
+      weight ran 1.0-1.2x as long at 1 row, of a large one 0.9-1.2x (one block per thread; views of
+      narrow blocks 3-5x, this 2-core VM, alternating runs).
     `transposed`: the (C_in, C_out) copy where there is one; W^T of it is W, which the runner's owner may
     hold as a view of it (ModelRunner's share_storage) instead of a copy of its own. The memory plan
     counts the copies (not the views)."""
@@ -201,22 +228,23 @@ class FloatLinear:
         self.few_rows = rows_of_lone_row(weight.numel())  # rows that read the lone row's layout
         transposed = weight.detach().t()  # (C_in, C_out)
         C_in, C_out = transposed.shape
-        if self.onednn and lone_row == 1:
+        n_blocks = lone_row_blocks(C_out, C_in, lone_row) if lone_row else 0
+        if self.onednn and n_blocks == 1:
             if lone_row_copies(C_out, C_in):
                 self.lone_row = self.transposed = transposed.contiguous()
             else:  # a view: reading W as it is pays
                 self.lone_row = transposed
-        elif self.onednn and lone_row > 1:
-            self.block_step = C_out // lone_row
-            block = C_out - (lone_row - 1) * self.block_step
+        elif self.onednn and n_blocks > 1:
+            self.block_step = C_out // n_blocks
+            block = C_out - (n_blocks - 1) * self.block_step
             whole = transposed.contiguous()
-            blocks = whole.as_strided((lone_row, C_in, block), (self.block_step, C_out, 1))  # (T, C_in, block)
+            blocks = whole.as_strided((n_blocks, C_in, block), (self.block_step, C_out, 1))  # (T, C_in, block)
             if weight.numel() > FEW_ROWS_ELEMENTS:
                 self.lone_row, self.transposed = blocks, whole
             else:
                 self.lone_row = blocks.contiguous()
             if bias is not None:
-                self.lone_row_bias = bias.detach().contiguous().as_strided((lone_row, 1, block), (self.block_step, block, 1))
+                self.lone_row_bias = bias.detach().contiguous().as_strided((n_blocks, 1, block), (self.block_step, block, 1))
         # a packed weight replaces the plain one: a fused weight's plain copy is then dropped
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
@@ -224,13 +252,19 @@ class FloatLinear:
         rows = x.numel() // x.size(-1)
         if self.lone_row is not None and 0 < rows <= self.few_rows:
             w = self.lone_row
+            if rows == 1 and w.dim() == 3 and self.block_step == w.size(2):
+                # (T, 1, block) holds the outputs in order; x (1, C_in) expands to (T, 1, C_in) as it is (the
+                # fewest tensor calls: at batch 1 a step's hundreds of them cost as much as its products)
+                blocks = (x if x.dim() == 2 else x.reshape(1, x.size(-1))).expand(w.size(0), 1, x.size(-1))
+                y = torch.bmm(blocks, w) if self.lone_row_bias is None else torch.baddbmm(self.lone_row_bias, blocks, w)
+                return y.view(*x.shape[:-1], self.out_features)
             x2 = x.reshape(rows, x.size(-1))
-            if w.dim() == 3:  # column blocks: (T, M, C_in) x (T, C_in, block), one block per thread
+            if w.dim() == 3:  # column blocks: (T, M, C_in) x (T, C_in, block)
                 blocks = x2.expand(w.size(0), rows, x.size(-1))
                 y = torch.bmm(blocks, w) if self.lone_row_bias is None else torch.baddbmm(self.lone_row_bias, blocks, w)
                 step = self.block_step
-                if step == w.size(2):  # (T, M, block) holds the outputs in order for one row; (M, T * block) for more (a copy)
-                    y = y.view(-1) if rows == 1 else y.transpose(0, 1).reshape(rows, -1).contiguous()
+                if step == w.size(2):  # (T, M, block) -> (M, T * block): a copy
+                    y = y.transpose(0, 1).reshape(rows, -1).contiguous()
                 else:  # each block's first `step` columns, then the last block's rest
                     y = torch.cat((y[:, :, :step].transpose(0, 1).reshape(rows, -1), y[-1, :, step:]), dim=1)
                 return y.reshape(*x.shape[:-1], self.out_features)

@@ -25,12 +25,13 @@ def runner_linears(runner) -> list:
     return found
 
 
-@pytest.mark.parametrize("few_rows", [1, 64])  # an AMD CPU's rule and an Intel one's, whatever this CPU is
+@pytest.mark.parametrize("few_rows,columns", [(1, 16), (64, 0), (1, 0)])  # an AMD CPU's rules (narrower blocks for the tiny model), an Intel one's, a mix
 @pytest.mark.parametrize("large_from", [None, 1024])  # None: every weight of the tiny model is small; 1024: d_model^2 is, the others not
-def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, large_from, monkeypatch):
+def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, columns, large_from, monkeypatch):
     import nmt_serve.inference.model_runner as runner_module
 
     monkeypatch.setattr(runner_module, "FEW_ROWS", few_rows)
+    monkeypatch.setattr(runner_module, "BLOCK_COLUMNS", columns)
     if large_from:
         monkeypatch.setattr(runner_module, "FEW_ROWS_ELEMENTS", large_from)
     plain = Translator.load(tiny_checkpoint, device="cpu", packed_weights=False)
@@ -43,27 +44,34 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, l
             torch.set_num_threads(n)
             packed = Translator.load(tiny_checkpoint, device="cpu")
             linears = runner_linears(packed.runner)
-            assert all(linear.weight.is_mkldnn and linear.lone_row.dim() == (2 if n == 1 else 3) for linear in linears)
-            # at 1 thread a lone row reads a transposed copy where the output is at least as wide as the
-            # input or more rows than one read it, else a view of the model's own weight; at more, n blocks
+            # the blocks of columns: n for a large weight, or without `columns`; else columns wide, n at least
+            shapes = {id(linear): tuple(linear.lone_row.shape[1:] if linear.lone_row.dim() == 3 else linear.lone_row.shape)
+                      for linear in linears}
+            blocks = {id(linear): (n if not columns or linear.out_features * shapes[id(linear)][0] > (large_from or 10**9)
+                                   else max(n, -(-linear.out_features // columns))) for linear in linears}
+            assert all(linear.weight.is_mkldnn and linear.lone_row.dim() == (2 if blocks[id(linear)] == 1 else 3) for linear in linears)
+            assert all(linear.lone_row.size(0) == blocks[id(linear)] for linear in linears if linear.lone_row.dim() == 3)
+            if columns and not large_from:  # the tiny model's Linears are wider than 16 columns: none at 1 block
+                assert all(linear.lone_row.dim() == 3 for linear in linears)
+            # at 1 block a lone row reads a transposed copy where the output is at least as wide as the
+            # input or more rows than one read it, else a view of the model's own weight; at more, blocks
             # of columns, views into a transposed copy for a large weight, a copy for a small one
             own = {p.untyped_storage().data_ptr() for p in packed.model.parameters()}
             views = [linear.lone_row for linear in linears if linear.transposed is None and not linear.lone_row.is_contiguous()]
             assert all(w.shape[0] > w.shape[1] and w.untyped_storage().data_ptr() in own for w in views)
             # the feed-forward layers' second weight (C_in = d_ff > C_out), where only a lone row reads it
-            assert (len(views) > 0) == (n == 1 and (few_rows == 1 or large_from is not None))
-            assert all(linear.lone_row.size(0) == n for linear in linears if n > 1)
+            assert (len(views) > 0) == (n == 1 and (few_rows == 1 or large_from is not None) and (not columns or large_from is not None))
             # the model's weights live in the transposed copies: nothing of the model's own is held beside them
             copied = [linear for linear in linears if linear.transposed is not None]
-            assert (len(copied) > 0) == (n == 1 or large_from is not None)
+            assert (len(copied) > 0) == ((n == 1 and not columns) or large_from is not None)
             assert all(linear.transposed.untyped_storage().data_ptr() in own for linear in copied)
             held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
                     for t in [*packed.model.parameters(), *(linear.lone_row for linear in linears)]}
             packed_bytes = sum(linear.weight.numel() * linear.weight.element_size() for linear in linears)
             packed_needs = ModelNeeds("de-en", packed.config, "float32", max_length=64, packed_weights=True, lone_row_threads=n)
             assert packed_needs.weights_bytes() == sum(held.values()) + packed_bytes
-            assert packed_needs.weights_bytes() == sum(storages.values()) + packed_bytes + (0 if n == 1 else sum(
-                linear.lone_row.numel() * 4 for linear in linears if linear.transposed is None))
+            assert packed_needs.weights_bytes() == sum(storages.values()) + packed_bytes + sum(
+                linear.lone_row.numel() * 4 for linear in linears if linear.transposed is None and linear.lone_row.dim() == 3)
             # the nn.Module path reads the shared weights as the runner does
             src = torch.tensor([[5, 6, 7, plain.config.eos_id]])
             with torch.inference_mode():

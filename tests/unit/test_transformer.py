@@ -257,19 +257,24 @@ def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("few_rows", [1, 8, 64])  # an AMD CPU's rule and an Intel one's, whatever this CPU is
 @pytest.mark.parametrize("large", [False, True])  # past FEW_ROWS_ELEMENTS: the blocks are views of one transposed copy
-def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features, with_bias, few_rows, large, monkeypatch):
-    """A lone row, or up to FEW_ROWS rows, through the lone row's layout (transposed at 1 thread,
+@pytest.mark.parametrize("columns", [0, 16])  # one block per thread (Intel), or blocks 16 columns wide (AMD's rule, narrower)
+def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features, with_bias, few_rows, large, columns, monkeypatch):
+    """A lone row, or up to FEW_ROWS rows, through the lone row's layout (transposed at 1 block,
     column blocks at more), in whatever leading shape they come, and more rows through the packed
     weight, all give F.linear's result."""
     monkeypatch.setattr(engine_module, "FEW_ROWS", few_rows)
+    monkeypatch.setattr(engine_module, "BLOCK_COLUMNS", columns)
     if large:
         monkeypatch.setattr(engine_module, "FEW_ROWS_ELEMENTS", 0)
     torch.manual_seed(22)
     weight = torch.randn(out_features, 32)
     bias = torch.randn(out_features) if with_bias else None
     linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=threads)
-    assert linear.lone_row is not None and linear.lone_row.dim() == (2 if threads == 1 else 3)
-    if threads > 1:
+    # 48 columns: 3 blocks of 16; 50: 4 blocks of 14, 12 apart (neighbours share columns); 2: 1 below 2 threads
+    blocks = threads if large or not columns else max(threads, {48: 3, 50: 4, 2: 1}[out_features])
+    assert linear.lone_row is not None and linear.lone_row.dim() == (2 if blocks == 1 else 3)
+    if blocks > 1:
+        assert linear.lone_row.size(0) == blocks
         assert (linear.transposed is not None) == large
         assert not large or linear.lone_row.untyped_storage().data_ptr() == linear.transposed.untyped_storage().data_ptr()
         assert torch.equal(linear.transposed if large else weight.t(), weight.t())
@@ -294,6 +299,19 @@ def test_few_rows_take_the_lone_row_layout_of_small_weights_only(monkeypatch):
     with torch.inference_mode():
         x = torch.randn(4, 32)
         assert torch.allclose(large(x), torch.nn.functional.linear(x, large.lone_row.t()), atol=1e-5)
+
+
+def test_lone_row_blocks_follow_the_cpu_vendor(monkeypatch):
+    """On AMD a small weight's lone-row layout is blocks 32 columns wide, at any thread count; a large
+    weight's (the output layer), and every weight elsewhere, one block per thread."""
+    assert engine_module.block_columns("AuthenticAMD") == 32
+    assert engine_module.block_columns("GenuineIntel") == engine_module.block_columns("") == 0
+    assert engine_module.BLOCK_COLUMNS == engine_module.block_columns(engine_module.cpu_vendor())
+    monkeypatch.setattr(engine_module, "BLOCK_COLUMNS", 32)
+    assert [engine_module.lone_row_blocks(o, i, 2) for o, i in [(768, 256), (256, 1024), (1000, 256), (8000, 256)]] == [24, 8, 32, 2]
+    assert [engine_module.lone_row_blocks(o, i, 1) for o, i in [(256, 256), (16, 256), (8000, 256)]] == [8, 1, 1]
+    monkeypatch.setattr(engine_module, "BLOCK_COLUMNS", 0)
+    assert [engine_module.lone_row_blocks(o, i, t) for o, i, t in [(768, 256, 2), (256, 256, 1), (8000, 256, 3)]] == [2, 1, 3]
 
 
 def test_few_rows_follow_the_cpu_vendor():
