@@ -152,7 +152,11 @@ def test_a_served_model_holds_its_weights_once_and_still_saves(tmp_path, tiny_ch
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_packed_weights_translate_as_the_plain_ones_and_the_model_reads_the_same_weights(tiny_checkpoint, threads):
+@pytest.mark.parametrize("columns", [0, 16])  # one block per thread (Intel), or narrow blocks (AMD's rule, narrower)
+def test_packed_weights_translate_as_the_plain_ones_and_the_model_reads_the_same_weights(tiny_checkpoint, threads, columns, monkeypatch):
+    import nmt_serve.inference.model_runner as runner_module
+
+    monkeypatch.setattr(runner_module, "BLOCK_COLUMNS", columns)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -160,8 +164,10 @@ def test_packed_weights_translate_as_the_plain_ones_and_the_model_reads_the_same
         packed = Translator.load(tiny_checkpoint, device="cpu")
     finally:
         torch.set_num_threads(before)
-    # a lone row: the transposed weight at 1 thread, one block of output columns per thread at more
-    assert packed.runner.output.lone_row.dim() == (2 if threads == 1 else 3)
+    # a lone row: the transposed weight at 1 thread, else blocks of output columns (the tiny model's weights are
+    # all wider than 16 columns)
+    one_block = threads == 1 and not columns
+    assert packed.runner.output.lone_row.dim() == (2 if one_block else 3)
     assert packed.runner.packed_weights and not plain.runner.packed_weights
     assert packed.runner.output.weight.is_mkldnn and not plain.runner.output.weight.is_mkldnn
     # a lone sentence in greedy search runs every product on one row: the transposed weights
@@ -174,12 +180,12 @@ def test_packed_weights_translate_as_the_plain_ones_and_the_model_reads_the_same
     row = torch.randn(1, 1, packed.config.d_model)
     assert out(row).shape == (1, 1, out.out_features)
     torch.testing.assert_close(out(row)[0], out(row.expand(2, 1, -1).contiguous())[0], atol=1e-4, rtol=1e-4)
-    # the model's parameters stay plain tensors, which the nn.Module path (attention maps) reads: at 1 thread views of
+    # the model's parameters stay plain tensors, which the nn.Module path (attention maps) reads: at 1 block views of
     # the runner's transposed copies (held once), at more (the tiny model's weights all small) of their own
     weight = packed.model.decoder_layers[0].self_attn.q_proj.weight
     fused = packed.runner.decoder_layers[0].self_qkv.transposed
-    assert not weight.is_mkldnn and weight.is_contiguous() == (threads > 1)
-    assert (fused is not None and weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()) == (threads == 1)
+    assert not weight.is_mkldnn and weight.is_contiguous() == (not one_block)
+    assert (fused is not None and weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()) == one_block
     [a] = plain.translate(SENTENCES[:1], beam_size=2, max_length=8, return_attention=True)
     [b] = packed.translate(SENTENCES[:1], beam_size=2, max_length=8, return_attention=True)
     assert b.attention.cross.shape[0] == packed.config.n_decoder_layers
