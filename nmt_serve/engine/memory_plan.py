@@ -87,7 +87,7 @@ class ModelNeeds:
             return total * self.itemsize
         from nmt_serve.inference.model_runner import lone_row_elements
 
-        lone_row = lone_row_elements(self.config, self.lone_row_threads) if self.lone_row_threads else 0
+        lone_row = lone_row_elements(self.config, self.lone_row_threads, float32=self.dtype == "float32") if self.lone_row_threads else 0
         return (total + linear + lone_row) * self.itemsize
 
     def row_bytes(self, beam: int = 1) -> int:

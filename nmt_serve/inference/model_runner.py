@@ -83,13 +83,13 @@ def linear_shapes(cfg) -> list[tuple[int, int]]:
     return encoder + decoder + [(cfg.n_decoder_layers * 2 * C, C), (cfg.tgt_vocab_size, C)]
 
 
-def lone_row_elements(cfg, threads: int = 1) -> int:
+def lone_row_elements(cfg, threads: int = 1, *, float32: bool = True) -> int:
     """Elements of the lone row's weights that a float runner sharing the model's storage (the engine's)
     keeps beside its packed weights and the model's: its transposed copies hold the model's weights, so
     only the column blocks of small weights (copies of their own) are more."""
     total = 0
     for o, i in linear_shapes(cfg):
-        blocks = lone_row_blocks(o, i, threads)
+        blocks = lone_row_blocks(o, i, threads, float32=float32)
         if blocks > 1 and o * i <= FEW_ROWS_ELEMENTS:
             total += blocks * (o - (blocks - 1) * (o // blocks)) * i
     return total
@@ -152,11 +152,12 @@ FEW_ROWS = few_rows(cpu_vendor())
 BLOCK_COLUMNS = block_columns(cpu_vendor())
 
 
-def lone_row_blocks(out_features: int, in_features: int, threads: int) -> int:
+def lone_row_blocks(out_features: int, in_features: int, threads: int, *, float32: bool = True) -> int:
     """How many blocks of output columns a weight's lone-row layout on `threads` threads has (1: the
-    transposed weight, no blocks): a small weight's are BLOCK_COLUMNS wide where that is set, a large
-    weight's (views of one transposed copy, where narrow blocks ran 3-5x slower) one per thread."""
-    if BLOCK_COLUMNS and out_features * in_features <= FEW_ROWS_ELEMENTS:
+    transposed weight, no blocks): a small float32 weight's are BLOCK_COLUMNS wide where that is set (MKL's
+    products, measured; a bfloat16 one runs elsewhere), a large weight's (views of one transposed copy, where
+    narrow blocks ran 3-5x slower) one per thread."""
+    if BLOCK_COLUMNS and float32 and out_features * in_features <= FEW_ROWS_ELEMENTS:
         return max(threads, -(-out_features // BLOCK_COLUMNS))
     return threads
 
@@ -228,7 +229,7 @@ class FloatLinear:
         self.few_rows = rows_of_lone_row(weight.numel())  # rows that read the lone row's layout
         transposed = weight.detach().t()  # (C_in, C_out)
         C_in, C_out = transposed.shape
-        n_blocks = lone_row_blocks(C_out, C_in, lone_row) if lone_row else 0
+        n_blocks = lone_row_blocks(C_out, C_in, lone_row, float32=weight.dtype == torch.float32) if lone_row else 0
         if self.onednn and n_blocks == 1:
             if lone_row_copies(C_out, C_in):
                 self.lone_row = self.transposed = transposed.contiguous()

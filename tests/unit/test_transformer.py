@@ -310,6 +310,10 @@ def test_lone_row_blocks_follow_the_cpu_vendor(monkeypatch):
     monkeypatch.setattr(engine_module, "BLOCK_COLUMNS", 32)
     assert [engine_module.lone_row_blocks(o, i, 2) for o, i in [(768, 256), (256, 1024), (1000, 256), (8000, 256)]] == [24, 8, 32, 2]
     assert [engine_module.lone_row_blocks(o, i, 1) for o, i in [(256, 256), (16, 256), (8000, 256)]] == [8, 1, 1]
+    # measured for MKL's float32 products only: a bfloat16 weight keeps one block per thread
+    assert engine_module.lone_row_blocks(768, 256, 2, float32=False) == 2
+    if engine_module.onednn_runs(torch.ones(1, dtype=torch.bfloat16)):
+        assert engine_module.FloatLinear(torch.randn(768, 256, dtype=torch.bfloat16), None, packed=True, lone_row=2).lone_row.size(0) == 2
     monkeypatch.setattr(engine_module, "BLOCK_COLUMNS", 0)
     assert [engine_module.lone_row_blocks(o, i, t) for o, i, t in [(768, 256, 2), (256, 256, 1), (8000, 256, 3)]] == [2, 1, 3]
 
