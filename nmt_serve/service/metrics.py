@@ -145,7 +145,8 @@ class Metrics:
         self.pivoted = Counter("nmt_pivoted_texts", "texts translated through the pivot language (two translations), "
                                "their direction served by no model itself", registry=r)
         self.cache = Counter("nmt_translation_cache_sentences", "sentences answered without the engine (hit: a repeat "
-                             "within the call, or kept by the translation cache) or translated by it (miss)", ["result"], registry=r)
+                             "within the call, or kept by the translation cache; shared: in flight for another call, with the "
+                             "cache on) or translated by it (miss)", ["result"], registry=r)
         self.resent = Counter("nmt_engine_calls_resent", "calls sent again to another engine after theirs was lost with them, or stalled "
                               "(Settings.engines > 1)", registry=r)
         self.engine = EngineCollector()

@@ -251,10 +251,12 @@ async def translate_texts(state: ServiceState, request: Request | None, *, sourc
                                               terms=sources_terms, avoid=terms.avoid)
 
             cache = state.translation_cache
-            nbest, sent = await cache.translate(call, model.engine_model, batches[model.id], scored, model.target_prefix,
-                                                terms=sentence_terms[model.id], avoid=terms.avoid)
-            state.metrics.cache.labels(result="hit").inc(len(nbest) - sent)
+            nbest, sent, shared = await cache.translate(call, model.engine_model, batches[model.id], scored, model.target_prefix,
+                                                        terms=sentence_terms[model.id], avoid=terms.avoid, priority=priority)
+            state.metrics.cache.labels(result="hit").inc(len(nbest) - sent - shared)
             state.metrics.cache.labels(result="miss").inc(sent)
+            if shared:
+                state.metrics.cache.labels(result="shared").inc(shared)
             return nbest
 
         results = dict(zip(ids, await asyncio.gather(*(translated(served[m]) for m in ids))))

@@ -18,8 +18,8 @@ class Engine:
 
 
 def run(cache, engine, sources, options=DecodeOptions(), prefix=(), terms=None, model="de-en"):
-    nbest, sent = asyncio.run(cache.translate(engine, model, sources, options, list(prefix), terms=terms))
-    assert sent == (len(engine.calls[-1]) if engine.calls and sent else 0)
+    nbest, sent, shared = asyncio.run(cache.translate(engine, model, sources, options, list(prefix), terms=terms))
+    assert sent == (len(engine.calls[-1]) if engine.calls and sent else 0) and shared == 0
     return [n[0].text for n in nbest], len(sources) - sent
 
 
@@ -64,3 +64,123 @@ def test_a_failed_call_keeps_nothing():
     except RuntimeError:
         pass
     assert len(cache) == 0
+
+
+class HeldEngine:
+    """An engine whose answers wait until the test lets them go (`release`), or fail (`fail`)."""
+
+    def __init__(self):
+        self.calls: list[list[list[int]]] = []
+        self.gates: list[asyncio.Future] = []
+
+    async def __call__(self, sources, terms):
+        self.calls.append(sources)
+        gate = asyncio.get_running_loop().create_future()
+        self.gates.append(gate)
+        await gate
+        return [[EngineHypothesis(text=f"{ids}")] for ids in sources]
+
+    def release(self, n: int) -> None:
+        self.gates[n].set_result(None)
+
+    def fail(self, n: int) -> None:
+        self.gates[n].set_exception(RuntimeError("the engine was lost"))
+
+
+async def until(condition) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("never came")
+
+
+def test_a_sentence_in_flight_for_another_call_is_not_sent_again_with_the_cache_on():
+    async def scenario():
+        cache, engine = TranslationCache(10), HeldEngine()
+        first = asyncio.create_task(cache.translate(engine, "de-en", [[1], [2]], DecodeOptions(), []))
+        await until(lambda: len(engine.calls) == 1)
+        # [1] is in flight: only [3] goes; [1] twice here takes the first call's answer
+        second = asyncio.create_task(cache.translate(engine, "de-en", [[1], [3], [1]], DecodeOptions(), []))
+        await until(lambda: len(engine.calls) == 2)
+        assert engine.calls == [[[1], [2]], [[3]]]
+        engine.release(1)
+        await asyncio.sleep(0)
+        assert not second.done()  # still waiting for [1]
+        engine.release(0)
+        (a, sent_a, shared_a), (b, sent_b, shared_b) = await first, await second
+        assert [n[0].text for n in b] == ["[1]", "[3]", "[1]"] and b[0] is a[0]
+        assert (sent_a, shared_a, sent_b, shared_b) == (2, 0, 1, 1)
+        assert len(engine.calls) == 2
+        # without the cache each call sends its own
+        plain, engine2 = TranslationCache(0), HeldEngine()
+        one = asyncio.create_task(plain.translate(engine2, "de-en", [[1]], DecodeOptions(), []))
+        await until(lambda: len(engine2.calls) == 1)
+        two = asyncio.create_task(plain.translate(engine2, "de-en", [[1]], DecodeOptions(), []))
+        await until(lambda: len(engine2.calls) == 2)
+        engine2.release(0)
+        engine2.release(1)
+        assert [(await one)[1:], (await two)[1:]] == [(1, 0), (1, 0)]
+
+    asyncio.run(scenario())
+
+
+def test_a_call_waiting_on_one_that_fails_sends_the_sentence_itself():
+    async def scenario():
+        cache, engine = TranslationCache(10), HeldEngine()
+        first = asyncio.create_task(cache.translate(engine, "de-en", [[1]], DecodeOptions(), []))
+        await until(lambda: len(engine.calls) == 1)
+        second = asyncio.create_task(cache.translate(engine, "de-en", [[1]], DecodeOptions(), []))
+        await asyncio.sleep(0)
+        engine.fail(0)
+        try:
+            await first
+        except RuntimeError:
+            pass
+        await until(lambda: len(engine.calls) == 2)
+        assert engine.calls[1] == [[1]]
+        engine.release(1)
+        nbest, sent, shared = await second
+        assert nbest[0][0].text == "[1]" and (sent, shared) == (1, 0)
+
+    asyncio.run(scenario())
+
+
+def test_a_waiting_call_cancelled_leaves_the_answer_to_the_others_and_a_cancelled_sender_to_them():
+    async def scenario():
+        cache, engine = TranslationCache(10), HeldEngine()
+        first = asyncio.create_task(cache.translate(engine, "de-en", [[1]], DecodeOptions(), []))
+        await until(lambda: len(engine.calls) == 1)
+        leaving = asyncio.create_task(cache.translate(engine, "de-en", [[1]], DecodeOptions(), []))
+        staying = asyncio.create_task(cache.translate(engine, "de-en", [[1]], DecodeOptions(), []))
+        await asyncio.sleep(0)
+        leaving.cancel()  # its client went away: the first call's answer still reaches the others
+        await asyncio.sleep(0)
+        engine.release(0)
+        assert (await first)[1:] == (1, 0) and (await staying)[1:] == (0, 1) and leaving.cancelled()
+        # the sender cancelled (its deadline): the one waiting sends it itself
+        sender = asyncio.create_task(cache.translate(engine, "de-en", [[5]], DecodeOptions(), []))
+        await until(lambda: len(engine.calls) == 2)
+        waiter = asyncio.create_task(cache.translate(engine, "de-en", [[5]], DecodeOptions(), []))
+        await asyncio.sleep(0)
+        sender.cancel()
+        await until(lambda: len(engine.calls) == 3)
+        engine.release(2)
+        assert (await waiter)[1:] == (1, 0)
+
+    asyncio.run(scenario())
+
+
+def test_an_interactive_call_does_not_wait_on_a_background_one():
+    async def scenario():
+        cache, engine = TranslationCache(10), HeldEngine()
+        job = asyncio.create_task(cache.translate(engine, "de-en", [[1]], DecodeOptions(), [], priority=1))
+        await until(lambda: len(engine.calls) == 1)
+        request = asyncio.create_task(cache.translate(engine, "de-en", [[1]], DecodeOptions(), [], priority=0))
+        await until(lambda: len(engine.calls) == 2)  # sent at its own priority
+        engine.release(1)
+        assert (await request)[1:] == (1, 0)
+        engine.release(0)
+        await job
+
+    asyncio.run(scenario())
