@@ -78,7 +78,8 @@ class TranslationCache:
                 try:  # shielded: this call's own cancellation leaves the answer to the others waiting on it
                     nbest = await asyncio.shield(answer)
                 except asyncio.CancelledError:
-                    if not answer.cancelled():  # this call was cancelled, not the one that sent it
+                    own = asyncio.current_task()  # Task.cancelling: Python 3.11 on
+                    if not answer.cancelled() or getattr(own, "cancelling", lambda: 0)():  # this call is being cancelled
                         raise
                     again[key] = places  # the call that sent it failed: send it from here
                     continue

@@ -122,7 +122,7 @@ def test_a_sentence_in_flight_for_another_call_is_not_sent_again_with_the_cache_
         engine2.release(1)
         assert [(await one)[1:], (await two)[1:]] == [(1, 0), (1, 0)]
 
-    asyncio.run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), 10))
 
 
 def test_a_call_waiting_on_one_that_fails_sends_the_sentence_itself():
@@ -143,7 +143,7 @@ def test_a_call_waiting_on_one_that_fails_sends_the_sentence_itself():
         nbest, sent, shared = await second
         assert nbest[0][0].text == "[1]" and (sent, shared) == (1, 0)
 
-    asyncio.run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), 10))
 
 
 def test_a_waiting_call_cancelled_leaves_the_answer_to_the_others_and_a_cancelled_sender_to_them():
@@ -167,8 +167,17 @@ def test_a_waiting_call_cancelled_leaves_the_answer_to_the_others_and_a_cancelle
         await until(lambda: len(engine.calls) == 3)
         engine.release(2)
         assert (await waiter)[1:] == (1, 0)
+        # both cancelled at once (a server shutting down): the waiting one ends too, sending nothing
+        sender = asyncio.create_task(cache.translate(engine, "de-en", [[6]], DecodeOptions(), []))
+        await until(lambda: len(engine.calls) == 4)
+        waiter = asyncio.create_task(cache.translate(engine, "de-en", [[6]], DecodeOptions(), []))
+        await asyncio.sleep(0)
+        sender.cancel()
+        waiter.cancel()
+        await asyncio.gather(sender, waiter, return_exceptions=True)
+        assert sender.cancelled() and waiter.cancelled() and len(engine.calls) == 4
 
-    asyncio.run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), 10))
 
 
 def test_an_interactive_call_does_not_wait_on_a_background_one():
@@ -183,4 +192,4 @@ def test_an_interactive_call_does_not_wait_on_a_background_one():
         engine.release(0)
         await job
 
-    asyncio.run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), 10))
