@@ -35,3 +35,57 @@ def test_a_sentence_asked_for_again_comes_from_memory_with_the_same_answer():
         # other options are another question
         client.post("/v1/translate", json={**body, "beam_size": 1})
         assert cache_counts(client) == {"hit": 5.0, "miss": 4.0}
+
+
+def test_the_same_sentences_asked_for_while_in_flight_are_translated_once():
+    """With the cache on, a request for sentences another request has in the engine takes that request's answers
+    (`shared`) instead of sending them again."""
+    import asyncio
+    import threading
+
+    settings = Settings(models_dir=str(ROOT / "checkpoints"), device="cpu", translation_cache_entries=100)
+    with TestClient(create_app(settings)) as client:
+        deadline = time.time() + 60
+        while client.get("/health/ready").status_code != 200:
+            assert time.time() < deadline
+            time.sleep(0.05)
+        state = client.app.state.service
+        engine, cache = state.engine, state.translation_cache
+        gate, sent, entered = threading.Event(), [], []
+        translate, cached = engine.translate, cache.translate
+
+        async def held(model, sources, *args, **kwargs):  # the engine's answer waits until the second request is in
+            sent.append(sources)
+            await asyncio.to_thread(gate.wait, 60)
+            return await translate(model, sources, *args, **kwargs)
+
+        async def counted(*args, **kwargs):
+            entered.append(1)
+            return await cached(*args, **kwargs)
+
+        engine.translate, cache.translate = held, counted
+        body = {"text": ["Ein Hund rennt über die Wiese. Zwei Kinder spielen."], "source": "de", "target": "en"}
+        answers = [None, None]
+
+        def post(k):
+            answers[k] = client.post("/v1/translate", json=body)
+
+        first = threading.Thread(target=post, args=(0,))
+        first.start()
+        while not sent:
+            assert time.time() < deadline
+            time.sleep(0.01)
+        second = threading.Thread(target=post, args=(1,))
+        second.start()
+        # the second request takes its sentences from the first without yielding to the event loop after it enters
+        # the cache, so once it has entered, the first request's answer cannot come before it looked
+        while len(entered) < 2:
+            assert time.time() < deadline
+            time.sleep(0.01)
+        gate.set()
+        first.join(60)
+        second.join(60)
+        assert [a.status_code for a in answers] == [200, 200]
+        assert answers[0].json()["translations"] == answers[1].json()["translations"]
+        assert len(sent) == 1  # the engine was asked once
+        assert cache_counts(client) == {"hit": 0.0, "miss": 2.0, "shared": 2.0}
