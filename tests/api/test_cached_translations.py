@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import contextmanager
 
 from conftest import ROOT
 from fastapi.testclient import TestClient
@@ -16,13 +17,19 @@ def cache_counts(client) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in re.finditer(r'nmt_translation_cache_sentences_total\{result="(\w+)"\} (\S+)', text)}
 
 
-def test_a_sentence_asked_for_again_comes_from_memory_with_the_same_answer():
+@contextmanager
+def ready_client():
     settings = Settings(models_dir=str(ROOT / "checkpoints"), device="cpu", translation_cache_entries=100)
     with TestClient(create_app(settings)) as client:
         deadline = time.time() + 60
         while client.get("/health/ready").status_code != 200:
             assert time.time() < deadline
             time.sleep(0.05)
+        yield client
+
+
+def test_a_sentence_asked_for_again_comes_from_memory_with_the_same_answer():
+    with ready_client() as client:
         body = {"text": ["Ein Hund rennt über die Wiese. Zwei Kinder spielen.", "Ein Hund rennt über die Wiese."],
                 "source": "de", "target": "en", "return_scores": True}
         first = client.post("/v1/translate", json=body)
@@ -43,12 +50,8 @@ def test_the_same_sentences_asked_for_while_in_flight_are_translated_once():
     import asyncio
     import threading
 
-    settings = Settings(models_dir=str(ROOT / "checkpoints"), device="cpu", translation_cache_entries=100)
-    with TestClient(create_app(settings)) as client:
+    with ready_client() as client:
         deadline = time.time() + 60
-        while client.get("/health/ready").status_code != 200:
-            assert time.time() < deadline
-            time.sleep(0.05)
         state = client.app.state.service
         engine, cache = state.engine, state.translation_cache
         gate, sent, entered = threading.Event(), [], []
