@@ -38,6 +38,7 @@ import os
 import time
 import uuid
 from collections import deque
+from collections.abc import Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field, replace
@@ -237,6 +238,10 @@ class EngineCore:
         # call id -> what screen() reserved (work units, sentences) and the sources it checked, until handle() takes them
         self._reserved: dict[Any, tuple[float, int, list, list, list]] = {}  # screen()'s: cost, sentences, sources, keys, kept n-best
         self.cache = ResultCache(config.translation_cache_entries)
+        # with the cache on, a text that another call's search already answers takes that answer (_follow): the
+        # text whose search answers each (priority, key), and the texts of other calls waiting on it
+        self._answering: dict[tuple[int, Hashable], tuple[Any, int]] = {}
+        self._sharing: dict[tuple[Any, int], list[tuple[Any, int]]] = {}
         self._attention_calls: list[Attention] = []  # for the next round
         self._attending: tuple[Future, list[Attention]] | None = None  # the attention calls running on their thread
         self.started = time.monotonic()
@@ -248,7 +253,7 @@ class EngineCore:
             "busy_seconds", "steps", "step_seconds", "join_seconds", "rows_computed", "rows_live", "joins", "sentences_joined",
             "sentences_done", "admitted_units", "refused_units", "refused_calls", "expired_calls",
             "failed_calls", "calls", "call_seconds", "result_seconds", "io_seconds", "attention_calls", "attention_seconds",
-            "cache_hits",
+            "cache_hits", "shared_sentences",
         ), 0.0)
 
     # ------------------------------------------------------------------ status
@@ -427,9 +432,64 @@ class EngineCore:
         state.max_lengths = [0] * len(sources)
         for i, limit in zip(todo, limits):
             state.max_lengths[i] = limit
+            if self._follow(state, i):
+                continue
             # terms are placed only where the model does not write them itself: free first (its avoided terms only)
             self._join(state, i, terms=False)
         return []
+
+    def _follow(self, state: _Call, index: int) -> bool:
+        """With the translation cache on, whether a text waits for the answer of another call's search of the same
+        question (the key decides the answer; of the same priority, so that an interactive text never waits on a
+        job's queue); if none runs, this text's search answers the later ones."""
+        key = state.keys[index] if state.keys else None
+        if key is None:
+            return False
+        question = (state.message.priority, key)
+        answering = self._answering.get(question)
+        if answering is not None and answering[0] in self.calls:
+            self._sharing.setdefault(answering, []).append((state.message.id, index))
+            return True
+        self._answering[question] = (state.message.id, index)
+        return False
+
+    def _answer_followers(self, state: _Call, index: int) -> list[Reply]:
+        """A text's search finished: the texts waiting on it take its n-best (and their calls' replies go out
+        once those were their last)."""
+        key = state.keys[index] if state.keys else None
+        if key is None:
+            return []
+        if self._answering.get((state.message.priority, key)) == (state.message.id, index):
+            del self._answering[(state.message.priority, key)]
+        replies = []
+        for call_id, i in self._sharing.pop((state.message.id, index), ()):
+            follower = self.calls.get(call_id)
+            if follower is None or follower.results[i] is not None:
+                continue
+            follower.results[i] = state.results[index]
+            follower.left -= 1
+            self.stats["shared_sentences"] += 1
+            if follower.left == 0:
+                replies += self._drop(call_id, Reply(call_id, value=follower.results))
+        return replies
+
+    def _hand_over(self, state: _Call) -> None:
+        """A call leaves before its texts were answered: of the texts waiting on each of them, the first whose call
+        is still here is searched in its place, and the others wait on it."""
+        for index in range(len(state.results)):
+            key = state.keys[index] if state.keys else None
+            if key is None:
+                continue
+            question = (state.message.priority, key)
+            if self._answering.get(question) == (state.message.id, index):
+                del self._answering[question]
+            waiting = [(c, i) for c, i in self._sharing.pop((state.message.id, index), ()) if c in self.calls]
+            if waiting:
+                (call_id, i), rest = waiting[0], waiting[1:]
+                self._answering[question] = (call_id, i)
+                if rest:
+                    self._sharing[(call_id, i)] = rest
+                self._join(self.calls[call_id], i, terms=False)
 
     def _join(self, state: _Call, index: int, terms: bool) -> None:
         """A text joins the queue of its group: with its terms, or with its avoided terms only."""
@@ -609,6 +669,8 @@ class EngineCore:
         if state.message.priority == INTERACTIVE:
             self._interactive_at = time.monotonic()
         self._release(state.reservation)
+        if state.left:
+            self._hand_over(state)
         for key in state.groups if state.left else ():
             group = self.groups.get(key)
             if group is not None:
@@ -888,6 +950,7 @@ class EngineCore:
                 result.free_mean_logprob = free[0].score / (len(free[0].tokens) - forced + 1)
                 result.constraint_cost = (free[0].score - h.score) / len(lexical.include)
         self.cache.put(state.keys[index], state.results[index])
+        shared = self._answer_followers(state, index)
         state.left -= 1
         n_src = state.source_tokens[index]
         n_out = len(hyps[0].tokens) + 1
@@ -897,7 +960,7 @@ class EngineCore:
         per_model["generated_tokens"] += n_out - 1
         per_model["sentences"] += 1
         replies = self._drop(call_id, Reply(call_id, value=state.results)) if state.left == 0 else []
-        return replies, (Admission.units(1, n_src, n_out, options.beam_size), n_src, n_out)
+        return shared + replies, (Admission.units(1, n_src, n_out, options.beam_size), n_src, n_out)
 
     @staticmethod
     def _attention_span(translator: Translator, options: DecodeOptions, source: list[int]) -> tuple[int, int] | None:

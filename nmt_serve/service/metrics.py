@@ -44,6 +44,8 @@ ENGINE_COUNTERS = {
     "failed_calls": ("nmt_engine_failed_calls", "calls that failed in the engine"),
     "cache_hits": ("nmt_engine_cache_hits", "sentences the engine answered from its translation cache (workers > 1: "
                                             "translation_cache_entries)"),
+    "shared_sentences": ("nmt_engine_shared_sentences", "sentences the engine answered with another call's translation of the "
+                                                         "same, still being searched when they came (translation cache on)"),
     "gc_seconds": ("nmt_engine_gc_seconds", "time the engine process spent in Python's cyclic garbage collector since it "
                                             "was ready (every thread waits meanwhile)"),
     "gc_full_collections": ("nmt_engine_gc_full_collections", "full collections of the engine process since it was ready"),

@@ -20,6 +20,7 @@ from conftest import distinct, free_port, post_json, processes, running_server
 from nmt_serve.engine.admission import OUTPUT_RATIO
 from nmt_serve.engine.core import EngineConfig, EngineCore
 from nmt_serve.engine.protocol import (
+    BACKGROUND,
     EXPIRED,
     FAILED,
     OUT_OF_MEMORY,
@@ -749,6 +750,50 @@ def test_the_engine_answers_a_kept_sentence_without_a_search(translator):
     plain = core_of(translator)
     run(plain, call(1, GERMAN[:1]), call(2, GERMAN[:1]))
     assert plain.stats["cache_hits"] == 0
+
+
+def test_a_text_another_call_has_in_the_engine_takes_its_answer(translator):
+    """With the cache on (several API workers), a text asked for while another call's search of it runs is not
+    searched again: it takes that answer when it comes, in its own call's reply."""
+    core = core_of(translator, translation_cache_entries=10)
+    replies = run(core, call(1, GERMAN[:3]), call(2, [GERMAN[1], GERMAN[4], GERMAN[0]]), call(3, GERMAN[:1]))
+    first, second, third = texts_of(replies[1]), texts_of(replies[2]), texts_of(replies[3])
+    assert second[0::2] == first[1::-1] and third == first[:1]
+    assert [h.score for h, *_ in replies[3].value] == [h.score for h, *_ in replies[1].value[:1]]
+    # four distinct texts searched once each; three taken from another call's search, none from the kept ones
+    assert (core.stats["sentences_done"], core.stats["shared_sentences"], core.stats["cache_hits"]) == (4, 3, 0)
+    assert not core._answering and not core._sharing
+    # without the cache each call searches its own
+    plain = core_of(translator)
+    run(plain, call(1, GERMAN[:2]), call(2, GERMAN[:2]))
+    assert (plain.stats["sentences_done"], plain.stats["shared_sentences"]) == (4, 0)
+
+
+def test_a_text_waiting_on_a_call_that_leaves_is_searched_in_its_place(translator):
+    core = core_of(translator, translation_cache_entries=10)
+    alone = texts_of(run(core_of(translator), call(9, GERMAN[:2]))[9])
+    core.handle(call(1, GERMAN[:2]))
+    core.handle(call(2, GERMAN[:2]))
+    core.handle(call(3, GERMAN[1:2]))
+    core.handle(Cancel(1))  # before any step: call 2's texts are searched instead, and call 3 waits on call 2's
+    replies = run(core)
+    assert set(replies) == {2, 3} and texts_of(replies[2]) == alone and texts_of(replies[3]) == alone[1:]
+    assert (core.stats["sentences_done"], core.stats["shared_sentences"]) == (2, 1)
+    assert not core._answering and not core._sharing
+    # a call that fails (its deadline) hands its texts over too
+    core.handle(call(4, GERMAN[2:3], timeout=30))
+    core.handle(call(5, GERMAN[2:3]))
+    replies = {r.id: r for r in core._drop(4, None)}
+    replies.update(run(core))
+    assert set(replies) == {5} and texts_of(replies[5]) == texts_of(run(core_of(translator), call(9, GERMAN[2:3]))[9])
+
+
+def test_an_interactive_text_does_not_wait_on_a_background_search(translator):
+    core = core_of(translator, translation_cache_entries=10)
+    job = dataclasses.replace(call(1, GERMAN[:1]), priority=BACKGROUND)
+    replies = run(core, job, call(2, GERMAN[:1]))
+    assert texts_of(replies[1]) == texts_of(replies[2])
+    assert (core.stats["sentences_done"], core.stats["shared_sentences"]) == (2, 0)
 
 
 def test_engine_errors_map_to_statuses():
