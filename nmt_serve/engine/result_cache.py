@@ -7,7 +7,8 @@ The key is what decides the answer, as the API's cache has it: the model, every 
 target prefix, the avoided terms, the sentence's encoder ids and its glossary terms. The cache lives and
 dies with the engine process, so no answer outlives the models that gave it. A call's sentences are
 looked up when it is screened (on the I/O thread: a call answered from memory reserves no admitted work)
-and kept when they finish (on the main thread): one lock guards both.
+and kept when they finish (on the main thread): one lock guards both. A text asked for while another call's
+search of the same key runs takes that search's answer instead (`EngineCore._follow`).
 """
 from __future__ import annotations
 

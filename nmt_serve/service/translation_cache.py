@@ -11,7 +11,8 @@ not wait behind a job's queue) is still in the engine for another call is not se
 call's answer when it comes, as a later repeat takes the kept one. A burst of the same text (a page many
 visitors ask for at once after it changed) costs one translation, not one per request. If the call that
 sent it fails (its deadline, its client gone, the engine lost), the calls that waited on it send the
-sentence themselves; a waiting call's own deadline still applies to it.
+sentence themselves; a waiting call's own deadline still applies to it. With several workers the engine
+shares them across the workers' calls (engine/core.py, `EngineCore._follow`).
 
 A kept translation is what the engine gave for exactly that input: the key is the model, the sentence's
 ids as the engine reads them, every decoding option (the scores, alignment and attention figures asked for
