@@ -28,6 +28,19 @@ RESTART_PAUSE_S = 1.0  # ... is replaced after this pause
 PARENT_CHECK_S = 0.5  # how often a worker checks that its parent lives
 
 
+def listening_socket(settings: Settings) -> socket.socket:
+    """The socket every worker serves, bound as uvicorn binds it for its own workers (and logged as a single API
+    process logs it), and listening from here on: a connection made while the workers start (or one is replaced
+    after all had exited) waits in the backlog for the first to accept it instead of being refused; uvicorn's
+    bind alone leaves the listen to the workers' servers."""
+    import uvicorn
+
+    config = uvicorn.Config("", host=settings.host, port=settings.port, workers=settings.workers, log_level="info")
+    sock = config.bind_socket()
+    sock.listen(config.backlog)  # the backlog each worker's server listens with (listen again changes nothing)
+    return sock
+
+
 def run_worker(settings: Settings, sock: socket.socket, metrics_dir: str, log_level: int, ready=None) -> None:
     """An API worker process (spawned by serve_workers), set up as a single API process is; ready: a
     multiprocessing Event it sets once it is ready (what a SIGHUP's replacement waits for)."""
@@ -68,7 +81,6 @@ def serve_workers(settings: Settings) -> int:
     import tempfile
     from multiprocessing.connection import wait
 
-    import uvicorn
     from prometheus_client import multiprocess
     from uvicorn.config import STARTUP_FAILURE
 
@@ -115,8 +127,7 @@ def serve_workers(settings: Settings) -> int:
     retiring: list[multiprocessing.process.BaseProcess] = []  # told to drain and stop: not replaced
     try:
         worker_settings = settings.model_copy(update={"engine_socket_dir": os.pathsep.join(s.socket_dir for s in supervisors)})
-        # bound as uvicorn binds it for its own workers (and logged as a single API process logs it)
-        sock = uvicorn.Config("", host=settings.host, port=settings.port, workers=settings.workers, log_level="info").bind_socket()
+        sock = listening_socket(settings)
         spawn = multiprocessing.get_context("spawn")
         level = logging.getLogger().level
 

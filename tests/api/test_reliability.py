@@ -435,8 +435,7 @@ def start_workers(models_dir: Path, log_path: Path, *args: str, workers: int = 2
     """`--workers N` as a real process, its output in log_path; returns once every worker is ready and the port
     takes connections. Each worker logs `ready` (in the service's format) when it has its models: one worker's
     readiness says nothing of the others, which take connections from the engine's first status on and answer
-    503 until their models are in. The listening socket, bound by the parent, listens only once a worker's
-    start-up has ended, a moment after that line: a connection made in between is refused."""
+    503 until their models are in. The parent's socket listens from the start (test_workers_socket_listens_...)."""
     port = free_port()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -461,6 +460,24 @@ def start_workers(models_dir: Path, log_path: Path, *args: str, workers: int = 2
                 proc.wait()
                 raise AssertionError(f"the port took no connection: {log_path.read_text()[-3000:]}") from None
             time.sleep(0.05)
+
+
+def test_workers_socket_listens_before_any_worker_accepts():
+    """The parent's socket listens from the start: a client that connects while the workers start waits in the
+    backlog for the first of them instead of being refused."""
+    from nmt_serve.service.workers import listening_socket
+
+    settings = Settings(host="127.0.0.1", port=free_port(), workers=2)
+    sock = listening_socket(settings)
+    try:
+        client = socket.create_connection(("127.0.0.1", settings.port), timeout=5)  # no worker yet
+        conn, _ = sock.accept()  # as the first worker's server will
+        client.sendall(b"GET")
+        assert conn.recv(3) == b"GET"
+        conn.close()
+        client.close()
+    finally:
+        sock.close()
 
 
 def test_with_several_workers_a_drain_is_the_drain_of_one_api_process(models_dir, tmp_path):
