@@ -438,14 +438,19 @@ class EngineCore:
             self._join(state, i, terms=False)
         return []
 
+    @staticmethod
+    def _question(state: _Call, index: int) -> tuple[int, Hashable] | None:
+        """What a text's answer depends on, as texts share it (_follow): its cache key, and its call's priority, so
+        that an interactive text never waits on a job's queue; None without the cache."""
+        key = state.keys[index] if state.keys else None
+        return None if key is None else (state.message.priority, key)
+
     def _follow(self, state: _Call, index: int) -> bool:
         """With the translation cache on, whether a text waits for the answer of another call's search of the same
-        question (the key decides the answer; of the same priority, so that an interactive text never waits on a
-        job's queue); if none runs, this text's search answers the later ones."""
-        key = state.keys[index] if state.keys else None
-        if key is None:
+        question; if none runs, this text's search answers the later ones."""
+        question = self._question(state, index)
+        if question is None:
             return False
-        question = (state.message.priority, key)
         answering = self._answering.get(question)
         if answering is not None and answering[0] in self.calls:
             self._sharing.setdefault(answering, []).append((state.message.id, index))
@@ -456,11 +461,11 @@ class EngineCore:
     def _answer_followers(self, state: _Call, index: int) -> list[Reply]:
         """A text's search finished: the texts waiting on it take its n-best (and their calls' replies go out
         once those were their last)."""
-        key = state.keys[index] if state.keys else None
-        if key is None:
+        question = self._question(state, index)
+        if question is None:
             return []
-        if self._answering.get((state.message.priority, key)) == (state.message.id, index):
-            del self._answering[(state.message.priority, key)]
+        if self._answering.get(question) == (state.message.id, index):
+            del self._answering[question]
         replies = []
         for call_id, i in self._sharing.pop((state.message.id, index), ()):
             follower = self.calls.get(call_id)
@@ -477,10 +482,9 @@ class EngineCore:
         """A call leaves before its texts were answered: of the texts waiting on each of them, the first whose call
         is still here is searched in its place, and the others wait on it."""
         for index in range(len(state.results)):
-            key = state.keys[index] if state.keys else None
-            if key is None:
+            question = self._question(state, index)
+            if question is None:
                 continue
-            question = (state.message.priority, key)
             if self._answering.get(question) == (state.message.id, index):
                 del self._answering[question]
             waiting = [(c, i) for c, i in self._sharing.pop((state.message.id, index), ()) if c in self.calls]

@@ -253,17 +253,15 @@ class FloatLinear:
         rows = x.numel() // x.size(-1)
         if self.lone_row is not None and 0 < rows <= self.few_rows:
             w = self.lone_row
-            if rows == 1 and w.dim() == 3 and self.block_step == w.size(2):
-                # (T, 1, block) holds the outputs in order; x (1, C_in) expands to (T, 1, C_in) as it is (the
-                # fewest tensor calls: at batch 1 a step's hundreds of them cost as much as its products)
-                blocks = (x if x.dim() == 2 else x.reshape(1, x.size(-1))).expand(w.size(0), 1, x.size(-1))
-                y = torch.bmm(blocks, w) if self.lone_row_bias is None else torch.baddbmm(self.lone_row_bias, blocks, w)
-                return y.view(*x.shape[:-1], self.out_features)
-            x2 = x.reshape(rows, x.size(-1))
+            # x as (M, C_in) without a call where it already is (at batch 1 a step's hundreds of tensor calls cost as
+            # much as its products)
+            x2 = x if x.dim() == 2 else x.reshape(rows, x.size(-1))
             if w.dim() == 3:  # column blocks: (T, M, C_in) x (T, C_in, block)
                 blocks = x2.expand(w.size(0), rows, x.size(-1))
                 y = torch.bmm(blocks, w) if self.lone_row_bias is None else torch.baddbmm(self.lone_row_bias, blocks, w)
                 step = self.block_step
+                if step == w.size(2) and rows == 1:  # (T, 1, block) holds the outputs in order
+                    return y.view(*x.shape[:-1], self.out_features)
                 if step == w.size(2):  # (T, M, block) -> (M, T * block): a copy
                     y = y.transpose(0, 1).reshape(rows, -1).contiguous()
                 else:  # each block's first `step` columns, then the last block's rest

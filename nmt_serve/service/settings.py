@@ -109,7 +109,8 @@ class Settings(BaseSettings):
                                            "without a search: by the API worker itself where workers = 1, by the engines for all "
                                            "of them where there are several (with several engines, each keeps the content "
                                            "that is its own: a call goes to its content's engine while that one is not much "
-                                           "busier than the others); 0 = off (a sentence repeated within one request "
+                                           "busier than the others); a sentence asked for while another request has it in the engine "
+                                           "takes that request's answer; 0 = off (a sentence repeated within one request "
                                            "is translated once either way). About 1 KB each")
     max_beam_size: int = Field(8, ge=1)
     max_output_length: int = Field(512, ge=1, description="upper bound for max_length in a request")
