@@ -226,6 +226,7 @@ class FloatLinear:
         self.onednn = onednn_runs(weight)
         pack = packed and self.onednn
         self.lone_row = self.lone_row_bias = self.transposed = None
+        self.n_blocks, self.in_order = 0, False  # column blocks; whether one row's (T, 1, block) output is in order
         self.few_rows = rows_of_lone_row(weight.numel())  # rows that read the lone row's layout
         transposed = weight.detach().t()  # (C_in, C_out)
         C_in, C_out = transposed.shape
@@ -238,6 +239,7 @@ class FloatLinear:
         elif self.onednn and n_blocks > 1:
             self.block_step = C_out // n_blocks
             block = C_out - (n_blocks - 1) * self.block_step
+            self.n_blocks, self.in_order = n_blocks, block == self.block_step
             whole = transposed.contiguous()
             blocks = whole.as_strided((n_blocks, C_in, block), (self.block_step, C_out, 1))  # (T, C_in, block)
             if weight.numel() > FEW_ROWS_ELEMENTS:
@@ -250,9 +252,16 @@ class FloatLinear:
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.lone_row
+        shape = x.shape
+        if self.in_order and len(shape) == 2 and shape[0] == 1:
+            # one row, blocks that hold its outputs in order: greedy search of one sentence calls this a few
+            # dozen times a step, where every tensor call and check counts (a microsecond or two each)
+            blocks = x.expand(self.n_blocks, 1, shape[-1])
+            y = torch.bmm(blocks, w) if self.lone_row_bias is None else torch.baddbmm(self.lone_row_bias, blocks, w)
+            return y.view(1, self.out_features)  # ints: view() parses a shape's tuple at 2-3x the cost
         rows = x.numel() // x.size(-1)
-        if self.lone_row is not None and 0 < rows <= self.few_rows:
-            w = self.lone_row
+        if w is not None and 0 < rows <= self.few_rows:
             # x as (M, C_in) without a call where it already is (at batch 1 a step's hundreds of tensor calls cost as
             # much as its products)
             x2 = x if x.dim() == 2 else x.reshape(rows, x.size(-1))
@@ -260,15 +269,15 @@ class FloatLinear:
                 blocks = x2.expand(w.size(0), rows, x.size(-1))
                 y = torch.bmm(blocks, w) if self.lone_row_bias is None else torch.baddbmm(self.lone_row_bias, blocks, w)
                 step = self.block_step
-                if step == w.size(2) and rows == 1:  # (T, 1, block) holds the outputs in order
+                if self.in_order and rows == 1:  # (T, 1, block) holds the outputs in order
                     return y.view(*x.shape[:-1], self.out_features)
-                if step == w.size(2):  # (T, M, block) -> (M, T * block): a copy
+                if self.in_order:  # (T, M, block) -> (M, T * block): a copy
                     y = y.transpose(0, 1).reshape(rows, -1).contiguous()
                 else:  # each block's first `step` columns, then the last block's rest
                     y = torch.cat((y[:, :, :step].transpose(0, 1).reshape(rows, -1), y[-1, :, step:]), dim=1)
                 return y.reshape(*x.shape[:-1], self.out_features)
             y = torch.mm(x2, w) if self.bias is None else torch.addmm(self.bias, x2, w)
-            return y.view(*x.shape[:-1], self.out_features)
+            return y if x2 is x else y.view(*x.shape[:-1], self.out_features)
         if self.onednn:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
@@ -349,16 +358,20 @@ Linear = FloatLinear | Int8Linear
 
 @dataclass
 class Norm:
-    weight: torch.Tensor
-    bias: torch.Tensor
+    weight: torch.Tensor | None
+    bias: torch.Tensor | None
     eps: float
+    shape: tuple[int, ...]  # the normalized trailing dims
 
     @classmethod
     def of(cls, module: nn.Module) -> "Norm | None":
-        return cls(module.weight, module.bias, module.eps) if isinstance(module, nn.LayerNorm) else None
+        if not isinstance(module, nn.LayerNorm):
+            return None
+        return cls(module.weight, module.bias, module.eps, tuple(module.normalized_shape))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
+        # torch.layer_norm itself: F.layer_norm's Python checks cost about as much as a lone row's norm
+        return torch.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
 
 
 @dataclass
@@ -399,8 +412,24 @@ def view_into(modules: tuple[nn.Linear, ...], weight: torch.Tensor, bias: torch.
 
 
 def weights_key(model: nn.Module) -> tuple:
-    """Changes whenever any parameter or buffer is replaced or modified in place."""
-    return tuple((t.data_ptr(), t._version) for t in (*model.parameters(), *model.buffers()))
+    """Changes whenever any parameter or buffer is replaced or modified in place. Read off the modules'
+    own tables (a module reached twice, a tied one, counts twice): parameters() and buffers() took
+    0.15-0.27 ms on the shipped model (this: 0.09), which an owner asking for its runner before each sentence
+    paid each time."""
+    key = []
+    stack = [model]
+    while stack:
+        module = stack.pop()
+        if module is None:  # a submodule slot left empty
+            continue
+        for t in module._parameters.values():
+            if t is not None:
+                key.append((t.data_ptr(), t._version))
+        for t in module._buffers.values():
+            if t is not None:
+                key.append((t.data_ptr(), t._version))
+        stack.extend(module._modules.values())
+    return tuple(key)
 
 
 class ModelRunner:
@@ -424,7 +453,9 @@ class ModelRunner:
         self.device = model.output_proj.weight.device
         self.n_heads, self.head_dim, self.d_model = cfg.n_heads, cfg.head_dim, cfg.d_model
         self.pre_norm = cfg.norm_placement == "pre"
-        self.activation = model.decoder_layers[0].ffn.activation
+        activation = model.decoder_layers[0].ffn.activation
+        # torch.relu itself: F.relu's Python wrapper is a microsecond a call, a step has one per layer
+        self.activation = torch.relu if activation is F.relu else activation
         pack = packed_weights and quantization == "none" and onednn_runs(model.output_proj.weight)
         self.packed_weights = pack
         lone_row = lone_row_threads(torch.get_num_threads(), packed=pack, quantization=quantization)
