@@ -196,6 +196,19 @@ def test_engine_knows_when_the_weights_changed_in_place():
     assert [h[0].tokens for h in after] != [h[0].tokens for h in before]
 
 
+def test_engine_knows_when_a_weight_was_replaced():
+    """Not only writes in place: a parameter swapped for another tensor, deep in the module tree, counts too."""
+    model = random_model(seed=13)
+    runner = ModelRunner(model)
+    layer = model.decoder_layers[-1].cross_attn.q_proj
+    layer.weight = torch.nn.Parameter(layer.weight.detach().clone())
+    assert not runner.is_current()
+    runner = ModelRunner(model)
+    assert runner.is_current()
+    layer.bias = None  # a slot left empty is no tensor, and not an error
+    assert not runner.is_current()
+
+
 @pytest.mark.parametrize("overrides", SHAPES[:3])
 def test_int8_engine_stays_close_to_float(overrides):
     model = random_model(seed=13, **overrides)
