@@ -170,6 +170,20 @@ class DecoderState:
             )
 
 
+def survivors_order(alive: list[bool]) -> list[int]:
+    """The old places of what stays, in its new order, when some of a batch leave: each keeps its place where
+    that is below the new count, and those past it take the places of the ones that left, in order. The cache
+    then copies only those (KVCache's reorder), where keeping the old order shifted every row after the first
+    to leave. A row's results do not depend on its place in the batch."""
+    n = sum(alive)
+    order = list(range(n))
+    holes = (i for i in range(n) if not alive[i])
+    for i in range(n, len(alive)):
+        if alive[i]:
+            order[next(holes)] = i
+    return order
+
+
 def ranking(h: SearchHypothesis) -> tuple[bool, float]:
     """How finished hypotheses are ordered, best last: those that met their lexical constraints before
     any that did not (all of them are, without constraints), then by normalized score."""
@@ -327,7 +341,7 @@ def greedy_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions
                 results[rows[r].item()] = SearchHypothesis(
                     prefix[r, 1:-1].tolist(), s, normalize(s, step, options.length_penalty), True
                 )
-            keep = (~done).nonzero().flatten()
+            keep = torch.tensor(survivors_order((~done).tolist()), dtype=torch.long, device=device)
             rows, prefix, scores = rows[keep], prefix[keep], scores[keep]
             if rows.numel() > 0:
                 state.reorder(keep)
@@ -402,7 +416,13 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
                 del parents[-K:], next_tokens[-K:], next_scores[-K:]
         sentences_left = len(parents) < Nb * K
         if sentences_left:
-            sentences = [s for s in sentences if s >= 0]
+            # the ones that stay keep their places where they can (survivors_order); each brought its K beams
+            stayed = [b for b in range(Nb) if sentences[b] >= 0]
+            rank = {b: j for j, b in enumerate(stayed)}
+            order = [rank[b] for b in survivors_order([s >= 0 for s in sentences])]
+            parents, next_tokens, next_scores = ([x for j in order for x in column[j * K:(j + 1) * K]]
+                                                 for column in (parents, next_tokens, next_scores))
+            sentences = [sentences[stayed[j]] for j in order]
         if not sentences:
             break
         parent = torch.tensor(parents, device=device)

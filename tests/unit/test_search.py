@@ -3,6 +3,7 @@ import pytest
 import torch
 from conftest import random_model, random_sources
 
+from nmt_serve.inference.cache import KVCache
 from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import (
     DecoderState,
@@ -124,6 +125,35 @@ def test_finished_sentences_leave_the_batch(beam_size, monkeypatch, beam_cache_m
     expected = [(beam_size if step else 1) * int((max_lens > step).sum()) for step in range(int(max_lens.max()))]
     assert rows_per_step == expected
     assert rows_per_step[-1] < rows_per_step[0]
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_rows_that_stay_keep_their_places_when_sentences_leave(beam_size, monkeypatch, beam_cache_mode):
+    """When sentences finish, each of the others keeps its rows where they are unless they lie past the new
+    end (those fill the places that were left), so the cache moves few rows (search.survivors_order)."""
+    model = random_model(seed=14, final_logits_bias=True)
+    model.logits_bias[3] = -1e4  # eos only where it is forced: each sentence runs to its own max length
+    src = random_sources(7, 12, 64, seed=16)
+    leaving = []
+    original = KVCache.reorder
+
+    def spy(self, indices, *, cross=True):
+        if indices.numel() < self.batch_size:  # rows leave: the sentence (K rows) each new group comes from
+            leaving.append((indices.view(-1, beam_size)[:, 0] // beam_size).tolist())
+        return original(self, indices, cross=cross)
+
+    monkeypatch.setattr(KVCache, "reorder", spy)
+    free = generate(ModelRunner(model), src, SearchOptions(beam_size=beam_size, num_hypotheses=beam_size))
+    assert len(leaving) >= 3
+    for entries in leaving:
+        assert all(e == i or e >= len(entries) for i, e in enumerate(entries)), entries
+    assert any(e != i for entries in leaving for i, e in enumerate(entries))  # some did move
+    monkeypatch.undo()
+    opts = SearchOptions(beam_size=beam_size, num_hypotheses=beam_size)
+    alone = [generate(ModelRunner(model), src[i : i + 1], opts)[0] for i in range(src.size(0))]  # each its own answer
+    assert [[h.tokens for h in hyps] for hyps in free] == [[h.tokens for h in hyps] for hyps in alone]
+    reference = generate(ModelRunner(model), src, SearchOptions(beam_size=beam_size, num_hypotheses=beam_size, use_cache=False))
+    assert [[h.tokens for h in hyps] for hyps in free] == [[h.tokens for h in hyps] for hyps in reference]
 
 
 def test_options_are_validated():

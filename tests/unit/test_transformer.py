@@ -5,7 +5,8 @@ from conftest import random_model, random_sources
 
 import nmt_serve.inference.model_runner as engine_module
 from nmt_serve.inference.model_runner import ModelRunner
-from nmt_serve.inference.search import SearchOptions, generate
+from nmt_serve.inference.cache import KVCache
+from nmt_serve.inference.search import SearchOptions, generate, survivors_order
 from nmt_serve.network.transformer import causal_mask, padding_mask, sinusoidal_table
 
 SHAPES = [
@@ -262,6 +263,57 @@ def test_grouped_cache_follows_beam_ancestry_and_groups_that_leave():
             tokens = torch.randint(4, cfg.tgt_vocab_size, (parents.numel(), 1), generator=g)
             prefix, src = torch.cat([prefix[parents], tokens], dim=1), src[parents]
         assert grouped.batch_size == physical.batch_size == 2 * K
+
+
+def test_survivors_keep_their_places_and_the_last_fill_the_gaps():
+    assert survivors_order([True, False, True, True, False, True]) == [0, 5, 2, 3]
+    assert survivors_order([False, False, True, True]) == [2, 3]
+    assert survivors_order([True, True, False]) == [0, 1]
+    assert survivors_order([True, True]) == [0, 1]
+    assert survivors_order([False, False]) == []
+
+
+@pytest.mark.parametrize("group_size", [1, 3])
+@pytest.mark.parametrize("alive", [[True, False, True, True, False, True], [False, True, True, True, True, True],
+                                   [True, False, False, False, True, True]])  # the last: most move, one copy of all
+def test_rows_leaving_move_in_place_what_the_full_copy_would(group_size, alive, monkeypatch):
+    """Sentences leaving with the others in survivors_order: the cache moves only the rows that change
+    places, within its buffers, and ends as the copy of every row into the spare buffer ends."""
+    model = random_model(seed=21)
+    cfg = model.config
+    G, K = len(alive), group_size
+    src = random_sources(G, 7, cfg.src_vocab_size, seed=22)
+    g = torch.Generator().manual_seed(23)
+    order = torch.tensor(survivors_order(alive))
+    rows = (order[:, None] * K + torch.arange(K)).view(-1)
+    caches = []
+    with torch.inference_mode():
+        runner = ModelRunner(model)
+        for in_place in (True, False):
+            states, mask = runner.encode(src)
+            cache = runner.new_cache(states, mask, capacity=8, group_size=K)  # grouped: the source once per group
+            for t in range(3):
+                runner.step(torch.randint(4, cfg.tgt_vocab_size, (G * K,), generator=torch.Generator().manual_seed(t)), cache)
+            if K > 1:  # beams reordered within their groups first: the table of where each history lies is not the identity
+                parents = (torch.arange(G * K) // K) * K + torch.randint(0, K, (G * K,), generator=g)
+                cache.reorder(parents, cross=False)
+                g.manual_seed(23)
+            if not in_place:
+                monkeypatch.setattr(KVCache, "_move_in_place", lambda self, rows, entries: False)
+            buffer = cache._self_kv
+            cache.reorder(rows, cross=True)
+            monkeypatch.undo()
+            assert (cache._self_kv is buffer) == (in_place and 2 * int((order != torch.arange(order.numel())).sum()) <= order.numel())
+            tokens = torch.randint(4, cfg.tgt_vocab_size, (rows.numel(),), generator=torch.Generator().manual_seed(9))
+            caches.append((cache, runner.step(tokens, cache)))
+    (a, logits_a), (b, logits_b) = caches
+    assert a.batch_size == b.batch_size == rows.numel() and a.length == b.length == 4
+    assert torch.equal(a.self_kv[..., : a.length, :], b.self_kv[..., : b.length, :])
+    assert torch.equal(a.cross_kv, b.cross_kv)
+    assert (a.src_mask is None) == (b.src_mask is None) and (a.src_mask is None or torch.equal(a.src_mask, b.src_mask))
+    if K > 1:
+        assert torch.equal(a.ancestors[: a.batch_size, : a.length], b.ancestors[: b.batch_size, : b.length])
+    assert torch.equal(logits_a, logits_b)
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the lone row's layouts sit beside oneDNN's packed weights")
