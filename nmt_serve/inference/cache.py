@@ -6,8 +6,10 @@ keys/values of the source are computed once, as one (n_layers, 2, B, H, S, D) te
 layer's keys the batch and head dims are adjacent, so attention can treat them as one batch dim.
 
 `reorder(indices)` makes row i the old row indices[i]: beam search's choice of parents, or the rows
-still running when finished ones leave. Dropping rows only narrows views of the buffers. A reorder
-is carried out in one of two ways:
+still running when finished ones leave. Dropping rows only narrows views of the buffers; rows leaving
+where most of the others keep their places (the searches fill the places left with the last rows) move
+only the rows that change places, within the buffers. Otherwise a reorder is carried out in one of two
+ways:
 - physically (the default): one index_select for all layers into a spare buffer of the same size,
   kept for the purpose; the two buffers then swap roles. Its cost grows with rows x positions.
 - by ancestry, in a cache made with `group_size=K` (beam search, K beams per sentence, rows of one
@@ -16,8 +18,8 @@ is carried out in one of two ways:
   writes position t into its own row, and `ancestors[r, t]` records which row of its group (0..K-1)
   holds position t of r's history. A beam reorder then re-indexes that small (B, capacity) table
   instead of copying the keys/values, and attention reads each row's history through it (see
-  ModelRunner._grouped_attention). When sentences leave, their groups leave whole (a physical copy of
-  the groups that stay), and since the table holds positions within the group, it stays valid.
+  ModelRunner._grouped_attention). When sentences leave, their groups leave whole (the groups that
+  move are copied), and since the table holds positions within the group, it stays valid.
 
 Continuous batching adds rows to a running cache at a step boundary (`join`), appended or in the
 rows of sentences that left (reusing rows saves copying the whole cache each time one leaves):
