@@ -173,8 +173,8 @@ class DecoderState:
 def survivors_order(alive: list[bool]) -> list[int]:
     """The old places of what stays, in its new order, when some of a batch leave: each keeps its place where
     that is below the new count, and those past it take the places of the ones that left, in order. The cache
-    then copies only those (KVCache's reorder), where keeping the old order shifted every row after the first
-    to leave. A row's results do not depend on its place in the batch."""
+    then copies only those (KVCache's reorder; the old order would shift every row after the first to leave).
+    A row's results do not depend on its place in the batch."""
     n = sum(alive)
     order = list(range(n))
     holes = (i for i in range(n) if not alive[i])
