@@ -28,7 +28,8 @@ begin; the positions before it are masked out of its self-attention (`self_mask(
 position embedding counts from its own start (`positions()`). A cache whose rows all began together
 has `start = None` and pays for none of it. Positions that no running row reads any more (before the
 earliest start) are dropped by `drop_positions`, or by a reorder that copies the rows anyway, so the
-length stays bounded under a steady stream of joins.
+length stays bounded under a steady stream of joins. Likewise the source side is as wide as the longest
+source that joined, until the caller narrows it to the longest of the rows still running (`narrow_source`).
 """
 from __future__ import annotations
 
@@ -171,7 +172,7 @@ class KVCache:
         n = cross_kv.size(BATCH)
         E, B, S = self.cross_kv.size(BATCH), self.batch_size, max(self.cross_kv.size(4), cross_kv.size(4))
         device = cross_kv.device
-        if self.cross_kv.size(4) < S:  # a longer source than any so far: widen the source side
+        if self.cross_kv.size(4) < S:  # a longer source than the source side holds: widen it
             pad = S - self.cross_kv.size(4)  # zeros (finite) under a false mask
             self.cross_kv = torch.nn.functional.pad(self.cross_kv, (0, 0, 0, pad))
             mask = self.src_mask if self.src_mask is not None else torch.ones(E, 1, 1, S - pad, dtype=torch.bool, device=device)
@@ -255,6 +256,25 @@ class KVCache:
         self.batch_size = n
         self._make_views()
         return True
+
+    @property
+    def source_width(self) -> int:
+        """The source positions every step's cross-attention reads (the longest source of the rows, or longer)."""
+        return self.cross_kv.size(4)
+
+    def narrow_source(self, width: int) -> None:
+        """Read only the first `width` source positions from here on: the caller checked that no running
+        row's source is longer (the rows with the longest left). Without this the source side keeps the width
+        of the longest source that ever joined while anything ran, and every later step's cross-attention
+        reads its padding. A view, no copy; a longer source joining later widens it again (join)."""
+        if width >= self.source_width:
+            return
+        self.cross_kv = self.cross_kv.narrow(4, 0, width)
+        if self._cross_base is not None:  # so that the spare entries stay usable for appended joins
+            self._cross_base = self._cross_base.narrow(4, 0, width)
+        if self.src_mask is not None:
+            self.src_mask = self.src_mask[..., :width]
+        self._make_views()
 
     def truncate(self, rows: int) -> None:
         """Keep the first `rows` rows (the ones after them left; whole groups in grouped mode): views, no copy."""

@@ -91,6 +91,9 @@ class _Running:
 # Positions before every running row's start are dropped once this many have piled up (a copy of the
 # cache, so not every step).
 DROP_POSITIONS_AT = 16
+# The source side narrows to the longest running source once that is at most this share of its width: a
+# smaller cut saves little and is soon undone by a join of a longer source (a copy of the source side).
+NARROW_SOURCE_AT = 0.75
 # up to this many cross-attention weights a step (rows x source positions), the kept entropies are reckoned
 # in Python from one read of them: a dozen tensor ops on a few rows cost ~100 us, the arithmetic a few
 ATTENTION_ROWS_ON_HOST = 512
@@ -119,6 +122,7 @@ class ContinuousSearch:
         # the rows' own source pieces: per row (first, last) and as an (N, S) mask (made when first used), with
         # the slots (held, so that their ids stay theirs) and the source width they are for
         self._own: tuple[tuple, tuple, list[tuple[int, int]], torch.Tensor | None] | None = None
+        self._left = False  # sentences left since the source side's width was last checked
 
     def __len__(self) -> int:
         return sum(r is not None for r in self.slots)
@@ -202,9 +206,15 @@ class ContinuousSearch:
 
     # ------------------------------------------------------------------ housekeeping between steps
     def _tidy(self) -> None:
-        """Trim empty groups off the end, compact when most groups are empty, and drop positions that
-        no running row reads any more."""
+        """Narrow the source side to the longest running source once the longest left, trim empty groups
+        off the end, compact when most groups are empty, and drop positions that no running row reads any
+        more."""
         K, cache = self.K, self.cache
+        if self._left:
+            self._left = False
+            widest = max(len(r.sentence.src) for r in self.slots if r is not None)
+            if widest <= NARROW_SOURCE_AT * cache.source_width:
+                cache.narrow_source(widest)
         while self.slots and self.slots[-1] is None:
             self.slots.pop()
         if len(self.slots) * K < cache.batch_size:
@@ -233,6 +243,7 @@ class ContinuousSearch:
         for g, r in enumerate(self.slots):  # cancelled sentences leave before the step
             if r is not None and r.cancelled:
                 self.slots[g] = None
+                self._left = True
         if not len(self):
             self._reset()
             return []
@@ -323,6 +334,7 @@ class ContinuousSearch:
                 hyps = sorted(running.finished, key=ranking, reverse=True)
                 done.append((s.key, hyps[: s.num_hypotheses]))
                 self.slots[g] = None
+                self._left = True
             rows = range(g * K, g * K + K)
             parents += rows
             next_tokens += [last[r] for r in rows]
@@ -378,5 +390,6 @@ class ContinuousSearch:
         self.slots = []
         self._forcing = False
         self._own = None
+        self._left = False
         self.beam_scores = torch.zeros(0, self.K, device=self.runner.device)
         self.last_tokens = torch.zeros(0, dtype=torch.long, device=self.runner.device)

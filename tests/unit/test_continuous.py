@@ -190,6 +190,64 @@ def test_a_steady_stream_of_joins_keeps_the_cache_short():
     assert longest <= 11 + 2 * continuous.DROP_POSITIONS_AT
 
 
+@pytest.mark.parametrize("beam,grouped", [(1, False), (2, False), (4, True)])
+def test_the_source_side_narrows_to_the_longest_running_source_once_the_longest_left(beam, grouped, monkeypatch):
+    """A long source widens the source side for every row; once it left, the steps read only as far as the
+    longest source still running (not the padding of one that ran before), a longer one joining widens it
+    again, and every result is still each sentence's alone."""
+    monkeypatch.setattr(continuous, "GROUPED_BEAM_MIN_ROWS", 4 if grouped else 1000)
+    runner = ModelRunner(random_model(seed=17))
+    search = ContinuousSearch(runner, beam_size=beam)
+    prefix = tuple(range(4, 16))  # keeps the short ones running for 12 tokens
+    long = Sentence("long", sources(1, seed=40, vocab=64)[0] * 4, 2)  # 48 source tokens, 2 target tokens
+    short = [Sentence(("short", i), src, 14, prefix=prefix) for i, src in enumerate(sources(3, seed=41))]
+    widest = max(len(s.src) for s in short)  # 12
+    assert len(long.src) == 48 and widest == 12
+    want = {long.key: alone(runner, long.src, SearchOptions(beam_size=beam, max_length=2))}
+    for s in short:
+        want[s.key] = alone(runner, s.src, SearchOptions(beam_size=beam, max_length=14, target_prefix=prefix))
+    search.add([long] + short)
+    assert search.cache.grouped == grouped and search.cache.source_width == 48
+    results = {}
+    while "long" not in results:
+        results.update(dict(search.step()))
+    results.update(dict(search.step()))  # a step begins by tidying up after the ones that left
+    assert search.cache.source_width == widest
+    # a longer source joins: the source side widens for it
+    middle = Sentence("middle", sources(1, seed=42)[0] * 2, 3)  # 24 tokens
+    want[middle.key] = alone(runner, middle.src, SearchOptions(beam_size=beam, max_length=3))
+    search.add([middle])
+    assert search.cache.source_width == 24
+    while "middle" not in results:
+        results.update(dict(search.step()))
+    results.update(dict(search.step()))
+    assert search.cache.source_width == widest
+    while len(search):
+        results.update(dict(search.step()))
+    assert sorted(results, key=str) == sorted(want, key=str)
+    for key, hyps in want.items():
+        assert_same(results[key], hyps)
+
+
+def test_the_source_side_keeps_its_width_when_the_longest_running_is_nearly_as_long(monkeypatch):
+    """Narrowing by a little would soon be undone by a longer join (a copy of the source side): below
+    NARROW_SOURCE_AT of the width the source side stays as it is."""
+    runner = ModelRunner(random_model(seed=17))
+    search = ContinuousSearch(runner, beam_size=1)
+    prefix = tuple(range(4, 10))
+    src = sources(1, seed=40)[0]  # 12 tokens
+    search.add([Sentence("long", src + src[:2], 1), Sentence("short", src, 8, prefix=prefix)])
+    assert search.cache.source_width == 14
+    for _ in range(3):
+        search.step()
+    assert search.keys() == ["short"] and search.cache.source_width == 14  # 12 > 0.75 x 14
+    monkeypatch.setattr(continuous, "NARROW_SOURCE_AT", 0.9)
+    search.add([Sentence("longer", src + src[:4], 1)])
+    for _ in range(3):
+        search.step()
+    assert search.keys() == ["short"] and search.cache.source_width == 12
+
+
 @pytest.mark.parametrize("beam", [1, 2])
 def test_appended_sentences_take_spare_source_entries_and_match_each_alone(beam):
     """A join that appends rows writes the new sources into spare entries of the source side's buffer:
