@@ -5,7 +5,9 @@
 The load comes from bench/loadgen.py: client processes with aiohttp, one sentence per request, so
 the server is measured and not the client (its CPU time is reported). Sections:
 - engine: the continuous-batching search alone (no HTTP), fed as the server feeds it, against the
-  offline engine on the same 256 sentences.
+  offline engine on the same 256 sentences. `--long-first N`: the first sentence is N test sentences
+  joined into one long one, and the eager search also runs with its source side never narrowed after
+  that sentence left (`continuous.NARROW_SOURCE_AT` 0), as it was before it narrowed.
 - throughput: 256 test sentences at concurrency 64, greedy and beam 4: the server's requests/s
   against the offline engine (Translator.translate, batches of 64) on the same sentences;
   with each API worker count asked for. `--replicas N`: N servers side by side on the device, the load
@@ -362,6 +364,7 @@ def engine(args, offline: Offline) -> str:
     ContinuousSearch, and on CUDA also ContinuousDeviceSearch (the one the engine runs there)."""
     import torch
 
+    from nmt_serve.inference import continuous as continuous_search
     from nmt_serve.inference.continuous import ContinuousSearch, Sentence
     from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
     from nmt_serve.inference.device_search import JOIN_TOKENS, DeviceSearch
@@ -370,6 +373,9 @@ def engine(args, offline: Offline) -> str:
 
     t = offline.translator
     texts = (test_sources("de") * (1 + args.requests // 1000))[:args.requests]
+    if args.long_first:
+        texts = [" ".join(test_sources("de")[900:900 + args.long_first])] + texts[1:]
+    shipped_narrowing = continuous_search.NARROW_SOURCE_AT
     rows = []
     for beam in (1, 4):
         rate = offline.rate(texts, beam)
@@ -378,12 +384,15 @@ def engine(args, offline: Offline) -> str:
         caps = [int(max_lengths_for(torch.tensor([s]), t.config.pad_id, SearchOptions(beam_size=beam), t.config.max_positions - 1)[0])
                 for s in srcs]
         searches = {"eager": lambda: ContinuousSearch(t.runner, beam_size=beam)}
+        if args.long_first:
+            searches["eager, never narrowed"] = searches["eager"]
         if t.uses_static_decoder:
             group = 1 if args.ungrouped else beam  # the engine's: a sentence's beams share its source's keys and values
             device_search = DeviceSearch(StaticDecoder(t.runner, max_rows=args.concurrency * beam, max_length=t.static_length, group=group))
             device_search.warmup(beam_sizes=(beam,), join_tokens=JOIN_TOKENS)  # as the engine warms up
             searches["device"] = lambda: ContinuousDeviceSearch(device_search, beam_size=beam)
         for kind, make in searches.items():
+            continuous_search.NARROW_SOURCE_AT = 0 if kind == "eager, never narrowed" else shipped_narrowing
             for attempt in range(2):  # the first run warms up (allocator, kernels), the second counts
                 search = make()
                 started, joined, done = time.perf_counter(), 0, {}
@@ -398,8 +407,10 @@ def engine(args, offline: Offline) -> str:
             rows.append(["greedy" if beam == 1 else f"beam {beam}", kind, f"{rate:.1f}", f"{continuous:.1f}",
                          f"{continuous / rate:.2f}", f"{same}/{len(srcs)}"])
             print(f"  engine: {rows[-1]}", file=sys.stderr)
+    continuous_search.NARROW_SOURCE_AT = shipped_narrowing
+    first = f", the first sentence {args.long_first} test sentences in one" if args.long_first else ""
     return (f"### The engine alone: continuous batching ({args.concurrency} in flight) vs offline batches of {args.batch}, "
-            f"no HTTP ({device_line(args)})\n\n"
+            f"no HTTP ({device_line(args)}{first})\n\n"
             + table(["search", "continuous search", "offline sent/s", "continuous sent/s", "continuous / offline",
                      "same translations as offline"], rows) + "\n")
 
@@ -461,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
                         "serve more than one (on a GPU, one engine's host work leaves the device idle)")
     parser.add_argument("--engines", type=int, default=1, help="the server's engine processes (--engines): the engine shares "
                         "are then summed over them (each its own loop), the step time is per engine")
+    parser.add_argument("--long-first", type=int, default=0, metavar="N",
+                        help="engine section: the first sentence is N test sentences joined into one (see above)")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--flood", type=int, default=400)
     parser.add_argument("--flood-beam", type=int, default=5)
