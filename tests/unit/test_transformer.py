@@ -180,6 +180,42 @@ def test_encoder_and_cross_keys_of_a_padded_batch_are_each_sentences_alone():
         assert (runner.source_kv(states)[:, :, :, :, :1] - kv[:, :, :, :, :1]).abs().max().item() <= 1e-5
 
 
+@pytest.mark.parametrize("rows,grouped", [(1, False), (3, False), (20, False), (8, True)])
+def test_a_step_keeping_its_cross_attention_decodes_what_it_decodes_without(rows, grouped, monkeypatch):
+    """The averaged cross-attention weights a step hands back (`cross`) change nothing in its logits, bit for bit:
+    few rows keep the fused kernel and score the weights after the step, many rows and groups take them from the
+    matmuls they attend through anyway. The weights are those the matmuls give, padding included."""
+    import nmt_serve.inference.model_runner as model_runner
+
+    model = random_model(seed=8)
+    runner = ModelRunner(model)
+    K = 4 if grouped else 1
+    src = random_sources(rows // K, 7, model.config.src_vocab_size, seed=9)  # padded: a source mask
+    with torch.inference_mode():
+        states, mask = runner.encode(src)
+
+        def step(cross, **patch):
+            for name, value in patch.items():
+                monkeypatch.setattr(model_runner, name, value)
+            cache = runner.new_cache(states, mask)
+            if grouped:
+                cache.expand(torch.arange(rows // K).repeat_interleave(K), K)
+            tokens = torch.arange(4, 4 + rows) % model.config.tgt_vocab_size
+            for _ in range(3):
+                logits = runner.step(tokens, cache, cross)
+                tokens = logits.argmax(-1)
+            monkeypatch.undo()
+            return logits
+
+        kept = []
+        assert torch.equal(step(kept), step(None))
+        assert kept[0].shape == (rows, src.size(1))
+        by_matmuls = []
+        step(by_matmuls, MATMUL_ATTENTION_MIN_ROWS=1)
+        assert (kept[-1] - by_matmuls[-1]).abs().max().item() <= 1e-6
+        assert torch.allclose(kept[-1].sum(-1), torch.ones(rows))
+
+
 def test_engine_knows_when_the_weights_changed_in_place():
     model = random_model(seed=11)
     src = random_sources(3, 7, model.config.src_vocab_size, seed=12)
