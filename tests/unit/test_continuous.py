@@ -200,7 +200,9 @@ def test_the_source_side_narrows_to_the_longest_running_source_once_the_longest_
     search = ContinuousSearch(runner, beam_size=beam)
     prefix = tuple(range(4, 16))  # keeps the short ones running for 12 tokens
     long = Sentence("long", sources(1, seed=40, vocab=64)[0] * 4, 2)  # 48 source tokens, 2 target tokens
-    short = [Sentence(("short", i), src, 14, prefix=prefix) for i, src in enumerate(sources(3, seed=41))]
+    # the short ones keep their cross-attention (the service's quality check), read over the narrowed source
+    short = [Sentence(("short", i), src, 14, prefix=prefix, attention_span=(0, len(src) - 1))
+             for i, src in enumerate(sources(3, seed=41))]
     widest = max(len(s.src) for s in short)  # 12
     assert len(long.src) == 48 and widest == 12
     want = {long.key: alone(runner, long.src, SearchOptions(beam_size=beam, max_length=2))}
@@ -227,6 +229,14 @@ def test_the_source_side_narrows_to_the_longest_running_source_once_the_longest_
     assert sorted(results, key=str) == sorted(want, key=str)
     for key, hyps in want.items():
         assert_same(results[key], hyps)
+    for s in short:  # what each read from the source, as when it runs alone
+        search = ContinuousSearch(runner, beam_size=beam)
+        search.add([s])
+        while len(search):
+            for key, hyps in search.step():
+                for got, by_itself in zip(results[key], hyps):
+                    assert got.entropies and got.looks == by_itself.looks
+                    assert got.entropies == pytest.approx(by_itself.entropies, abs=1e-5)
 
 
 def test_the_source_side_keeps_its_width_when_the_longest_running_is_nearly_as_long(monkeypatch):
