@@ -22,6 +22,7 @@ from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.continuous import Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
 from nmt_serve.inference.device_search import DeviceSearch
+from nmt_serve.inference.host_allocator import keep_freed_memory
 from nmt_serve.inference.input_processor import InputProcessor
 from nmt_serve.inference.lexical_constraints import LexicalConstraints
 from nmt_serve.inference.model_runner import QUANTIZATIONS, ModelRunner
@@ -126,6 +127,8 @@ class Translator:
         False holds every weight once."""
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
+        if self.device.type == "cpu":  # a step's temporaries reuse the last step's memory (host_allocator.py)
+            keep_freed_memory()
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
         if quantization == "int8" and (self.device.type != "cpu" or self.dtype != torch.float32):
