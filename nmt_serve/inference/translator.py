@@ -124,7 +124,8 @@ class Translator:
         warmup: run (capture) the static decoder's greedy and beam-4 steps of every bucket at load, so
         that the first request is as fast as the next ones. packed_weights: on the CPU, the search's Linear
         weights are also held prepacked for oneDNN (faster, a second copy: model_runner.FloatLinear);
-        False holds every weight once."""
+        False holds every weight once. On the CPU it also sets the process's malloc (glibc) to keep the memory a
+        step frees for the next step (host_allocator.keep_freed_memory)."""
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         if self.device.type == "cpu":  # a step's temporaries reuse the last step's memory (host_allocator.py)
