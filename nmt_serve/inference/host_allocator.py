@@ -35,7 +35,7 @@ def keep_freed_memory() -> bool:
         libc = ctypes.CDLL(None)  # the symbols the process already has: its C library's
         libc.gnu_get_libc_version  # glibc's own: mallopt's options mean these things there
         mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no C library to ask (Windows), or not glibc
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
