@@ -9,12 +9,12 @@ their pages in again, each zeroed by the kernel: on the shipped model's beam 4 a
 step and 2% of the run's CPU time in the kernel, and more in the caches those pages flush.
 
 `keep_freed_memory()` fixes both thresholds (`mallopt`): blocks up to 32 MiB (the most glibc would raise its
-threshold to) come from the heap, and up to 64 MiB of free memory stays at the top of each heap. There the
-faults fell to 3 a step, float32 searches at batch 32 ran 1.02-1.06x as fast and int8 ones within this VM's noise
-(BENCHMARKS.md), for 26 MiB more held at the peak. The engine's continuous search faults about as often either way (its rows and positions change from step
-to step, and Python's own arenas come and go). PyTorch's CPU tuning guides reach for the same by preloading
-jemalloc or tcmalloc (jemalloc as Debian ships it faulted 8x as often here); this needs no other library.
-Elsewhere than glibc (musl, macOS) it does nothing.
+threshold to) come from the heap, and up to 64 MiB of free memory stays at the top of the heap. There the faults
+fell to 3 a step, float32 searches at batch 32 ran 1.02-1.06x as fast and int8 ones within this VM's noise
+(BENCHMARKS.md), for 26 MiB more held at the peak. The engine's continuous search faults about as often either
+way: its rows and positions change from step to step, and Python's own arenas come and go. PyTorch's CPU tuning
+guides reach for the same by preloading jemalloc or tcmalloc (jemalloc as Debian ships it faulted 8x as often
+there); this needs no other library. Elsewhere than glibc (musl, macOS) it does nothing.
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ TRIM_THRESHOLD = 64 * 2**20
 
 @functools.cache
 def keep_freed_memory() -> bool:
-    """Set the thresholds once per process; True where glibc took them. The settings are the process's (every
-    thread's heap), as the environment's MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ would set them."""
+    """Set the thresholds once per process; True where glibc took them. The settings are the whole process's,
+    as the environment's MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ would set them at its start."""
     try:
         libc = ctypes.CDLL(None)  # the symbols the process already has: its C library's
         libc.gnu_get_libc_version  # glibc's own: mallopt's options mean these things there
