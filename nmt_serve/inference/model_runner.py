@@ -628,15 +628,22 @@ class ModelRunner:
         (E, H, Q, S)."""
         E, H, S, D = k.shape
         Q = q.size(2)
+        probs = ModelRunner._attention_probs(q, k, bias)
+        if weights is not None:
+            weights.append(probs.view(E, H, Q, S))
+        return torch.bmm(probs, v.reshape(E * H, S, D)).view(E, H, Q, D)
+
+    @staticmethod
+    def _attention_probs(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """q (E, H, Q, D), k (E, H, S, D), bias (E, 1, 1, S) or None -> softmax(q k^T / sqrt(D) + bias), (E * H, Q, S)."""
+        E, H, S, D = k.shape
+        Q = q.size(2)
         queries, keys = q.reshape(E * H, Q, D), k.reshape(E * H, S, D).transpose(1, 2)
         if bias is None:
             scores = torch.bmm(queries, keys).mul_(D ** -0.5)
         else:
             scores = torch.baddbmm(bias.expand(E, H, Q, S).reshape(E * H, Q, S), queries, keys, alpha=D ** -0.5)
-        probs = torch.softmax(scores, dim=-1)
-        if weights is not None:
-            weights.append(probs.view(E, H, Q, S))
-        return torch.bmm(probs, v.reshape(E * H, S, D)).view(E, H, Q, D)
+        return torch.softmax(scores, dim=-1)
 
     def _cross_weights(self, queries: list[torch.Tensor], cache: KVCache) -> torch.Tensor:
         """Every layer's cross-attention weights of a step of few rows, averaged over layers and heads: queries,
@@ -648,14 +655,11 @@ class ModelRunner:
         L, N, H, D = len(queries), queries[0].size(0), self.n_heads, self.head_dim
         keys = cache.cross_kv.select(1, 0)  # (L, N, H, S, D): one entry per row (the few-rows step is never grouped)
         S = keys.size(-2)
-        q = torch.stack(queries).view(L * N * H, 1, D)
-        k = keys.reshape(L * N * H, S, D).transpose(1, 2)
-        bias = cache.src_bias()  # (N, 1, 1, S) or None
-        if bias is None:
-            scores = torch.bmm(q, k).mul_(D ** -0.5)
-        else:
-            scores = torch.baddbmm(bias.view(1, N, 1, S).expand(L, N, H, S).reshape(L * N * H, 1, S), q, k, alpha=D ** -0.5)
-        return torch.softmax(scores, dim=-1).view(L, N, H, S).sum(dim=(0, 2)).mul_(1 / (L * H))
+        bias = cache.src_bias()  # (N, 1, 1, S) or None: the same for every layer
+        if bias is not None:
+            bias = bias.expand(L, N, 1, 1, S).reshape(L * N, 1, 1, S)
+        probs = self._attention_probs(torch.stack(queries).view(L * N, H, 1, D), keys.reshape(L * N, H, S, D), bias)
+        return probs.view(L, N, H, S).sum(dim=(0, 2)).mul_(1 / (L * H))
 
     def embed_target(self, tokens: torch.Tensor, positions: torch.Tensor | int) -> torch.Tensor:
         """Decoder input: tokens (N,) at their positions -> (N, C), scaled, positioned (and normalized)."""
