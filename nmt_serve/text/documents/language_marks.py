@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from lxml import etree
 
-from nmt_serve.text.language_codes import bcp47, iso_639_1
-
 EAST_ASIAN = frozenset({"zh", "ja", "ko"})
 RIGHT_TO_LEFT = frozenset({"ar", "he", "fa", "ur", "yi", "ps", "sd", "ug", "dv", "ckb"})
 XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
