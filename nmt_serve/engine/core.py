@@ -48,6 +48,7 @@ import torch
 
 from nmt_serve.engine.admission import Admission
 from nmt_serve.engine.attention_maps import attention_maps, forced_attention_maps, own_pieces, searched_entropy
+from nmt_serve.engine.cpu_room import CpuRoom
 from nmt_serve.engine.memory_plan import MemoryPlan
 from nmt_serve.engine.protocol import (
     EXPIRED,
@@ -216,9 +217,13 @@ class EngineCore:
         config = replace(config, lanes=1 if on_cuda else (config.lanes or max(1, usable_cores() // config.engines)))
         self.config = config
         self._pool = self._attention_pool = None
+        self._room: CpuRoom | None = None
         if config.lanes > 1 or (config.engines > 1 and not on_cuda):
             # this thread's joins too; and an engine beside others has its share of the cores, one per lane
             torch.set_num_threads(config.threads or 1)
+            if not config.threads and not on_cuda:
+                # a search stepped alone on this thread takes the cores the other processes leave idle (cpu_room.py)
+                self._room = CpuRoom(usable_cores())
         if config.lanes > 1:
             self._pool = ThreadPoolExecutor(config.lanes, thread_name_prefix="engine-lane",
                                             initializer=torch.set_num_threads, initargs=(config.threads or 1,))
@@ -253,7 +258,7 @@ class EngineCore:
             "busy_seconds", "steps", "step_seconds", "join_seconds", "rows_computed", "rows_live", "joins", "sentences_joined",
             "sentences_done", "admitted_units", "refused_units", "refused_calls", "expired_calls",
             "failed_calls", "calls", "call_seconds", "result_seconds", "io_seconds", "attention_calls", "attention_seconds",
-            "cache_hits", "shared_sentences",
+            "cache_hits", "shared_sentences", "wide_steps",
         ), 0.0)
 
     # ------------------------------------------------------------------ status
@@ -299,6 +304,8 @@ class EngineCore:
         stats = dict(self.stats, waiting_sentences=waiting, running_sentences=running, calls_in_flight=len(self.calls),
                      pending_units=self.admission.pending, rate_units_per_second=self.admission.rate,
                      uptime_seconds=time.monotonic() - self.started, **self._recent_stats())
+        if self._room is not None:
+            stats.update(lone_search_threads=float(self._room.free_cores()), other_processes_cores=self._room.others)
         if torch.cuda.is_available() and any(t.device.type == "cuda" for t in self.models.values()):
             stats["device_memory_bytes"] = float(torch.cuda.memory_allocated())
         return EngineStatus(self.incarnation, True, self.model_info(), None, stats, self.model_stats, unloaded=self.unloaded)
@@ -714,8 +721,11 @@ class EngineCore:
             if joining or len(group.search):
                 plans.append((key, group, joining))
         replies += self._attention_round()
+        wide = self._lone_threads(plans)
         started = time.perf_counter()
         outcomes, overlapped = self._in_lanes(lambda plan: self._advance(plan[1].search, plan[2]), plans)
+        if wide > 1:
+            self.stats["wide_steps"] += sum(o.stepped for o in outcomes)
         # engine time: the lanes overlapped, so each has its share of their wall time
         share = (max(o.ended for o in outcomes) - started) / len(plans) if overlapped else None
         for (key, group, joining), outcome in zip(plans, outcomes):
@@ -755,6 +765,20 @@ class EngineCore:
             else:
                 self._attending = (self._attention_pool.submit(self._attend, calls), calls)
         return replies
+
+    def _lone_threads(self, plans: list) -> int:
+        """The torch threads of this thread's steps this round, set: where the engine measures its room (CpuRoom),
+        a search stepped here (one alone, or each in turn without lanes) takes the cores the other processes
+        leave idle; the lanes' own threads keep one each."""
+        if self._room is None:
+            return torch.get_num_threads()
+        self._room.refresh()
+        if not plans or (self._pool is not None and len(plans) > 1):  # nothing steps here
+            return 1
+        threads = self._room.free_cores()
+        if threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
+        return threads
 
     def _in_lanes(self, fn, items: list) -> tuple[list, bool]:
         """fn over items, side by side on the lanes' threads where there are lanes and more than one

@@ -30,6 +30,20 @@ ROOT = Path(__file__).resolve().parents[2]
 RESTART_PAUSES_S = (0.0, 0.5, 1, 2, 5, 10)  # after the 1st, 2nd, ... death in a row
 STABLE_AFTER_S = 30.0  # an engine that ran this long resets the pause
 WATCH_INTERVAL_S = 0.5  # how often the heartbeat's age is checked
+# How long an OpenMP thread of the engine spins, waiting for more work, before it sleeps (GNU OpenMP's
+# GOMP_SPINCOUNT, whose default of 300,000 kept a core busy ~7.5 ms after each op of several threads on this
+# project's AMD EPYC): the engine's steps leave microseconds between their ops, but after a step that ran on
+# several threads (a lone search on cores the others left idle: cpu_room.py) the spinning took the core the
+# API process and the lanes wanted. 10,000 spins ~0.25 ms; a lone sentence's step was as fast (BENCHMARKS.md).
+# An operator's own setting is kept.
+OPENMP_SPINCOUNT = "10000"
+
+
+def engine_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The engine process's environment: this process's, with OPENMP_SPINCOUNT unless one is set."""
+    env = dict(os.environ if environ is None else environ)
+    env.setdefault("GOMP_SPINCOUNT", OPENMP_SPINCOUNT)
+    return env
 
 
 class EngineSupervisor:
@@ -62,6 +76,7 @@ class EngineSupervisor:
         heartbeat_file(self.socket_dir).unlink(missing_ok=True)  # the last engine's: this one has not served yet
         self.process = subprocess.Popen(
             [sys.executable, "-m", "nmt_serve.engine.process", "--config", json.dumps(self.config)], cwd=ROOT,
+            env=engine_environment(),
         )
         self._spawned_at = time.monotonic()
         log.info("engine process started (pid %d)", self.process.pid)

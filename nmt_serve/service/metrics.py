@@ -46,6 +46,8 @@ ENGINE_COUNTERS = {
                                             "translation_cache_entries)"),
     "shared_sentences": ("nmt_engine_shared_sentences", "sentences the engine answered with another call's translation of the "
                                                          "same, still being searched when they came (translation cache on)"),
+    "wide_steps": ("nmt_engine_wide_steps", "steps a search stepped alone ran with more than one torch thread, on cores the "
+                                            "other processes left idle (CPU, threads 0)"),
     "gc_seconds": ("nmt_engine_gc_seconds", "time the engine process spent in Python's cyclic garbage collector since it "
                                             "was ready (every thread waits meanwhile)"),
     "gc_full_collections": ("nmt_engine_gc_full_collections", "full collections of the engine process since it was ready"),
@@ -60,6 +62,10 @@ ENGINE_GAUGES = {
     "rows_per_step": ("nmt_engine_rows_per_step", "rows of running sentences per step, recent average (batch occupancy)"),
     "padding_share": ("nmt_engine_padding_share", "share of computed rows that were empty slots, recent average"),
     "step_ms": ("nmt_engine_step_milliseconds", "time of one decoder step, recent average"),
+    "lone_search_threads": ("nmt_engine_lone_search_threads", "torch threads a search stepped alone takes now: the usable "
+                                                              "cores less those other processes keep busy (CPU, threads 0)"),
+    "other_processes_cores": ("nmt_engine_other_processes_cores", "cores the other processes kept busy over the last half "
+                                                                  "second, of those the engine may run on (CPU, threads 0)"),
     "device_memory_bytes": ("nmt_device_memory_bytes", "GPU memory allocated by torch in the engine"),
     "uptime_seconds": ("nmt_engine_uptime_seconds", "seconds since this engine's models were loaded"),
     "startup_seconds": ("nmt_engine_startup_seconds", "seconds this engine took from its process's start to serving "

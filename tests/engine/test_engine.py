@@ -2,10 +2,12 @@
 behind the service (supervision: a killed engine gives 503 at once and comes back)."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -97,6 +99,53 @@ def test_lanes_step_side_by_side_and_give_what_one_loop_gives(translator):
     assert {k[3] for k in two.groups} == {0, 1} and {k[3] for k in one.groups} == {0}
     assert two.config.lanes == 2 and two.stats["sentences_done"] == one.stats["sentences_done"] == len(GERMAN) + 4
     assert two.stats["busy_seconds"] > 0
+
+
+class Room:
+    """A CpuRoom that says what it is told."""
+
+    def __init__(self, free: int):
+        self.free, self.others = free, 0.0
+
+    def refresh(self) -> None:
+        pass
+
+    def free_cores(self) -> int:
+        return self.free
+
+
+def test_a_search_stepped_alone_takes_the_cores_others_leave_and_lanes_side_by_side_one_each(translator, monkeypatch):
+    """Two lanes, threads 0: a round in which one search steps runs it on the engine's thread with the threads the
+    room leaves (3 here); a round in which both lanes step runs each on its lane's thread with one; a busy room (1)
+    leaves the lone search one too. Every call gets what one lane gives it."""
+    threads = torch.get_num_threads()
+    lanes, lone = core_of(translator, lanes=2), core_of(translator)
+    assert lanes._room is not None and lone._room is None  # one loop with torch's threads has nothing to widen
+    assert core_of(translator, lanes=2, threads=1)._room is None  # nor does an operator's thread count
+    lanes._room = Room(3)
+    seen = []  # (the stepping thread is the engine's, its torch threads)
+    step = ContinuousSearch.step
+
+    def watched(search):
+        seen.append((threading.current_thread() is threading.main_thread(), torch.get_num_threads()))
+        return step(search)
+
+    monkeypatch.setattr(ContinuousSearch, "step", watched)
+    try:
+        alone = run(lanes, call(1, GERMAN[:1]))
+        assert seen and set(seen) == {(True, 3)} and lanes.stats["wide_steps"] == len(seen)
+        seen.clear()
+        both = run(lanes, call(2, GERMAN[1:5]))  # two sentences a lane; a lane that finishes first leaves the other alone
+        assert (False, 1) in seen and set(seen) <= {(False, 1), (True, 3)}
+        lanes._room = Room(1)
+        seen.clear()
+        busy = run(lanes, call(3, GERMAN[:1]))
+        assert set(seen) == {(True, 1)}
+        assert texts_of(alone[1]) == texts_of(busy[3])
+        one = run(lone, call(1, GERMAN[:1]), call(2, GERMAN[1:5]))
+        assert texts_of(one[1]) == texts_of(alone[1]) and texts_of(one[2]) == texts_of(both[2])
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("lanes", [1, 2])
@@ -469,6 +518,25 @@ def test_an_engine_whose_api_process_was_killed_exits(models_dir):
             assert time.time() < deadline, "the orphaned engine is still running"
             time.sleep(0.1)
         assert not Path(socket_dir).exists()
+
+
+def test_the_engine_process_spins_its_openmp_threads_briefly_unless_told_otherwise(monkeypatch):
+    """The engine starts with GNU OpenMP's spin count lowered (supervisor.OPENMP_SPINCOUNT), or the operator's."""
+    from nmt_serve.engine import supervisor
+
+    started = []
+    monkeypatch.setattr(supervisor.subprocess, "Popen", lambda *args, **kwargs: started.append(kwargs) or argparse.Namespace(pid=1))
+    monkeypatch.setattr(supervisor.log, "info", lambda *args: None)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    engine = supervisor.EngineSupervisor(dict(models_dir="models", device="cpu"))
+    try:
+        engine._spawn()
+        monkeypatch.setenv("GOMP_SPINCOUNT", "300000")
+        engine._spawn()
+    finally:
+        shutil.rmtree(engine.socket_dir, ignore_errors=True)
+    assert [kwargs["env"]["GOMP_SPINCOUNT"] for kwargs in started] == [supervisor.OPENMP_SPINCOUNT, "300000"]
+    assert started[0]["env"]["PATH"] == os.environ["PATH"]  # the rest of the environment as it is
 
 
 def test_an_engine_whose_supervisor_died_while_it_loaded_exits(models_dir, tmp_path):
