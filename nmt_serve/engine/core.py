@@ -28,7 +28,10 @@ The process around it (process.py) moves messages; the tests drive it directly.
   default): independent single-threaded decode loops, as CTranslate2's inter_threads, rather than one
   loop whose OpenMP threads wait on each other at every op. Measured on 2 cores (BENCHMARKS.md): 1.4x
   (beam 4) to 1.7x (greedy) the sentences/s of one loop with 2 threads on a quiet machine, and no
-  collapse when another process takes a core. A sentence joins the lane with the least work.
+  collapse when another process takes a core. A sentence joins the lane with the least work. A round in
+  which one search steps (one request at a time, the last sentences of a batch) runs it on the engine's
+  own thread with as many torch threads as the usable cores other processes left idle (cpu_room.py;
+  `threads` 0): nothing else steps then.
 """
 from __future__ import annotations
 
@@ -105,7 +108,7 @@ class EngineConfig:
     max_batch_sentences: int = 0  # sentences running at once per (model, beam size); 0: AUTO_BATCH_SENTENCES
     lanes: int = 1  # searches per (model, beam size) whose steps run side by side (CPU); 0: usable_cores() / engines
     engines: int = 1  # engine processes of the server, this one among them: each takes its share of the cores
-    threads: int = 0  # torch threads of each lane (0: one where there are several lanes, else torch's default)
+    threads: int = 0  # torch threads of each lane (0: one where there are several lanes or engines, a lone search the idle cores: CpuRoom; else torch's default)
     max_batch_tokens: int = 4096  # source tokens encoded per step (the cost of joining)
     max_queue_sentences: int = 2048  # sentences of the calls in the engine (waiting, running or done in an unfinished call) at most
     batching: bool = True  # false: a batch runs one call at a time (for comparison)

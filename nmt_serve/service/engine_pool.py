@@ -36,8 +36,9 @@ STALL_CHECK_S = 0.25  # how often the engines' silence is looked at for calls to
 AFFINITY_SLACK = 256.0
 # statistics of one engine's recent work, averaged over the engines rather than added up
 AVERAGED = frozenset({"busy_share", "rows_per_step", "padding_share", "step_ms"})
-LEAST = frozenset({"uptime_seconds"})  # since the youngest engine's start
-MOST = frozenset({"startup_seconds"})  # the slowest engine's
+# since the youngest engine's start; the cores the others left the engine that sees the fewest of them busy
+LEAST = frozenset({"uptime_seconds", "other_processes_cores"})
+MOST = frozenset({"startup_seconds", "lone_search_threads"})  # the slowest engine's; the most threads a lone search takes
 
 
 def merged_stats(stats: Iterable[dict[str, float]]) -> dict[str, float]:
@@ -74,7 +75,6 @@ class EnginePool:
         self.connections = connections
         self.stall_s = stall_s
         self._watch: asyncio.Task | None = None
-        self._turn = 0  # where the search for the least busy engine starts: ties go round
         self._models: dict[int, tuple[str, frozenset[str]]] = {}  # per engine: (incarnation, the models it serves)
 
     def __len__(self) -> int:
@@ -207,12 +207,11 @@ class EnginePool:
             if not self.connections[0].ready:
                 raise EngineUnavailable("the engine is not ready")
             return self.connections[0]
-        start, self._turn = self._turn, (self._turn + 1) % n
         now = time.monotonic()
         best, best_fresh, home, home_rank = None, False, None, None
-        for i in range(n):
-            index = (start + i) % n
-            c = self.connections[index]
+        # ties go to the first engine: one request at a time then runs on one engine, whose search stepping alone takes
+        # the cores the others leave idle (engine/cpu_room.py); taken in turn, every engine saw the others use them
+        for index, c in enumerate(self.connections):
             if not c.ready or c is avoid or (model_id is not None and not self.serves(index, model_id)):
                 continue
             fresh = now - c.last_status_at < STALE_S

@@ -33,8 +33,9 @@ class Settings(BaseSettings):
     step_mode: str = Field("auto", pattern="^(auto|eager|static)$",
                            description="auto: the static decoder (CUDA graphs, search on the device) on CUDA, the eager search on CPU; "
                                        "eager: always the eager search")
-    threads: int = Field(0, ge=0, description="torch CPU threads of each engine lane (0: 1 where there are several lanes, "
-                                              "else torch's default)")
+    threads: int = Field(0, ge=0, description="torch CPU threads of each engine lane (0: 1 where there are several lanes or "
+                                              "engines, and a search that steps alone takes the usable cores other "
+                                              "processes leave idle; else torch's default)")
     lanes: int = Field(0, ge=0, description="CPU: decode loops per model and beam size whose steps run side by side, each "
                                             "with `threads` torch threads (0: the usable cores, from the CPU affinity and "
                                             "the cgroup's CPU quota); on CUDA always 1")

@@ -43,6 +43,13 @@ class FakeConnection:
         self.movable.append(movable)
         if self.loses:
             raise EngineUnavailable(f"engine {self.name} exited")
+        self.work_in_flight += work  # from the call on, as EngineConnection counts it
+        try:
+            return await self.answer(message)
+        finally:
+            self.work_in_flight -= work
+
+    async def answer(self, message) -> Reply:
         await asyncio.sleep(0)
         return Reply(message, value=[[(self.name, source)] for source in message.sources])
 
@@ -52,10 +59,12 @@ def test_a_call_goes_to_the_ready_engine_with_the_least_work():
     pool = EnginePool([busy, starting, idle])
     assert [pool.pick().name for _ in range(4)] == ["idle"] * 4
     assert pool.pick(avoid=idle).name == "busy"
-    # equally busy engines take turns
+    # of equally busy engines the first: one call at a time keeps to one engine, which may take the idle cores
     a, b = FakeConnection("a"), FakeConnection("b")
     pool = EnginePool([a, b])
-    assert sorted(pool.pick().name for _ in range(2)) == ["a", "b"]
+    assert [pool.pick().name for _ in range(2)] == ["a", "a"]
+    a.work_in_flight = 1
+    assert pool.pick().name == "b"
     a.ready = b.ready = False
     with pytest.raises(EngineUnavailable):
         pool.pick()
@@ -184,9 +193,9 @@ def test_where_the_engines_keep_the_cache_a_call_goes_to_its_content_s_engine():
     assert engine_of(client, contents[0]) == home
     busy.work_in_flight = AFFINITY_SLACK + 10
     assert engine_of(client, contents[0]) != home
-    # without the engines' cache, the least busy engine, ties taking turns
-    plain = EngineClient(EnginePool([FakeConnection("a"), FakeConnection("b")]))
-    assert {engine_of(plain, contents[0]) for _ in range(4)} == {"a", "b"}
+    # without the engines' cache, the least busy engine, the first of equals
+    plain = EngineClient(EnginePool([FakeConnection("a"), FakeConnection("b", work_in_flight=1)]))
+    assert {engine_of(plain, contents[0]) for _ in range(4)} == {"a"}
 
 
 def test_with_several_engines_a_repeat_finds_the_engine_that_keeps_it(models_dir, monkeypatch):
@@ -231,14 +240,12 @@ def test_a_call_of_many_sentences_is_split_between_the_engines():
     assert len(a.calls) + len(b.calls) == 3
     # a part that fails fails the call, and the other part is cancelled (its engine told to drop it)
     class Refusing(FakeConnection):
-        async def call(self, message, work: float = 1.0, movable: bool = False) -> Reply:
-            self.calls.append((message, work))
+        async def answer(self, message) -> Reply:
             await asyncio.sleep(0.01)
             return Reply(message.id, error=REFUSED, message="busy", retry_after=2.0)
 
     class Hanging(FakeConnection):
-        async def call(self, message, work: float = 1.0, movable: bool = False) -> Reply:
-            self.calls.append((message, work))
+        async def answer(self, message) -> Reply:
             try:
                 await asyncio.sleep(60)
             except asyncio.CancelledError:
@@ -257,6 +264,9 @@ def test_the_engines_statistics_merge_into_one_engines():
     assert merged_stats([one]) == one
     assert merged_stats([one, two]) == {"steps": 15.0, "rate_units_per_second": 150.0, "busy_share": 0.375,
                                         "uptime_seconds": 3.0, "startup_seconds": 6.0}
+    # the room of the engine with the most: one runs a lone search on 2 threads while the other sees it busy
+    rooms = [{"lone_search_threads": 2.0, "other_processes_cores": 0.1}, {"lone_search_threads": 1.0, "other_processes_cores": 1.1}]
+    assert merged_stats(rooms) == {"lone_search_threads": 2.0, "other_processes_cores": 0.1}
     pool = EnginePool([SimpleNamespace(status=SimpleNamespace(stats=one, model_stats={"de-en": {"sentences": 2.0}}), ready=True),
                        SimpleNamespace(status=None, ready=False),
                        SimpleNamespace(status=SimpleNamespace(stats=two, model_stats={"de-en": {"sentences": 3.0}, "en-de": {"sentences": 1.0}}),
