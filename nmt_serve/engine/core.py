@@ -772,13 +772,14 @@ class EngineCore:
     def _lone_threads(self, plans: list) -> int:
         """The torch threads of this thread's steps this round, set: where the engine measures its room (CpuRoom),
         a search stepped here (one alone, or each in turn without lanes) takes the cores the other processes
-        leave idle; the lanes' own threads keep one each."""
+        leave idle, unless attention work runs beside it; the lanes' own threads keep one each."""
         if self._room is None:
             return torch.get_num_threads()
         self._room.refresh()
         if not plans or (self._pool is not None and len(plans) > 1):  # nothing steps here
             return 1
-        threads = self._room.free_cores()
+        # a forced decoding on the attention thread computes beside it: then one, as a lane
+        threads = 1 if self._attending is not None else self._room.free_cores()
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         return threads

@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -142,6 +142,12 @@ def test_a_search_stepped_alone_takes_the_cores_others_leave_and_lanes_side_by_s
         busy = run(lanes, call(3, GERMAN[:1]))
         assert set(seen) == {(True, 1)}
         assert texts_of(alone[1]) == texts_of(busy[3])
+        lanes._room = Room(3)
+        plan = [("one search",)]
+        assert lanes._lone_threads(plan) == 3 == torch.get_num_threads()
+        lanes._attending = (Future(), [])  # a forced decoding runs on the attention thread: the lone search takes one
+        assert lanes._lone_threads(plan) == 1 == torch.get_num_threads()
+        lanes._attending = None
         one = run(lone, call(1, GERMAN[:1]), call(2, GERMAN[1:5]))
         assert texts_of(one[1]) == texts_of(alone[1]) and texts_of(one[2]) == texts_of(both[2])
     finally:
