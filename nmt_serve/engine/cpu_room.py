@@ -4,8 +4,7 @@ On the CPU the engine steps its searches on lanes of one torch thread each: besi
 OpenMP team waits at every op for a thread the scheduler gave away (a loop of 2 threads ran 2.3-3.7x
 slower than one beside a single CPU-bound process; BENCHMARKS.md, "Beside busy neighbours"). A lone
 search, the load of a server that translates one request at a time, then left the other cores idle:
-one sentence at a time took 1.15-1.3x as long as with the engine's two threads on this project's 2-core
-CPU. The engine gives such a search the cores nobody else uses (`free_cores`), and one thread again as
+one sentence at a time took 1.12-1.22x as long as on both cores of this project's 2-core CPU (BENCHMARKS.md). The engine gives such a search the cores nobody else uses (`free_cores`), and one thread again as
 soon as other processes take them.
 
 What the others use is measured, not guessed: the busy time of the CPUs this process may run on

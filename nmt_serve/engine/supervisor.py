@@ -39,11 +39,9 @@ WATCH_INTERVAL_S = 0.5  # how often the heartbeat's age is checked
 OPENMP_SPINCOUNT = "10000"
 
 
-def engine_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+def engine_environment() -> dict[str, str]:
     """The engine process's environment: this process's, with OPENMP_SPINCOUNT unless one is set."""
-    env = dict(os.environ if environ is None else environ)
-    env.setdefault("GOMP_SPINCOUNT", OPENMP_SPINCOUNT)
-    return env
+    return {"GOMP_SPINCOUNT": OPENMP_SPINCOUNT, **os.environ}
 
 
 class EngineSupervisor:
