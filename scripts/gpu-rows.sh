@@ -78,10 +78,13 @@
 #            ran beam 4 at 10,064 sentences/s ungrouped)
 #   ab       bench.gpu's static float16 throughput, the package in .gpubase (gpu-carry.sh base REV) and this
 #            tree alternating, two rounds each: a change measured on one machine
+#   lone-search  the CPU only, on the GPU machine's host: bench.lone_search (one request at a time through the CPU engine,
+#            a lone search on one thread against on the cores the room leaves) on all its cores, then on 4 and on 2
+#            (taskset): whether the room's widest team still pays past the 2 cores it was measured on (1.16x there)
 # The service runs with language detection off (NMT_LANGUAGE_DETECTION=false): the GPU image lacks
 # lingua, whose wheel is too large to carry, and the benchmarks name their source language.
 set -uo pipefail
-stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | engines | check-every | shape-kernels | step-attention | grouped | join-any-step | lookahead | ab | train | all"}
+stage=${1:?"stage: tests | joins | server | gpu | kernels | offline-profile | shapes | shapes-serve | engine-profile | switch | check | engine-host | replicas | engines | check-every | shape-kernels | step-attention | grouped | join-any-step | lookahead | ab | lone-search | train | all"}
 out=${OUT:-/tmp/gpu-rows}
 mkdir -p "$out"
 if [ "$stage" = all ]; then
@@ -91,7 +94,7 @@ if [ "$stage" = all ]; then
     # gpu ran past its earlier 150 s before its hf and parity sections)
     work=/tmp/gpu-rows-all && mkdir -p "$work"
     declare -A limit=([tests]=90 [ab]=120 [joins]=90 [kernels]=90 [gpu]=240 [server]=180 [engine-profile]=150 [switch]=240 [check]=240
-                      [engine-host]=150 [replicas]=300 [engines]=420 [check-every]=300 [shape-kernels]=200 [step-attention]=300 [grouped]=240 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420)
+                      [engine-host]=150 [replicas]=300 [engines]=420 [check-every]=300 [shape-kernels]=200 [step-attention]=300 [grouped]=240 [join-any-step]=300 [lookahead]=300 [offline-profile]=150 [shapes]=420 [shapes-serve]=420 [lone-search]=240)
     for name in ${2:-tests joins kernels gpu server}; do
         OUT=$work timeout -k 5 "${limit[$name]:-120}" bash "$0" "$name" > "$work/$name.out" 2>&1
         echo "== $name rc=$?"
@@ -290,6 +293,14 @@ case $stage in
                 grep "static (CUDA graphs)" "$out/ab-$tree-$round.md" | cut -d'|' -f4-6 | tr -d ' ' | sed "s/^/$tree $round /"
             done
         done 2>&1 | tee "$out/ab.txt" ;;
+    lone-search)
+        for cpus in all 0-3 0-1; do
+            pin=(); [ $cpus = all ] || pin=(taskset -c "$cpus")
+            echo "== cpus $cpus"
+            GOMP_SPINCOUNT=10000 "${pin[@]}" python3 -m bench.lone_search --sentences 32 --rounds 2 \
+                --output "$out/lone-search-$cpus.md" > "$out/lone-search-$cpus.log" 2>&1
+            grep -E "^\| (greedy|beam)" "$out/lone-search-$cpus.md"
+        done 2>&1 | tee "$out/lone-search.txt" ;;
     *)
         echo "unknown stage: $stage" >&2; exit 2 ;;
 esac
