@@ -2,7 +2,6 @@
 behind the service (supervision: a killed engine gives 503 at once and comes back)."""
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -14,6 +13,7 @@ import time
 import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -531,7 +531,7 @@ def test_the_engine_process_spins_its_openmp_threads_briefly_unless_told_otherwi
     from nmt_serve.engine import supervisor
 
     started = []
-    monkeypatch.setattr(supervisor.subprocess, "Popen", lambda *args, **kwargs: started.append(kwargs) or argparse.Namespace(pid=1))
+    monkeypatch.setattr(supervisor.subprocess, "Popen", lambda *args, **kwargs: started.append(kwargs) or SimpleNamespace(pid=1))
     monkeypatch.setattr(supervisor.log, "info", lambda *args: None)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     engine = supervisor.EngineSupervisor(dict(models_dir="models", device="cpu"))
