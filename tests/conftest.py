@@ -197,6 +197,16 @@ def shared_engine_dir(settings) -> str:
     return _SHARED_ENGINES[key].socket_dir
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_as_they_were():
+    """Each test leaves torch's thread count of the test thread as it found it: an EngineCore with lanes sets it
+    (one, or a lone search's cores: engine/cpu_room.py), which would otherwise carry into the tests after it."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _stop_shared_engines():
     yield
