@@ -17,9 +17,14 @@ ways:
   per group (a group's rows share their source, so its K queries attend to it together). Row r
   writes position t into its own row, and `ancestors[r, t]` records which row of its group (0..K-1)
   holds position t of r's history. A beam reorder then re-indexes that small (B, capacity) table
-  instead of copying the keys/values, and attention reads each row's history through it (see
-  ModelRunner._grouped_attention). When sentences leave, their groups leave whole (the groups that
+  instead of copying the keys/values. When sentences leave, their groups leave whole (the groups that
   move are copied), and since the table holds positions within the group, it stays valid.
+  The self-attention buffers of a grouped cache are laid out per group, (n_layers, 2, G, H, capacity, K, D):
+  a group's K rows side by side at each position, so that one head's keys of a whole group up to the
+  current position are one (positions x K, D) matrix. Each query attends to all of them through one
+  product, and `group_bias()` (from the table: -inf where a key is not in the query's history) leaves it
+  its own history (see ModelRunner._grouped_attention). Per row instead, it took K x K small products
+  per group and head and a gather and scatter of the scores, 1.3-2.6x the time of a step's self-attention.
 
 Continuous batching adds rows to a running cache at a step boundary (`join`), appended or in the
 rows of sentences that left (reusing rows saves copying the whole cache each time one leaves):
@@ -37,7 +42,14 @@ import torch
 
 from nmt_serve.network.masks import additive_bias
 
-BATCH = 2  # the batch dim of the buffers
+BATCH = 2  # the batch dim of the buffers: rows, or groups of K rows in a grouped cache's self-attention buffers
+POSITION = 4  # the position dim of the self-attention buffers, in either layout
+
+
+def per_group(rows: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Self-attention keys/values of B rows, (L, 2, B, H, T, D), as a grouped cache lays them out:
+    (L, 2, B / K, H, T, K, D), a view (copy it in)."""
+    return rows.unflatten(BATCH, (-1, group_size)).permute(0, 1, 2, 4, 5, 3, 6)
 
 
 class KVCache:
@@ -54,8 +66,9 @@ class KVCache:
         self.src_mask = src_mask
         self.group_size = group_size
         self.capacity = max(1, capacity)
-        self._self_kv = self._new_buffer(self.batch_size, self.capacity)  # (L, 2, B, H, capacity, D)
-        self._spare = self._new_buffer(self.batch_size, self.capacity)  # target of the next physical reorder
+        slots = entries if group_size > 1 else self.batch_size
+        self._self_kv = self._new_buffer(slots, self.capacity)  # (L, 2, B, H, capacity, D), grouped (L, 2, G, H, capacity, K, D)
+        self._spare = self._new_buffer(slots, self.capacity)  # target of the next physical reorder
         self.length = 0  # positions already stored (the same for every layer)
         # (B,) first position of each row's own history when rows joined later (see join); None: all 0
         self.start: torch.Tensor | None = None
@@ -67,16 +80,19 @@ class KVCache:
     def grouped(self) -> bool:
         return self.group_size > 1
 
-    def _new_buffer(self, batch: int, capacity: int) -> torch.Tensor:
-        return self.cross_kv.new_empty(self.n_layers, 2, batch, self.n_heads, capacity, self.head_dim)
+    def _new_buffer(self, slots: int, capacity: int) -> torch.Tensor:
+        """Self-attention keys/values for `slots` rows, or groups of K rows in grouped mode."""
+        if self.grouped:
+            return self.cross_kv.new_empty(self.n_layers, 2, slots, self.n_heads, capacity, self.group_size, self.head_dim)
+        return self.cross_kv.new_empty(self.n_layers, 2, slots, self.n_heads, capacity, self.head_dim)
 
     def _make_views(self) -> None:
         """Per-layer views of the running rows, made once per reorder rather than once per step and layer."""
-        rows = self._self_kv.narrow(BATCH, 0, self.batch_size)
+        rows = self.self_kv
         # select, not unbind: autograd forbids in-place writes to unbind's views outside no_grad
         self._layer_kv = [rows.select(0, layer) for layer in range(self.n_layers)]  # per layer (2, B, H, capacity, D)
         self._cross = [kv.unbind(0) for kv in self.cross_kv.unbind(0)]  # per layer ((B, H, S, D), (B, H, S, D))
-        self._gather_index = None
+        self._group_bias = None
         self._self_mask = None
         self._src_bias = None
         if self.grouped:  # grouped mode: each row's slot in its group, where its new positions go
@@ -84,8 +100,9 @@ class KVCache:
 
     @property
     def self_kv(self) -> torch.Tensor:
-        """(n_layers, 2, B, H, capacity, D): the running rows of the self-attention buffer."""
-        return self._self_kv.narrow(BATCH, 0, self.batch_size)
+        """The running rows of the self-attention buffer: (n_layers, 2, B, H, capacity, D), in grouped mode
+        (n_layers, 2, G, H, capacity, K, D)."""
+        return self._self_kv.narrow(BATCH, 0, self.batch_size // self.rows_per_entry)
 
     def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of one layer, each (E, H, S, D): per row, or per group in
@@ -120,23 +137,30 @@ class KVCache:
             self._src_bias = additive_bias(self.src_mask, self.cross_kv.dtype)
         return self._src_bias
 
-    def gather_index(self) -> torch.Tensor:
-        """Grouped mode, for the step being decoded (positions 0..length): (G, 1, H, K, length + 1) with
-        entry [g, 0, h, k, p] = the row of group g holding position p of row k's history; shared by
-        every layer of the step."""
-        if self._gather_index is None:
+    def group_bias(self) -> torch.Tensor:
+        """Grouped mode, for the step being decoded (positions 0..length): (G, H, K, (length + 1) * K), an
+        additive bias on the scores of query row k of group g against the group's keys as append() returns
+        them (key t * K + j: position t of the group's row j): 0 where row j holds position t of row k's
+        history and t is at or after k's start, -inf elsewhere. Made once per step, shared by its layers (and
+        laid out per head, so that the products add it without a copy)."""
+        if self._group_bias is None:
             K, T = self.group_size, self.length + 1
             G = self.batch_size // K
-            index = self.ancestors[: self.batch_size, :T].view(G, 1, 1, K, T)
-            self._gather_index = index.expand(G, 1, self.n_heads, K, T)
-        return self._gather_index
+            slots = torch.arange(K, device=self.ancestors.device)
+            held = self.ancestors[: self.batch_size, :T].view(G, K, T, 1) == slots  # (G, K rows, T, K holders)
+            mask = self.self_mask()  # (B, 1, 1, T) or None
+            if mask is not None:
+                held &= mask.view(G, K, T, 1)
+            bias = additive_bias(held.view(G, 1, K, T * K), self.cross_kv.dtype)
+            self._group_bias = bias.expand(G, self.n_heads, K, T * K).contiguous()
+        return self._group_bias
 
     def _grow(self, needed: int) -> None:
         capacity = self.capacity
         while capacity < needed:
             capacity *= 2
         grown = self._new_buffer(self._self_kv.size(BATCH), capacity)
-        grown[..., : self.length, :] = self._self_kv[..., : self.length, :]
+        grown.narrow(POSITION, 0, self.length).copy_(self._self_kv.narrow(POSITION, 0, self.length))
         self._self_kv = grown
         self._spare = self._new_buffer(self._spare.size(BATCH), capacity)
         ancestors = self.ancestors.new_empty(self.ancestors.size(0), capacity)
@@ -147,17 +171,23 @@ class KVCache:
 
     def append(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store one new position's keys/values kv (B, 2, H, 1, D) of one layer, each row in its own
-        row; return all keys and values so far, each (B, H, length + 1, D) (in grouped mode a row's
-        history is spread over its group: read it through gather_index()). Call advance() once every
-        layer has appended."""
+        row; return all keys and values so far, each (B, H, length + 1, D). In grouped mode, each
+        (G, H, (length + 1) * K, D), the group's keys: key t * K + j is position t of its row j (a row's
+        history is spread over its group: attend through group_bias()). Call advance() once every layer
+        has appended."""
         if self.length == self.capacity:
             self._grow(self.length + 1)
-        if layer == 0 and self.grouped:
-            # the new position of every row is in the row itself: slot r mod K of its group
-            self.ancestors[: self.batch_size, self.length] = self._own_slots
-            self._gather_index = None
-        seen = self._layer_kv[layer].narrow(3, 0, self.length + 1)  # (2, B, H, length + 1, D)
-        seen.narrow(3, self.length, 1).copy_(kv.transpose(0, 1))
+        t = self.length
+        if self.grouped:
+            if layer == 0:  # the new position of every row is in the row itself: slot r mod K of its group
+                self.ancestors[: self.batch_size, t] = self._own_slots
+                self._group_bias = None
+            K = self.group_size
+            seen = self._layer_kv[layer].narrow(3, 0, t + 1)  # (2, G, H, t + 1, K, D)
+            seen.select(3, t).copy_(kv.reshape(-1, K, 2, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4))
+            return tuple(x.flatten(2, 3) for x in seen.unbind(0))
+        seen = self._layer_kv[layer].narrow(3, 0, t + 1)  # (2, B, H, t + 1, D)
+        seen.narrow(3, t, 1).copy_(kv.transpose(0, 1))
         return seen.unbind(0)
 
     def advance(self, steps: int = 1) -> None:
@@ -201,7 +231,7 @@ class KVCache:
         self.start.index_fill_(0, rows, self.length)
         # the new rows never read their positions before start, but 0 x NaN would still be NaN
         if self.length:  # the positions from length on are written before they are read
-            self._self_kv[..., : self.length, :].index_fill_(BATCH, rows, 0.0)
+            self._self_kv.narrow(POSITION, 0, self.length).index_fill_(BATCH, entries if self.grouped else rows, 0.0)
             self.ancestors.index_fill_(0, rows, 0)
         self._make_views()
 
@@ -239,13 +269,14 @@ class KVCache:
         departure took 4.5-7% of a batch of 32 searches of natural lengths). False (nothing done) where more
         than half the rows would move: one copy of all of them is then the cheaper."""
         n = rows.numel()
-        moved = (rows != torch.arange(n, device=rows.device)).nonzero().squeeze(1)
-        if 2 * moved.numel() > n:
+        slots = entries if self.grouped else rows  # what the self-attention buffers hold: groups, or rows
+        moved = (slots != torch.arange(slots.numel(), device=slots.device)).nonzero().squeeze(1)
+        if 2 * moved.numel() > slots.numel():
             return False
         if moved.numel():
             # the right side is gathered before anything is written, so a row may come from a place that another takes
-            seen = self._self_kv[..., : self.length, :]
-            seen.index_copy_(BATCH, moved, seen.index_select(BATCH, rows.index_select(0, moved)))
+            seen = self._self_kv.narrow(POSITION, 0, self.length)
+            seen.index_copy_(BATCH, moved, seen.index_select(BATCH, slots.index_select(0, moved)))
         e = entries.numel()
         moved = (entries != torch.arange(e, device=entries.device)).nonzero().squeeze(1)
         if moved.numel():
@@ -289,10 +320,12 @@ class KVCache:
 
     def _reserve_rows(self, rows: int) -> None:
         """Make the self-attention buffers hold at least `rows` rows (doubling)."""
-        if self._self_kv.size(BATCH) < rows:
-            size = max(rows, 2 * self._self_kv.size(BATCH))
+        slots = rows // self.rows_per_entry
+        if self._self_kv.size(BATCH) < slots:
+            size = max(slots, 2 * self._self_kv.size(BATCH))
             grown = self._new_buffer(size, self.capacity)
-            grown.narrow(BATCH, 0, self.batch_size)[..., : self.length, :] = self.self_kv[..., : self.length, :]
+            running = self.self_kv.narrow(POSITION, 0, self.length)
+            grown.narrow(BATCH, 0, running.size(BATCH)).narrow(POSITION, 0, self.length).copy_(running)
             self._self_kv, self._spare = grown, self._new_buffer(size, self.capacity)
         if self.ancestors.size(0) < rows:
             ancestors = self.ancestors.new_zeros(max(rows, 2 * self.ancestors.size(0)), self.capacity)
@@ -305,7 +338,8 @@ class KVCache:
         if shift <= 0:
             return
         kept = self.length - shift
-        self._spare.narrow(BATCH, 0, self.batch_size)[..., :kept, :] = self.self_kv[..., shift : self.length, :]
+        running = self.self_kv.narrow(POSITION, shift, kept)
+        self._spare.narrow(BATCH, 0, running.size(BATCH)).narrow(POSITION, 0, kept).copy_(running)
         self._self_kv, self._spare = self._spare, self._self_kv
         if self.grouped:
             self.ancestors[: self.batch_size, :kept] = self.ancestors[: self.batch_size, shift : self.length].clone()
@@ -324,7 +358,12 @@ class KVCache:
         self.cross_kv = self.cross_kv.index_select(BATCH, first)
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, first)
+        rows = self.self_kv.narrow(POSITION, 0, self.length)  # (L, 2, B, H, length, D)
+        G = self.batch_size // group_size
         self.group_size = group_size
+        size = max(G, -(-self._self_kv.size(BATCH) // group_size))  # the spare rows' room, in groups
+        self._self_kv, self._spare = self._new_buffer(size, self.capacity), self._new_buffer(size, self.capacity)
+        self._self_kv.narrow(BATCH, 0, G).narrow(POSITION, 0, self.length).copy_(per_group(rows, group_size))
         own = torch.arange(self.batch_size, device=self.ancestors.device) % group_size
         self.ancestors[: self.batch_size, : self.length] = own[:, None]
         self._make_views()
@@ -344,12 +383,13 @@ class KVCache:
         self.cross_kv = self.cross_kv.index_select(BATCH, sentences)
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, sentences)
-        rows = self.self_kv[..., : self.length, :]  # (L, 2, B, H, length, D)
-        self._self_kv, self._spare = self._new_buffer(n, self.capacity), self._new_buffer(n, self.capacity)
-        torch.index_select(rows, BATCH, indices, out=self._self_kv[..., : self.length, :])
+        rows = self.self_kv.narrow(POSITION, 0, self.length)  # (L, 2, B, H, length, D)
+        G = sentences.numel()
+        self.group_size = group_size
+        self._self_kv, self._spare = self._new_buffer(G, self.capacity), self._new_buffer(G, self.capacity)
+        self._self_kv.narrow(POSITION, 0, self.length).copy_(per_group(rows.index_select(BATCH, indices), group_size))
         self.ancestors = self.ancestors.new_empty(n, self.capacity)
         self.ancestors[:, : self.length] = (torch.arange(n, device=indices.device) % group_size)[:, None]
-        self.group_size = group_size
         self.batch_size = n
         self._make_views()
 
@@ -371,7 +411,7 @@ class KVCache:
             # (when rows leave, the positions no remaining row reads are dropped: see shift below)
             self.ancestors[:n, : self.length] = self.ancestors[:, : self.length].index_select(0, indices)
             if not cross:
-                self._gather_index = None
+                self._group_bias = None
                 return
             # sentences left: whole groups move, in the order of the groups that stay
             K = self.group_size
@@ -390,15 +430,16 @@ class KVCache:
             self._select_entries(entries)
             if self.src_mask is not None:
                 self.src_mask = self.src_mask.index_select(0, entries)
-        if n > self._spare.size(BATCH):  # more rows than ever before (the first beam expansion)
-            self._spare = self._new_buffer(n, self.capacity)
+        slots = entries if self.grouped else rows  # what the self-attention buffers hold: groups, or rows
+        if slots.numel() > self._spare.size(BATCH):  # more rows than ever before (the first beam expansion)
+            self._spare = self._new_buffer(slots.numel(), self.capacity)
         if self.ancestors.size(0) < n:
             self.ancestors = self.ancestors.new_empty(n, self.capacity)
         kept = self.length - shift
         if kept > 0:
             torch.index_select(
-                self.self_kv[..., shift : self.length, :], BATCH, rows,
-                out=self._spare.narrow(BATCH, 0, n)[..., :kept, :],
+                self.self_kv.narrow(POSITION, shift, kept), BATCH, slots,
+                out=self._spare.narrow(BATCH, 0, slots.numel()).narrow(POSITION, 0, kept),
             )
         if shift and self.grouped:
             self.ancestors[:n, :kept] = self.ancestors[:n, shift : self.length].clone()

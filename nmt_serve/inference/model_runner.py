@@ -38,7 +38,6 @@ the whole batch, a sentence's int8 translation can depend on the other sentences
 from __future__ import annotations
 
 import functools
-import math
 import warnings
 from dataclasses import dataclass
 
@@ -594,35 +593,22 @@ class ModelRunner:
     def _grouped_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Self-attention of one new token per row when the cache reorders by ancestry.
 
-        q (N, H, 1, D); k, v (N, H, T, D) as stored: row r holds the positions that r itself wrote.
-        Every query is scored against every row of its group (K x K small matmuls instead of K), the
-        score of the row that holds each position of its own history is gathered, and after the softmax
-        the weights are scattered back so that one more matmul reads each value from its row.
-        Returns (N, C)."""
-        N, H, T, D = k.shape
+        q (N, H, 1, D); k, v (G, H, T * K, D) as the cache holds them: the keys of each group of K rows,
+        position by position, each row's history spread over its group. Each group's K queries attend to
+        all of its keys in one product, and the cache's group bias leaves each query the positions of its
+        own history. Returns (N, C)."""
+        N, H, D = q.size(0), self.n_heads, self.head_dim
         K = cache.group_size
-        G = N // K
-        index = cache.gather_index()  # (G, 1, H, K, T)
-        # queries of each group, the same for each of its K rows of keys: (G * K * H, K, D)
-        queries = q.view(G, 1, K, H, D).transpose(2, 3).expand(G, K, H, K, D).reshape(G * K * H, K, D)
-        # the cache lays out rows and heads adjacently, so these reshapes are views, not copies
-        keys, values = k.reshape(N * H, T, D), v.reshape(N * H, T, D)
-        scores = torch.bmm(queries, keys.transpose(1, 2)).mul_(D ** -0.5).view(G, K, H, K, T)
-        own = scores.gather(1, index)  # (G, 1, H, K, T)
-        mask = cache.self_mask()  # (N, 1, 1, T): rows that joined later do not see what came before them
-        if mask is not None:
-            own = own.masked_fill(~mask.view(G, 1, 1, K, T), -math.inf)
-        weights = torch.softmax(own, dim=-1)
-        spread = torch.zeros_like(scores).scatter_(1, index, weights)  # (G, K rows, H, K queries, T)
-        out = torch.bmm(spread.view(G * K * H, K, T), values).view(G, K, H, K, D).sum(1)  # (G, H, K, D)
+        queries = q.view(N // K, K, H, D).transpose(1, 2)  # (G, H, K, D)
+        out = self._matmul_attention(queries, k, v, cache.group_bias())  # (G, H, K, D)
         return out.transpose(1, 2).reshape(N, H * D)
 
     @staticmethod
     def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
                           weights: list[torch.Tensor] | None = None) -> torch.Tensor:
         """Attention of a step as two batched matmuls: q (E, H, Q, D), the Q queries of each of E entries
-        (a row, or a group of rows that share the keys); k, v (E, H, S, D); bias (E, 1, 1, S), 0 or -inf,
-        or None. Returns (E, H, Q, D). Faster on the CPU than scaled_dot_product_attention's kernel for
+        (a row, or a group of rows that share the keys); k, v (E, H, S, D); bias (E, 1, 1, S) or (E, H, Q, S),
+        0 or -inf, or None. Returns (E, H, Q, D). Faster on the CPU than scaled_dot_product_attention's kernel for
         many rows (see MATMUL_ATTENTION_MIN_ROWS) and for a group's K queries (32 groups of 4, 25 source
         tokens: 1.1-1.3x at 1 thread, 2-4x at 2). weights: a list that receives the attention weights,
         (E, H, Q, S)."""
@@ -635,7 +621,8 @@ class ModelRunner:
 
     @staticmethod
     def _attention_probs(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """q (E, H, Q, D), k (E, H, S, D), bias (E, 1, 1, S) or None -> softmax(q k^T / sqrt(D) + bias), (E * H, Q, S)."""
+        """q (E, H, Q, D), k (E, H, S, D), bias (E, 1, 1, S), (E, H, Q, S) or None -> softmax(q k^T / sqrt(D) + bias),
+        (E * H, Q, S)."""
         E, H, S, D = k.shape
         Q = q.size(2)
         queries, keys = q.reshape(E * H, Q, D), k.reshape(E * H, S, D).transpose(1, 2)
