@@ -362,8 +362,12 @@ class KVCache:
         G = self.batch_size // group_size
         self.group_size = group_size
         size = max(G, -(-self._self_kv.size(BATCH) // group_size))  # the spare rows' room, in groups
-        self._self_kv, self._spare = self._new_buffer(size, self.capacity), self._new_buffer(size, self.capacity)
-        self._self_kv.narrow(BATCH, 0, G).narrow(POSITION, 0, self.length).copy_(per_group(rows, group_size))
+        self._spare, self._layer_kv = None, []  # freed first (and the views of the old one): two buffers at most at once
+        grouped = self._new_buffer(size, self.capacity)
+        grouped.narrow(BATCH, 0, G).narrow(POSITION, 0, self.length).copy_(per_group(rows, group_size))
+        del rows
+        self._self_kv, self._spare = grouped, None
+        self._spare = self._new_buffer(size, self.capacity)
         own = torch.arange(self.batch_size, device=self.ancestors.device) % group_size
         self.ancestors[: self.batch_size, : self.length] = own[:, None]
         self._make_views()
@@ -386,8 +390,12 @@ class KVCache:
         rows = self.self_kv.narrow(POSITION, 0, self.length)  # (L, 2, B, H, length, D)
         G = sentences.numel()
         self.group_size = group_size
-        self._self_kv, self._spare = self._new_buffer(G, self.capacity), self._new_buffer(G, self.capacity)
-        self._self_kv.narrow(POSITION, 0, self.length).copy_(per_group(rows.index_select(BATCH, indices), group_size))
+        self._spare, self._layer_kv = None, []  # freed first (and the views of the old one): two buffers at most at once
+        grouped = self._new_buffer(G, self.capacity)
+        grouped.narrow(POSITION, 0, self.length).copy_(per_group(rows.index_select(BATCH, indices), group_size))
+        del rows
+        self._self_kv, self._spare = grouped, None
+        self._spare = self._new_buffer(G, self.capacity)
         self.ancestors = self.ancestors.new_empty(n, self.capacity)
         self.ancestors[:, : self.length] = (torch.arange(n, device=indices.device) % group_size)[:, None]
         self.batch_size = n
