@@ -359,19 +359,27 @@ class KVCache:
         self.cross_kv = self.cross_kv.index_select(BATCH, first)
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, first)
-        rows = self.self_kv.narrow(POSITION, 0, self.length)  # (L, 2, B, H, length, D)
         G = self.batch_size // group_size
-        self.group_size = group_size
-        size = max(G, -(-self._self_kv.size(BATCH) // group_size))  # the spare rows' room, in groups
-        self._spare, self._layer_kv = None, []  # freed first (and the views of the old one): two buffers at most at once
-        grouped = self._new_buffer(size, self.capacity)
-        grouped.narrow(BATCH, 0, G).narrow(POSITION, 0, self.length).copy_(per_group(rows, group_size))
-        del rows
-        self._self_kv = grouped
-        self._spare = self._new_buffer(size, self.capacity)
+        self._regroup(group_size, max(G, -(-self._self_kv.size(BATCH) // group_size)))  # the spare rows' room, in groups
         own = torch.arange(self.batch_size, device=self.ancestors.device) % group_size
         self.ancestors[: self.batch_size, : self.length] = own[:, None]
         self._make_views()
+
+    def _regroup(self, group_size: int, size: int, rows: torch.Tensor | None = None) -> None:
+        """The self-attention buffers of a cache of one row per entry become a grouped cache's, K = group_size rows
+        a group, room for `size` groups: the running rows in order, or these rows of them (their K copies adjacent).
+        The old buffers and their views go first, so that no more than two buffers are held at once."""
+        held = self.self_kv.narrow(POSITION, 0, self.length)  # (L, 2, B, H, length, D)
+        if rows is not None:
+            held = held.index_select(BATCH, rows)
+        self.group_size = group_size
+        self._spare, self._layer_kv = None, []
+        grouped = self._new_buffer(size, self.capacity)
+        groups = held.size(BATCH) // group_size
+        grouped.narrow(BATCH, 0, groups).narrow(POSITION, 0, self.length).copy_(per_group(held, group_size))
+        del held
+        self._self_kv = grouped
+        self._spare = self._new_buffer(size, self.capacity)
 
     def expand(self, indices: torch.Tensor, group_size: int = 1) -> None:
         """A cache of one row per sentence becomes one of K rows per sentence (beam search after a first
@@ -388,15 +396,7 @@ class KVCache:
         self.cross_kv = self.cross_kv.index_select(BATCH, sentences)
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, sentences)
-        rows = self.self_kv.narrow(POSITION, 0, self.length)  # (L, 2, B, H, length, D)
-        G = sentences.numel()
-        self.group_size = group_size
-        self._spare, self._layer_kv = None, []  # freed first (and the views of the old one): two buffers at most at once
-        grouped = self._new_buffer(G, self.capacity)
-        grouped.narrow(POSITION, 0, self.length).copy_(per_group(rows.index_select(BATCH, indices), group_size))
-        del rows
-        self._self_kv = grouped
-        self._spare = self._new_buffer(G, self.capacity)
+        self._regroup(group_size, sentences.numel(), indices)
         self.ancestors = self.ancestors.new_empty(n, self.capacity)
         self.ancestors[:, : self.length] = (torch.arange(n, device=indices.device) % group_size)[:, None]
         self.batch_size = n
