@@ -46,6 +46,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nmt_serve.inference.cache import KVCache
+from nmt_serve.inference.small_products import batched_matmul, through_openblas
 from nmt_serve.network.masks import additive_bias, padding_mask
 from nmt_serve.network.transformer import Transformer
 
@@ -617,7 +618,7 @@ class ModelRunner:
         probs = ModelRunner._attention_probs(q, k, bias)
         if weights is not None:
             weights.append(probs.view(E, H, Q, S))
-        return torch.bmm(probs, v.reshape(E * H, S, D)).view(E, H, Q, D)
+        return batched_matmul(probs, v.reshape(E * H, S, D)).view(E, H, Q, D)
 
     @staticmethod
     def _attention_probs(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -627,7 +628,9 @@ class ModelRunner:
         Q = q.size(2)
         queries, keys = q.reshape(E * H, Q, D), k.reshape(E * H, S, D).transpose(1, 2)
         if bias is None:
-            scores = torch.bmm(queries, keys).mul_(D ** -0.5)
+            scores = batched_matmul(queries, keys).mul_(D ** -0.5)
+        elif through_openblas(queries):  # the bias added after the product, broadcast over heads where it can be
+            scores = torch.add(bias, batched_matmul(queries, keys).view(E, H, Q, S), alpha=D ** -0.5).view(E * H, Q, S)
         else:
             scores = torch.baddbmm(bias.expand(E, H, Q, S).reshape(E * H, Q, S), queries, keys, alpha=D ** -0.5)
         return torch.softmax(scores, dim=-1)
