@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -41,6 +43,37 @@ def run_ours(translator: Translator, ids: list[list[int]], batch: int, beam: int
         for hyps in generate(translator.runner, src, SearchOptions(beam_size=beam, max_length=max_new, use_cache=use_cache)):
             outputs.append(hyps[0].tokens)
     return outputs
+
+
+def run_ours_in_lanes(translator: Translator, ids: list[list[int]], batch: int, beam: int, max_new: int, lanes: int):
+    """The batches split between `lanes` threads of one torch thread each, as the service's lanes run (a lane per
+    core by default): each thread takes the next batch as it finishes one."""
+    with ThreadPoolExecutor(lanes) as pool:
+        done = pool.map(lambda chunk: run_ours(translator, chunk, batch, beam, max_new), list(batches(ids, batch)))
+        return [tokens for outputs in done for tokens in outputs]
+
+
+_ENGINE: Translator | None = None  # an engine process's model (run_ours_in_engines)
+
+
+def _load_engine(path: Path, quantization: str) -> None:
+    global _ENGINE
+    torch.set_num_threads(1)
+    _ENGINE = Translator.load(path, device="cpu", dtype="float32", quantization=quantization)
+    for beam in (1, 4):  # first calls pay for allocations and lazy set-up, in every process
+        run_ours(_ENGINE, [[5, 6, 7, 8]] * 4, 4, beam, 8)
+
+
+def _engine_batch(job: tuple[list[list[int]], int, int, int]) -> list[list[int]]:
+    chunk, batch, beam, max_new = job
+    return run_ours(_ENGINE, chunk, batch, beam, max_new)
+
+
+def run_ours_in_engines(pool, ids: list[list[int]], batch: int, beam: int, max_new: int):
+    """The batches shared between engine processes of one thread each (a pool of _load_engine's), as the CPU chart
+    deploys them (NMT_ENGINES=2, one lane each): each process takes the next batch as it finishes one."""
+    jobs = [(chunk, batch, beam, max_new) for chunk in batches(ids, batch)]
+    return [tokens for outputs in pool.map(_engine_batch, jobs, chunksize=1) for tokens in outputs]
 
 
 def run_hf(model, ids: list[list[int]], batch: int, beam: int, max_new: int, pad: int, eos: int):
@@ -76,9 +109,17 @@ def compare(reference: list[list[int]], other: list[list[int]]) -> str:
 
 
 ENGINES = ["ours", "ours, 1 thread", "Hugging Face generate", "CTranslate2 float32", "CTranslate2 float32, 1 thread",
-           "ours int8", "ours int8, 1 thread", "CTranslate2 int8", "CTranslate2 int8, 1 thread"]
+           "ours int8", "ours int8, 1 thread", "CTranslate2 int8", "CTranslate2 int8, 1 thread",
+           "ours, lanes", "ours, engines", "CTranslate2 float32, workers",
+           "ours int8, lanes", "ours int8, engines", "CTranslate2 int8, workers"]
 # Ours and CTranslate2 are also measured with one thread: on a 2-core VM CTranslate2's two-thread decoding of small
 # batches was 5x slower than one thread (measured), so the ratios below compare each engine's better setting.
+# "lanes" / "engines" / "workers": --threads decoders of one thread each side by side, batches shared between them:
+# our engine's lanes (threads of one process, its default: a lane per core), our engine processes (the CPU chart's
+# setting: NMT_ENGINES=2 of one lane each), CTranslate2's inter_threads x intra_threads=1. They are left out by default
+# (the throughput of concurrent batches, not one batch's speed); `--engines` names them.
+SIDE_BY_SIDE = ("lanes", "engines", "workers")
+DEFAULT_ENGINES = [e for e in ENGINES if not e.endswith(SIDE_BY_SIDE)]
 SETTINGS = [(1, 1), (1, 4), (32, 1), (32, 4)]  # (batch size, beam size)
 
 
@@ -89,13 +130,22 @@ def run_engine(engine: str, work: Path, threads: int) -> dict:
     pool: once CTranslate2 has run in a process, its idle threads slow torch there about 3x on 2
     cores (measured), which would distort every comparison made in that process."""
     spec = json.loads((work / "inputs.json").read_text())
-    threads = 1 if engine.endswith("1 thread") else threads
+    parallel = threads if engine.endswith(SIDE_BY_SIDE) else 1  # decoders side by side, one thread each
+    threads = 1 if engine.endswith("1 thread") or parallel > 1 else threads
     torch.set_num_threads(threads)
     ids, pieces, vocab, max_new = spec["ids"], spec["pieces"], spec["vocab"], spec["max_new"]
-    if engine.startswith("ours"):
+    pool = None
+    if engine.startswith("ours") and engine.endswith("engines"):
+        pool = multiprocessing.get_context("spawn").Pool(
+            parallel, initializer=_load_engine, initargs=(work / "ours", "int8" if "int8" in engine else "none"))
+        run = lambda n, batch, beam: run_ours_in_engines(pool, ids[:n], batch, beam, max_new)  # noqa: E731
+    elif engine.startswith("ours"):
         translator = Translator.load(work / "ours", device="cpu", dtype="float32",
                                      quantization="int8" if "int8" in engine else "none")
-        run = lambda n, batch, beam: run_ours(translator, ids[:n], batch, beam, max_new)  # noqa: E731
+        if parallel > 1:
+            run = lambda n, batch, beam: run_ours_in_lanes(translator, ids[:n], batch, beam, max_new, parallel)  # noqa: E731
+        else:
+            run = lambda n, batch, beam: run_ours(translator, ids[:n], batch, beam, max_new)  # noqa: E731
     elif engine == "Hugging Face generate":
         from transformers import MarianMTModel
 
@@ -106,7 +156,7 @@ def run_engine(engine: str, work: Path, threads: int) -> dict:
 
         quant = engine.split()[1].rstrip(",")
         ct2 = ctranslate2.Translator(str(work / f"ct2-{quant}"), device="cpu", compute_type=quant,
-                                     intra_threads=threads, inter_threads=1)
+                                     intra_threads=threads, inter_threads=parallel)
         run = lambda n, batch, beam: run_ct2(ct2, pieces[:n], batch, beam, max_new, vocab)  # noqa: E731
     results = {}
     for batch, beam in SETTINGS:
@@ -114,6 +164,9 @@ def run_engine(engine: str, work: Path, threads: int) -> dict:
         run(batch, batch, beam)  # one untimed batch first: first calls pay for allocations and lazy set-up
         seconds, outputs = timed(lambda: run(n, batch, beam))
         results[f"{batch},{beam}"] = {"seconds": seconds, "outputs": outputs}
+    if pool is not None:
+        pool.close()
+        pool.join()
     return results
 
 
@@ -121,14 +174,16 @@ def run_engine(engine: str, work: Path, threads: int) -> dict:
 # counts, each engine at its better thread count; a column is left out when a run leaves out either side (--engines)
 RATIOS = [
     ("ours / HF generate", ["ours", "ours, 1 thread"], ["Hugging Face generate"]),
-    ("ours / CT2 float32", ["ours", "ours, 1 thread"], ["CTranslate2 float32", "CTranslate2 float32, 1 thread"]),
+    ("ours / CT2 float32", ["ours", "ours, 1 thread", "ours, lanes", "ours, engines"],
+     ["CTranslate2 float32", "CTranslate2 float32, 1 thread", "CTranslate2 float32, workers"]),
     ("ours int8 / HF generate", ["ours int8", "ours int8, 1 thread"], ["Hugging Face generate"]),
-    ("ours int8 / CT2 int8", ["ours int8", "ours int8, 1 thread"], ["CTranslate2 int8", "CTranslate2 int8, 1 thread"]),
+    ("ours int8 / CT2 int8", ["ours int8", "ours int8, 1 thread", "ours int8, lanes", "ours int8, engines"],
+     ["CTranslate2 int8", "CTranslate2 int8, 1 thread", "CTranslate2 int8, workers"]),
 ]
 
 
 def engine_tables(threads: int, n_b1: int, n_b32: int, max_new: int, shape: str | None = None,
-                  engines: list[str] = ENGINES, rounds: int = 1) -> str:
+                  engines: list[str] = DEFAULT_ENGINES, rounds: int = 1) -> str:
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     twin = marian_twin(ROOT / "checkpoints" / "de-en", work / "marian", shape=shape)
     ours_dir = import_marian(twin, work / "ours", "de", "en")
@@ -211,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=40, help="length cap (the random twin decodes to it)")
     parser.add_argument("--cache-sentences", type=int, default=128)
     parser.add_argument("--skip-engines", action="store_true")
-    parser.add_argument("--engines", default=";".join(ENGINES),
-                        help="';'-separated engines to run, the first the reference for outputs (default: all)")
+    parser.add_argument("--engines", default=";".join(DEFAULT_ENGINES),
+                        help="';'-separated engines to run, the first the reference for outputs (default: all but the "
+                             f"lanes and workers); known: {'; '.join(ENGINES)}")
     parser.add_argument("--shape", choices=sorted(SHAPES), help="random weights at a deployed model's real shape (default: the shipped model's)")
     parser.add_argument("--skip-cache", action="store_true", help="leave out the KV cache table")
     parser.add_argument("--rounds", type=int, default=1, help="engines run this many times in turn; each keeps its fastest")
