@@ -629,7 +629,7 @@ class ModelRunner:
         queries, keys = q.reshape(E * H, Q, D), k.reshape(E * H, S, D).transpose(1, 2)
         if bias is None:
             scores = batched_matmul(queries, keys).mul_(D ** -0.5)
-        elif through_openblas(queries):  # the bias added after the product, broadcast over heads where it can be
+        elif through_openblas(queries, keys):  # the bias added after the product, broadcast over heads where it can be
             scores = torch.add(bias, batched_matmul(queries, keys).view(E, H, Q, S), alpha=D ** -0.5).view(E * H, Q, S)
         else:
             scores = torch.baddbmm(bias.expand(E, H, Q, S).reshape(E * H, Q, S), queries, keys, alpha=D ** -0.5)

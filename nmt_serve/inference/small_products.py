@@ -35,13 +35,15 @@ import numpy as np
 import torch
 
 
-def through_openblas(a: torch.Tensor) -> bool:
-    """Whether batched_matmul takes numpy's path for this left-hand side: float32 on the CPU, torch at one thread."""
-    return a.device.type == "cpu" and a.dtype == torch.float32 and torch.get_num_threads() == 1
+def through_openblas(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether batched_matmul takes numpy's path for these operands: float32 on the CPU, torch at one thread, and
+    nothing for autograd to follow (numpy's product would cut the graph)."""
+    return (a.device.type == "cpu" and a.dtype == torch.float32 and torch.get_num_threads() == 1
+            and not (a.requires_grad or b.requires_grad))
 
 
 def batched_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a (E, M, K) @ b (E, K, N) -> (E, M, N), as torch.bmm; either may be a strided view (a transposed cache)."""
-    if through_openblas(a):
+    if through_openblas(a, b):
         return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))
     return torch.bmm(a, b)

@@ -57,13 +57,22 @@ def test_products_of_cache_views_are_those_of_bmm(threads, torch_threads, numpy_
     assert len(numpy_products) == (2 if threads == 1 else 0)
 
 
-def test_only_float32_on_the_cpu_at_one_thread_goes_through_numpy(torch_threads):
+def test_only_float32_on_the_cpu_at_one_thread_without_autograd_goes_through_numpy(torch_threads):
     torch_threads(1)
-    assert through_openblas(torch.zeros(2, 2, 2))
-    assert not through_openblas(torch.zeros(2, 2, 2, dtype=torch.bfloat16))
-    assert not through_openblas(torch.zeros(2, 2, 2, dtype=torch.float64))
+    plain = torch.zeros(2, 2, 2)
+    assert through_openblas(plain, plain)
+    assert not through_openblas(plain.bfloat16(), plain.bfloat16())
+    assert not through_openblas(plain.double(), plain.double())
+    assert not through_openblas(plain, plain.clone().requires_grad_())
     torch_threads(2)
-    assert not through_openblas(torch.zeros(2, 2, 2))
+    assert not through_openblas(plain, plain)
+
+
+def test_products_that_autograd_follows_keep_their_gradient(torch_threads):
+    torch_threads(1)
+    a, b = torch.randn(3, 2, 4, requires_grad=True), torch.randn(3, 4, 5)
+    batched_matmul(a, b).sum().backward()
+    assert torch.allclose(a.grad, b.sum(-1)[:, None, :].expand(3, 2, 4))
 
 
 @pytest.mark.parametrize("grouped", [False, True])
