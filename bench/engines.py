@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-engines", action="store_true")
     parser.add_argument("--engines", default=";".join(DEFAULT_ENGINES),
                         help="';'-separated engines to run, the first the reference for outputs (default: all but the "
-                             f"lanes and workers); known: {'; '.join(ENGINES)}")
+                             f"lanes, engines and workers); known: {'; '.join(ENGINES)}")
     parser.add_argument("--shape", choices=sorted(SHAPES), help="random weights at a deployed model's real shape (default: the shipped model's)")
     parser.add_argument("--skip-cache", action="store_true", help="leave out the KV cache table")
     parser.add_argument("--rounds", type=int, default=1, help="engines run this many times in turn; each keeps its fastest")

@@ -26,5 +26,6 @@ def test_lanes_and_engine_processes_decode_every_batch_in_order(tiny_checkpoint)
         assert run_ours_in_lanes(translator, SOURCES, 2, 2, 6, lanes=2) == alone
     finally:
         torch.set_num_threads(before)
-    with multiprocessing.get_context("spawn").Pool(2, initializer=_load_engine, initargs=(tiny_checkpoint, "none")) as pool:
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Pool(2, initializer=_load_engine, initargs=(tiny_checkpoint, "none")) as pool:
         assert run_ours_in_engines(pool, SOURCES, 2, 2, 6) == alone
