@@ -27,7 +27,9 @@ import torch
 
 from bench.common import ROOT, SHAPES, emit, machine, marian_twin, table, test_sources, timed
 from nmt_serve.convert.marian import import_marian
+from nmt_serve.engine.weights_dir import make_weights_dir, remove_weights_dir
 from nmt_serve.inference.search import SearchOptions, generate
+from nmt_serve.inference.shared_weights import share_weights
 from nmt_serve.inference.translator import Translator
 
 
@@ -56,10 +58,12 @@ def run_ours_in_lanes(translator: Translator, ids: list[list[int]], batch: int, 
 _ENGINE: Translator | None = None  # an engine process's model (run_ours_in_engines)
 
 
-def _load_engine(path: Path, quantization: str) -> None:
+def _load_engine(path: Path, quantization: str, weights_dir: str = "") -> None:
     global _ENGINE
     torch.set_num_threads(1)
     _ENGINE = Translator.load(path, device="cpu", dtype="float32", quantization=quantization)
+    if weights_dir:
+        share_weights(_ENGINE.runner, weights_dir, "ours")
     for beam in (1, 4):  # first calls pay for allocations and lazy set-up, in every process
         run_ours(_ENGINE, [[5, 6, 7, 8]] * 4, 4, beam, 8)
 
@@ -111,15 +115,23 @@ def compare(reference: list[list[int]], other: list[list[int]]) -> str:
 ENGINES = ["ours", "ours, 1 thread", "Hugging Face generate", "CTranslate2 float32", "CTranslate2 float32, 1 thread",
            "ours int8", "ours int8, 1 thread", "CTranslate2 int8", "CTranslate2 int8, 1 thread",
            "ours, lanes", "ours, engines", "CTranslate2 float32, workers",
-           "ours int8, lanes", "ours int8, engines", "CTranslate2 int8, workers"]
+           "ours int8, lanes", "ours int8, engines", "CTranslate2 int8, workers",
+           "ours, engines, own weights", "ours int8, engines, own weights"]
 # Ours and CTranslate2 are also measured with one thread: on a 2-core VM CTranslate2's two-thread decoding of small
 # batches was 5x slower than one thread (measured), so the ratios below compare each engine's better setting.
 # "lanes" / "engines" / "workers": --threads decoders of one thread each side by side, batches shared between them:
 # our engine's lanes (threads of one process, its default: a lane per core), our engine processes (the CPU chart's
 # setting: NMT_ENGINES=2 of one lane each), CTranslate2's inter_threads x intra_threads=1. They are left out by default
-# (the throughput of concurrent batches, not one batch's speed); `--engines` names them.
+# (the throughput of concurrent batches, not one batch's speed); `--engines` names them. Our engine processes map one
+# copy of the weights, as the service's do (inference/shared_weights.py); "own weights": a copy each.
 SIDE_BY_SIDE = ("lanes", "engines", "workers")
-DEFAULT_ENGINES = [e for e in ENGINES if not e.endswith(SIDE_BY_SIDE)]
+
+
+def side_by_side(engine: str) -> bool:
+    return any(kind in engine.split(", ") for kind in SIDE_BY_SIDE)
+
+
+DEFAULT_ENGINES = [e for e in ENGINES if not side_by_side(e)]
 SETTINGS = [(1, 1), (1, 4), (32, 1), (32, 4)]  # (batch size, beam size)
 
 
@@ -130,14 +142,15 @@ def run_engine(engine: str, work: Path, threads: int) -> dict:
     pool: once CTranslate2 has run in a process, its idle threads slow torch there about 3x on 2
     cores (measured), which would distort every comparison made in that process."""
     spec = json.loads((work / "inputs.json").read_text())
-    parallel = threads if engine.endswith(SIDE_BY_SIDE) else 1  # decoders side by side, one thread each
+    parallel = threads if side_by_side(engine) else 1  # decoders side by side, one thread each
     threads = 1 if engine.endswith("1 thread") or parallel > 1 else threads
     torch.set_num_threads(threads)
     ids, pieces, vocab, max_new = spec["ids"], spec["pieces"], spec["vocab"], spec["max_new"]
-    pool = None
-    if engine.startswith("ours") and engine.endswith("engines"):
+    pool, weights_dir = None, ""
+    if engine.startswith("ours") and "engines" in engine.split(", "):
+        weights_dir = make_weights_dir(parallel, "cpu", enabled=not engine.endswith("own weights"))
         pool = multiprocessing.get_context("spawn").Pool(
-            parallel, initializer=_load_engine, initargs=(work / "ours", "int8" if "int8" in engine else "none"))
+            parallel, initializer=_load_engine, initargs=(work / "ours", "int8" if "int8" in engine else "none", weights_dir))
         run = lambda n, batch, beam: run_ours_in_engines(pool, ids[:n], batch, beam, max_new)  # noqa: E731
     elif engine.startswith("ours"):
         translator = Translator.load(work / "ours", device="cpu", dtype="float32",
@@ -167,6 +180,7 @@ def run_engine(engine: str, work: Path, threads: int) -> dict:
     if pool is not None:
         pool.close()
         pool.join()
+    remove_weights_dir(weights_dir)
     return results
 
 
@@ -174,10 +188,11 @@ def run_engine(engine: str, work: Path, threads: int) -> dict:
 # counts, each engine at its better thread count; a column is left out when a run leaves out either side (--engines)
 RATIOS = [
     ("ours / HF generate", ["ours", "ours, 1 thread"], ["Hugging Face generate"]),
-    ("ours / CT2 float32", ["ours", "ours, 1 thread", "ours, lanes", "ours, engines"],
+    ("ours / CT2 float32", ["ours", "ours, 1 thread", "ours, lanes", "ours, engines", "ours, engines, own weights"],
      ["CTranslate2 float32", "CTranslate2 float32, 1 thread", "CTranslate2 float32, workers"]),
     ("ours int8 / HF generate", ["ours int8", "ours int8, 1 thread"], ["Hugging Face generate"]),
-    ("ours int8 / CT2 int8", ["ours int8", "ours int8, 1 thread", "ours int8, lanes", "ours int8, engines"],
+    ("ours int8 / CT2 int8", ["ours int8", "ours int8, 1 thread", "ours int8, lanes", "ours int8, engines",
+                              "ours int8, engines, own weights"],
      ["CTranslate2 int8", "CTranslate2 int8, 1 thread", "CTranslate2 int8, workers"]),
 ]
 

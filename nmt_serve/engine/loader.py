@@ -225,13 +225,16 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
 def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none",
                 step_mode: str = "auto", *, chosen: dict[Path, tuple[str, CheckpointInfo]] | None = None,
                 static_rows: int = 1024, memory: MemoryPlan | None = None,
-                on_load: Callable[[str, int], None] | None = None) -> dict[str, tuple[Translator, float, str]]:
+                on_load: Callable[[str, int], None] | None = None, weights_dir: str = "") -> dict[str, tuple[Translator, float, str]]:
     """{"de-en": (translator, load seconds, checkpoint path)} for the chosen checkpoints (default: choose() on
     this device).
     static_rows: each Translator's own static decoder (0 for the engine, whose decoders are its own).
     memory: the plan, which says whether each model's weights are packed (default: packed).
-    on_load: called with each model's id, and how many were loaded before it, as it begins to load."""
+    on_load: called with each model's id, and how many were loaded before it, as it begins to load.
+    weights_dir: where the server's engines keep one copy of each model's weights (engine/weights_dir.py); "" for
+    none."""
     from nmt_serve.inference.attention import attention_backend
+    from nmt_serve.inference.shared_weights import share_weights
     from nmt_serve.inference.translator import (
         Translator,  # torch: only the engine process pays for it
     )
@@ -249,6 +252,8 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
         packed = memory.models[model_id]["packed_weights"] if memory is not None else True
         translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode,
                                      static_rows=static_rows, warmup=False, packed_weights=packed)
+        if weights_dir and translator.device.type == "cpu" and (shared := share_weights(translator.runner, weights_dir, model_id)):
+            log.info("%s: %.0f MB of weights shared with the other engines (%s)", model_id, shared.shared_bytes / 1e6, shared.path)
         models[model_id] = (translator, time.perf_counter() - t0, str(path))
         log.info("loaded %s from %s: device %s, dtype %s, attention %s (%.2fs)", model_id, path, translator.device,
                  str(translator.dtype).removeprefix("torch."), attention_backend(translator.device), models[model_id][1])

@@ -202,7 +202,8 @@ def run(config: dict) -> int:
                              max_batch_tokens=int(config.get("max_batch_tokens") or 4096), engines=sharing)
         startup.set("loading", models_total=len(chosen))
         loaded = load_models(config["models_dir"], device, dtype, quantization, config.get("step_mode", "auto"),
-                             chosen=chosen, static_rows=0, memory=memory, on_load=startup.loading)
+                             chosen=chosen, static_rows=0, memory=memory, on_load=startup.loading,
+                             weights_dir=config.get("weights_dir", ""))
     except Exception as exc:  # noqa: BLE001 - reported to every API process, then exit
         return refuse(f"{type(exc).__name__}: {exc}")
     # a restarted engine starts from the rate the one before it learned (remembered_rate.py), unless the operator gave one

@@ -7,7 +7,8 @@ it, tells `on_exit` (so that the calls waiting on it fail at once) and starts a 
 growing pause if it keeps dying. An engine that serves but sent no status for
 `engine_heartbeat_timeout_s` (stopped, deadlocked, stuck in a kernel) is killed, and so restarted like
 one that died; one still loading its models is not (loading may take minutes). An engine whose
-models cannot load is not restarted: `on_exit` hears the LOAD_FAILED code. `stop()` sends SIGTERM (the engine finishes what runs, see process.py).
+models cannot load is not restarted: `on_exit` hears the LOAD_FAILED code. `stop()` sends SIGTERM (the engine finishes what runs, see process.py) and removes the directory of the engines'
+shared weights (weights_dir.py).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from nmt_serve.engine.process import LOAD_FAILED, STATUS_INTERVAL_S, addresses, heartbeat_file
+from nmt_serve.engine.weights_dir import remove_weights_dir
 
 log = logging.getLogger("nmt_serve.engine.supervisor")
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +131,5 @@ class EngineSupervisor:
                 self.process.kill()
                 self.process.wait()
         shutil.rmtree(self.socket_dir, ignore_errors=True)
+        # the siblings' too (one directory for all): an engine still running keeps what it mapped
+        remove_weights_dir(self.config.get("weights_dir", ""))

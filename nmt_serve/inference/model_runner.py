@@ -522,6 +522,10 @@ class ModelRunner:
         through `.data` bypass the version counters: remake the runner after those)."""
         return self.key == weights_key(self.model)
 
+    def refresh_key(self) -> None:
+        """The model's tensors were moved without a change of values (shared_weights): this runner stays current."""
+        self.key = weights_key(self.model)
+
     # ------------------------------------------------------------------ shared pieces
     def _residual(self, x: torch.Tensor, out: torch.Tensor, norm: Norm) -> torch.Tensor:
         """The residual sum after a sublayer; post-norm normalizes it here, pre-norm did so before."""

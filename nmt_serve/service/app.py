@@ -18,6 +18,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from nmt_serve.engine.process import addresses
 from nmt_serve.engine.protocol import EngineStatus
 from nmt_serve.engine.supervisor import EngineSupervisor
+from nmt_serve.engine.weights_dir import make_weights_dir
 from nmt_serve.garbage_collection import rarer_young_collections
 from nmt_serve.service.directions import Pivot, ServedDirection, language_names, named, pivot_directions, served_directions
 from nmt_serve.service.docs import install_docs
@@ -146,9 +147,10 @@ def preload_language_models() -> None:
         log.warning("could not load the language detection models ahead of the engine", exc_info=True)
 
 
-def start_engine(settings: Settings, on_exit: Callable[[int], None] | None = None, index: int = 0) -> EngineSupervisor:
-    """Engine `index` of the server's, started and kept running."""
-    supervisor = EngineSupervisor(settings.engine_config(index), on_exit=on_exit)
+def start_engine(settings: Settings, on_exit: Callable[[int], None] | None = None, index: int = 0,
+                 weights_dir: str = "") -> EngineSupervisor:
+    """Engine `index` of the server's, started and kept running; weights_dir: its siblings' (make_weights_dir)."""
+    supervisor = EngineSupervisor(settings.engine_config(index, weights_dir), on_exit=on_exit)
     supervisor.start()
     return supervisor
 
@@ -173,7 +175,8 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[], N
         if s.engine_dirs:  # a parent process runs the engines for several API workers
             places = [addresses(directory) for directory in s.engine_dirs]
         else:
-            state.supervisors = [start_engine(s, functools.partial(engine_exited, i), i) for i in range(s.engines)]
+            weights_dir = make_weights_dir(s.engines, s.device, s.shared_weights)
+            state.supervisors = [start_engine(s, functools.partial(engine_exited, i), i, weights_dir) for i in range(s.engines)]
             places = [supervisor.addresses for supervisor in state.supervisors]
         follower = StatusFollower(state, on_load_failure, on_ready)
         engines = EnginePool([EngineConnection(calls, status, heartbeat_timeout_s=s.engine_heartbeat_timeout_s,

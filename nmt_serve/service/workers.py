@@ -86,6 +86,7 @@ def serve_workers(settings: Settings) -> int:
 
     from nmt_serve.engine.process import LOAD_FAILED
     from nmt_serve.engine.supervisor import EngineSupervisor
+    from nmt_serve.engine.weights_dir import make_weights_dir
     from nmt_serve.service.server import RETIRE
 
     # the signal handlers only wake the loop below (a pipe it waits on beside the workers), which does
@@ -119,7 +120,8 @@ def serve_workers(settings: Settings) -> int:
     signal.signal(signal.SIGINT, request_stop)
     for signum in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(signum, request_change)
-    supervisors = [EngineSupervisor(settings.engine_config(i), on_exit=on_engine_exit) for i in range(settings.engines)]
+    weights_dir = make_weights_dir(settings.engines, settings.device, settings.shared_weights)
+    supervisors = [EngineSupervisor(settings.engine_config(i, weights_dir), on_exit=on_engine_exit) for i in range(settings.engines)]
     for supervisor in supervisors:
         supervisor.start()
     metrics_dir = tempfile.mkdtemp(prefix="nmt-metrics-")

@@ -8,6 +8,7 @@ import signal
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -454,3 +455,24 @@ def test_a_cancelled_call_takes_its_work_with_it():
             await connection.stop()
 
     assert asyncio.run(scenario()) == (3.0, 0.0)
+
+
+def test_two_engines_on_the_cpu_map_one_copy_of_the_weights(tmp_path, spm_model):
+    """Settings.shared_weights (the default): both engine processes map one file of each model's weights, which
+    goes when the server stops; each engine translates as before."""
+    from tests.conftest import make_checkpoint
+
+    make_checkpoint(tmp_path / "models" / "de-en", spm_model, "de", "en", seed=5, d_model=64, d_ff=256)
+    with make_client(tmp_path / "models", engines=2, lanes=1) as c:
+        wait_ready(c)
+        wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=60)
+        state = c.app.state.service
+        directory = Path(state.supervisors[0].config["weights_dir"])
+        assert {s.config["weights_dir"] for s in state.supervisors} == {str(directory)}
+        files = list(directory.glob("*.weights"))
+        assert [f.name.split("-")[:2] for f in files] == [["de", "en"]]
+        for supervisor in state.supervisors:
+            assert str(files[0]) in Path(f"/proc/{supervisor.pid}/maps").read_text()
+        replies = [c.post("/v1/translate", json={"text": t, **FAST}) for t in GERMAN * 2]
+        assert [r.status_code for r in replies] == [200] * len(replies)
+    assert not directory.exists()
