@@ -222,6 +222,16 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
     return memory
 
 
+def share_model_weights(translator: Translator, model_id: str, path: Path, weights_dir: str) -> None:
+    """The translator's runner on the copy of its weights the server's engines share (inference/shared_weights.py),
+    under a name of the checkpoint's file as it is now: a model replaced in the directory is another file."""
+    from nmt_serve.inference.shared_weights import share_weights  # torch: only the engine process pays for it
+
+    stat = (path / "model.safetensors").stat()
+    if shared := share_weights(translator.runner, weights_dir, f"{model_id}-{stat.st_size}-{stat.st_mtime_ns}"):
+        log.info("%s: %.0f MB of weights shared with the other engines (%s)", model_id, shared.shared_bytes / 1e6, shared.path)
+
+
 def load_models(models_dir: str | Path, device: str, dtype: str | None, quantization: str = "none",
                 step_mode: str = "auto", *, chosen: dict[Path, tuple[str, CheckpointInfo]] | None = None,
                 static_rows: int = 1024, memory: MemoryPlan | None = None,
@@ -234,7 +244,6 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
     weights_dir: where the server's engines keep one copy of each model's weights (engine/weights_dir.py); "" for
     none."""
     from nmt_serve.inference.attention import attention_backend
-    from nmt_serve.inference.shared_weights import share_weights
     from nmt_serve.inference.translator import (
         Translator,  # torch: only the engine process pays for it
     )
@@ -252,8 +261,8 @@ def load_models(models_dir: str | Path, device: str, dtype: str | None, quantiza
         packed = memory.models[model_id]["packed_weights"] if memory is not None else True
         translator = Translator.load(path, device=device, dtype=dtype, quantization=quantization, step_mode=step_mode,
                                      static_rows=static_rows, warmup=False, packed_weights=packed)
-        if weights_dir and translator.device.type == "cpu" and (shared := share_weights(translator.runner, weights_dir, model_id)):
-            log.info("%s: %.0f MB of weights shared with the other engines (%s)", model_id, shared.shared_bytes / 1e6, shared.path)
+        if weights_dir and translator.device.type == "cpu":
+            share_model_weights(translator, model_id, Path(path), weights_dir)
         models[model_id] = (translator, time.perf_counter() - t0, str(path))
         log.info("loaded %s from %s: device %s, dtype %s, attention %s (%.2fs)", model_id, path, translator.device,
                  str(translator.dtype).removeprefix("torch."), attention_backend(translator.device), models[model_id][1])

@@ -39,3 +39,17 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def release_freed_memory() -> bool:
+    """The free memory of the C library's heap given back to the kernel now (glibc's malloc_trim), whatever the
+    thresholds above keep: after a large block of memory that will not be needed again was freed (a runner's own
+    copy of the weights, once they are shared: shared_weights.py). True where glibc gave some back."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version
+        malloc_trim = libc.malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return False
+    malloc_trim.argtypes, malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    return bool(malloc_trim(0))

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from nmt_serve.inference.host_allocator import release_freed_memory
+
 log = logging.getLogger("nmt_serve.inference.shared_weights")
 MIN_BYTES = 64 * 1024
 PAGE = mmap.PAGESIZE
@@ -122,18 +124,25 @@ def _publish(path: Path, storages, offsets: list[int]) -> None:
         partial.unlink(missing_ok=True)
 
 
-@torch.no_grad()
 def share_weights(runner, directory: str | Path, name: str) -> SharedWeights | None:
     """The runner's CPU tensors (and its model's) re-pointed at a file of `directory` that every process sharing
     `name` (a model's id) maps; None where nothing was shared (no storage worth it, no room in the directory, or a
     file of other bytes under the same name). The runner computes exactly what it did before: the file holds this
     process's own bytes, checked before any tensor moves."""
+    shared = _share(runner, Path(directory), name)
+    if shared is not None:  # the process's own copy, freed with _share's last reference to it, out of the heap
+        release_freed_memory()  # that would keep it for later steps (host_allocator.keep_freed_memory)
+    return shared
+
+
+@torch.no_grad()
+def _share(runner, directory: Path, name: str) -> SharedWeights | None:
     storages, private = _storages(runner)
     if not storages:
         return None
     offsets, digest = _layout(storages)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    path = Path(directory) / f"{safe}-{digest}.weights"
+    path = directory / f"{safe}-{digest}.weights"
     try:
         if not path.exists():
             _publish(path, storages, offsets)

@@ -177,6 +177,9 @@ def test_tmp_is_writable_on_the_read_only_root(rendered, variant):
     mounts = {m["mountPath"]: m["name"] for m in container(rendered[variant])["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert "emptyDir" in volumes[mounts["/tmp"]]
+    # the engines' shared weights (settings.shared_weights): in memory, more than a container's own 64 MB
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["sizeLimit"] == "1Gi"
     # caches (CUDA's kernel cache, ~/.cache) land there too, not in the read-only home directory
     variables = env(rendered[variant])
     for name in ("HOME", "XDG_CACHE_HOME", "CUDA_CACHE_PATH"):

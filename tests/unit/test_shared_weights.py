@@ -143,3 +143,15 @@ def test_the_directory_is_made_for_several_cpu_engines_only_and_orphans_go(tmp_p
     assert oct(Path(made).stat().st_mode & 0o777) == "0o700"
     weights_dir.remove_weights_dir(made)
     assert not Path(made).exists()
+
+
+def test_the_own_copy_goes_back_to_the_kernel_once_shared(checkpoint, tmp_path, monkeypatch):
+    released = []
+    monkeypatch.setattr(shared_weights, "release_freed_memory", lambda: released.append(True))
+    assert share_weights(load(checkpoint).runner, tmp_path, "de-en") is not None
+    assert released == [True]
+    small = tmp_path / "other"
+    small.mkdir()
+    monkeypatch.setattr(shared_weights, "MIN_BYTES", 1 << 40)  # nothing worth sharing: nothing freed
+    assert share_weights(load(checkpoint).runner, small, "de-en") is None
+    assert released == [True]
