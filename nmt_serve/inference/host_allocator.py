@@ -28,15 +28,23 @@ TRIM_THRESHOLD = 64 * 2**20
 
 
 @functools.cache
+def glibc() -> ctypes.CDLL | None:
+    """The process's C library where it is glibc (whose mallopt options and malloc_trim these are), else None."""
+    try:
+        libc = ctypes.CDLL(None)  # the symbols the process already has: its C library's
+        libc.gnu_get_libc_version  # glibc's own
+    except (OSError, AttributeError, TypeError):  # no C library to ask (Windows), or not glibc
+        return None
+    return libc
+
+
+@functools.cache
 def keep_freed_memory() -> bool:
     """Set the thresholds once per process; True where glibc took them. The settings are the whole process's,
     as the environment's MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ would set them at its start."""
-    try:
-        libc = ctypes.CDLL(None)  # the symbols the process already has: its C library's
-        libc.gnu_get_libc_version  # glibc's own: mallopt's options mean these things there
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):  # no C library to ask (Windows), or not glibc
+    if (libc := glibc()) is None:
         return False
+    mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
@@ -45,11 +53,8 @@ def release_freed_memory() -> bool:
     """The free memory of the C library's heap given back to the kernel now (glibc's malloc_trim), whatever the
     thresholds above keep: after a large block of memory that will not be needed again was freed (a runner's own
     copy of the weights, once they are shared: shared_weights.py). True where glibc gave some back."""
-    try:
-        libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version
-        malloc_trim = libc.malloc_trim
-    except (OSError, AttributeError, TypeError):
+    if (libc := glibc()) is None:
         return False
+    malloc_trim = libc.malloc_trim
     malloc_trim.argtypes, malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
     return bool(malloc_trim(0))

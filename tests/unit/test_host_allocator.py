@@ -57,3 +57,29 @@ def test_a_translator_on_the_cpu_keeps_freed_memory(tiny_checkpoint, monkeypatch
     monkeypatch.setattr(translator, "keep_freed_memory", lambda: calls.append(True) or True)
     translator.Translator.load(tiny_checkpoint, device="cpu")
     assert calls == [True]
+
+
+RELEASE_PROBE = """
+import ctypes
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+from nmt_serve.inference.host_allocator import keep_freed_memory, release_freed_memory
+assert keep_freed_memory()
+libc.free(libc.malloc(8 << 20))
+kept = libc.mallinfo2().keepcost >= 8 << 20
+released = release_freed_memory()
+print(int(kept), int(released), int(libc.mallinfo2().keepcost >= 8 << 20))
+"""
+
+
+def test_freed_memory_the_heap_keeps_goes_back_when_released():
+    """release_freed_memory: what keep_freed_memory keeps for the next step, given back once (shared_weights frees a
+    runner's own copy of the weights, which no step takes again)."""
+    if not keep_freed_memory() or not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("glibc's malloc (2.33 or later) only")
+    out = subprocess.run([sys.executable, "-c", RELEASE_PROBE], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1 1 0"  # kept at the top of the heap, then given back
