@@ -7,8 +7,8 @@ it, tells `on_exit` (so that the calls waiting on it fail at once) and starts a 
 growing pause if it keeps dying. An engine that serves but sent no status for
 `engine_heartbeat_timeout_s` (stopped, deadlocked, stuck in a kernel) is killed, and so restarted like
 one that died; one still loading its models is not (loading may take minutes). An engine whose
-models cannot load is not restarted: `on_exit` hears the LOAD_FAILED code. `stop()` sends SIGTERM (the engine finishes what runs, see process.py) and removes the directory of the engines'
-shared weights (weights_dir.py).
+models cannot load is not restarted: `on_exit` hears the LOAD_FAILED code. `stop()` sends SIGTERM (the engine
+finishes what runs, see process.py) and removes the directory of the engines' shared weights (weights_dir.py).
 """
 from __future__ import annotations
 

@@ -49,8 +49,12 @@ def make_weights_dir(engines: int, device: str, enabled: bool = True) -> str:
     if not enabled or engines < 2 or device.startswith("cuda"):
         return ""
     parent = parent_of_weights()
-    remove_orphans(parent)
-    return tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=parent)  # 0700: only this user maps the weights
+    try:
+        remove_orphans(parent)
+        return tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=parent)  # 0700: only this user maps the weights
+    except OSError as exc:  # no room, no inode left: the engines serve all the same, a copy each
+        log.warning("no directory for the engines' shared weights in %s (%s); each engine keeps its own copy", parent, exc)
+        return ""
 
 
 def remove_weights_dir(path: str) -> None:

@@ -39,7 +39,7 @@ PAGE = mmap.PAGESIZE
 class SharedWeights:
     path: Path  # the file mapped
     shared_bytes: int  # the runner's storages now in the mapping
-    private_bytes: int  # the runner's storages that stay the process's own (small or opaque)
+    private_bytes: int  # the runner's small storages, which stay the process's own (opaque ones are not counted)
 
 
 def runner_tensors(runner) -> list[torch.Tensor]:
@@ -147,7 +147,8 @@ def _share(runner, directory: Path, name: str) -> SharedWeights | None:
         if not path.exists():
             _publish(path, storages, offsets)
         mapped = np.memmap(path, dtype=np.uint8, mode="c")  # private: a write copies the page, never reaches the file
-    except OSError as exc:  # ENOSPC in a small /dev/shm, a directory gone: each process keeps its own copy
+    except (OSError, ValueError) as exc:  # ENOSPC in a small /dev/shm, a directory gone, an empty file (numpy's
+        # ValueError): each process keeps its own copy
         log.warning("%s: weights not shared between engines (%s); this engine keeps its own copy", name, exc)
         return None
     if mapped.size != offsets[-1]:

@@ -458,8 +458,8 @@ def test_a_cancelled_call_takes_its_work_with_it():
 
 
 def test_two_engines_on_the_cpu_map_one_copy_of_the_weights(tmp_path, spm_model):
-    """Settings.shared_weights (the default): both engine processes map one file of each model's weights, which
-    goes when the server stops; each engine translates as before."""
+    """Settings.shared_weights (the default): both engine processes map one file of each model's weights, a
+    restarted one too, and the file goes when the server stops."""
     from tests.conftest import make_checkpoint
 
     make_checkpoint(tmp_path / "models" / "de-en", spm_model, "de", "en", seed=5, d_model=64, d_ff=256)
@@ -475,4 +475,19 @@ def test_two_engines_on_the_cpu_map_one_copy_of_the_weights(tmp_path, spm_model)
             assert str(files[0]) in Path(f"/proc/{supervisor.pid}/maps").read_text()
         replies = [c.post("/v1/translate", json={"text": t, **FAST}) for t in GERMAN * 2]
         assert [r.status_code for r in replies] == [200] * len(replies)
+        # an engine killed (as the OOM killer does) comes back on the same copy
+        killed = state.supervisors[0].pid
+        os.kill(killed, signal.SIGKILL)
+
+        def maps_the_file() -> bool:
+            pid = state.supervisors[0].pid
+            try:
+                return pid != killed and str(files[0]) in Path(f"/proc/{pid}/maps").read_text()
+            except FileNotFoundError:  # between two engines
+                return False
+
+        wait_for(maps_the_file, timeout=90)
+        assert list(directory.glob("*.weights")) == files
+        wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=90)
+        assert c.post("/v1/translate", json={"text": GERMAN[0], **FAST}).status_code == 200
     assert not directory.exists()

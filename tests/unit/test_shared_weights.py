@@ -95,6 +95,15 @@ def test_a_file_of_other_bytes_is_not_used(checkpoint, tmp_path):
     assert texts(second, 4) == expected and texts(first, 4) == expected
 
 
+def test_an_empty_file_under_the_name_is_not_used(checkpoint, tmp_path):
+    first, second = load(checkpoint), load(checkpoint)
+    path = share_weights(first.runner, tmp_path, "de-en").path
+    path.unlink()
+    path.touch()
+    assert share_weights(second.runner, tmp_path, "de-en") is None
+    assert texts(second, 1) == texts(first, 1)
+
+
 def test_a_published_file_is_mapped_not_written_again(checkpoint, tmp_path):
     first, second = load(checkpoint), load(checkpoint)
     path = share_weights(first.runner, tmp_path, "de-en").path
@@ -155,3 +164,13 @@ def test_the_own_copy_goes_back_to_the_kernel_once_shared(checkpoint, tmp_path, 
     monkeypatch.setattr(shared_weights, "MIN_BYTES", 1 << 40)  # nothing worth sharing: nothing freed
     assert share_weights(load(checkpoint).runner, small, "de-en") is None
     assert released == [True]
+
+
+def test_no_directory_for_the_weights_leaves_the_engines_a_copy_each(tmp_path, monkeypatch):
+    monkeypatch.setattr(weights_dir, "SHARED_MEMORY", tmp_path)
+
+    def full(**_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(weights_dir.tempfile, "mkdtemp", full)
+    assert weights_dir.make_weights_dir(2, "cpu") == ""
