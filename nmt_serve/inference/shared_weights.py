@@ -1,10 +1,11 @@
 """One copy of a CPU runner's weights for every engine process of a server.
 
 Each engine process builds its runner (ModelRunner) from the checkpoint: its fused, transposed and blocked
-layouts, in memory of its own. Two processes then hold two copies, and on this project's 2-core AMD EPYC
-(32 MiB of L3 cache for both cores) two copies of the shipped model's 52 MB did not stay in the cache where one
-did: a search of one sentence (greedy) ran 0.7x as fast in each of two processes with a copy each as alone, and
-as fast as alone with one copy between them (BENCHMARKS.md). CTranslate2's workers share one model the same way.
+layouts, in memory of its own, so N engines held N copies (the shipped model's runner 52 MB, OPUS-MT's 321 MB
+besides oneDNN's packed copies). CTranslate2's workers share one model. On this project's 2-core AMD EPYC (32 MiB
+of L3 for both cores) one-row products over the shipped model's matrices ran 0.7x as fast in each of two
+processes with a copy each, and as fast as alone with one copy between them; whole greedy searches of one
+sentence gained less (1.0-1.16x, in some rounds only: BENCHMARKS.md).
 
 share_weights() writes the runner's tensors into one file of a directory every engine of the server reaches
 (the server makes it, in /dev/shm where there is one: engine/weights_dir.py); the first process to finish

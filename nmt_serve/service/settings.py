@@ -53,10 +53,9 @@ class Settings(BaseSettings):
                                                      "several GPUs (device cuda or auto) engine i runs on GPU i mod their count")
     shared_weights: bool = Field(True, description="with several engines on the CPU: one copy of each model's weights, mapped "
                                                    "by every engine from a file in /dev/shm (or the temporary directory), "
-                                                   "instead of a copy each; on a 2-core AMD EPYC two engines decoded 1.16x "
-                                                   "the sentences at greedy batch 1 (their L3 cache holds one copy, not two) "
-                                                   "and each engine after the first holds 52 MB less of the shipped model. "
-                                                   "Where the directory has no room, an engine keeps its own copy")
+                                                   "instead of a copy each: each engine after the first holds 52 MB less of "
+                                                   "the shipped model (321 MB at OPUS-MT's shape). Where the directory has "
+                                                   "no room, an engine keeps its own copy")
     engine_socket_dir: str = Field("", description="internal: the socket directories of the engines run by a parent process, "
                                                    "joined by the path separator (set for the workers when workers > 1)")
     engine_heartbeat_timeout_s: float = Field(30.0, gt=0, description="no status for this long from a live engine process: "
