@@ -278,6 +278,7 @@ class EngineCore:
                           n_decoder_layers=t.config.n_decoder_layers, n_encoder_layers=t.config.n_encoder_layers,
                           n_heads=t.config.n_heads, max_positions=t.config.max_positions,
                           append_eos_to_source=t.config.append_eos_to_source, source_suffix=t.info.source_suffix,
+                          shared_weights_bytes=t.runner.shared_weights.shared_bytes if t.runner.shared_weights else 0,
                           **self.model_meta.get(mid, {}))
                 for mid, t in self.models.items()
             }

@@ -516,6 +516,7 @@ class ModelRunner:
         self.decoder_norm = Norm.of(model.decoder_norm)
         self.output = of(model.output_proj, bias=model.logits_bias, wide=True)
         self.key = weights_key(model)  # after share_storage re-pointed the model's tensors
+        self.shared_weights = None  # the file its tensors are mapped from, where the engines share them (shared_weights.py)
 
     def is_current(self) -> bool:
         """False once any parameter or buffer of the model was replaced or changed in place (writes

@@ -166,4 +166,5 @@ def _share(runner, directory: Path, name: str) -> SharedWeights | None:
         for t in tensors:
             t.set_(shared, t.storage_offset(), t.size(), t.stride())
     runner.refresh_key()  # the model's tensors moved: the runner is still the current one
-    return SharedWeights(path, sum(s.nbytes() for s, _ in storages.values()), private)
+    runner.shared_weights = SharedWeights(path, sum(s.nbytes() for s, _ in storages.values()), private)
+    return runner.shared_weights

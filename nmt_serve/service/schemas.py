@@ -216,8 +216,11 @@ class ModelInfo(BaseModel):
     memory: dict | None = Field(None, description="the memory plan it was loaded under (NMT_MEMORY_BUDGET_GB): weights_bytes, "
                                                   "max_length, per start-up beam size its rows and bytes, running_sentences, "
                                                   "budget_bytes and budget_source, planned_bytes_all_models, engines (the "
-                                                  "server's engine processes: each holds all of this), and on a GPU "
-                                                  "device_reserved_bytes (what torch holds there now)")
+                                                  "server's engine processes: each holds all of this, but shared_weights_bytes "
+                                                  "once for all of them), and on a GPU device_reserved_bytes (what torch "
+                                                  "holds there now)")
+    shared_weights_bytes: int = Field(0, description="of its weights, the bytes every engine maps from one copy (the "
+                                                     "shared_weights setting: two or more engines on the CPU); 0: none")
     load_seconds: float | None = Field(None, description="how long loading the checkpoint took")
     path: str
 

@@ -473,6 +473,8 @@ def test_two_engines_on_the_cpu_map_one_copy_of_the_weights(tmp_path, spm_model)
         assert [f.name.split("-")[:2] for f in files] == [["de", "en"]]
         for supervisor in state.supervisors:
             assert str(files[0]) in Path(f"/proc/{supervisor.pid}/maps").read_text()
+        model = c.get("/v1/models").json()["models"][0]
+        assert model["id"] == "de-en" and 0 < model["shared_weights_bytes"] <= files[0].stat().st_size
         replies = [c.post("/v1/translate", json={"text": t, **FAST}) for t in GERMAN * 2]
         assert [r.status_code for r in replies] == [200] * len(replies)
         # an engine killed (as the OOM killer does) comes back on the same copy

@@ -53,8 +53,9 @@ def test_two_runners_map_one_file_and_compute_what_they_did(checkpoint, tmp_path
     expected = {beam: texts(alone, beam) for beam in (1, 4)}
     first, second = load(checkpoint), load(checkpoint)
     runner = first.runner
+    assert runner.shared_weights is None
     shared = [share_weights(t.runner, tmp_path, "de-en") for t in (first, second)]
-    assert shared[0] is not None and shared[0] == shared[1]
+    assert shared[0] is not None and shared[0] == shared[1] and runner.shared_weights == shared[0]  # /v1/models says it
     assert [p.name for p in tmp_path.iterdir()] == [shared[0].path.name]  # no partial file left
     assert shared[0].shared_bytes > 0 and shared[0].private_bytes > 0  # the model's norms stay private
     assert first.runner is runner and runner.is_current()  # not rebuilt: the tensors moved, not their values
