@@ -12,10 +12,8 @@ from nmt_serve.inference.host_allocator import keep_freed_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# In a fresh process (nothing large freed yet, so glibc's thresholds are its first ones): whether a block of 8 MiB,
-# and then one of 40 MiB, is a mapping of its own (mallinfo2's hblks) rather than heap memory, and whether the 8 MiB
-# stayed free at the top of the heap once freed (keepcost) rather than going back to the kernel.
-PROBE = """
+# glibc's malloc and its statistics (mallinfo2), for the probes below
+MALLOC = """
 import ctypes, sys
 class Info(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -23,6 +21,11 @@ class Info(ctypes.Structure):
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = Info
 libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+"""
+# In a fresh process (nothing large freed yet, so glibc's thresholds are its first ones): whether a block of 8 MiB,
+# and then one of 40 MiB, is a mapping of its own (mallinfo2's hblks) rather than heap memory, and whether the 8 MiB
+# stayed free at the top of the heap once freed (keepcost) rather than going back to the kernel.
+PROBE = MALLOC + """
 if sys.argv[1] == "keep":
     from nmt_serve.inference.host_allocator import keep_freed_memory
     assert keep_freed_memory()
@@ -59,14 +62,7 @@ def test_a_translator_on_the_cpu_keeps_freed_memory(tiny_checkpoint, monkeypatch
     assert calls == [True]
 
 
-RELEASE_PROBE = """
-import ctypes
-class Info(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-libc = ctypes.CDLL(None)
-libc.mallinfo2.restype = Info
-libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+RELEASE_PROBE = MALLOC + """
 from nmt_serve.inference.host_allocator import keep_freed_memory, release_freed_memory
 assert keep_freed_memory()
 libc.free(libc.malloc(8 << 20))
