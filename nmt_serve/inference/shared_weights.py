@@ -78,11 +78,11 @@ def _storages(runner) -> tuple[dict[int, tuple[torch.UntypedStorage, list[torch.
     storages: dict[int, tuple[torch.UntypedStorage, list[torch.Tensor]]] = {}
     private: dict[int, int] = {}
     for t in runner_tensors(runner):
-        if t.device.type != "cpu" or t.layout != torch.strided or t.is_mkldnn:
+        if t.device.type != "cpu" or t.layout != torch.strided or t.is_mkldnn:  # is_mkldnn: oneDNN's packed weights
             continue
         try:
             storage = t.untyped_storage()
-        except NotImplementedError:  # an opaque tensor (oneDNN's packed weight): no bytes of its own to reach
+        except NotImplementedError:  # any other opaque tensor: no bytes of its own to reach
             continue
         if storage.nbytes() < MIN_BYTES:
             private[storage.data_ptr()] = storage.nbytes()
