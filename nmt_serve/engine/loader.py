@@ -224,11 +224,12 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
 
 def share_model_weights(translator: Translator, model_id: str, path: Path, weights_dir: str) -> None:
     """The translator's runner on the copy of its weights the server's engines share (inference/shared_weights.py),
-    under a name of the checkpoint's file as it is now: a model replaced in the directory is another file."""
+    at the version of the checkpoint's file as it is now: a model replaced in the directory is another file, and the
+    first engine to map the new one removes the old (the engines still running on it keep their mapping)."""
     from nmt_serve.inference.shared_weights import share_weights  # torch: only the engine process pays for it
 
     stat = (path / "model.safetensors").stat()
-    if shared := share_weights(translator.runner, weights_dir, f"{model_id}-{stat.st_size}-{stat.st_mtime_ns}"):
+    if shared := share_weights(translator.runner, weights_dir, model_id, f"{stat.st_size}-{stat.st_mtime_ns}"):
         log.info("%s: %.0f MB of weights shared with the other engines (%s)", model_id, shared.shared_bytes / 1e6, shared.path)
 
 

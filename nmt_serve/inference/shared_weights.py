@@ -125,25 +125,44 @@ def _publish(path: Path, storages, offsets: list[int]) -> None:
         partial.unlink(missing_ok=True)
 
 
-def share_weights(runner, directory: str | Path, name: str) -> SharedWeights | None:
+def _safe(part: str) -> str:
+    """A file name's part: no dots (they separate the parts) and nothing a shell or another filesystem minds."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in part)
+
+
+def remove_other_versions(directory: Path, name: str, version: str) -> list[Path]:
+    """The files of `name` of any other version: a model replaced on disk. Processes that map one keep it (its
+    pages go back once the last mapping does); no process maps it again, since each maps the version it loaded."""
+    removed = []
+    for path in directory.glob(f"{_safe(name)}.*.weights"):
+        parts = path.name.split(".")
+        if len(parts) == 4 and parts[1] != _safe(version):  # name.version.digest.weights
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def share_weights(runner, directory: str | Path, name: str, version: str = "") -> SharedWeights | None:
     """The runner's CPU tensors (and its model's) re-pointed at a file of `directory` that every process sharing
-    `name` (a model's id) maps; None where nothing was shared (no storage worth it, no room in the directory, or a
-    file of other bytes under the same name). The runner computes exactly what it did before: the file holds this
-    process's own bytes, checked before any tensor moves."""
-    shared = _share(runner, Path(directory), name)
+    `name` (a model's id) at `version` (its checkpoint's) maps; None where nothing was shared (no storage worth it,
+    no room in the directory, or a file of other bytes under the same name). The runner computes exactly what it did
+    before: the file holds this process's own bytes, checked before any tensor moves. Once it is mapped, the files
+    of other versions of `name` are removed (remove_other_versions)."""
+    shared = _share(runner, Path(directory), name, version)
     if shared is not None:  # the process's own copy, freed with _share's last reference to it, out of the heap
         release_freed_memory()  # that would keep it for later steps (host_allocator.keep_freed_memory)
+        for path in remove_other_versions(Path(directory), name, version):
+            log.info("%s: removed %s, the weights of a version no longer on disk", name, path)
     return shared
 
 
 @torch.no_grad()
-def _share(runner, directory: Path, name: str) -> SharedWeights | None:
+def _share(runner, directory: Path, name: str, version: str) -> SharedWeights | None:
     storages, private = _storages(runner)
     if not storages:
         return None
     offsets, digest = _layout(storages)
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    path = directory / f"{safe}-{digest}.weights"
+    path = directory / f"{_safe(name)}.{_safe(version)}.{digest}.weights"
     try:
         if not path.exists():
             _publish(path, storages, offsets)

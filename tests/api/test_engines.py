@@ -470,7 +470,7 @@ def test_two_engines_on_the_cpu_map_one_copy_of_the_weights(tmp_path, spm_model)
         directory = Path(state.supervisors[0].config["weights_dir"])
         assert {s.config["weights_dir"] for s in state.supervisors} == {str(directory)}
         files = list(directory.glob("*.weights"))
-        assert [f.name.split("-")[:2] for f in files] == [["de", "en"]]
+        assert [f.name.split(".")[0] for f in files] == ["de-en"]
         for supervisor in state.supervisors:
             assert str(files[0]) in Path(f"/proc/{supervisor.pid}/maps").read_text()
         model = c.get("/v1/models").json()["models"][0]
@@ -492,4 +492,24 @@ def test_two_engines_on_the_cpu_map_one_copy_of_the_weights(tmp_path, spm_model)
         assert list(directory.glob("*.weights")) == files
         wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=90)
         assert c.post("/v1/translate", json={"text": GERMAN[0], **FAST}).status_code == 200
+        # the model replaced on disk: the next engine to start maps a file of the new version and removes the old
+        # one's, which the engine still running on it keeps mapped
+        weights = tmp_path / "models" / "de-en" / "model.safetensors"
+        os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+        killed = state.supervisors[1].pid
+        os.kill(killed, signal.SIGKILL)
+
+        def maps_a_new_file() -> list[Path]:
+            pid = state.supervisors[1].pid
+            try:
+                maps = Path(f"/proc/{pid}/maps").read_text() if pid != killed else ""
+            except FileNotFoundError:
+                return []
+            return [f for f in directory.glob("*.weights") if f != files[0] and str(f) in maps]
+
+        wait_for(maps_a_new_file, timeout=90)
+        assert list(directory.glob("*.weights")) == maps_a_new_file()
+        assert f"{files[0]} (deleted)" in Path(f"/proc/{state.supervisors[0].pid}/maps").read_text()
+        wait_for(lambda: metric(c, "nmt_engines_ready") == 2, timeout=90)
+        assert [c.post("/v1/translate", json={"text": t, **FAST}).status_code for t in GERMAN * 2] == [200] * len(GERMAN) * 2
     assert not directory.exists()

@@ -29,7 +29,7 @@ def checkpoint(tmp_path_factory, spm_model) -> Path:
 def mapped_ranges(path: Path, pid: int | str = "self") -> list[tuple[int, int]]:
     ranges = []
     for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-        if line.endswith(str(path)):
+        if line.removesuffix(" (deleted)").endswith(str(path)):  # a file unlinked while mapped
             start, end = line.split()[0].split("-")
             ranges.append((int(start, 16), int(end, 16)))
     return ranges
@@ -111,6 +111,18 @@ def test_a_published_file_is_mapped_not_written_again(checkpoint, tmp_path):
     inode = path.stat().st_ino
     assert share_weights(second.runner, tmp_path, "de-en").path == path
     assert path.stat().st_ino == inode
+
+
+def test_a_new_version_removes_the_old_ones_file_and_its_mappings_keep_working(checkpoint, tmp_path):
+    old, new, other = load(checkpoint), load(checkpoint), load(checkpoint)
+    expected = texts(old, 4)
+    old_path = share_weights(old.runner, tmp_path, "de-en", "100-1").path
+    other_path = share_weights(other.runner, tmp_path, "de-en-big", "100-1").path  # another model, its id a prefix
+    unchanged = share_weights(load(checkpoint).runner, tmp_path, "de-en", "100-1").path  # the same version: mapped
+    assert unchanged == old_path and old_path.exists()
+    new_path = share_weights(new.runner, tmp_path, "de-en", "200-2").path
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([new_path.name, other_path.name])
+    assert mapped_ranges(old_path) and texts(old, 4) == expected  # unlinked, still mapped by the runner on it
 
 
 def test_no_room_leaves_each_runner_its_own_copy(checkpoint, tmp_path, monkeypatch):
