@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmt_serve.engine.memory_plan import GIB, DoesNotFit, MemoryPlan, ModelNeeds, budget, plan
+from nmt_serve.engine.weights_dir import weights_room
 from nmt_serve.network.checkpoint_info import CheckpointInfo, read_info
 from nmt_serve.network.routing import DEFAULT_CPU_COST_LIMIT, preferred_names
 from nmt_serve.text.language_codes import public_directions
@@ -180,9 +181,12 @@ def choose(models_dir: str | Path, device: str = "cpu", cpu_cost_limit: float = 
 
 
 def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dtype: str | None, quantization: str = "none", *,
-                budget_gb: float = 0.0, max_batch_sentences: int = 0, max_batch_tokens: int = 4096, engines: int = 1) -> MemoryPlan:
+                budget_gb: float = 0.0, max_batch_sentences: int = 0, max_batch_tokens: int = 4096, engines: int = 1,
+                weights_dir: str = "") -> MemoryPlan:
     """What the chosen models and their running sentences will hold (memory_plan.py), before any loads, in one of
-    `engines` engine processes; DoesNotFit (one line) when not even one sentence fits."""
+    `engines` engine processes; DoesNotFit (one line) when not even one sentence fits. weights_dir: where the
+    engines on the CPU map one copy of the weights (engine/weights_dir.py), each then counting its share of them,
+    if the directory has room for every model's (else each engine will keep its own copy: share_weights)."""
     import torch
 
     from nmt_serve.engine.core import AUTO_BATCH_SENTENCES, WARMUP_BEAMS
@@ -196,13 +200,24 @@ def plan_memory(chosen: dict[Path, tuple[str, CheckpointInfo]], device: str, dty
     resolved = resolve_device(device)
     dtype_name = str(resolve_dtype(dtype, resolved)).removeprefix("torch.")
 
+    def needs(packed: bool, shared_by: int) -> list[ModelNeeds]:
+        return [ModelNeeds(name, info.config, dtype_name, quantization, beams=WARMUP_BEAMS,
+                           max_length=min(STATIC_LENGTH, info.config.max_positions), device=resolved.type, packed_weights=packed,
+                           lone_row_threads=lone_row_threads(torch.get_num_threads(), packed=packed, quantization=quantization)
+                           if resolved.type == "cpu" else 0, shared_by=shared_by)
+                for name, info in chosen.values()]
+
+    shared_by = engines if weights_dir and resolved.type == "cpu" and engines > 1 else 1
+    if shared_by > 1:
+        plain = sum(n.weights_split()[0] for n in needs(True, shared_by))  # packed or not: lone rows' blocks at most
+        room = weights_room(weights_dir)
+        if room < plain:
+            log.warning("%s has room for %.0f MB of the %.0f MB of weights the engines would share: the plan counts a copy "
+                        "per engine", weights_dir, room / 1e6, plain / 1e6)
+            shared_by = 1
+
     def planned(packed: bool) -> MemoryPlan:
-        needs = [ModelNeeds(name, info.config, dtype_name, quantization, beams=WARMUP_BEAMS,
-                            max_length=min(STATIC_LENGTH, info.config.max_positions), device=resolved.type, packed_weights=packed,
-                            lone_row_threads=lone_row_threads(torch.get_num_threads(), packed=packed, quantization=quantization)
-                            if resolved.type == "cpu" else 0)
-                 for name, info in chosen.values()]
-        return plan(needs, budget_bytes=budget_bytes, budget_source=source,
+        return plan(needs(packed, shared_by), budget_bytes=budget_bytes, budget_source=source,
                     max_batch_sentences=max_batch_sentences or AUTO_BATCH_SENTENCES[resolved.type], max_batch_tokens=max_batch_tokens)
 
     budget_bytes, source = budget(budget_gb, str(resolved), engines)

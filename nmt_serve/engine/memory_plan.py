@@ -7,7 +7,8 @@ this order (a server of several engine processes gives each an equal share: `bud
    second one in oneDNN's layout for large batches; oneDNN's packed float weights on the CPU add one
    (the model's own weights then live in the runner's transposed copies for a lone row; small weights'
    column blocks at more than 1 thread are copies of their own), and load only where they cost no
-   running sentence: plan_memory);
+   running sentence: plan_memory); engines on the CPU that map one copy of the plain tensors (shared_weights.py)
+   each count their share of those, and their packed copies whole;
 2. a reserve for joining sentences: the encoder's activations and the cross-attention keys/values of
    `max_batch_tokens` source tokens, made before they are copied into a decoder's rows;
 3. the running sentences, the same number S for every model and start-up beam size, the most that
@@ -55,6 +56,7 @@ class ModelNeeds:
     device: str = "cpu"  # cpu | cuda: what the runner adds beside the weights differs
     packed_weights: bool = False  # CPU: every Linear weight also held prepacked for oneDNN (model_runner.FloatLinear)
     lone_row_threads: int = 0  # packed float weights also laid out for a lone row on this many threads
+    shared_by: int = 1  # CPU engine processes that map one copy of the plain tensors (weights_split)
 
     @property
     def itemsize(self) -> int:
@@ -72,23 +74,29 @@ class ModelNeeds:
         linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) and m.weight is not model.output_proj.weight)
         return total, linear + model.output_proj.weight.numel()
 
-    def weights_bytes(self) -> int:
-        """The model's parameters, plus what its runner holds beside them: int8's packed weights (the
-        output layer's twice, fbgemm's and oneDNN's, where oneDNN's int8 kernel is exact on this CPU), or
-        the float Linear weights' packed copies for oneDNN (and small weights' column blocks for a lone
-        row at more than 1 thread: lone_row_elements)."""
+    def weights_split(self) -> tuple[int, int]:
+        """(bytes in plain tensors, bytes in packed ones): the model's parameters (and small weights' column blocks
+        for a lone row at more than 1 thread: lone_row_elements), and what its runner packs beside them: int8's
+        packed weights (the output layer's twice, fbgemm's and oneDNN's, where oneDNN's int8 kernel is exact on
+        this CPU), or the float Linear weights' packed copies for oneDNN. Engine processes on the CPU can map
+        the plain tensors from one copy (shared_weights.py); packed ones are opaque, each engine's own."""
         total, linear = self.parameters()
         if self.quantization == "int8":
             from nmt_serve.inference.model_runner import onednn_int8_runs
 
             second = self.config.tgt_vocab_size * self.config.d_model if onednn_int8_runs() else 0
-            return total * self.itemsize + linear + second
+            return total * self.itemsize, linear + second
         if not self.packed_weights:
-            return total * self.itemsize
+            return total * self.itemsize, 0
         from nmt_serve.inference.model_runner import lone_row_elements
 
         lone_row = lone_row_elements(self.config, self.lone_row_threads, float32=self.dtype == "float32") if self.lone_row_threads else 0
-        return (total + linear + lone_row) * self.itemsize
+        return (total + lone_row) * self.itemsize, linear * self.itemsize
+
+    def weights_bytes(self) -> int:
+        """This engine's part of the weights: its packed copies, and its share of the plain tensors (shared_by)."""
+        plain, packed = self.weights_split()
+        return -(-plain // self.shared_by) + packed
 
     def row_bytes(self, beam: int = 1) -> int:
         """A row's keys and values: its target's, and its source's, which on CUDA the K rows of a sentence share
@@ -155,7 +163,8 @@ def plan(needs: list[ModelNeeds], *, budget_bytes: int, budget_source: str, max_
     models = {}
     for n in needs:
         decoders = {str(beam): dict(rows=sentences * beam, bytes=n.rows_bytes(beam, sentences * beam)) for beam in n.beams}
-        models[n.model_id] = dict(weights_bytes=weights[n.model_id], packed_weights=n.packed_weights, max_length=n.max_length,
+        models[n.model_id] = dict(weights_bytes=weights[n.model_id], weights_shared_by=n.shared_by, packed_weights=n.packed_weights,
+                                  max_length=n.max_length,
                                   beams=decoders)
     planned = sum(weights.values()) + join + sentences * per_sentence
     return MemoryPlan(budget_bytes=int(budget_bytes), budget_source=budget_source, sentences=int(sentences),

@@ -199,7 +199,8 @@ def run(config: dict) -> int:
         # refused here, before a weight is read, when the budget cannot hold the models and one sentence
         memory = plan_memory(chosen, device, dtype, quantization, budget_gb=float(config.get("memory_budget_gb") or 0),
                              max_batch_sentences=int(config.get("max_batch_sentences") or 0),
-                             max_batch_tokens=int(config.get("max_batch_tokens") or 4096), engines=sharing)
+                             max_batch_tokens=int(config.get("max_batch_tokens") or 4096), engines=sharing,
+                             weights_dir=config.get("weights_dir", ""))
         startup.set("loading", models_total=len(chosen))
         loaded = load_models(config["models_dir"], device, dtype, quantization, config.get("step_mode", "auto"),
                              chosen=chosen, static_rows=0, memory=memory, on_load=startup.loading,

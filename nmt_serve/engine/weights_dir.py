@@ -60,3 +60,14 @@ def make_weights_dir(engines: int, device: str, enabled: bool = True) -> str:
 def remove_weights_dir(path: str) -> None:
     if path:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def weights_room(path: str) -> int:
+    """Bytes of weights the directory can hold: its filesystem's free space, and what its files hold already (an
+    engine that restarts maps those)."""
+    try:
+        stats = os.statvfs(path)
+        held = sum(f.stat().st_size for f in Path(path).glob("*.weights"))
+    except OSError:
+        return 0
+    return stats.f_bavail * stats.f_frsize + held

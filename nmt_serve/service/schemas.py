@@ -213,12 +213,13 @@ class ModelInfo(BaseModel):
     step_mode: str = Field(description="auto, eager or static (see the step_mode setting)")
     static_decoder: dict | None = Field(None, description="the static decoder's memory, when it is in use: buffers_bytes, "
                                                           "graphs (captured CUDA graphs) and graph_pool_bytes")
-    memory: dict | None = Field(None, description="the memory plan it was loaded under (NMT_MEMORY_BUDGET_GB): weights_bytes, "
-                                                  "max_length, per start-up beam size its rows and bytes, running_sentences, "
-                                                  "budget_bytes and budget_source, planned_bytes_all_models, engines (the "
-                                                  "server's engine processes: each holds all of this, but shared_weights_bytes "
-                                                  "once for all of them), and on a GPU device_reserved_bytes (what torch "
-                                                  "holds there now)")
+    memory: dict | None = Field(None, description="the memory plan it was loaded under (NMT_MEMORY_BUDGET_GB): weights_bytes "
+                                                  "(an engine's part: its packed copies, and of the rest its share where "
+                                                  "weights_shared_by engines map one copy), max_length, per start-up beam size "
+                                                  "its rows and bytes, running_sentences, budget_bytes and budget_source, "
+                                                  "planned_bytes_all_models, engines (the server's engine processes: each "
+                                                  "holds all of this), and on a GPU device_reserved_bytes (what torch holds "
+                                                  "there now)")
     shared_weights_bytes: int = Field(0, description="of its weights, the bytes every engine maps from one copy (the "
                                                      "shared_weights setting: two or more engines on the CPU); 0: none")
     load_seconds: float | None = Field(None, description="how long loading the checkpoint took")

@@ -475,6 +475,7 @@ def test_two_engines_on_the_cpu_map_one_copy_of_the_weights(tmp_path, spm_model)
             assert str(files[0]) in Path(f"/proc/{supervisor.pid}/maps").read_text()
         model = c.get("/v1/models").json()["models"][0]
         assert model["id"] == "de-en" and 0 < model["shared_weights_bytes"] <= files[0].stat().st_size
+        assert model["memory"]["weights_shared_by"] == 2  # each engine's plan counts its share of the one copy
         replies = [c.post("/v1/translate", json={"text": t, **FAST}) for t in GERMAN * 2]
         assert [r.status_code for r in replies] == [200] * len(replies)
         # an engine killed (as the OOM killer does) comes back on the same copy

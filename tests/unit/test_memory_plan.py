@@ -38,6 +38,7 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, c
     needs = ModelNeeds("de-en", plain.config, "float32", max_length=64)
     storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in plain.model.parameters()}
     assert needs.weights_bytes() == sum(storages.values())  # held once
+    assert needs.weights_split() == (sum(storages.values()), 0)
     threads = torch.get_num_threads()
     try:
         for n in (1, 2, 3):  # the runner also keeps the weights laid out for a lone row on n threads
@@ -70,6 +71,7 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, c
             packed_bytes = sum(linear.weight.numel() * linear.weight.element_size() for linear in linears)
             packed_needs = ModelNeeds("de-en", packed.config, "float32", max_length=64, packed_weights=True, lone_row_threads=n)
             assert packed_needs.weights_bytes() == sum(held.values()) + packed_bytes
+            assert packed_needs.weights_split() == (sum(held.values()), packed_bytes)  # plain tensors, opaque ones
             assert packed_needs.weights_bytes() == sum(storages.values()) + packed_bytes + sum(
                 linear.lone_row.numel() * 4 for linear in linears if linear.transposed is None and linear.lone_row.dim() == 3)
             # the nn.Module path reads the shared weights as the runner does
@@ -125,6 +127,58 @@ def test_int8_keeps_no_float_copy_for_a_lone_row_at_any_thread_count(tiny_checkp
                 assert torch.equal(small(row), torch.ops.quantized.linear_dynamic(row, small.packed, True))
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_the_plain_tensors_planned_are_what_engines_map_from_one_copy(tmp_path, spm_model, quantization):
+    """weights_split's plain bytes against what share_weights maps (shared_weights.py): the runner's tensors but for
+    its position tables, which the plan leaves out (a few MB at most); its opaque packed copies stay private."""
+    from nmt_serve.inference.model_runner import lone_row_threads
+    from nmt_serve.inference.shared_weights import share_weights
+    from tests.conftest import make_checkpoint
+
+    checkpoint = make_checkpoint(tmp_path / "de-en", spm_model, "de", "en", seed=5, d_model=64, d_ff=256)
+    translator = Translator.load(checkpoint, device="cpu", quantization=quantization)
+    runner = translator.runner
+    needs = ModelNeeds("de-en", translator.config, "float32", quantization, packed_weights=runner.packed_weights,
+                       lone_row_threads=lone_row_threads(torch.get_num_threads(), packed=runner.packed_weights,
+                                                         quantization=quantization))
+    plain, packed = needs.weights_split()
+    shared = share_weights(runner, tmp_path, "de-en")
+    tables = sum(t.numel() * t.element_size() for t in (runner.src_positions, runner.tgt_positions))
+    assert plain <= shared.shared_bytes + shared.private_bytes <= plain + tables
+    assert packed > 0  # oneDNN's packed copies or int8's, not in the file
+    assert ModelNeeds(**{**vars(needs), "shared_by": 2}).weights_bytes() == -(-plain // 2) + packed
+
+
+def test_engines_mapping_one_copy_each_plan_their_share_where_the_directory_has_room(models_dir, tmp_path, monkeypatch):
+    from nmt_serve.engine import loader
+
+    chosen = choose(models_dir)
+
+    def weights(**kwargs) -> dict[str, tuple[int, int]]:
+        memory = plan_memory(chosen, "cpu", None, budget_gb=4, max_batch_sentences=8, max_batch_tokens=512, **kwargs)
+        return {m: (plan["weights_bytes"], plan["weights_shared_by"]) for m, plan in memory.models.items()}
+
+    copies = weights(engines=2)  # no directory: a copy each
+    shared = weights(engines=2, weights_dir=str(tmp_path))
+    assert all(by == 1 for _, by in copies.values()) and all(by == 2 for _, by in shared.values())
+    assert all(0 < shared[m][0] < copies[m][0] for m in copies)
+    assert weights(engines=1, weights_dir=str(tmp_path)) == weights(engines=1)
+    monkeypatch.setattr(loader, "weights_room", lambda path: 1024)  # a container's full /dev/shm: a copy each
+    assert weights(engines=2, weights_dir=str(tmp_path)) == copies
+
+
+def test_the_room_for_weights_is_the_free_space_and_what_the_directory_holds(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from nmt_serve.engine import weights_dir
+
+    assert weights_dir.weights_room(str(tmp_path)) > 0 and weights_dir.weights_room(str(tmp_path / "gone")) == 0
+    monkeypatch.setattr(weights_dir.os, "statvfs", lambda path: SimpleNamespace(f_bavail=10, f_frsize=4096))
+    (tmp_path / "m.1.abc.weights").write_bytes(bytes(5000))  # an engine that restarts maps it
+    (tmp_path / "m.1.abc.weights.77.partial").write_bytes(bytes(3000))
+    assert weights_dir.weights_room(str(tmp_path)) == 10 * 4096 + 5000
 
 
 def test_the_plan_runs_as_many_sentences_as_fit_and_no_more_than_asked():
