@@ -26,7 +26,7 @@ from nmt_serve.inference.lexical_constraints import (
     mask_lexical,
 )
 from nmt_serve.inference.model_runner import ModelRunner
-from nmt_serve.inference.top_k import top_k
+from nmt_serve.inference.top_k import row_max, top_k
 from nmt_serve.network.config import ModelConfig
 from nmt_serve.network.transformer import EncoderOutput
 
@@ -330,7 +330,7 @@ def greedy_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions
         check_deadline(deadline)
         lp = state.log_probs(prefix)  # (N, V)
         lp = constraints.apply(lp, step, constraints.at_max(rows, step), prefix[:, 1:])
-        token_lp, token = lp.max(dim=-1)  # (N,)
+        token_lp, token = row_max(lp)  # (N,): lp.max(dim=-1)
         scores = scores + token_lp
         prefix = torch.cat([prefix, token[:, None]], dim=1)
         step += 1

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from nmt_serve.inference.top_k import BLOCK, MIN_BLOCKS_PER_K, MIN_ROWS, top_k
+from nmt_serve.inference.top_k import BLOCK, MAX_MIN_ROWS, MIN_BLOCKS_PER_K, MIN_ROWS, row_max, top_k
 
 
 def distinct(rows: int, n: int, seed: int) -> torch.Tensor:
@@ -53,3 +53,19 @@ def test_small_rows_and_other_layouts_are_torch_topk():
     one = distinct(1, 40_000, seed=4)  # fewer rows than MIN_ROWS
     assert torch.equal(top_k(one, 8).indices, one.topk(8, dim=-1).indices)
     assert torch.equal(top_k(wide, 8).indices, wide.topk(8, dim=-1).indices)
+
+
+@pytest.mark.parametrize("rows,n", [(MAX_MIN_ROWS, 8_000), (32, 7_999), (40, BLOCK * 3 + 1), (MAX_MIN_ROWS - 1, 8_000), (20, BLOCK + 5)])
+def test_a_rows_best_is_torch_max_and_its_first_place_among_ties(rows, n):
+    g = torch.Generator().manual_seed(n)
+    scores = torch.randint(0, 50, (rows, n), generator=g).float()  # many ties for the best
+    scores[0, -1] = 99.0  # in the tail only
+    scores[1, n - BLOCK + 1] = scores[1, n - BLOCK] = 99.0  # the overlap of the tail and the block before
+    scores[2, 3] = scores[2, -2] = 99.0  # first block and tail
+    scores[3] = -math.inf
+    scores[3, n // 2] = -1.0
+    scores[4] = -math.inf  # nothing allowed: the first place, as torch
+    values, indices = row_max(scores)
+    expected = scores.max(dim=-1)
+    assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
+    assert indices[:3].tolist() == [n - 1, n - BLOCK, 3]
