@@ -126,8 +126,9 @@ def _publish(path: Path, storages, offsets: list[int]) -> None:
 
 
 def _safe(part: str) -> str:
-    """A file name's part: no dots (they separate the parts) and nothing a shell or another filesystem minds."""
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in part)
+    """A file name's part: no dots (they separate the parts) and nothing a shell or another filesystem minds, each
+    other character as %xx, so that two names never make one part."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "".join(f"%{b:02x}" for b in c.encode()) for c in part)
 
 
 def remove_other_versions(directory: Path, name: str, version: str) -> list[Path]:

@@ -118,6 +118,10 @@ def test_a_new_version_removes_the_old_ones_file_and_its_mappings_keep_working(c
     expected = texts(old, 4)
     old_path = share_weights(old.runner, tmp_path, "de-en", "100-1").path
     other_path = share_weights(other.runner, tmp_path, "de-en-big", "100-1").path  # another model, its id a prefix
+    dotted = share_weights(load(checkpoint).runner, tmp_path, "de.en", "300-3").path  # "." is no "_": two models, two names
+    assert share_weights(load(checkpoint).runner, tmp_path, "de_en", "400-4").path.exists() and dotted.exists()
+    dotted.unlink()
+    next(tmp_path.glob("de_en.*")).unlink()
     unchanged = share_weights(load(checkpoint).runner, tmp_path, "de-en", "100-1").path  # the same version: mapped
     assert unchanged == old_path and old_path.exists()
     new_path = share_weights(new.runner, tmp_path, "de-en", "200-2").path
