@@ -53,6 +53,7 @@ RUN sp=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     && python3 -m pip uninstall -y -q pip setuptools wheel 2>/dev/null; \
     rm -f "$sp/distutils-precedence.pth" && rm -rf "$sp/_distutils_hack" /opt/venv/bin/pip* \
     && python3 -c "import torch, nmt_serve.inference.translator, nmt_serve.engine.core, nmt_serve.service.app; assert (torch.ones(2) @ torch.ones(2)).item() == 2" \
+    && NUMBA_CACHE_DIR=/tmp/numba python3 -c "from nmt_serve.inference import row_products; assert row_products.available()" \
     && ! python3 -c "import pip" 2>/dev/null
 
 # ---------------------------------------------------------------------------- runtime stage

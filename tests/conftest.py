@@ -289,6 +289,15 @@ def running_server(models_dir: Path, *extra_args: str, port: int | None = None, 
         log.close()
 
 
+@pytest.fixture
+def torch_products(monkeypatch):
+    """The runner's Linears without row_products' kernels: the layouts torch's products read (where numba is not
+    installed, or a runner laid out for more threads than one)."""
+    from nmt_serve.inference import row_products
+
+    monkeypatch.setattr(row_products, "ENABLED", False)
+
+
 @pytest.fixture(params=["physical", "grouped"])
 def beam_cache_mode(request, monkeypatch):
     """Runs a beam-search test with both ways the KV cache follows beams (see model/cache.py)."""

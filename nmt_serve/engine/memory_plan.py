@@ -76,16 +76,19 @@ class ModelNeeds:
 
     def weights_split(self) -> tuple[int, int]:
         """(bytes in plain tensors, bytes in packed ones): the model's parameters (and small weights' column blocks
-        for a lone row at more than 1 thread: lone_row_elements), and what its runner packs beside them: int8's
-        packed weights (the output layer's twice, fbgemm's and oneDNN's, where oneDNN's int8 kernel is exact on
+        for a lone row: lone_row_elements; int8's plain values for a row or two: row_products), and what its
+        runner packs beside them: int8's packed weights (the output layer's twice, fbgemm's and oneDNN's, where oneDNN's int8 kernel is exact on
         this CPU), or the float Linear weights' packed copies for oneDNN. Engine processes on the CPU can map
         the plain tensors from one copy (shared_weights.py); packed ones are opaque, each engine's own."""
         total, linear = self.parameters()
         if self.quantization == "int8":
-            from nmt_serve.inference.model_runner import onednn_int8_runs
+            from nmt_serve.inference import row_products
+            from nmt_serve.inference.model_runner import onednn_int8_runs, step_linear_shapes
 
             second = self.config.tgt_vocab_size * self.config.d_model if onednn_int8_runs() else 0
-            return total * self.itemsize, linear + second
+            # the decoder step's int8 values as they are for a row or two (row_products), a scale and a bias per output
+            rows = sum(o * i + 8 * o for o, i in step_linear_shapes(self.config)) if row_products.available() else 0
+            return total * self.itemsize + rows, linear + second
         if not self.packed_weights:
             return total * self.itemsize, 0
         from nmt_serve.inference.model_runner import lone_row_elements

@@ -45,6 +45,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nmt_serve.inference import row_products
 from nmt_serve.inference.cache import KVCache
 from nmt_serve.inference.small_products import batched_matmul, through_openblas
 from nmt_serve.network.masks import additive_bias, padding_mask
@@ -79,8 +80,13 @@ def linear_shapes(cfg) -> list[tuple[int, int]]:
     attention in one, the cross-attention keys/values of all decoder layers in one (for the memory plan)."""
     C, F = cfg.d_model, cfg.d_ff
     encoder = [(3 * C, C), (C, C), (F, C), (C, F)] * cfg.n_encoder_layers
-    decoder = [(3 * C, C), (C, C), (C, C), (C, C), (F, C), (C, F)] * cfg.n_decoder_layers
-    return encoder + decoder + [(cfg.n_decoder_layers * 2 * C, C), (cfg.tgt_vocab_size, C)]
+    return encoder + [(cfg.n_decoder_layers * 2 * C, C)] + step_linear_shapes(cfg)
+
+
+def step_linear_shapes(cfg) -> list[tuple[int, int]]:
+    """(C_out, C_in) of the Linears a decoder step calls: each decoder layer's, and the output layer."""
+    C, F = cfg.d_model, cfg.d_ff
+    return [(3 * C, C), (C, C), (C, C), (C, C), (F, C), (C, F)] * cfg.n_decoder_layers + [(cfg.tgt_vocab_size, C)]
 
 
 def lone_row_elements(cfg, threads: int = 1, *, float32: bool = True) -> int:
@@ -89,6 +95,8 @@ def lone_row_elements(cfg, threads: int = 1, *, float32: bool = True) -> int:
     only the column blocks of small weights (copies of their own) are more."""
     total = 0
     for o, i in linear_shapes(cfg):
+        if reads_rows(o, i, threads, float32=float32):
+            continue
         blocks = lone_row_blocks(o, i, threads, float32=float32)
         if blocks > 1 and o * i <= FEW_ROWS_ELEMENTS:
             total += blocks * (o - (blocks - 1) * (o // blocks)) * i
@@ -162,6 +170,18 @@ def lone_row_blocks(out_features: int, in_features: int, threads: int, *, float3
     return threads
 
 
+def reads_rows(out_features: int, in_features: int, threads: int, *, float32: bool = True) -> bool:
+    """Whether a lone row reads the weight as it is, (C_out, C_in), through row_products' kernel, instead of the
+    transposed or blocked layouts: a float32 weight laid out for one thread that no more rows than one read
+    (`rows_of_lone_row`), where the kernel runs. The kernel streams W at the rate a sum of it does (1.6-1.8x the
+    column blocks at one thread); at two threads the blocks run side by side and were as fast as it (383-456
+    against 434-492 us for the shipped model's 19 products of a step), so a runner laid out for more threads
+    keeps them. Where a few rows read the layout (an Intel CPU's small weights) they keep the transposed copy,
+    which the kernel does not replace from 3 rows on."""
+    return (threads == 1 and float32 and rows_of_lone_row(out_features * in_features) == 1
+            and row_products.available())
+
+
 def rows_of_lone_row(elements: int) -> int:
     """The most rows that read the lone row's layout of a weight of this many elements (`few_rows`)."""
     return FEW_ROWS if elements <= FEW_ROWS_ELEMENTS else 1
@@ -231,6 +251,12 @@ class FloatLinear:
         transposed = weight.detach().t()  # (C_in, C_out)
         C_in, C_out = transposed.shape
         n_blocks = lone_row_blocks(C_out, C_in, lone_row, float32=weight.dtype == torch.float32) if lone_row else 0
+        # W as it is for row_products' kernel (W itself where it is contiguous: no copy), instead of the layouts below
+        self.rows = self.rows_bias = None
+        if self.onednn and lone_row and reads_rows(C_out, C_in, lone_row, float32=weight.dtype == torch.float32):
+            self.rows = weight.detach().contiguous()
+            self.rows_bias = bias.detach().contiguous() if bias is not None else weight.new_zeros(C_out)
+            n_blocks = 0
         if self.onednn and n_blocks == 1:
             if lone_row_copies(C_out, C_in):
                 self.lone_row = self.transposed = transposed.contiguous()
@@ -252,6 +278,11 @@ class FloatLinear:
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rows is not None:
+            shape = x.shape
+            # the checks written out: a step calls this 19 times at a few microseconds each (rows hold float32)
+            if len(shape) == 2 and shape[0] <= row_products.ROWS and x.is_contiguous() and not x.requires_grad:
+                return row_products.float_rows(x, self.rows, self.rows_bias, shape[0])
         w = self.lone_row
         shape = x.shape
         if self.in_order and len(shape) == 2 and shape[0] == 1:
@@ -321,7 +352,8 @@ class Int8Linear:
     `wide` (the output layer): from ONEDNN_INT8_MIN_ROWS rows on, oneDNN's kernel with the same int8
     weights, x quantized per call to uint8 around 128 (symmetric, 8 bits: fbgemm's reduce_range uses 7)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, wide: bool = False):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, wide: bool = False, step: bool = False):
+        """step: a Linear of the decoder step, which a lone row (or two) calls."""
         self.out_features = weight.size(0)
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise ValueError("int8 quantization needs PyTorch's fbgemm engine (x86 CPUs); it is not available here")
@@ -334,6 +366,13 @@ class Int8Linear:
             qweight = torch.quantize_per_channel(weight, scale.double(), zero, 0, torch.qint8)
         b = bias.detach().float().cpu() if bias is not None else None
         self.packed = torch.ops.quantized.linear_prepack(qweight, b)
+        # a row or two read the int8 values as they are, with the row in float32 (row_products): a plain copy
+        # beside fbgemm's packed one, which the memory plan counts
+        self.rows = self.rows_scale = self.rows_bias = None
+        if step and row_products.available():
+            self.rows = qweight.int_repr().contiguous()
+            self.rows_scale = scale.float().contiguous()
+            self.rows_bias = b.contiguous() if b is not None else torch.zeros(self.out_features)
         self.onednn = None
         if wide and onednn_int8_runs():
             # the same int8 values as fbgemm's, in oneDNN's layout (a second copy: the memory plan counts it)
@@ -341,6 +380,10 @@ class Int8Linear:
             self.scale, self.zero, self.bias = scale.float(), zero, b
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rows is not None:
+            shape = x.shape
+            if len(shape) == 2 and shape[0] <= row_products.ROWS and x.is_contiguous() and not x.requires_grad:
+                return row_products.int8_rows(x, self.rows, self.rows_scale, self.rows_bias, shape[0])
         rows = x.numel() // x.size(-1)
         if self.onednn is not None and rows >= ONEDNN_INT8_MIN_ROWS:
             x2 = x.reshape(rows, x.size(-1))
@@ -460,9 +503,10 @@ class ModelRunner:
         self.packed_weights = pack
         lone_row = lone_row_threads(torch.get_num_threads(), packed=pack, quantization=quantization)
 
-        def of(*modules: nn.Linear, bias: torch.Tensor | None = None, wide: bool = False) -> Linear:
+        def of(*modules: nn.Linear, bias: torch.Tensor | None = None, wide: bool = False, step: bool = False) -> Linear:
             """One Linear computing several that read the same input, outputs side by side; `bias`: the
-            one Linear's bias where the module has none of its own (the output layer's logits bias)."""
+            one Linear's bias where the module has none of its own (the output layer's logits bias); `step`: one
+            the decoder step calls (step_linear_shapes)."""
             if len(modules) > 1:
                 bias = torch.cat([m.bias for m in modules])
             elif bias is None:
@@ -471,8 +515,10 @@ class ModelRunner:
             if share_storage and len(modules) > 1 and not pack:
                 view_into(modules, weight, bias)  # the weights are held once
             if quantization == "int8":
-                return Int8Linear(weight, bias, wide=wide)
+                return Int8Linear(weight, bias, wide=wide, step=step)
             linear = FloatLinear(weight, bias, packed=pack, lone_row=lone_row)
+            if share_storage and linear.rows is not None and len(modules) > 1:
+                view_into(modules, linear.rows, bias)  # the fused weight the kernel reads holds the modules' weights
             if share_storage and linear.transposed is not None:
                 # held once beside the packed copy: the model's weights become views of the lone row's transposed
                 # copy (a tied output layer's too: the embedding's rows then come from a column of it, +2 us for one
@@ -480,8 +526,8 @@ class ModelRunner:
                 view_into(modules, linear.transposed.t())
             return linear
 
-        def ffn(layer) -> FeedForwardWeights:
-            return FeedForwardWeights(of(layer.ffn.fc1), of(layer.ffn.fc2), Norm.of(layer.ffn_block.norm))
+        def ffn(layer, step: bool = False) -> FeedForwardWeights:
+            return FeedForwardWeights(of(layer.ffn.fc1, step=step), of(layer.ffn.fc2, step=step), Norm.of(layer.ffn_block.norm))
 
         self.embed_scale = model.embed_scale
         self.src_embedding = model.src_embed.weight  # (V_src, C), unscaled
@@ -501,20 +547,20 @@ class ModelRunner:
         self.encoder_norm = Norm.of(model.encoder_norm)
         self.decoder_layers = [
             DecoderLayerWeights(
-                self_qkv=of(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
-                self_out=of(layer.self_attn.out_proj),
+                self_qkv=of(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, step=True),
+                self_out=of(layer.self_attn.out_proj, step=True),
                 self_norm=Norm.of(layer.self_block.norm),
-                cross_q=of(layer.cross_attn.q_proj),
-                cross_out=of(layer.cross_attn.out_proj),
+                cross_q=of(layer.cross_attn.q_proj, step=True),
+                cross_out=of(layer.cross_attn.out_proj, step=True),
                 cross_norm=Norm.of(layer.cross_block.norm),
-                ffn=ffn(layer),
+                ffn=ffn(layer, step=True),
             )
             for layer in model.decoder_layers
         ]
         # keys and values of every decoder layer's cross-attention from one matmul: (n_layers * 2C, C)
         self.cross_kv = of(*[m for layer in model.decoder_layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)])
         self.decoder_norm = Norm.of(model.decoder_norm)
-        self.output = of(model.output_proj, bias=model.logits_bias, wide=True)
+        self.output = of(model.output_proj, bias=model.logits_bias, wide=True, step=True)
         self.key = weights_key(model)  # after share_storage re-pointed the model's tensors
         self.shared_weights = None  # the file its tensors are mapped from, where the engines share them (shared_weights.py)
 

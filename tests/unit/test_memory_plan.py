@@ -16,18 +16,20 @@ NLLB_600M = ModelConfig(src_vocab_size=256206, tgt_vocab_size=256206, d_model=10
                         n_decoder_layers=12, max_positions=1024, share_embeddings=True, tie_output=True)
 
 
+def runner_linears_of(layer) -> list:
+    return [v for v in vars(layer).values() if hasattr(v, "out_features")] + [layer.ffn.fc1, layer.ffn.fc2]
+
+
 def runner_linears(runner) -> list:
-    layers = [*runner.encoder_layers, *runner.decoder_layers]
     found = [runner.cross_kv, runner.output]
-    for layer in layers:
-        found += [v for v in vars(layer).values() if hasattr(v, "out_features")]
-        found += [layer.ffn.fc1, layer.ffn.fc2]
+    for layer in [*runner.encoder_layers, *runner.decoder_layers]:
+        found += runner_linears_of(layer)
     return found
 
 
 @pytest.mark.parametrize("few_rows,columns", [(1, 16), (64, 0), (1, 0)])  # an AMD CPU's rules (narrower blocks for the tiny model), an Intel one's, a mix
 @pytest.mark.parametrize("large_from", [None, 1024])  # None: every weight of the tiny model is small; 1024: d_model^2 is, the others not
-def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, columns, large_from, monkeypatch):
+def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, columns, large_from, monkeypatch, torch_products):
     import nmt_serve.inference.model_runner as runner_module
 
     monkeypatch.setattr(runner_module, "FEW_ROWS", few_rows)
@@ -100,16 +102,52 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, c
         assert 0 <= needs.search_bytes_per_row(K) * 12 - held < 12
 
 
+def test_a_lone_row_reading_w_as_it_is_is_planned_as_held(tiny_checkpoint, monkeypatch):
+    """Laid out for 1 thread with row_products' kernels, the runner's lone row reads the model's own weights (the fused
+    ones views of the weight it reads): the plan counts the parameters and the packed copies, nothing more."""
+    import nmt_serve.inference.model_runner as runner_module
+    from nmt_serve.inference import row_products
+
+    if not row_products.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(runner_module, "FEW_ROWS", 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        packed = Translator.load(tiny_checkpoint, device="cpu")
+    finally:
+        torch.set_num_threads(threads)
+    linears = runner_linears(packed.runner)
+    assert all(linear.rows is not None and linear.lone_row is None and linear.weight.is_mkldnn for linear in linears)
+    held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for t in [*packed.model.parameters(), *packed.model.buffers(), *(linear.rows for linear in linears)]}
+    parameters = {p.untyped_storage().data_ptr() for p in packed.model.parameters()}
+    assert all(linear.rows.untyped_storage().data_ptr() in parameters for linear in linears)
+    packed_bytes = sum(linear.weight.numel() * linear.weight.element_size() for linear in linears)
+    needs = ModelNeeds("de-en", packed.config, "float32", packed_weights=True, lone_row_threads=1)
+    plain, opaque = needs.weights_split()
+    buffers = sum(b.numel() * b.element_size() for b in packed.model.buffers())
+    assert (plain, opaque) == (sum(held.values()) - buffers, packed_bytes)
+    monkeypatch.setattr(row_products, "ENABLED", False)  # the blocks or transposed copies come back: more to hold
+    assert ModelNeeds("de-en", packed.config, "float32", packed_weights=True, lone_row_threads=1).weights_split()[0] >= plain
+
+
 def test_int8_counts_the_packed_copy_beside_the_float_weights():
     cfg = tiny_config()
     assert ModelNeeds("m", cfg, "float32", "int8").weights_bytes() > ModelNeeds("m", cfg, "float32").weights_bytes()
 
 
-def test_int8_keeps_no_float_copy_for_a_lone_row_at_any_thread_count(tiny_checkpoint):
-    """The int8 runner's lone row reads the int8 weights, so at 1 or 2 threads its Linears hold no float
-    matrix beside them (only biases and scales), and the plan counts none."""
+@pytest.mark.parametrize("kernels", [True, False])
+def test_int8_keeps_no_float_copy_for_a_lone_row_at_any_thread_count(tiny_checkpoint, kernels, monkeypatch):
+    """The int8 runner's lone row reads int8 weights, so at 1 or 2 threads its Linears hold no float
+    matrix beside them (only biases and scales), and the plan counts none: row_products' kernel reads the
+    decoder step's int8 values as they are (a plain copy, which the plan counts), torch's path fbgemm's."""
+    from nmt_serve.inference import row_products
     from nmt_serve.inference.model_runner import lone_row_threads
 
+    if kernels and not row_products.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(row_products, "ENABLED", kernels)
     threads = torch.get_num_threads()
     try:
         for n in (1, 2):
@@ -121,12 +159,32 @@ def test_int8_keeps_no_float_copy_for_a_lone_row_at_any_thread_count(tiny_checkp
             # there is none, and fbgemm's packed weights are no tensor)
             assert linears and all(t.dim() == 1 for t in held if t.is_floating_point())
             assert lone_row_threads(n, packed=True, quantization="int8") == 0
-            row = torch.randn(1, int8.config.d_model)
+            step = [linear for layer in int8.runner.decoder_layers for linear in runner_linears_of(layer)] + [int8.runner.output]
+            assert all((linear.rows is not None) == kernels for linear in step)
+            assert all(linear.rows is None for layer in int8.runner.encoder_layers for linear in runner_linears_of(layer))
+            assert all(linear.rows.dtype == torch.int8 for linear in step if linear.rows is not None)
             small = int8.runner.decoder_layers[0].self_out
             with torch.inference_mode():
-                assert torch.equal(small(row), torch.ops.quantized.linear_dynamic(row, small.packed, True))
+                for rows in (1, 2, 3):
+                    x = torch.randn(rows, int8.config.d_model)
+                    fbgemm = torch.ops.quantized.linear_dynamic(x, small.packed, True)
+                    if kernels and rows <= row_products.ROWS:  # the int8 values times the row in float32
+                        dequantized = small.rows.float() * small.rows_scale[:, None]
+                        reference = torch.nn.functional.linear(x, dequantized, small.rows_bias)
+                        torch.testing.assert_close(small(x), reference, atol=1e-5, rtol=1e-5)
+                        assert not torch.equal(small(x), fbgemm)
+                    else:
+                        assert torch.equal(small(x), fbgemm)
     finally:
         torch.set_num_threads(threads)
+    # what the plan counts for the plain int8 values: the decoder step's weights, a byte each, a scale and a bias per output
+    cfg = int8.config
+    with_rows = ModelNeeds("m", cfg, "float32", "int8").weights_split()[0]
+    monkeypatch.setattr(row_products, "ENABLED", False)
+    without = ModelNeeds("m", cfg, "float32", "int8").weights_split()[0]
+    step_bytes = sum(linear.rows.numel() + 4 * (linear.rows_scale.numel() + linear.rows_bias.numel())
+                     for linear in step if linear.rows is not None)
+    assert with_rows - without == step_bytes
 
 
 @pytest.mark.parametrize("quantization", ["none", "int8"])

@@ -359,7 +359,7 @@ def test_rows_leaving_move_in_place_what_the_full_copy_would(group_size, alive, 
 @pytest.mark.parametrize("few_rows", [1, 8, 64])  # an AMD CPU's rule and an Intel one's, whatever this CPU is
 @pytest.mark.parametrize("large", [False, True])  # past FEW_ROWS_ELEMENTS: the blocks are views of one transposed copy
 @pytest.mark.parametrize("columns", [0, 16])  # one block per thread (Intel), or blocks 16 columns wide (AMD's rule, narrower)
-def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features, with_bias, few_rows, large, columns, monkeypatch):
+def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features, with_bias, few_rows, large, columns, monkeypatch, torch_products):
     """A lone row, or up to FEW_ROWS rows, through the lone row's layout (transposed at 1 block,
     column blocks at more), in whatever leading shape they come, and more rows through the packed
     weight, all give F.linear's result."""
@@ -390,7 +390,49 @@ def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features,
             assert torch.allclose(y, torch.nn.functional.linear(x, weight, bias), atol=1e-5)
 
 
-def test_few_rows_take_the_lone_row_layout_of_small_weights_only(monkeypatch):
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the lone row's layouts sit beside oneDNN's packed weights")
+@pytest.mark.parametrize("out_features,in_features", [(48, 32), (50, 96), (2, 32)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_a_lone_row_reads_w_as_it_is_through_the_row_kernel(out_features, in_features, with_bias, monkeypatch):
+    """Laid out for 1 thread, a weight only a lone row reads is held as it is, (C_out, C_in), W itself (no copy):
+    one or two rows go through row_products' kernel, more through the packed weight, in whatever leading shape they
+    come, all giving F.linear's result. Laid out for 2 threads, or where a few rows read the layout (an Intel CPU's
+    small weights), the torch layouts stay."""
+    from nmt_serve.inference import row_products
+
+    if not row_products.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(engine_module, "FEW_ROWS", 1)
+    torch.manual_seed(23)
+    weight = torch.randn(out_features, in_features)
+    bias = torch.randn(out_features) if with_bias else None
+    linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=1)
+    assert linear.rows is weight or linear.rows.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr()
+    assert linear.lone_row is None and linear.transposed is None and linear.weight.is_mkldnn
+    calls = []
+    kernel = row_products._float_rows
+    monkeypatch.setattr(row_products, "_float_rows", lambda *args: calls.append(args[4]) or kernel(*args))
+    inputs = (torch.randn(1, in_features), torch.randn(2, in_features), torch.randn(1, 1, in_features), torch.randn(in_features),
+              torch.randn(3, in_features), torch.randn(2, 3, in_features), torch.randn(0, in_features), torch.randn(40, in_features),
+              torch.randn(4, 2 * in_features)[:2, ::2])  # two rows, not contiguous
+    with torch.inference_mode():
+        for x in inputs:
+            y = linear(x)
+            assert y.shape == (*x.shape[:-1], out_features) and y.is_contiguous()
+            torch.testing.assert_close(y, torch.nn.functional.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+    assert calls == [1, 2, 0]  # the 2-D inputs of at most two contiguous rows
+    assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=2).rows is None
+    assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=0).rows is None
+    assert engine_module.FloatLinear(weight.bfloat16(), None, packed=True, lone_row=1).rows is None
+    monkeypatch.setattr(engine_module, "FEW_ROWS", 8)  # a few rows read a small weight's transposed copy: kept
+    assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=1).rows is None
+    monkeypatch.setattr(engine_module, "FEW_ROWS_ELEMENTS", 0)  # ... but only a lone row reads a large one's
+    assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=1).rows is not None
+    monkeypatch.setattr(row_products, "ENABLED", False)
+    assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=1).rows is None
+
+
+def test_few_rows_take_the_lone_row_layout_of_small_weights_only(monkeypatch, torch_products):
     """Past FEW_ROWS_ELEMENTS (an output layer, a wide feed-forward weight) the packed weight was the
     faster at a few rows: there only a lone row reads the lone row's layout."""
     monkeypatch.setattr(engine_module, "FEW_ROWS", 8)
@@ -428,7 +470,7 @@ def test_few_rows_follow_the_cpu_vendor():
 
 
 @pytest.mark.parametrize("few_rows", [1, 64])
-def test_a_wider_input_is_copied_where_more_rows_than_one_read_it(few_rows, monkeypatch):
+def test_a_wider_input_is_copied_where_more_rows_than_one_read_it(few_rows, monkeypatch, torch_products):
     """At 1 thread a lone row reads a wider-input weight as it is (a view, nothing more to hold); where
     several rows read the layout, the transposed copy (ATen's product on the view lost to the packed
     weight at 32 rows). Weights past FEW_ROWS_ELEMENTS take a lone row only, so the view again."""

@@ -153,10 +153,17 @@ def test_a_served_model_holds_its_weights_once_and_still_saves(tmp_path, tiny_ch
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("columns", [0, 16])  # one block per thread (Intel), or narrow blocks (AMD's rule, narrower)
-def test_packed_weights_translate_as_the_plain_ones_and_the_model_reads_the_same_weights(tiny_checkpoint, threads, columns, monkeypatch):
+@pytest.mark.parametrize("kernels", [True, False])  # row_products' kernels, or torch's products only
+def test_packed_weights_translate_as_the_plain_ones_and_the_model_reads_the_same_weights(tiny_checkpoint, threads, columns, kernels,
+                                                                                         monkeypatch):
     import nmt_serve.inference.model_runner as runner_module
+    from nmt_serve.inference import row_products
 
+    if kernels and not row_products.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(row_products, "ENABLED", kernels)
     monkeypatch.setattr(runner_module, "BLOCK_COLUMNS", columns)
+    monkeypatch.setattr(runner_module, "FEW_ROWS", 1)  # only a lone row reads its layout (an AMD CPU's rule)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -164,28 +171,38 @@ def test_packed_weights_translate_as_the_plain_ones_and_the_model_reads_the_same
         packed = Translator.load(tiny_checkpoint, device="cpu")
     finally:
         torch.set_num_threads(before)
-    # a lone row: the transposed weight at 1 thread, else blocks of output columns (the tiny model's weights are
-    # all wider than 16 columns)
-    one_block = threads == 1 and not columns
-    assert packed.runner.output.lone_row.dim() == (2 if one_block else 3)
+    # a lone row: W as it is at 1 thread with the kernels, else the transposed weight at 1 thread and blocks of
+    # output columns at more (the tiny model's weights are all wider than 16 columns)
+    reads_rows = kernels and threads == 1
+    one_block = threads == 1 and not columns and not reads_rows
+    linears = [packed.runner.output, packed.runner.decoder_layers[0].self_qkv, packed.runner.encoder_layers[0].ffn.fc2]
+    assert all((linear.rows is not None) == reads_rows for linear in linears)
+    assert all(linear.lone_row is None if reads_rows else linear.lone_row.dim() == (2 if one_block else 3) for linear in linears)
     assert packed.runner.packed_weights and not plain.runner.packed_weights
     assert packed.runner.output.weight.is_mkldnn and not plain.runner.output.weight.is_mkldnn
-    # a lone sentence in greedy search runs every product on one row: the transposed weights
+    # a lone sentence in greedy search runs every product on one row: through the kernel, or the transposed weights
+    calls = []
+    if reads_rows:
+        kernel = row_products._float_rows
+        monkeypatch.setattr(row_products, "_float_rows", lambda *args: calls.append(args[4:]) or kernel(*args))
     for beam, sentences in ((1, SENTENCES), (2, SENTENCES), (1, SENTENCES[:1])):
         a = plain.translate(sentences, beam_size=beam, max_length=8, return_scores=True)
         b = packed.translate(sentences, beam_size=beam, max_length=8, return_scores=True)
         assert [r.text for r in a] == [r.text for r in b]
         assert [r.hypotheses[0].score for r in a] == pytest.approx([r.hypotheses[0].score for r in b], abs=1e-4)
+    assert bool(calls) == reads_rows and all(rows <= row_products.ROWS for rows, _, _ in calls)
     out = packed.runner.output
     row = torch.randn(1, 1, packed.config.d_model)
     assert out(row).shape == (1, 1, out.out_features)
     torch.testing.assert_close(out(row)[0], out(row.expand(2, 1, -1).contiguous())[0], atol=1e-4, rtol=1e-4)
-    # the model's parameters stay plain tensors, which the nn.Module path (attention maps) reads: at 1 block views of
-    # the runner's transposed copies (held once), at more (the tiny model's weights all small) of their own
+    # the model's parameters stay plain tensors, which the nn.Module path (attention maps) reads: views of the fused W
+    # the kernel reads, or at 1 block views of the runner's transposed copies (held once), at more (the tiny model's
+    # weights all small) of their own
     weight = packed.model.decoder_layers[0].self_attn.q_proj.weight
-    fused = packed.runner.decoder_layers[0].self_qkv.transposed
+    qkv = packed.runner.decoder_layers[0].self_qkv
+    holder = qkv.rows if reads_rows else qkv.transposed
     assert not weight.is_mkldnn and weight.is_contiguous() == (not one_block)
-    assert (fused is not None and weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()) == one_block
+    assert (holder is not None and weight.untyped_storage().data_ptr() == holder.untyped_storage().data_ptr()) == (one_block or reads_rows)
     [a] = plain.translate(SENTENCES[:1], beam_size=2, max_length=8, return_attention=True)
     [b] = packed.translate(SENTENCES[:1], beam_size=2, max_length=8, return_attention=True)
     assert b.attention.cross.shape[0] == packed.config.n_decoder_layers

@@ -1,0 +1,101 @@
+"""A row or two times a weight on the CPU, at the rate the weight streams from memory: numba's kernels.
+
+Greedy search of one sentence multiplies one row by each of a step's weights, each read once a step and
+so from the last-level cache or memory, never from a hot L2. Every torch kernel tried for that product
+reads the weight at 60-75% of the rate `torch.sum` does (MKL's gemv and gemm on W or W^T, in column
+blocks or not, oneDNN, OpenBLAS through numpy, fbgemm's embedding bag; BENCHMARKS.md). The products are
+about 60% of such a step. A dot product per output over W as it is, (C_out, C_in), with the sum free to
+run in vector lanes (LLVM's reassociation), is what reaches that rate: on a 2-core AMD EPYC at one thread,
+the shipped model's 19 products of a step 365-397 us against 629-689 for the runner's column blocks, and
+`torch.sum` over the same weights 315-385.
+
+int8 weights (one scale per output channel) are read the same way, converted to float in the lanes, the
+row left in float32: 222-228 us a step against fbgemm's dynamic quantization's 374-397 (which quantizes the
+row too, and costs about 12 us a call before it reads a byte).
+
+The kernels run on the calling thread without Python's lock and start no threads: a product of one row
+per thread is what two lanes or engines want, and numba's thread pools are either slow to wake (its
+workqueue: 2 ms a step) or a second OpenMP runtime beside torch's. At more rows the dot products become
+the cost (each row computes its own, the weight from L1 after the first): at 2 rows still 1.9x the packed
+oneDNN product, at 4 about even, at 8 behind, so they take ROWS rows at most.
+
+Compiled once per process (0.5-0.9 s, most of it numba's import), from numba's cache where a writable
+place for it exists. numba costs an engine process about 35 MB of private memory (LLVM's, and the
+compiled code) besides its shared libraries. Where numba is not installed or cannot compile, `available()`
+is False and the runner keeps torch's products.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+
+import torch
+
+log = logging.getLogger("nmt_serve.inference.row_products")
+
+ROWS = 2  # the most rows a kernel takes: beyond, torch's products (measured above)
+
+# reassociation lets the sums run in vector lanes; no assumption about infinities or NaNs (scores may be -inf)
+_FASTMATH = {"reassoc", "contract"}
+
+
+def _compile(cache: bool):
+    import numba
+
+    from nmt_serve.inference import row_kernels
+
+    options = dict(fastmath=_FASTMATH, boundscheck=False, nogil=True, cache=cache)
+    return (numba.njit("void(intp, intp, intp, intp, intp, intp, intp)", **options)(row_kernels.float_rows),
+            numba.njit("void(intp, intp, intp, intp, intp, intp, intp, intp)", **options)(row_kernels.int8_rows))
+
+
+@functools.cache
+def _kernels():
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return None
+    try:
+        return _compile(cache=True)
+    except RuntimeError:  # no writable place for numba's cache: compile in memory
+        pass
+    except Exception as e:  # noqa: BLE001 - any failure to compile leaves torch's products in place
+        log.warning("numba could not compile the row kernels (%s); torch's products run instead", e)
+        return None
+    try:
+        return _compile(cache=False)
+    except Exception as e:  # noqa: BLE001
+        log.warning("numba could not compile the row kernels (%s); torch's products run instead", e)
+        return None
+
+
+ENABLED = True  # tests turn the kernels off to hold torch's path to the same results
+
+
+_float_rows = _int8_rows = None  # the compiled kernels, once available() found them
+
+
+def available() -> bool:
+    """Whether the kernels run in this process (compiling them on the first call)."""
+    global _float_rows, _int8_rows
+    kernels = _kernels() if ENABLED else None
+    if kernels is not None:
+        _float_rows, _int8_rows = kernels
+    return kernels is not None
+
+
+def float_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, rows: int) -> torch.Tensor:
+    """x (rows, C_in), at most ROWS of them, times weight (C_out, C_in)^T plus bias (C_out,) -> (rows, C_out); every
+    tensor float32 and contiguous, nothing for autograd to follow (the caller checks x, the owner the rest)."""
+    C_out, C_in = weight.shape
+    y = torch.empty(rows, C_out)
+    _float_rows(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in, C_out)
+    return y
+
+
+def int8_rows(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, rows: int) -> torch.Tensor:
+    """As float_rows, weight int8 (C_out, C_in) with scale (C_out,) float32: x (W * scale)^T + bias."""
+    C_out, C_in = weight.shape
+    y = torch.empty(rows, C_out)
+    _int8_rows(x.data_ptr(), weight.data_ptr(), scale.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in, C_out)
+    return y
