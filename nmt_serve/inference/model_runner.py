@@ -30,7 +30,8 @@ between searches remakes it rather than decoding with stale weights.
 
 Linear layers may run in int8 (`quantization="int8"`, CPU only): weights quantized per output
 channel, activations quantized dynamically per call (fbgemm; the output layer of a large batch through
-oneDNN's kernel, on the same int8 weights). It is an option with a measured BLEU
+oneDNN's kernel, on the same int8 weights), but for a decoder step of one or two rows, which multiplies
+the int8 values with the rows left in float32 (row_products). It is an option with a measured BLEU
 cost (see the model cards and BENCHMARKS.md), never the default. Because an activation scale covers
 the whole batch, a sentence's int8 translation can depend on the other sentences in its batch (35 of
 200 test sentences differed between alone and batched, beam 4); in float32 it never does.
@@ -218,6 +219,9 @@ class FloatLinear:
     costs a second copy of the weight, so the memory plan decides. Without it oneDNN reads the
     (C_out, C_in) weight as it is.
 
+    `rows` (laid out for one thread, where row_products' kernel runs and only a lone row reads the layout,
+    `reads_rows`): one or two rows go through that kernel over W as it is, (C_out, C_in), W itself where it is
+    contiguous, and none of the layouts below is made.
     `lone_row` (the engine's thread count, 0 for none): a lone row (greedy search of one sentence),
     and on CPUs where it pays up to FEW_ROWS rows of a small weight (a beam, a batch of a few dozen
     sentences), reads W laid out for it. There oneDNN's fixed cost per call outweighs its kernel, and
@@ -350,7 +354,12 @@ class Int8Linear:
     below 2M multiply-adds on the float32 weights, beam 4 batch 1 1.8-2.1x). Timed alone, its weight
     hot in cache, one row of a small layer is faster in float32: not what a step sees.
     `wide` (the output layer): from ONEDNN_INT8_MIN_ROWS rows on, oneDNN's kernel with the same int8
-    weights, x quantized per call to uint8 around 128 (symmetric, 8 bits: fbgemm's reduce_range uses 7)."""
+    weights, x quantized per call to uint8 around 128 (symmetric, 8 bits: fbgemm's reduce_range uses 7).
+    `step` (the decoder step's Linears): one or two rows read the int8 values as they are through
+    row_products' kernel, x in float32, which streams them at about the rate a sum of them does where
+    fbgemm spends 12 us a call before reading a byte (the shipped model's 19 products of a step at one
+    thread: 222-228 against 374-397 us; greedy batch 1 1.56x, BENCHMARKS.md). It holds the int8 values a
+    second time, plainly (fbgemm's packed copy is opaque), which the memory plan counts."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, wide: bool = False, step: bool = False):
         """step: a Linear of the decoder step, which a lone row (or two) calls."""

@@ -513,7 +513,7 @@ def test_an_engine_whose_api_process_was_killed_exits(models_dir):
     """SIGKILL of the API process (the OOM killer) leaves nobody to call or stop its engine: the engine
     notices it lost its parent and exits, its socket directory removed, rather than holding its memory."""
     port = free_port()
-    with running_server(models_dir, port=port) as base:
+    with running_server(models_dir, port=port):
         [api] = processes(b"-m\0nmt_serve.service", f"{port}".encode())
         [engine] = processes(b"nmt_serve.engine.process", parent=api)
         socket_dir = json.loads(Path(f"/proc/{engine}/cmdline").read_bytes().split(b"\0")[-2])["socket_dir"]

@@ -65,7 +65,6 @@ def test_terms_appear_where_asked_and_free_sentences_are_as_alone(translator):
         if not wanted:  # free sentences shared the steps of the constrained ones, and are what they were alone
             assert hyp.text == alone.text
     # the engine's constrained search is the eager one's, token for token
-    encode = translator.tgt_tokenizer.encode
     src = translator.inputs
     lexical = translator.lexical_constraints(terms, (), len(terms), sources(translator))
     for i, (hyp, lex) in enumerate(zip(out, lexical)):

@@ -15,7 +15,7 @@ from conftest import build_deb, deb_tree
 from nmt_serve.training.corpus import ddtp
 from nmt_serve.training.corpus.apt import Apt, DebFile
 from nmt_serve.training.corpus.build import BuildConfig, _each_package, build
-from nmt_serve.training.corpus.catalogs import PackageCatalogs, catalog_segments, extract, group_of, read_catalog
+from nmt_serve.training.corpus.catalogs import PackageCatalogs, catalog_segments, group_of, read_catalog
 from nmt_serve.training.corpus.filters import Counts, LanguageCheck
 from nmt_serve.training.corpus.heldout import is_held_out
 from nmt_serve.training.corpus.segments import Collector

@@ -432,6 +432,29 @@ def test_a_lone_row_reads_w_as_it_is_through_the_row_kernel(out_features, in_fea
     assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=1).rows is None
 
 
+def test_without_numba_the_runner_keeps_torchs_products(monkeypatch):
+    """Where numba cannot be imported, row_products is unavailable and the Linears lay their weights out for torch's
+    products, with the same results."""
+    import sys
+
+    from nmt_serve.inference import row_products
+
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    row_products._kernels.cache_clear()
+    try:
+        assert not row_products.available()
+        weight, bias = torch.randn(48, 32), torch.randn(48)
+        linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=1)
+        int8 = engine_module.Int8Linear(weight, bias, step=True)
+        assert linear.rows is None and linear.lone_row is not None and int8.rows is None
+        x = torch.randn(1, 32)
+        with torch.inference_mode():
+            torch.testing.assert_close(linear(x), torch.nn.functional.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+            assert torch.equal(int8(x), torch.ops.quantized.linear_dynamic(x, int8.packed, True))
+    finally:
+        row_products._kernels.cache_clear()
+
+
 def test_few_rows_take_the_lone_row_layout_of_small_weights_only(monkeypatch, torch_products):
     """Past FEW_ROWS_ELEMENTS (an output layer, a wide feed-forward weight) the packed weight was the
     faster at a few rows: there only a lone row reads the lone row's layout."""
