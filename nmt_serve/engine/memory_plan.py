@@ -87,7 +87,8 @@ class ModelNeeds:
 
             second = self.config.tgt_vocab_size * self.config.d_model if onednn_int8_runs() else 0
             # the decoder step's int8 values as they are for a row or two (row_products), a scale and a bias per output
-            rows = sum(o * i + 8 * o for o, i in step_linear_shapes(self.config)) if row_products.available() else 0
+            rows = sum(o * i + 8 * o for o, i in step_linear_shapes(self.config)
+                       if o * i <= row_products.INT8_MAX_BYTES) if row_products.available() else 0
             return total * self.itemsize + rows, linear + second
         if not self.packed_weights:
             return total * self.itemsize, 0

@@ -359,7 +359,8 @@ class Int8Linear:
     row_products' kernel, x in float32, which streams them at about the rate a sum of them does where
     fbgemm spends 12 us a call before reading a byte (the shipped model's 19 products of a step at one
     thread: 222-228 against 374-397 us; greedy batch 1 1.56x, BENCHMARKS.md). It holds the int8 values a
-    second time, plainly (fbgemm's packed copy is opaque), which the memory plan counts."""
+    second time, plainly (fbgemm's packed copy is opaque), which the memory plan counts. Weights past
+    row_products.INT8_MAX_BYTES (a large output layer) stay with fbgemm, whose threads split them."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, wide: bool = False, step: bool = False):
         """step: a Linear of the decoder step, which a lone row (or two) calls."""
@@ -378,7 +379,7 @@ class Int8Linear:
         # a row or two read the int8 values as they are, with the row in float32 (row_products): a plain copy
         # beside fbgemm's packed one, which the memory plan counts
         self.rows = self.rows_scale = self.rows_bias = None
-        if step and row_products.available():
+        if step and weight.numel() <= row_products.INT8_MAX_BYTES and row_products.available():
             self.rows = qweight.int_repr().contiguous()
             self.rows_scale = scale.float().contiguous()
             self.rows_bias = b.contiguous() if b is not None else torch.zeros(self.out_features)

@@ -432,6 +432,24 @@ def test_a_lone_row_reads_w_as_it_is_through_the_row_kernel(out_features, in_fea
     assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=1).rows is None
 
 
+def test_a_large_int8_weight_stays_with_fbgemm(monkeypatch):
+    """Past INT8_MAX_BYTES a weight streams from memory, where fbgemm reads it as fast and splits it over its threads:
+    its rows go through fbgemm, and no plain copy of it is held; a smaller weight's through the kernel."""
+    from nmt_serve.inference import row_products
+
+    if not row_products.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(row_products, "INT8_MAX_BYTES", 48 * 32 - 1)
+    large = engine_module.Int8Linear(torch.randn(48, 32), torch.randn(48), step=True)
+    monkeypatch.setattr(row_products, "INT8_MAX_BYTES", 48 * 32)
+    small = engine_module.Int8Linear(torch.randn(48, 32), torch.randn(48), step=True)
+    assert large.rows is None and small.rows is not None
+    x = torch.randn(1, 32)
+    with torch.inference_mode():
+        assert torch.equal(large(x), torch.ops.quantized.linear_dynamic(x, large.packed, True))
+        assert not torch.equal(small(x), torch.ops.quantized.linear_dynamic(x, small.packed, True))
+
+
 def test_without_numba_the_runner_keeps_torchs_products(monkeypatch):
     """Where numba cannot be imported, row_products is unavailable and the Linears lay their weights out for torch's
     products, with the same results."""
