@@ -35,13 +35,14 @@ log = logging.getLogger("nmt_serve.inference.row_products")
 
 ROWS = 2  # the most rows a kernel takes: beyond, torch's products (measured above)
 
-# The kernels run on one thread. One row of an int8 weight up to this size ran faster through them than through
-# fbgemm at one thread and at two (2-core AMD EPYC, each call after 64 MB read elsewhere: 8,000 x 256 160 against
-# 461 us at 1 thread, 138 against 205 at 2; 2,048 x 512 106 against 164, 76 against 119). Larger ones stream from
-# memory, where fbgemm read as fast at 1 thread and split them over its threads (8,000 x 512 257 against 225 us at
-# 2; 58,101 x 512, OPUS-MT's output layer, 1,756 against 1,659 at 1 and 1,719 against 723 at 2; whole greedy
-# searches at that shape 0.96x with the output layer through the kernel): those stay with fbgemm, with no plain copy.
-INT8_MAX_BYTES = 2 * 2**20
+# The kernels run on one thread. One row of an int8 weight up to this size ran as fast through them as through
+# fbgemm on two threads or faster, and faster at one (2-core AMD EPYC, each call after 64 MB read elsewhere, us at
+# 1 and 2 threads: 8,000 x 256 136-160 against 268-461 and 132-138 against 191-205; 10,000 x 256 175 against 364
+# and 169 against 205; 8,000 x 512 249 against 324 and 241-257 against 221-225). Larger ones stream from memory,
+# where fbgemm read about as fast at 1 thread and split them over its threads (16,000 x 512 463 against 497 and
+# 442 against 350; 58,101 x 512, OPUS-MT's output layer, 1,756 against 1,659 and 1,719 against 723; whole greedy
+# searches at that shape 0.96x with it through the kernel): those stay with fbgemm, with no plain copy.
+INT8_MAX_BYTES = 4 * 2**20
 
 # reassociation lets the sums run in vector lanes; no assumption about infinities or NaNs (scores may be -inf)
 _FASTMATH = {"reassoc", "contract"}
