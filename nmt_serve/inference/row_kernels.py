@@ -1,8 +1,9 @@
 """row_products' kernels, as Python for numba to compile (imported only where numba is installed).
 
-They take the tensors' addresses and sizes, not numpy arrays: a tensor's `.numpy()` costs 0.75 us from Python,
-its `data_ptr()` 0.09, and a step makes 19 calls of a few microseconds each. Defined at module level so that
-numba's cache finds them again in the next process."""
+`dot_rows` is the one loop, compiled for float32 and int8 weights; `float_rows` and `int8_rows` take the tensors'
+addresses and sizes, not numpy arrays: a tensor's `.numpy()` costs 0.75 us from Python, its `data_ptr()` 0.09, and a
+step makes 19 calls of a few microseconds each. Module-level functions, so that numba's cache finds them again in
+the next process; row_products.compile() sets `dot_rows` to its compiled form before the two that call it."""
 import numba
 import numpy as np
 from numba import types
@@ -25,30 +26,29 @@ def int8_at(typingctx, address):
     return types.CPointer(types.int8)(types.intp), codegen
 
 
-def float_rows(x_at, w_at, b_at, y_at, R, C_in, C_out):
-    """y (R, C_out) = x (R, C_in) w (C_out, C_in)^T + b (C_out,): a dot product per output, over W as it is."""
-    x = numba.carray(float_at(x_at), (R, C_in))
-    w = numba.carray(float_at(w_at), (C_out, C_in))
-    b = numba.carray(float_at(b_at), (C_out,))
-    y = numba.carray(float_at(y_at), (R, C_out))
-    for o in range(C_out):
-        for r in range(R):
-            acc = np.float32(0.0)
-            for k in range(C_in):
-                acc += w[o, k] * x[r, k]
-            y[r, o] = acc + b[o]
-
-
-def int8_rows(x_at, w_at, s_at, b_at, y_at, R, C_in, C_out):
-    """As float_rows, w int8 with a scale per output (s, float32): y = x (w * s)^T + b, x left in float32."""
-    x = numba.carray(float_at(x_at), (R, C_in))
-    w = numba.carray(int8_at(w_at), (C_out, C_in))
-    s = numba.carray(float_at(s_at), (C_out,))
-    b = numba.carray(float_at(b_at), (C_out,))
-    y = numba.carray(float_at(y_at), (R, C_out))
-    for o in range(C_out):
+def dot_rows_source(x, w, s, b, y):
+    """y (R, C_out) = x (R, C_in) (w * s)^T + b: a dot product per output over w (C_out, C_in) as it is, in float32
+    whatever w holds; s: a scale per output, or None."""
+    R, C_in = x.shape
+    for o in range(w.shape[0]):
         for r in range(R):
             acc = np.float32(0.0)
             for k in range(C_in):
                 acc += np.float32(w[o, k]) * x[r, k]
-            y[r, o] = acc * s[o] + b[o]
+            y[r, o] = (acc if s is None else acc * s[o]) + b[o]
+
+
+dot_rows = dot_rows_source  # its compiled form once row_products compiles the kernels
+
+
+def float_rows(x_at, w_at, b_at, y_at, R, C_in, C_out):
+    """dot_rows over float32 weights, no scale."""
+    dot_rows(numba.carray(float_at(x_at), (R, C_in)), numba.carray(float_at(w_at), (C_out, C_in)), None,
+             numba.carray(float_at(b_at), (C_out,)), numba.carray(float_at(y_at), (R, C_out)))
+
+
+def int8_rows(x_at, w_at, s_at, b_at, y_at, R, C_in, C_out):
+    """dot_rows over int8 weights with a scale per output (float32)."""
+    dot_rows(numba.carray(float_at(x_at), (R, C_in)), numba.carray(int8_at(w_at), (C_out, C_in)),
+             numba.carray(float_at(s_at), (C_out,)), numba.carray(float_at(b_at), (C_out,)),
+             numba.carray(float_at(y_at), (R, C_out)))

@@ -54,6 +54,7 @@ def _compile(cache: bool):
     from nmt_serve.inference import row_kernels
 
     options = dict(fastmath=_FASTMATH, boundscheck=False, nogil=True, cache=cache)
+    row_kernels.dot_rows = numba.njit(**options)(row_kernels.dot_rows_source)  # what the two below call
     return (numba.njit("void(intp, intp, intp, intp, intp, intp, intp)", **options)(row_kernels.float_rows),
             numba.njit("void(intp, intp, intp, intp, intp, intp, intp, intp)", **options)(row_kernels.int8_rows))
 
