@@ -129,6 +129,7 @@ def start_service(port: int, models_dir: Path, flags: list[str], timeout: float 
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "nmt_serve.service", "--port", str(port), "--models-dir", str(models_dir),
                              "--log-level", "warning", *flags], cwd=root, stdout=log, stderr=subprocess.STDOUT)
+    proc.log = log  # server_log() reads it
     engines = int(flags[flags.index("--engines") + 1]) if "--engines" in flags else 1
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -142,6 +143,15 @@ def start_service(port: int, models_dir: Path, flags: list[str], timeout: float 
     proc.kill()
     log.seek(0)
     raise RuntimeError(f"server did not start: {log.read()[-2000:]!r}")
+
+
+def server_log(proc: subprocess.Popen, since: int = 0) -> tuple[str, int]:
+    """What a server started by start_service has logged (warnings and worse) from byte `since` on, and where it ends:
+    a benchmark that saw answers other than 200 prints why. Read with pread: the server writes through the same
+    open file, whose offset a seek here would move under it."""
+    fd = proc.log.fileno()
+    end = os.fstat(fd).st_size
+    return os.pread(fd, end - since, since).decode(errors="replace"), end
 
 
 def engines_ready(port: int) -> int:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import ROOT, emit, machine, start_service, table, test_sources
+from bench.common import ROOT, emit, machine, server_log, start_service, table, test_sources
 from bench.loadgen import run_load
 
 CHECKPOINT = ROOT / "checkpoints" / "de-en"
@@ -52,12 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.neighbours.split(",")]
     configs = [(c.split(":", 1)[0], shlex.split(c.split(":", 1)[1])) for c in args.configs.split(";") if c]
-    rows = []
+    rows, errors = [], []
     for name, flags in configs:
         server = start_service(args.port, CHECKPOINT, ["--device", "cpu", *flags], timeout=120)
         try:
             loads(args.port, 1)  # untimed: first requests pay for lazy set-up
             quiet = None
+            _, logged = server_log(server)
             for n in counts:
                 spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(n)]
                 try:
@@ -67,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                     for p in spinners:
                         p.kill()
                         p.wait()
+                text, logged = server_log(server, logged)
+                if any(status != 200 for _, statuses in measured.values() for status in statuses):
+                    # why, from the server's own log, beside the report (an answer that is not 200 is a finding)
+                    errors.append(f"{name}, {n} neighbours, the server's log:\n{text[-4000:] or '(nothing logged)'}")
                 quiet = quiet or measured
                 for load, (rate, statuses) in measured.items():
                     rows.append([name, n, load, rate, f"{rate / quiet[load][0]:.2f}",
@@ -78,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     report = (f"Machine: {machine()}, {os.cpu_count()} CPUs; neighbours spin one core each at nice 0.\n\n"
               + "\n".join(f"- {name}: `{' '.join(flags) or '(no flags)'}`" for name, flags in configs) + "\n\n")
     report += table(["server", "neighbours", "load", "sentences/s", "of quiet", "answers"], rows)
+    if errors:
+        report += "\n" + "\n\n".join(f"```\n{e}\n```" for e in errors) + "\n"
     return emit(report + "\n", args.output)
 
 
