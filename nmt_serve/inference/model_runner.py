@@ -96,8 +96,6 @@ def lone_row_elements(cfg, threads: int = 1, *, float32: bool = True) -> int:
     only the column blocks of small weights (copies of their own) are more."""
     total = 0
     for o, i in linear_shapes(cfg):
-        if reads_rows(o, i, threads, float32=float32):
-            continue
         blocks = lone_row_blocks(o, i, threads, float32=float32)
         if blocks > 1 and o * i <= FEW_ROWS_ELEMENTS:
             total += blocks * (o - (blocks - 1) * (o // blocks)) * i
@@ -172,13 +170,13 @@ def lone_row_blocks(out_features: int, in_features: int, threads: int, *, float3
 
 
 def reads_rows(out_features: int, in_features: int, threads: int, *, float32: bool = True) -> bool:
-    """Whether a lone row reads the weight as it is, (C_out, C_in), through row_products' kernel, instead of the
-    transposed or blocked layouts: a float32 weight laid out for one thread that no more rows than one read
-    (`rows_of_lone_row`), where the kernel runs. The kernel streams W at the rate a sum of it does (1.6-1.8x the
-    column blocks at one thread); at two threads the blocks run side by side and were as fast as it (383-456
-    against 434-492 us for the shipped model's 19 products of a step), so a runner laid out for more threads
-    keeps them. Where a few rows read the layout (an Intel CPU's small weights) they keep the transposed copy,
-    which the kernel does not replace from 3 rows on."""
+    """Whether a lone row reads the weight as it is, (C_out, C_in), through row_products' kernel (FloatLinear's
+    `rows`): a float32 weight laid out for one thread that no more rows than one read (`rows_of_lone_row`), where
+    the kernel runs. The kernel streams W at the rate a sum of it does (1.6-1.8x the column blocks at one thread);
+    at two threads the blocks run side by side and were as fast as it (383-456 against 434-492 us for the shipped
+    model's 19 products of a step), so a runner laid out for more threads keeps them alone. Where a few rows read
+    the layout (an Intel CPU's small weights) they keep the transposed copy, which the kernel does not replace from
+    3 rows on."""
     return (threads == 1 and float32 and rows_of_lone_row(out_features * in_features) == 1
             and row_products.available())
 
@@ -221,7 +219,8 @@ class FloatLinear:
 
     `rows` (laid out for one thread, where row_products' kernel runs and only a lone row reads the layout,
     `reads_rows`): one or two rows go through that kernel over W as it is, (C_out, C_in), W itself where it is
-    contiguous, and none of the layouts below is made.
+    contiguous, instead of the transposed copy or view below; where the layout has column blocks (a small weight
+    on AMD) they stay, and a lone row stepped on more threads than one reads them.
     `lone_row` (the engine's thread count, 0 for none): a lone row (greedy search of one sentence),
     and on CPUs where it pays up to FEW_ROWS rows of a small weight (a beam, a batch of a few dozen
     sentences), reads W laid out for it. There oneDNN's fixed cost per call outweighs its kernel, and
@@ -255,12 +254,15 @@ class FloatLinear:
         transposed = weight.detach().t()  # (C_in, C_out)
         C_in, C_out = transposed.shape
         n_blocks = lone_row_blocks(C_out, C_in, lone_row, float32=weight.dtype == torch.float32) if lone_row else 0
-        # W as it is for row_products' kernel (W itself where it is contiguous: no copy), instead of the layouts below
+        # W as it is for row_products' kernel (W itself where it is contiguous: no copy); it replaces a transposed copy
+        # or view, and column blocks stay beside it for a lone row stepped on more threads (CpuRoom's lone search),
+        # where they run side by side (a whole greedy search of one sentence 1.12-1.19x the kernel's on 2 threads)
         self.rows = self.rows_bias = None
         if self.onednn and lone_row and reads_rows(C_out, C_in, lone_row, float32=weight.dtype == torch.float32):
             self.rows = weight.detach().contiguous()
             self.rows_bias = bias.detach().contiguous() if bias is not None else weight.new_zeros(C_out)
-            n_blocks = 0
+            if n_blocks == 1:
+                n_blocks = 0
         if self.onednn and n_blocks == 1:
             if lone_row_copies(C_out, C_in):
                 self.lone_row = self.transposed = transposed.contiguous()
@@ -285,7 +287,8 @@ class FloatLinear:
         if self.rows is not None:
             shape = x.shape
             # the checks written out: a step calls this 19 times at a few microseconds each (rows hold float32)
-            if len(shape) == 2 and shape[0] <= row_products.ROWS and x.is_contiguous() and not x.requires_grad:
+            if (len(shape) == 2 and shape[0] <= row_products.ROWS and x.is_contiguous() and not x.requires_grad
+                    and (not self.n_blocks or shape[0] > 1 or torch.get_num_threads() == 1)):
                 return row_products.float_rows(x, self.rows, self.rows_bias, shape[0])
         w = self.lone_row
         shape = x.shape

@@ -102,15 +102,18 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, c
         assert 0 <= needs.search_bytes_per_row(K) * 12 - held < 12
 
 
-def test_a_lone_row_reading_w_as_it_is_is_planned_as_held(tiny_checkpoint, monkeypatch):
+@pytest.mark.parametrize("columns", [0, 16])  # W alone, or column blocks beside it (AMD's rule, narrower)
+def test_a_lone_row_reading_w_as_it_is_is_planned_as_held(tiny_checkpoint, columns, monkeypatch):
     """Laid out for 1 thread with row_products' kernels, the runner's lone row reads the model's own weights (the fused
-    ones views of the weight it reads): the plan counts the parameters and the packed copies, nothing more."""
+    ones views of the weight it reads): the plan counts the parameters, any column blocks beside them, and the packed
+    copies."""
     import nmt_serve.inference.model_runner as runner_module
     from nmt_serve.inference import row_products
 
     if not row_products.available():
         pytest.skip("numba is not installed")
     monkeypatch.setattr(runner_module, "FEW_ROWS", 1)
+    monkeypatch.setattr(runner_module, "BLOCK_COLUMNS", columns)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -118,18 +121,14 @@ def test_a_lone_row_reading_w_as_it_is_is_planned_as_held(tiny_checkpoint, monke
     finally:
         torch.set_num_threads(threads)
     linears = runner_linears(packed.runner)
-    assert all(linear.rows is not None and linear.lone_row is None and linear.weight.is_mkldnn for linear in linears)
-    held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-            for t in [*packed.model.parameters(), *packed.model.buffers(), *(linear.rows for linear in linears)]}
-    parameters = {p.untyped_storage().data_ptr() for p in packed.model.parameters()}
+    assert all(linear.rows is not None and linear.weight.is_mkldnn and linear.transposed is None for linear in linears)
+    assert all((linear.lone_row is None) == (not columns) for linear in linears)  # the tiny model's are wider than 16
+    parameters = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in packed.model.parameters()}
     assert all(linear.rows.untyped_storage().data_ptr() in parameters for linear in linears)
+    blocks = sum(linear.lone_row.untyped_storage().nbytes() for linear in linears if linear.lone_row is not None)
     packed_bytes = sum(linear.weight.numel() * linear.weight.element_size() for linear in linears)
     needs = ModelNeeds("de-en", packed.config, "float32", packed_weights=True, lone_row_threads=1)
-    plain, opaque = needs.weights_split()
-    buffers = sum(b.numel() * b.element_size() for b in packed.model.buffers())
-    assert (plain, opaque) == (sum(held.values()) - buffers, packed_bytes)
-    monkeypatch.setattr(row_products, "ENABLED", False)  # the blocks or transposed copies come back: more to hold
-    assert ModelNeeds("de-en", packed.config, "float32", packed_weights=True, lone_row_threads=1).weights_split()[0] >= plain
+    assert needs.weights_split() == (sum(parameters.values()) + blocks, packed_bytes)
 
 
 def test_int8_counts_the_packed_copy_beside_the_float_weights():

@@ -393,34 +393,47 @@ def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features,
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the lone row's layouts sit beside oneDNN's packed weights")
 @pytest.mark.parametrize("out_features,in_features", [(48, 32), (50, 96), (2, 32)])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_a_lone_row_reads_w_as_it_is_through_the_row_kernel(out_features, in_features, with_bias, monkeypatch):
+@pytest.mark.parametrize("columns", [0, 16])  # no column blocks (Intel's rule), or 16 wide (AMD's, narrower)
+def test_a_lone_row_reads_w_as_it_is_through_the_row_kernel(out_features, in_features, with_bias, columns, monkeypatch):
     """Laid out for 1 thread, a weight only a lone row reads is held as it is, (C_out, C_in), W itself (no copy):
     one or two rows go through row_products' kernel, more through the packed weight, in whatever leading shape they
-    come, all giving F.linear's result. Laid out for 2 threads, or where a few rows read the layout (an Intel CPU's
-    small weights), the torch layouts stay."""
+    come, all giving F.linear's result. W replaces the transposed copy; column blocks stay beside it, and a lone row
+    stepped on two threads reads them. Laid out for 2 threads, or where a few rows read the layout (an Intel CPU's
+    small weights), the torch layouts stay alone."""
     from nmt_serve.inference import row_products
 
     if not row_products.available():
         pytest.skip("numba is not installed")
     monkeypatch.setattr(engine_module, "FEW_ROWS", 1)
+    monkeypatch.setattr(engine_module, "BLOCK_COLUMNS", columns)
     torch.manual_seed(23)
     weight = torch.randn(out_features, in_features)
     bias = torch.randn(out_features) if with_bias else None
     linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=1)
     assert linear.rows is weight or linear.rows.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr()
-    assert linear.lone_row is None and linear.transposed is None and linear.weight.is_mkldnn
+    blocks = columns and out_features > columns
+    assert linear.transposed is None and linear.weight.is_mkldnn
+    assert linear.lone_row is None if not blocks else linear.lone_row.dim() == 3
     calls = []
     kernel = row_products._float_rows
     monkeypatch.setattr(row_products, "_float_rows", lambda *args: calls.append(args[4]) or kernel(*args))
     inputs = (torch.randn(1, in_features), torch.randn(2, in_features), torch.randn(1, 1, in_features), torch.randn(in_features),
               torch.randn(3, in_features), torch.randn(2, 3, in_features), torch.randn(0, in_features), torch.randn(40, in_features),
               torch.randn(4, 2 * in_features)[:2, ::2])  # two rows, not contiguous
-    with torch.inference_mode():
-        for x in inputs:
-            y = linear(x)
-            assert y.shape == (*x.shape[:-1], out_features) and y.is_contiguous()
-            torch.testing.assert_close(y, torch.nn.functional.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
-    assert calls == [1, 2, 0]  # the 2-D inputs of at most two contiguous rows
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            calls.clear()
+            with torch.inference_mode():
+                for x in inputs:
+                    y = linear(x)
+                    assert y.shape == (*x.shape[:-1], out_features) and y.is_contiguous()
+                    torch.testing.assert_close(y, torch.nn.functional.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+            # the 2-D inputs of at most two contiguous rows; on two threads a lone row reads the blocks where there are some
+            assert calls == ([2] if n == 2 and blocks else [1, 2, 0])
+    finally:
+        torch.set_num_threads(threads)
     assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=2).rows is None
     assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=0).rows is None
     assert engine_module.FloatLinear(weight.bfloat16(), None, packed=True, lone_row=1).rows is None
