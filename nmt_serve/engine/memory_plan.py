@@ -77,9 +77,10 @@ class ModelNeeds:
     def weights_split(self) -> tuple[int, int]:
         """(bytes in plain tensors, bytes in packed ones): the model's parameters (and small weights' column blocks
         for a lone row: lone_row_elements; int8's plain values for a row or two: row_products), and what its
-        runner packs beside them: int8's packed weights (the output layer's twice, fbgemm's and oneDNN's, where oneDNN's int8 kernel is exact on
-        this CPU), or the float Linear weights' packed copies for oneDNN. Engine processes on the CPU can map
-        the plain tensors from one copy (shared_weights.py); packed ones are opaque, each engine's own."""
+        runner packs beside them: int8's packed weights (the output layer's twice, fbgemm's and oneDNN's, where
+        oneDNN's int8 kernel is exact on this CPU), or the float Linear weights' packed copies for oneDNN. Engine
+        processes on the CPU can map the plain tensors from one copy (shared_weights.py); packed ones are opaque,
+        each engine's own."""
         total, linear = self.parameters()
         if self.quantization == "int8":
             from nmt_serve.inference import row_products

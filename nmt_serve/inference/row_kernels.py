@@ -3,7 +3,7 @@
 `dot_rows` is the one loop, compiled for float32 and int8 weights; `float_rows` and `int8_rows` take the tensors'
 addresses and sizes, not numpy arrays: a tensor's `.numpy()` costs 0.75 us from Python, its `data_ptr()` 0.09, and a
 step makes 19 calls of a few microseconds each. Module-level functions, so that numba's cache finds them again in
-the next process; row_products.compile() sets `dot_rows` to its compiled form before the two that call it."""
+the next process; row_products._compile sets `dot_rows` to its compiled form before the two that call it."""
 import numba
 import numpy as np
 from numba import types

@@ -19,9 +19,9 @@ workqueue: 2 ms a step) or a second OpenMP runtime beside torch's. At more rows 
 the cost (each row computes its own, the weight from L1 after the first): at 2 rows still 1.9x the packed
 oneDNN product, at 4 about even, at 8 behind, so they take ROWS rows at most.
 
-Compiled once per process (0.5-0.9 s, most of it numba's import), from numba's cache where a writable
-place for it exists. numba costs an engine process about 35 MB of private memory (LLVM's, and the
-compiled code) besides its shared libraries. Where numba is not installed or cannot compile, `available()`
+Compiled on their first use in a process (0.5-0.9 s), or loaded from numba's cache (0.23 s) where a
+writable place for it exists; numba's import takes 0.2 s besides. numba costs an engine process about
+35 MB of private memory (LLVM's, and the compiled code) besides its shared libraries. Where numba is not installed or cannot compile, `available()`
 is False and the runner keeps torch's products.
 """
 from __future__ import annotations
