@@ -96,7 +96,7 @@ def lone_row_elements(cfg, threads: int = 1, *, float32: bool = True) -> int:
     only the column blocks of small weights (copies of their own) are more."""
     total = 0
     for o, i in linear_shapes(cfg):
-        blocks = lone_row_blocks(o, i, threads, float32=float32)
+        blocks = keeps_blocks(o, i, threads, float32=float32)
         if blocks > 1 and o * i <= FEW_ROWS_ELEMENTS:
             total += blocks * (o - (blocks - 1) * (o // blocks)) * i
     return total
@@ -171,14 +171,26 @@ def lone_row_blocks(out_features: int, in_features: int, threads: int, *, float3
 
 def reads_rows(out_features: int, in_features: int, threads: int, *, float32: bool = True) -> bool:
     """Whether a lone row reads the weight as it is, (C_out, C_in), through row_products' kernel (FloatLinear's
-    `rows`): a float32 weight laid out for one thread that no more rows than one read (`rows_of_lone_row`), where
-    the kernel runs. The kernel streams W at the rate a sum of it does (1.6-1.8x the column blocks at one thread);
-    at two threads the blocks run side by side and were as fast as it (383-456 against 434-492 us for the shipped
-    model's 19 products of a step), so a runner laid out for more threads keeps them alone. Where a few rows read
-    the layout (an Intel CPU's small weights) they keep the transposed copy, which the kernel does not replace from
-    3 rows on."""
-    return (threads == 1 and float32 and rows_of_lone_row(out_features * in_features) == 1
-            and row_products.available())
+    `rows`): a float32 weight that no more rows than one read (`rows_of_lone_row`), laid out for one thread, or for
+    more where the kernel splits its outputs over them (`row_products.splits`), where the kernel runs. The kernel
+    streams W at the rate a sum of it does (1.6-1.8x the column blocks at one thread). Without the split, the blocks
+    run side by side at two threads and were as fast as it (383-456 against 434-492 us for the shipped model's 19
+    products of a step), so a runner laid out for more threads keeps them alone. Where a few rows read the layout
+    (an Intel CPU's small weights) they keep the transposed copy, which the kernel does not replace from 3 rows on."""
+    return (float32 and rows_of_lone_row(out_features * in_features) == 1 and row_products.available()
+            and (threads == 1 or row_products.splits()))
+
+
+def keeps_blocks(out_features: int, in_features: int, threads: int, *, float32: bool = True) -> int:
+    """The column blocks a weight's lone-row layout holds (`lone_row_blocks`), 0 where none: a weight the kernel reads
+    as it is (`reads_rows`) keeps them only where the kernel cannot split, for a lone row stepped on more threads
+    (CpuRoom's lone search), where they run side by side (a whole greedy search of one sentence 1.12-1.19x the
+    one-thread kernel's on 2 threads); where it splits, its two threads ran that search 1.06-1.38x the one-thread
+    kernel's and the blocks' 1.1-1.3x (the shipped model, 2-core AMD EPYC, BENCHMARKS.md)."""
+    blocks = lone_row_blocks(out_features, in_features, threads, float32=float32)
+    if reads_rows(out_features, in_features, threads, float32=float32) and (blocks == 1 or row_products.splits()):
+        return 0
+    return blocks
 
 
 def rows_of_lone_row(elements: int) -> int:
@@ -253,16 +265,14 @@ class FloatLinear:
         self.few_rows = rows_of_lone_row(weight.numel())  # rows that read the lone row's layout
         transposed = weight.detach().t()  # (C_in, C_out)
         C_in, C_out = transposed.shape
-        n_blocks = lone_row_blocks(C_out, C_in, lone_row, float32=weight.dtype == torch.float32) if lone_row else 0
+        float32 = weight.dtype == torch.float32
+        n_blocks = keeps_blocks(C_out, C_in, lone_row, float32=float32) if lone_row and self.onednn else 0
         # W as it is for row_products' kernel (W itself where it is contiguous: no copy); it replaces a transposed copy
-        # or view, and column blocks stay beside it for a lone row stepped on more threads (CpuRoom's lone search),
-        # where they run side by side (a whole greedy search of one sentence 1.12-1.19x the kernel's on 2 threads)
+        # or view, and column blocks only where the kernel cannot split its outputs over threads (keeps_blocks)
         self.rows = self.rows_bias = None
-        if self.onednn and lone_row and reads_rows(C_out, C_in, lone_row, float32=weight.dtype == torch.float32):
+        if self.onednn and lone_row and reads_rows(C_out, C_in, lone_row, float32=float32):
             self.rows = weight.detach().contiguous()
             self.rows_bias = bias.detach().contiguous() if bias is not None else weight.new_zeros(C_out)
-            if n_blocks == 1:
-                n_blocks = 0
         if self.onednn and n_blocks == 1:
             if lone_row_copies(C_out, C_in):
                 self.lone_row = self.transposed = transposed.contiguous()
@@ -286,10 +296,12 @@ class FloatLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.rows is not None:
             shape = x.shape
-            # the checks written out: a step calls this 19 times at a few microseconds each (rows hold float32)
-            if (len(shape) == 2 and shape[0] <= row_products.ROWS and x.is_contiguous() and not x.requires_grad
-                    and (not self.n_blocks or shape[0] > 1 or torch.get_num_threads() == 1)):
-                return row_products.float_rows(x, self.rows, self.rows_bias, shape[0])
+            # the checks written out: a step calls this 19 times at a few microseconds each (rows hold float32); a lone
+            # row on more threads reads the column blocks where they are kept (keeps_blocks), else the kernel splits
+            if len(shape) == 2 and shape[0] <= row_products.ROWS and x.is_contiguous() and not x.requires_grad:
+                threads = torch.get_num_threads()
+                if threads == 1 or not self.n_blocks or shape[0] > 1:
+                    return row_products.float_rows(x, self.rows, self.rows_bias, shape[0], threads)
         w = self.lone_row
         shape = x.shape
         if self.in_order and len(shape) == 2 and shape[0] == 1:
@@ -396,7 +408,8 @@ class Int8Linear:
         if self.rows is not None:
             shape = x.shape
             if len(shape) == 2 and shape[0] <= row_products.ROWS and x.is_contiguous() and not x.requires_grad:
-                return row_products.int8_rows(x, self.rows, self.rows_scale, self.rows_bias, shape[0])
+                return row_products.int8_rows(x, self.rows, self.rows_scale, self.rows_bias, shape[0],
+                                              torch.get_num_threads())
         rows = x.numel() // x.size(-1)
         if self.onednn is not None and rows >= ONEDNN_INT8_MIN_ROWS:
             x2 = x.reshape(rows, x.size(-1))

@@ -13,11 +13,16 @@ int8 weights (one scale per output channel) are read the same way, converted to 
 row left in float32: 222-228 us a step against fbgemm's dynamic quantization's 374-397 (which quantizes the
 row too, and costs about 12 us a call before it reads a byte).
 
-The kernels run on the calling thread without Python's lock and start no threads: a product of one row
-per thread is what two lanes or engines want, and numba's thread pools are either slow to wake (its
-workqueue: 2 ms a step) or a second OpenMP runtime beside torch's. At more rows the dot products become
-the cost (each row computes its own, the weight from L1 after the first): at 2 rows still 1.9x the packed
-oneDNN product, at 4 about even, at 8 behind, so they take ROWS rows at most.
+The kernels run on the calling thread without Python's lock: a product of one row per thread is what two
+lanes or engines want. A search stepped alone on more threads (the engine's lone search, on the cores other
+processes leave idle; a Translator used on more threads) splits each product's outputs over them: `threads`
+above 1, through numba's OpenMP pool (`splits()`), whose threads wake in microseconds. Each output is the same
+sum either way, so the results do not depend on the threads. numba's workqueue (2 ms a step to wake) is never
+used; TBB's pool ran a lone greedy search 1.02-1.14x where OpenMP's ran it 1.06-1.38x. The OpenMP pool is
+GNU's libgomp of the system, a second runtime beside the one torch bundles; it spins GOMP_SPINCOUNT times after
+a product, as torch's does (the engine sets it low, supervisor.py). At more rows the dot products become the
+cost (each row computes its own, the weight from L1 after the first): at 2 rows still 1.9x the packed oneDNN
+product, at 4 about even, at 8 behind, so they take ROWS rows at most.
 
 Compiled on their first use in a process (0.5-0.9 s), or loaded from numba's cache (0.23 s) where a
 writable place for it exists; numba's import takes 0.2 s besides. numba costs an engine process about
@@ -54,9 +59,34 @@ def _compile(cache: bool):
     from nmt_serve.inference import row_kernels
 
     options = dict(fastmath=_FASTMATH, boundscheck=False, nogil=True, cache=cache)
-    row_kernels.dot_rows = numba.njit(**options)(row_kernels.dot_rows_source)  # what the two below call
-    return (numba.njit("void(intp, intp, intp, intp, intp, intp, intp)", **options)(row_kernels.float_rows),
-            numba.njit("void(intp, intp, intp, intp, intp, intp, intp, intp)", **options)(row_kernels.int8_rows))
+    row_kernels.dot_rows = numba.njit(**options)(row_kernels.dot_rows_source)  # what the others call
+    kernels = (numba.njit("void(intp, intp, intp, intp, intp, intp, intp)", **options)(row_kernels.float_rows),
+               numba.njit("void(intp, intp, intp, intp, intp, intp, intp, intp)", **options)(row_kernels.int8_rows))
+    return kernels + _compile_split(numba, row_kernels, options)
+
+
+def _compile_split(numba, row_kernels, options: dict) -> tuple:
+    """The split kernels, or (None, None) where numba's OpenMP pool does not load (no libgomp on the system) or
+    another layer was asked for that is not thread-safe (the workqueue: the engine's lanes call from several
+    threads)."""
+    if numba.config.THREADING_LAYER == "default":
+        numba.config.THREADING_LAYER = "omp"
+    try:
+        split = (numba.njit("void(intp, intp, intp, intp, intp, intp, intp, intp)", parallel=True, **options)(
+                     row_kernels.float_split),
+                 numba.njit("void(intp, intp, intp, intp, intp, intp, intp, intp, intp)", parallel=True, **options)(
+                     row_kernels.int8_split))
+        x, y = torch.ones(1, 4), torch.zeros(1, 2)
+        w = torch.ones(2, 4)
+        split[0](x.data_ptr(), w.data_ptr(), y.data_ptr(), y.data_ptr(), 1, 4, 2, 2)  # loads the threading layer
+        if numba.threading_layer() == "workqueue":
+            return None, None
+        return split
+    except RuntimeError:  # no writable place for numba's cache: _kernels compiles them all in memory
+        raise
+    except Exception as e:  # noqa: BLE001 - the one-thread kernels serve on their own
+        log.info("numba's OpenMP threads are not available (%s); a lone row's products run on one thread", e)
+        return None, None
 
 
 @functools.cache
@@ -80,32 +110,52 @@ def _kernels():
 
 
 ENABLED = True  # tests turn the kernels off to hold torch's path to the same results
+SPLIT = True  # tests turn the split kernels off to hold the one-thread layouts
 
-
-_float_rows = _int8_rows = None  # the compiled kernels, once available() found them
+_float_rows = _int8_rows = _float_split = _int8_split = None  # the compiled kernels, once available() found them
+_max_threads = 1  # numba's pool's size: the most threads a split takes
 
 
 def available() -> bool:
     """Whether the kernels run in this process (compiling them on the first call)."""
-    global _float_rows, _int8_rows
+    global _float_rows, _int8_rows, _float_split, _int8_split, _max_threads
     kernels = _kernels() if ENABLED else None
-    if kernels is not None:
-        _float_rows, _int8_rows = kernels
+    if kernels is not None and _float_rows is None:
+        _float_rows, _int8_rows, _float_split, _int8_split = kernels
+        if _float_split is not None:
+            import numba
+
+            _max_threads = numba.config.NUMBA_NUM_THREADS
     return kernels is not None
 
 
-def float_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, rows: int) -> torch.Tensor:
+def splits() -> bool:
+    """Whether a product stepped on more threads than one splits its outputs over them (numba's OpenMP pool)."""
+    return available() and SPLIT and _float_split is not None
+
+
+def float_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, rows: int, threads: int = 1) -> torch.Tensor:
     """x (rows, C_in), at most ROWS of them, times weight (C_out, C_in)^T plus bias (C_out,) -> (rows, C_out); every
-    tensor float32 and contiguous, nothing for autograd to follow (the caller checks x, the owner the rest)."""
+    tensor float32 and contiguous, nothing for autograd to follow (the caller checks x, the owner the rest). The
+    outputs split over `threads` threads where splits(), else one."""
     C_out, C_in = weight.shape
     y = torch.empty(rows, C_out)
-    _float_rows(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in, C_out)
+    if threads > 1 and SPLIT and _float_split is not None:
+        _float_split(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in, C_out,
+                     min(threads, _max_threads))
+    else:
+        _float_rows(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in, C_out)
     return y
 
 
-def int8_rows(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, rows: int) -> torch.Tensor:
+def int8_rows(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, rows: int,
+              threads: int = 1) -> torch.Tensor:
     """As float_rows, weight int8 (C_out, C_in) with scale (C_out,) float32: x (W * scale)^T + bias."""
     C_out, C_in = weight.shape
     y = torch.empty(rows, C_out)
-    _int8_rows(x.data_ptr(), weight.data_ptr(), scale.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in, C_out)
+    if threads > 1 and SPLIT and _int8_split is not None:
+        _int8_split(x.data_ptr(), weight.data_ptr(), scale.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in,
+                    C_out, min(threads, _max_threads))
+    else:
+        _int8_rows(x.data_ptr(), weight.data_ptr(), scale.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in, C_out)
     return y

@@ -103,31 +103,36 @@ def test_weights_and_rows_are_what_the_objects_hold(tiny_checkpoint, few_rows, c
 
 
 @pytest.mark.parametrize("columns", [0, 16])  # W alone, or column blocks beside it (AMD's rule, narrower)
-def test_a_lone_row_reading_w_as_it_is_is_planned_as_held(tiny_checkpoint, columns, monkeypatch):
-    """Laid out for 1 thread with row_products' kernels, the runner's lone row reads the model's own weights (the fused
-    ones views of the weight it reads): the plan counts the parameters, any column blocks beside them, and the packed
-    copies."""
+@pytest.mark.parametrize("split,layout", [(True, 1), (True, 2), (False, 1)])
+def test_a_lone_row_reading_w_as_it_is_is_planned_as_held(tiny_checkpoint, columns, split, layout, monkeypatch):
+    """Laid out for 1 thread with row_products' kernels, or for 2 where they split over threads, the runner's lone row
+    reads the model's own weights (the fused ones views of the weight it reads): the plan counts the parameters, the
+    column blocks kept beside them where the kernels do not split, and the packed copies."""
     import nmt_serve.inference.model_runner as runner_module
     from nmt_serve.inference import row_products
 
     if not row_products.available():
         pytest.skip("numba is not installed")
+    monkeypatch.setattr(row_products, "SPLIT", split)
+    if split and not row_products.splits():
+        pytest.skip("numba's OpenMP threads do not load here")
     monkeypatch.setattr(runner_module, "FEW_ROWS", 1)
     monkeypatch.setattr(runner_module, "BLOCK_COLUMNS", columns)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(layout)
     try:
         packed = Translator.load(tiny_checkpoint, device="cpu")
     finally:
         torch.set_num_threads(threads)
     linears = runner_linears(packed.runner)
     assert all(linear.rows is not None and linear.weight.is_mkldnn and linear.transposed is None for linear in linears)
-    assert all((linear.lone_row is None) == (not columns) for linear in linears)  # the tiny model's are wider than 16
+    # the tiny model's weights are wider than 16 columns
+    assert all((linear.lone_row is None) == (not columns or split) for linear in linears)
     parameters = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in packed.model.parameters()}
     assert all(linear.rows.untyped_storage().data_ptr() in parameters for linear in linears)
     blocks = sum(linear.lone_row.untyped_storage().nbytes() for linear in linears if linear.lone_row is not None)
     packed_bytes = sum(linear.weight.numel() * linear.weight.element_size() for linear in linears)
-    needs = ModelNeeds("de-en", packed.config, "float32", packed_weights=True, lone_row_threads=1)
+    needs = ModelNeeds("de-en", packed.config, "float32", packed_weights=True, lone_row_threads=layout)
     assert needs.weights_split() == (sum(parameters.values()) + blocks, packed_bytes)
 
 

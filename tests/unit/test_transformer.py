@@ -394,47 +394,62 @@ def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features,
 @pytest.mark.parametrize("out_features,in_features", [(48, 32), (50, 96), (2, 32)])
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("columns", [0, 16])  # no column blocks (Intel's rule), or 16 wide (AMD's, narrower)
-def test_a_lone_row_reads_w_as_it_is_through_the_row_kernel(out_features, in_features, with_bias, columns, monkeypatch):
+@pytest.mark.parametrize("split", [True, False])  # numba's OpenMP threads split the outputs, or do not load
+def test_a_lone_row_reads_w_as_it_is_through_the_row_kernel(out_features, in_features, with_bias, columns, split, monkeypatch):
     """Laid out for 1 thread, a weight only a lone row reads is held as it is, (C_out, C_in), W itself (no copy):
     one or two rows go through row_products' kernel, more through the packed weight, in whatever leading shape they
-    come, all giving F.linear's result. W replaces the transposed copy; column blocks stay beside it, and a lone row
-    stepped on two threads reads them. Laid out for 2 threads, or where a few rows read the layout (an Intel CPU's
-    small weights), the torch layouts stay alone."""
+    come, all giving F.linear's result. W replaces the transposed copy. Where the kernel splits over threads, one or
+    two rows stepped on two threads go through the split kernel, column blocks are not kept, and a layout for 2
+    threads reads W too. Where it does not, column blocks stay beside W, a lone row stepped on two threads reads
+    them, and a layout for 2 threads keeps the torch layouts alone. Where a few rows read the layout (an Intel CPU's
+    small weights) the torch layouts stay alone."""
     from nmt_serve.inference import row_products
 
     if not row_products.available():
         pytest.skip("numba is not installed")
+    monkeypatch.setattr(row_products, "SPLIT", split)
+    if split and not row_products.splits():
+        pytest.skip("numba's OpenMP threads do not load here")
     monkeypatch.setattr(engine_module, "FEW_ROWS", 1)
     monkeypatch.setattr(engine_module, "BLOCK_COLUMNS", columns)
     torch.manual_seed(23)
     weight = torch.randn(out_features, in_features)
     bias = torch.randn(out_features) if with_bias else None
-    linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=1)
-    assert linear.rows is weight or linear.rows.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr()
-    blocks = columns and out_features > columns
-    assert linear.transposed is None and linear.weight.is_mkldnn
-    assert linear.lone_row is None if not blocks else linear.lone_row.dim() == 3
     calls = []
-    kernel = row_products._float_rows
-    monkeypatch.setattr(row_products, "_float_rows", lambda *args: calls.append(args[4]) or kernel(*args))
+    kernel, split_kernel = row_products._float_rows, row_products._float_split
+    monkeypatch.setattr(row_products, "_float_rows", lambda *args: calls.append((args[4], 1)) or kernel(*args))
+    if split:
+        monkeypatch.setattr(row_products, "_float_split", lambda *args: calls.append(args[4::3]) or split_kernel(*args))
     inputs = (torch.randn(1, in_features), torch.randn(2, in_features), torch.randn(1, 1, in_features), torch.randn(in_features),
               torch.randn(3, in_features), torch.randn(2, 3, in_features), torch.randn(0, in_features), torch.randn(40, in_features),
               torch.randn(4, 2 * in_features)[:2, ::2])  # two rows, not contiguous
     threads = torch.get_num_threads()
-    try:
-        for n in (1, 2):
-            torch.set_num_threads(n)
-            calls.clear()
-            with torch.inference_mode():
-                for x in inputs:
-                    y = linear(x)
-                    assert y.shape == (*x.shape[:-1], out_features) and y.is_contiguous()
-                    torch.testing.assert_close(y, torch.nn.functional.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
-            # the 2-D inputs of at most two contiguous rows; on two threads a lone row reads the blocks where there are some
-            assert calls == ([2] if n == 2 and blocks else [1, 2, 0])
-    finally:
-        torch.set_num_threads(threads)
-    assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=2).rows is None
+    for layout in (1, 2) if split else (1,):
+        linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=layout)
+        assert linear.rows is weight or linear.rows.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr()
+        blocks = columns and out_features > columns and not split
+        assert linear.transposed is None and linear.weight.is_mkldnn
+        assert linear.lone_row is None if not blocks else linear.lone_row.dim() == 3
+        try:
+            for n in (1, 2):
+                torch.set_num_threads(n)
+                calls.clear()
+                with torch.inference_mode():
+                    for x in inputs:
+                        y = linear(x)
+                        assert y.shape == (*x.shape[:-1], out_features) and y.is_contiguous()
+                        torch.testing.assert_close(y, torch.nn.functional.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+                # (rows, threads) of the 2-D inputs of at most two contiguous rows; on two threads they split where the
+                # kernel splits, and a lone row reads the blocks where there are some
+                if n == 1:
+                    assert calls == [(1, 1), (2, 1), (0, 1)]
+                elif split:
+                    assert calls == [(1, 2), (2, 2), (0, 2)]
+                else:
+                    assert calls == ([(2, 1)] if blocks else [(1, 1), (2, 1), (0, 1)])
+        finally:
+            torch.set_num_threads(threads)
+    assert (engine_module.FloatLinear(weight, bias, packed=True, lone_row=2).rows is None) != split
     assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=0).rows is None
     assert engine_module.FloatLinear(weight.bfloat16(), None, packed=True, lone_row=1).rows is None
     monkeypatch.setattr(engine_module, "FEW_ROWS", 8)  # a few rows read a small weight's transposed copy: kept
@@ -443,6 +458,28 @@ def test_a_lone_row_reads_w_as_it_is_through_the_row_kernel(out_features, in_fea
     assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=1).rows is not None
     monkeypatch.setattr(row_products, "ENABLED", False)
     assert engine_module.FloatLinear(weight, bias, packed=True, lone_row=1).rows is None
+
+
+def test_a_split_gives_the_one_thread_kernels_results(monkeypatch):
+    """The split kernels give every output the same sum as the one-thread kernels, float32 and int8, one and two rows,
+    whatever the number of threads (more than numba's pool holds included): identical results."""
+    from nmt_serve.inference import row_products
+
+    if not row_products.splits():
+        pytest.skip("numba's OpenMP threads do not load here")
+    torch.manual_seed(5)
+    weight, bias = torch.randn(37, 64), torch.randn(37)
+    int8, scale = torch.randint(-127, 128, (37, 64), dtype=torch.int8), torch.rand(37)
+    for rows in (1, 2):
+        x = torch.randn(rows, 64)
+        one = row_products.float_rows(x, weight, bias, rows)
+        one_int8 = row_products.int8_rows(x, int8, scale, bias, rows)
+        torch.testing.assert_close(one, torch.nn.functional.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(one_int8, torch.nn.functional.linear(x, int8.float() * scale[:, None], bias),
+                                   atol=1e-4, rtol=1e-5)
+        for threads in (2, 3, 64):
+            assert torch.equal(row_products.float_rows(x, weight, bias, rows, threads), one)
+            assert torch.equal(row_products.int8_rows(x, int8, scale, bias, rows, threads), one_int8)
 
 
 def test_a_large_int8_weight_stays_with_fbgemm(monkeypatch):

@@ -153,15 +153,20 @@ def test_a_served_model_holds_its_weights_once_and_still_saves(tmp_path, tiny_ch
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("columns", [0, 16])  # one block per thread (Intel), or narrow blocks (AMD's rule, narrower)
-@pytest.mark.parametrize("kernels", [True, False])  # row_products' kernels, or torch's products only
-def test_packed_weights_translate_as_the_plain_ones_and_the_model_reads_the_same_weights(tiny_checkpoint, threads, columns, kernels,
+# row_products' kernels splitting over threads, on one thread only, or torch's products only
+@pytest.mark.parametrize("products", ["split", "kernel", "torch"])
+def test_packed_weights_translate_as_the_plain_ones_and_the_model_reads_the_same_weights(tiny_checkpoint, threads, columns, products,
                                                                                          monkeypatch):
     import nmt_serve.inference.model_runner as runner_module
     from nmt_serve.inference import row_products
 
+    kernels, split = products != "torch", products == "split"
     if kernels and not row_products.available():
         pytest.skip("numba is not installed")
     monkeypatch.setattr(row_products, "ENABLED", kernels)
+    monkeypatch.setattr(row_products, "SPLIT", split)
+    if split and not row_products.splits():
+        pytest.skip("numba's OpenMP threads do not load here")
     monkeypatch.setattr(runner_module, "BLOCK_COLUMNS", columns)
     monkeypatch.setattr(runner_module, "FEW_ROWS", 1)  # only a lone row reads its layout (an AMD CPU's rule)
     before = torch.get_num_threads()
@@ -171,32 +176,35 @@ def test_packed_weights_translate_as_the_plain_ones_and_the_model_reads_the_same
         packed = Translator.load(tiny_checkpoint, device="cpu")
     finally:
         torch.set_num_threads(before)
-    # a lone row: W as it is at 1 thread with the kernels, else the transposed weight at 1 thread and blocks of
-    # output columns at more (the tiny model's weights are all wider than 16 columns)
-    reads_rows = kernels and threads == 1
+    # a lone row: W as it is with the kernels at 1 thread, or at any where they split; else the transposed weight at 1
+    # thread and blocks of output columns at more (the tiny model's weights are all wider than 16 columns)
+    reads_rows = kernels and (threads == 1 or split)
     one_block = threads == 1 and not columns and not reads_rows
     linears = [packed.runner.output, packed.runner.decoder_layers[0].self_qkv, packed.runner.encoder_layers[0].ffn.fc2]
     assert all((linear.rows is not None) == reads_rows for linear in linears)
-    # W replaces the transposed copy; column blocks stay beside it (a lone row on more threads reads them)
-    assert all(linear.lone_row is None if reads_rows and not columns else linear.lone_row.dim() == (2 if one_block else 3)
+    # W replaces the transposed copy; column blocks stay beside it where the kernels do not split (a lone row on more
+    # threads reads them)
+    assert all(linear.lone_row is None if reads_rows and (not columns or split) else linear.lone_row.dim() == (2 if one_block else 3)
                for linear in linears)
     assert packed.runner.packed_weights and not plain.runner.packed_weights
     assert packed.runner.output.weight.is_mkldnn and not plain.runner.output.weight.is_mkldnn
     # a lone sentence in greedy search runs every product on one row: through the kernel, or the transposed weights
     calls = []
     if reads_rows:
-        kernel = row_products._float_rows
+        kernel, split_kernel = row_products._float_rows, row_products._float_split
         monkeypatch.setattr(row_products, "_float_rows", lambda *args: calls.append(args[4:]) or kernel(*args))
+        if split:
+            monkeypatch.setattr(row_products, "_float_split", lambda *args: calls.append(args[4:]) or split_kernel(*args))
     for beam, sentences in ((1, SENTENCES), (2, SENTENCES), (1, SENTENCES[:1])):
         a = plain.translate(sentences, beam_size=beam, max_length=8, return_scores=True)
         b = packed.translate(sentences, beam_size=beam, max_length=8, return_scores=True)
         assert [r.text for r in a] == [r.text for r in b]
         assert [r.hypotheses[0].score for r in a] == pytest.approx([r.hypotheses[0].score for r in b], abs=1e-4)
-    if not columns:  # W alone: a lone row goes through the kernel at any thread count
+    if not columns or split:  # W alone: a lone row goes through the kernel at any thread count
         assert bool(calls) == reads_rows
     else:  # column blocks beside W: a lone row on more threads than one may read them instead
         assert reads_rows or not calls
-    assert all(rows <= row_products.ROWS for rows, _, _ in calls)
+    assert all(rows <= row_products.ROWS for rows, *_ in calls)
     out = packed.runner.output
     row = torch.randn(1, 1, packed.config.d_model)
     assert out(row).shape == (1, 1, out.out_features)
