@@ -64,6 +64,12 @@ RUN (getent group app || groupadd --system --gid 10001 app) \
     && mkdir -p /app && chown app:app /app \
     && if python3 -m pip --version >/dev/null 2>&1; then python3 -m pip uninstall -y -q pip setuptools wheel; fi
 COPY --from=build /opt/venv /opt/venv
+# numba's OpenMP pool (a lone search's products split over its threads: row_products.py) loads GNU libgomp by the name
+# libgomp.so.1.0.0, which slim bases lack; torch bundles one. That name for torch's copy makes one OpenMP runtime
+# serve both. A base with its own libgomp keeps it.
+RUN gomp=$(find /opt/venv -path "*/torch/lib/libgomp.so.1" | head -n 1) \
+    && if [ -n "$gomp" ] && ! ls /usr/lib/libgomp.so.1.0.0 /usr/lib/*/libgomp.so.1.0.0 >/dev/null 2>&1; then \
+           ln -s "$gomp" /usr/lib/libgomp.so.1.0.0; fi
 COPY --chown=app:app checkpoints/ /models/
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \

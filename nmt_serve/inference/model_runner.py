@@ -229,10 +229,11 @@ class FloatLinear:
     costs a second copy of the weight, so the memory plan decides. Without it oneDNN reads the
     (C_out, C_in) weight as it is.
 
-    `rows` (laid out for one thread, where row_products' kernel runs and only a lone row reads the layout,
-    `reads_rows`): one or two rows go through that kernel over W as it is, (C_out, C_in), W itself where it is
-    contiguous, instead of the transposed copy or view below; where the layout has column blocks (a small weight
-    on AMD) they stay, and a lone row stepped on more threads than one reads them.
+    `rows` (where row_products' kernel runs and only a lone row reads the layout, laid out for one thread or for
+    any where the kernel splits over threads: `reads_rows`): one or two rows go through that kernel over W as it
+    is, (C_out, C_in), W itself where it is contiguous, instead of the transposed copy or view below, their outputs
+    split over torch's threads of the moment. Where the kernel cannot split, the column blocks of a small weight
+    on AMD stay beside W (`keeps_blocks`), and a lone row stepped on more threads than one reads them.
     `lone_row` (the engine's thread count, 0 for none): a lone row (greedy search of one sentence),
     and on CPUs where it pays up to FEW_ROWS rows of a small weight (a beam, a batch of a few dozen
     sentences), reads W laid out for it. There oneDNN's fixed cost per call outweighs its kernel, and

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 
 import torch
 
@@ -134,6 +135,22 @@ def splits() -> bool:
     return available() and SPLIT and _float_split is not None
 
 
+_pool = threading.local()  # `threads`: the share of numba's pool this thread's splits take, as numba was last told
+
+
+def _share(threads: int) -> int:
+    """numba's pool is as large as the machine's CPUs, and a split runs on each of its threads that this thread's
+    share holds (numba.set_num_threads, thread-local): a split over 2 threads on a 16-core machine would wake 16.
+    The share is set where it changes (from Python: a kernel that sets it cannot be cached)."""
+    threads = min(threads, _max_threads)
+    if getattr(_pool, "threads", 0) != threads:
+        import numba
+
+        numba.set_num_threads(threads)
+        _pool.threads = threads
+    return threads
+
+
 def float_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, rows: int, threads: int = 1) -> torch.Tensor:
     """x (rows, C_in), at most ROWS of them, times weight (C_out, C_in)^T plus bias (C_out,) -> (rows, C_out); every
     tensor float32 and contiguous, nothing for autograd to follow (the caller checks x, the owner the rest). The
@@ -141,8 +158,7 @@ def float_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, rows: 
     C_out, C_in = weight.shape
     y = torch.empty(rows, C_out)
     if threads > 1 and SPLIT and _float_split is not None:
-        _float_split(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in, C_out,
-                     min(threads, _max_threads))
+        _float_split(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in, C_out, _share(threads))
     else:
         _float_rows(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in, C_out)
     return y
@@ -155,7 +171,7 @@ def int8_rows(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: 
     y = torch.empty(rows, C_out)
     if threads > 1 and SPLIT and _int8_split is not None:
         _int8_split(x.data_ptr(), weight.data_ptr(), scale.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in,
-                    C_out, min(threads, _max_threads))
+                    C_out, _share(threads))
     else:
         _int8_rows(x.data_ptr(), weight.data_ptr(), scale.data_ptr(), bias.data_ptr(), y.data_ptr(), rows, C_in, C_out)
     return y

@@ -482,6 +482,32 @@ def test_a_split_gives_the_one_thread_kernels_results(monkeypatch):
             assert torch.equal(row_products.int8_rows(x, int8, scale, bias, rows, threads), one_int8)
 
 
+def test_a_split_takes_as_many_of_numbas_threads_as_it_splits_over():
+    """numba's pool is as large as the machine: a split over 2 threads sets this thread's share of it to 2 (numba's
+    setting is thread-local), not more, not fewer, in a thread whose share was something else."""
+    import threading
+
+    import numba
+
+    from nmt_serve.inference import row_products
+
+    if not row_products.splits() or numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba's OpenMP threads do not load here, or this machine has one CPU")
+    seen = []
+
+    def run():
+        numba.set_num_threads(1)
+        row_products.float_rows(torch.randn(1, 8), torch.randn(4, 8), torch.randn(4), 1, 2)
+        seen.append(numba.get_num_threads())
+        row_products.float_rows(torch.randn(1, 8), torch.randn(4, 8), torch.randn(4), 1, 10_000)
+        seen.append(numba.get_num_threads())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen == [2, numba.config.NUMBA_NUM_THREADS]
+
+
 def test_a_large_int8_weight_stays_with_fbgemm(monkeypatch):
     """Past INT8_MAX_BYTES a weight streams from memory, where fbgemm reads it as fast and splits it over its threads:
     its rows go through fbgemm, and no plain copy of it is held; a smaller weight's through the kernel."""
