@@ -46,7 +46,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nmt_serve.inference import row_products
+from nmt_serve.inference import row_attention, row_products
 from nmt_serve.inference.cache import KVCache
 from nmt_serve.inference.small_products import batched_matmul, through_openblas
 from nmt_serve.network.masks import additive_bias, padding_mask
@@ -523,6 +523,9 @@ class ModelRunner:
         self.device = model.output_proj.weight.device
         self.n_heads, self.head_dim, self.d_model = cfg.n_heads, cfg.head_dim, cfg.d_model
         self.pre_norm = cfg.norm_placement == "pre"
+        # a few rows' attention through numba's kernel (row_attention): on the CPU, in float32
+        self.row_attention = (self.device.type == "cpu" and model.output_proj.weight.dtype == torch.float32
+                              and row_attention.available())
         activation = model.decoder_layers[0].ffn.activation
         # torch.relu itself: F.relu's Python wrapper is a microsecond a call, a step has one per layer
         self.activation = torch.relu if activation is F.relu else activation
@@ -764,6 +767,8 @@ class ModelRunner:
                 a = self._grouped_attention(qkv[:, 0], k, v, cache)
             elif matmuls:
                 a = self._matmul_attention(qkv[:, 0], k, v, self_bias).view(N, C)
+            elif self.row_attention and N <= row_attention.ROWS and self_mask is None:
+                a = row_attention.attend(qkv, k, v, None)  # each row's queries are its first C values
             else:
                 a = F.scaled_dot_product_attention(qkv[:, 0], k, v, attn_mask=self_mask).view(N, C)
             x = self._residual(x, w.self_out(a), w.self_norm)
@@ -778,7 +783,10 @@ class ModelRunner:
             elif matmuls:  # the weights are the matmuls' (the fused kernel keeps none)
                 a = self._matmul_attention(q.view(N, H, 1, D), ck, cv, cache.src_bias(), weights).view(N, C)
             else:
-                a = F.scaled_dot_product_attention(q.view(N, H, 1, D), ck, cv, attn_mask=cache.src_mask).view(N, C)
+                if self.row_attention and N <= row_attention.ROWS:
+                    a = row_attention.attend(q, ck, cv, cache.src_mask)
+                else:
+                    a = F.scaled_dot_product_attention(q.view(N, H, 1, D), ck, cv, attn_mask=cache.src_mask).view(N, C)
                 if cross is not None:
                     queries.append(q)
             x = self._residual(x, w.cross_out(a), w.cross_norm)

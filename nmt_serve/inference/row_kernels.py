@@ -74,3 +74,40 @@ def int8_split(x_at, w_at, s_at, b_at, y_at, R, C_in, C_out, threads):
     run = -(-C_out // threads)
     for t in numba.prange(threads):
         dot_rows(x, w, s, b, y, t * run, min(C_out, (t + 1) * run))
+
+
+def attend(q_at, q_row, k_at, v_at, kv_row, kv_head, T, m_at, m_row, y_at, N, H, D, scale):
+    """y (N, H * D) = softmax(q k^T * scale, masked) v for each of N rows and H heads, one query each: q[n, h] at
+    q_at + n * q_row + h * D, key and value t at k_at / v_at + n * kv_row + h * kv_head + t * D (offsets in floats,
+    each vector D contiguous floats); the mask's byte t of row n at m_at + n * m_row, nonzero where attended (m_at 0:
+    no mask)."""
+    q = numba.carray(float_at(q_at), ((N - 1) * q_row + H * D,))
+    span = (N - 1) * kv_row + (H - 1) * kv_head + T * D
+    k, v = numba.carray(float_at(k_at), (span,)), numba.carray(float_at(v_at), (span,))
+    y = numba.carray(float_at(y_at), (N * H * D,))
+    masked = m_at != 0
+    mask = numba.carray(int8_at(m_at if masked else q_at), ((N - 1) * m_row + T,))
+    p = np.empty(T, np.float32)
+    for n in range(N):
+        for h in range(H):
+            qo, ko, yo = n * q_row + h * D, n * kv_row + h * kv_head, (n * H + h) * D
+            top = np.float32(-np.inf)
+            for t in range(T):
+                if masked and mask[n * m_row + t] == 0:
+                    p[t] = -np.inf
+                    continue
+                acc = np.float32(0.0)
+                for d in range(D):
+                    acc += q[qo + d] * k[ko + t * D + d]
+                p[t] = acc * scale
+                top = max(top, p[t])
+            total = np.float32(0.0)
+            for t in range(T):
+                p[t] = np.exp(p[t] - top)
+                total += p[t]
+            for d in range(D):
+                y[yo + d] = 0.0
+            for t in range(T):
+                w = p[t] / total
+                for d in range(D):
+                    y[yo + d] += w * v[ko + t * D + d]

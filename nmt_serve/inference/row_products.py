@@ -110,6 +110,24 @@ def _kernels():
         return None
 
 
+def compile_kernel(function, signature: str):
+    """Another of row_kernels' functions compiled as these are (nogil, reassociated sums), from numba's cache where
+    it has a writable place; None where the kernels are not available or it does not compile."""
+    if not available():
+        return None
+    import numba
+
+    for cache in (True, False):
+        try:
+            return numba.njit(signature, fastmath=_FASTMATH, boundscheck=False, nogil=True, cache=cache)(function)
+        except RuntimeError:  # no writable place for numba's cache: in memory
+            continue
+        except Exception as e:  # noqa: BLE001 - torch's path serves instead
+            log.warning("numba could not compile %s (%s); torch's path runs instead", function.__name__, e)
+            return None
+    return None
+
+
 ENABLED = True  # tests turn the kernels off to hold torch's path to the same results
 SPLIT = True  # tests turn the split kernels off to hold the one-thread layouts
 
