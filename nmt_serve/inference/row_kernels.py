@@ -90,15 +90,18 @@ def attend(q_at, q_row, k_at, v_at, kv_row, kv_head, T, m_at, m_row, y_at, N, H,
     p = np.empty(T, np.float32)
     for n in range(N):
         for h in range(H):
+            # slices, each indexed from 0 by its loop: offsets numba cannot prove positive keep the loops scalar
             qo, ko, yo = n * q_row + h * D, n * kv_row + h * kv_head, (n * H + h) * D
+            qh, yh = q[qo:qo + D], y[yo:yo + D]
             top = np.float32(-np.inf)
             for t in range(T):
                 if masked and mask[n * m_row + t] == 0:
                     p[t] = -np.inf
                     continue
+                kt = k[ko + t * D:ko + t * D + D]
                 acc = np.float32(0.0)
                 for d in range(D):
-                    acc += q[qo + d] * k[ko + t * D + d]
+                    acc += qh[d] * kt[d]
                 p[t] = acc * scale
                 top = max(top, p[t])
             total = np.float32(0.0)
@@ -106,8 +109,9 @@ def attend(q_at, q_row, k_at, v_at, kv_row, kv_head, T, m_at, m_row, y_at, N, H,
                 p[t] = np.exp(p[t] - top)
                 total += p[t]
             for d in range(D):
-                y[yo + d] = 0.0
+                yh[d] = 0.0
             for t in range(T):
                 w = p[t] / total
+                vt = v[ko + t * D:ko + t * D + D]
                 for d in range(D):
-                    y[yo + d] += w * v[ko + t * D + d]
+                    yh[d] += w * vt[d]
