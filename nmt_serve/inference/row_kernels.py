@@ -1,11 +1,11 @@
-"""row_products' kernels, as Python for numba to compile (imported only where numba is installed).
+"""row_products' and row_attention's kernels, as Python for numba to compile (imported only where numba is installed).
 
 `dot_rows` is the one loop, compiled for float32 and int8 weights; `float_rows` and `int8_rows` take the tensors'
 addresses and sizes, not numpy arrays: a tensor's `.numpy()` costs 0.75 us from Python, its `data_ptr()` 0.09, and a
 step makes 19 calls of a few microseconds each. `float_split` and `int8_split` give each of `threads` threads of
-numba's pool a run of the outputs (compiled with parallel=True). Module-level functions, so that numba's cache finds
-them again in the next process; row_products._compile sets `dot_rows` to its compiled form before those that call
-it."""
+numba's pool a run of the outputs (compiled with parallel=True); `attend` is row_attention's. Module-level functions,
+so that numba's cache finds them again in the next process; row_products._compile sets `dot_rows` to its compiled
+form before those that call it."""
 import numba
 import numpy as np
 from numba import types

@@ -18,14 +18,19 @@ lanes or engines want. A search stepped alone on more threads (the engine's lone
 processes leave idle; a Translator used on more threads) splits each product's outputs over them: `threads`
 above 1, through numba's OpenMP pool (`splits()`), whose threads wake in microseconds. Each output is the same
 sum either way, so the results do not depend on the threads. numba's workqueue (2 ms a step to wake) is never
-used; TBB's pool ran a lone greedy search 1.02-1.14x where OpenMP's ran it 1.06-1.38x. The OpenMP pool is
+used; TBB's pool ran a lone greedy search 1.02-1.14x where OpenMP's ran it 1.06-1.38x. Every product splits, the
+small ones too, though a split costs about 3.6 us a call (19 products of 8 x 256 took 151 us split over 2 threads
+against 83 at one): the pool's threads then spin from one product to the next instead of sleeping between the large
+ones, and leaving weights below 512 KiB on the calling thread made a lone greedy search 0.81x (float32) and 0.86x
+(int8) as fast as splitting them all (the shipped model's twin, 2 threads, GOMP_SPINCOUNT=10000). The OpenMP pool is
 GNU's libgomp of the system, a second runtime beside the one torch bundles; it spins GOMP_SPINCOUNT times after
 a product, as torch's does (the engine sets it low, supervisor.py). At more rows the dot products become the
 cost (each row computes its own, the weight from L1 after the first): at 2 rows still 1.9x the packed oneDNN
 product, at 4 about even, at 8 behind, so they take ROWS rows at most.
 
-Compiled on their first use in a process (0.5-0.9 s), or loaded from numba's cache (0.23 s) where a
-writable place for it exists; numba's import takes 0.2 s besides. numba costs an engine process about
+Compiled on their first use in a process (0.5-0.9 s, and 6 s for the split ones: numba's parallel pipeline), or
+loaded from numba's cache (0.7 s for all four) where a writable place for it exists; numba's import takes 0.2 s
+besides. numba costs an engine process about
 35 MB of private memory (LLVM's, and the compiled code) besides its shared libraries. Where numba is not installed or cannot compile, `available()`
 is False and the runner keeps torch's products.
 """
