@@ -2,8 +2,9 @@
 
 scaled_dot_product_attention's CPU kernel costs 13-15 us a call at one row (the shipped model's 4 heads of 64, 5 to
 40 keys; 2-core AMD EPYC), most of it before it reads a key, where this kernel takes 5-7; a greedy step of one
-sentence calls it twice a layer. The kernel (row_kernels.attend) reads the cache's keys and values where they are, through their strides, the
-source mask's bytes where there is one, and writes (N, H * D), the shape the output projection takes.
+sentence calls it twice a layer (a lone greedy search 1.05-1.14x, outputs identical; BENCHMARKS.md). The kernel
+(row_kernels.attend) reads the cache's keys and values where they are, through their strides, the source mask's
+bytes where there is one, and writes (N, H * D), the shape the output projection takes.
 """
 from __future__ import annotations
 
@@ -25,8 +26,7 @@ ENABLED = True  # tests turn the kernel off to hold scaled_dot_product_attention
 def _kernel():
     from nmt_serve.inference import row_kernels
 
-    return row_products.compile_kernel(
-        row_kernels.attend, "void(intp, intp, intp, intp, intp, intp, intp, intp, intp, intp, intp, intp, intp, float32)")
+    return row_products.compile_kernel(row_kernels.attend, f"void({', '.join(['intp'] * 13)}, float32)")
 
 
 def available() -> bool:
@@ -35,10 +35,11 @@ def available() -> bool:
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """q (N, ...) float32 whose rows each begin with their H * D query values, one query per row and head; k, v (N, H, T, D) with the same
-    strides, each vector contiguous; mask (N, 1, 1, T) bool (True where attended) or None -> (N, H * D), what
-    scaled_dot_product_attention gives for q as (N, H, 1, D), softmax(q k^T / sqrt(D)) v. The caller checks the
-    layouts (the runner's own tensors: the cache's keys and values, its step's queries)."""
+    """q (N, ...) float32 whose rows each begin with their H * D query values, one query per row and head; k, v
+    (N, H, T, D) with the same strides, each vector contiguous; mask (N, 1, 1, T) bool (True where attended), each
+    row's contiguous, or None -> (N, H * D): what scaled_dot_product_attention gives for q as (N, H, 1, D),
+    softmax(q k^T / sqrt(D)) v. The caller checks the layouts (the runner's own tensors: the cache's keys, values and
+    source mask, its step's queries)."""
     N, H, T, D = k.shape
     y = torch.empty(N, H * D)
     m_at, m_row = (mask.data_ptr(), mask.stride(0)) if mask is not None else (0, 0)

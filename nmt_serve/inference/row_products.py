@@ -30,9 +30,9 @@ product, at 4 about even, at 8 behind, so they take ROWS rows at most.
 
 Compiled on their first use in a process (0.5-0.9 s, and 6 s for the split ones: numba's parallel pipeline), or
 loaded from numba's cache (0.7 s for all four) where a writable place for it exists; numba's import takes 0.2 s
-besides. numba costs an engine process about
-35 MB of private memory (LLVM's, and the compiled code) besides its shared libraries. Where numba is not installed or cannot compile, `available()`
-is False and the runner keeps torch's products.
+besides. numba costs an engine process about 35 MB of private memory (LLVM's, and the compiled code) besides its
+shared libraries. Where numba is not installed or cannot compile, `available()` is False and the runner keeps torch's
+products.
 """
 from __future__ import annotations
 

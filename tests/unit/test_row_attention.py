@@ -44,7 +44,8 @@ def test_a_few_rows_step_attends_through_the_kernel_with_the_same_translations(t
     assert with_kernel.runner.row_attention and not without.runner.row_attention
     calls = []
     kernel = row_attention.attend
-    monkeypatch.setattr(row_attention, "attend", lambda q, k, v, mask: calls.append(mask is not None) or kernel(q, k, v, mask))
+    monkeypatch.setattr(row_attention, "attend",
+                        lambda q, k, v, mask: calls.append(mask is not None) or kernel(q, k, v, mask))
     sentences = ["ein kleines Haus", "zwei Hunde laufen schnell über die grüne Wiese am Fluss"]  # the first padded
     for texts in (sentences[:1], sentences):
         a = with_kernel.translate(texts, beam_size=beam, max_length=8, return_scores=True)
