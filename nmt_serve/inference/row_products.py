@@ -95,24 +95,30 @@ def _compile_split(numba, row_kernels, options: dict) -> tuple:
         return None, None
 
 
+def _compiled(build, what: str):
+    """build(cache) with numba's cache where it has a writable place, else in memory; None where it does not compile
+    (torch's path serves instead)."""
+    try:
+        return build(True)
+    except RuntimeError:  # no writable place for numba's cache: compile in memory
+        pass
+    except Exception as e:  # noqa: BLE001 - any failure to compile leaves torch's path in place
+        log.warning("numba could not compile %s (%s); torch's path runs instead", what, e)
+        return None
+    try:
+        return build(False)
+    except Exception as e:  # noqa: BLE001
+        log.warning("numba could not compile %s (%s); torch's path runs instead", what, e)
+        return None
+
+
 @functools.cache
 def _kernels():
     try:
         import numba  # noqa: F401
     except ImportError:
         return None
-    try:
-        return _compile(cache=True)
-    except RuntimeError:  # no writable place for numba's cache: compile in memory
-        pass
-    except Exception as e:  # noqa: BLE001 - any failure to compile leaves torch's products in place
-        log.warning("numba could not compile the row kernels (%s); torch's products run instead", e)
-        return None
-    try:
-        return _compile(cache=False)
-    except Exception as e:  # noqa: BLE001
-        log.warning("numba could not compile the row kernels (%s); torch's products run instead", e)
-        return None
+    return _compiled(_compile, "the row kernels")
 
 
 def compile_kernel(function, signature: str):
@@ -122,15 +128,8 @@ def compile_kernel(function, signature: str):
         return None
     import numba
 
-    for cache in (True, False):
-        try:
-            return numba.njit(signature, fastmath=_FASTMATH, boundscheck=False, nogil=True, cache=cache)(function)
-        except RuntimeError:  # no writable place for numba's cache: in memory
-            continue
-        except Exception as e:  # noqa: BLE001 - torch's path serves instead
-            log.warning("numba could not compile %s (%s); torch's path runs instead", function.__name__, e)
-            return None
-    return None
+    return _compiled(lambda cache: numba.njit(signature, fastmath=_FASTMATH, boundscheck=False, nogil=True,
+                                              cache=cache)(function), function.__name__)
 
 
 ENABLED = True  # tests turn the kernels off to hold torch's path to the same results
