@@ -191,6 +191,15 @@ class KVCache:
         seen.narrow(3, t, 1).copy_(kv.transpose(0, 1))
         return seen.unbind(0)
 
+    def with_room(self) -> torch.Tensor:
+        """The self-attention buffer, (n_layers, 2, B', H, capacity, D) (B' >= B rows, the running ones first), with
+        room for position `length` (grown where full): for a kernel that stores the new position itself (row_step;
+        an ungrouped cache). Call advance() once it has."""
+        assert not self.grouped
+        if self.length == self.capacity:
+            self._grow(self.length + 1)
+        return self._self_kv
+
     def advance(self, steps: int = 1) -> None:
         self.length += steps
 

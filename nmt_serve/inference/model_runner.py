@@ -46,7 +46,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nmt_serve.inference import row_attention, row_products
+from nmt_serve.inference import row_attention, row_products, row_step
 from nmt_serve.inference.cache import KVCache
 from nmt_serve.inference.small_products import batched_matmul, through_openblas
 from nmt_serve.network.masks import additive_bias, padding_mask
@@ -593,6 +593,7 @@ class ModelRunner:
         self.output = of(model.output_proj, bias=model.logits_bias, wide=True, step=True)
         self.key = weights_key(model)  # after share_storage re-pointed the model's tensors
         self.shared_weights = None  # the file its tensors are mapped from, where the engines share them (shared_weights.py)
+        self.row_step = row_step.RowStep.of(self)  # a step of one or two rows in one kernel call, where it runs
 
     def is_current(self) -> bool:
         """False once any parameter or buffer of the model was replaced or changed in place (writes
@@ -602,6 +603,7 @@ class ModelRunner:
     def refresh_key(self) -> None:
         """The model's tensors were moved without a change of values (shared_weights): this runner stays current."""
         self.key = weights_key(self.model)
+        self.row_step = row_step.RowStep.of(self)  # its table holds the tensors' addresses
 
     # ------------------------------------------------------------------ shared pieces
     def _residual(self, x: torch.Tensor, out: torch.Tensor, norm: Norm) -> torch.Tensor:
@@ -716,20 +718,20 @@ class ModelRunner:
             scores = torch.baddbmm(bias.expand(E, H, Q, S).reshape(E * H, Q, S), queries, keys, alpha=D ** -0.5)
         return torch.softmax(scores, dim=-1)
 
-    def _cross_weights(self, queries: list[torch.Tensor], cache: KVCache) -> torch.Tensor:
+    def _cross_weights(self, queries: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Every layer's cross-attention weights of a step of few rows, averaged over layers and heads: queries,
-        each layer's (N, C), against the source keys of all layers at once, (N, S). Below MATMUL_ATTENTION_MIN_ROWS
+        (L, N, C), against the source keys of all layers at once, (N, S). Below MATMUL_ATTENTION_MIN_ROWS
         the step attends through the fused kernel, which keeps no weights; scoring them here, beside it, rather than
         attending through matmuls when they are asked for, leaves the translation what it is without them (the
         service asks for them for its quality check), and one product for all layers costs less (one sentence's
         step 1-2% less)."""
-        L, N, H, D = len(queries), queries[0].size(0), self.n_heads, self.head_dim
+        L, N, H, D = queries.size(0), queries.size(1), self.n_heads, self.head_dim
         keys = cache.cross_kv.select(1, 0)  # (L, N, H, S, D): one entry per row (the few-rows step is never grouped)
         S = keys.size(-2)
         bias = cache.src_bias()  # (N, 1, 1, S) or None: the same for every layer
         if bias is not None:
             bias = bias.expand(L, N, 1, 1, S).reshape(L * N, 1, 1, S)
-        probs = self._attention_probs(torch.stack(queries).view(L * N, H, 1, D), keys.reshape(L * N, H, S, D), bias)
+        probs = self._attention_probs(queries.view(L * N, H, 1, D), keys.reshape(L * N, H, S, D), bias)
         return probs.view(L, N, H, S).sum(dim=(0, 2)).mul_(1 / (L * H))
 
     def embed_target(self, tokens: torch.Tensor, positions: torch.Tensor | int) -> torch.Tensor:
@@ -751,6 +753,13 @@ class ModelRunner:
             positions = positions.clamp(max=P - 1)
         pre = self.pre_norm
         x = self.embed_target(tokens, positions)  # (N, C)
+        if self.row_step is not None and self.row_step.applies(x, cache):
+            if cross is None:
+                return self._logits(self.row_step(x, cache))
+            queries = x.new_empty(len(self.decoder_layers), N, C)
+            x = self.row_step(x, cache, queries)
+            cross.append(self._cross_weights(queries, cache))
+            return self._logits(x)
         self_mask = cache.self_mask()  # None unless rows joined a running batch
         matmuls = N >= MATMUL_ATTENTION_MIN_ROWS and not cache.grouped
         self_bias = None
@@ -793,12 +802,16 @@ class ModelRunner:
             x = self._feed_forward(x, w.ffn)
         cache.advance()
         if queries:
-            cross.append(self._cross_weights(queries, cache))
+            cross.append(self._cross_weights(torch.stack(queries), cache))
         elif cross is not None:
             # (layers, E, H, Q, S), Q queries per entry: (G, H, K, S) grouped, else (N, H, 1, S) -> (N, S); one
             # reduction for all (a mean per layer costs more than the rest of it on a few rows)
             summed = torch.stack(weights).sum(dim=(0, 2))  # (E, Q, S)
             cross.append(summed.view(N, -1).mul_(1 / (len(weights) * weights[0].size(1))))
+        return self._logits(x)
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The last decoder layer's output (N, C) -> logits (N, V)."""
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.output(x)  # (N, V)
+        return self.output(x)

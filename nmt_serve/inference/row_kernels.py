@@ -6,6 +6,8 @@ step makes 19 calls of a few microseconds each. `float_split` and `int8_split` g
 numba's pool a run of the outputs (compiled with parallel=True); `attend` is row_attention's. Module-level functions,
 so that numba's cache finds them again in the next process; row_products._compile sets `dot_rows` to its compiled
 form before those that call it."""
+import math
+
 import numba
 import numpy as np
 from numba import types
@@ -21,6 +23,22 @@ def float_at(typingctx, address):
 
 
 @intrinsic
+def int64_at(typingctx, address):
+    """The int64 pointer at an address (an integer)."""
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int64)))
+    return types.CPointer(types.int64)(types.intp), codegen
+
+
+@intrinsic
+def void_at(typingctx, address):
+    """The untyped pointer at an address (an integer), for numba.carray to read as a dtype it is given."""
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
+    return types.voidptr(types.intp), codegen
+
+
+@intrinsic
 def int8_at(typingctx, address):
     """The int8 pointer at an address (an integer)."""
     def codegen(context, builder, signature, args):
@@ -28,7 +46,7 @@ def int8_at(typingctx, address):
     return types.CPointer(types.int8)(types.intp), codegen
 
 
-def dot_rows_source(x, w, s, b, y, start, stop):
+def dot_rows(x, w, s, b, y, start, stop):
     """y[:, start:stop] of y (R, C_out) = x (R, C_in) (w * s)^T + b: a dot product per output over w (C_out, C_in) as
     it is, in float32 whatever w holds; s: a scale per output, or None."""
     R, C_in = x.shape
@@ -38,9 +56,6 @@ def dot_rows_source(x, w, s, b, y, start, stop):
             for k in range(C_in):
                 acc += np.float32(w[o, k]) * x[r, k]
             y[r, o] = (acc if s is None else acc * s[o]) + b[o]
-
-
-dot_rows = dot_rows_source  # its compiled form once row_products compiles the kernels
 
 
 def float_rows(x_at, w_at, b_at, y_at, R, C_in, C_out):
@@ -56,24 +71,27 @@ def int8_rows(x_at, w_at, s_at, b_at, y_at, R, C_in, C_out):
              numba.carray(float_at(y_at), (R, C_out)), 0, C_out)
 
 
-def float_split(x_at, w_at, b_at, y_at, R, C_in, C_out, threads):
-    """float_rows with the outputs in `threads` runs, one per thread. Each output is the same sum in the same order
-    as float_rows', whichever thread computes it: the results are identical."""
-    x, w = numba.carray(float_at(x_at), (R, C_in)), numba.carray(float_at(w_at), (C_out, C_in))
-    b, y = numba.carray(float_at(b_at), (C_out,)), numba.carray(float_at(y_at), (R, C_out))
-    run = -(-C_out // threads)
-    for t in numba.prange(threads):
-        dot_rows(x, w, None, b, y, t * run, min(C_out, (t + 1) * run))
-
-
-def int8_split(x_at, w_at, s_at, b_at, y_at, R, C_in, C_out, threads):
-    """int8_rows with the outputs in `threads` runs, as float_split."""
-    x, w = numba.carray(float_at(x_at), (R, C_in)), numba.carray(int8_at(w_at), (C_out, C_in))
-    s, b = numba.carray(float_at(s_at), (C_out,)), numba.carray(float_at(b_at), (C_out,))
-    y = numba.carray(float_at(y_at), (R, C_out))
+def split_rows(x, w, s, b, y, threads):
+    """dot_rows over all outputs, in `threads` runs, one per thread of numba's pool (compiled with parallel=True
+    where the pool loads). Each output is the same sum in the same order as on one thread, whichever thread computes
+    it: the results are identical."""
+    C_out = w.shape[0]
     run = -(-C_out // threads)
     for t in numba.prange(threads):
         dot_rows(x, w, s, b, y, t * run, min(C_out, (t + 1) * run))
+
+
+def float_split(x_at, w_at, b_at, y_at, R, C_in, C_out, threads):
+    """float_rows with the outputs split over `threads` threads (split_rows)."""
+    split_rows(numba.carray(float_at(x_at), (R, C_in)), numba.carray(float_at(w_at), (C_out, C_in)), None,
+               numba.carray(float_at(b_at), (C_out,)), numba.carray(float_at(y_at), (R, C_out)), threads)
+
+
+def int8_split(x_at, w_at, s_at, b_at, y_at, R, C_in, C_out, threads):
+    """int8_rows with the outputs split over `threads` threads (split_rows)."""
+    split_rows(numba.carray(float_at(x_at), (R, C_in)), numba.carray(int8_at(w_at), (C_out, C_in)),
+               numba.carray(float_at(s_at), (C_out,)), numba.carray(float_at(b_at), (C_out,)),
+               numba.carray(float_at(y_at), (R, C_out)), threads)
 
 
 def attend(q_at, q_row, k_at, v_at, kv_row, kv_head, T, m_at, m_row, y_at, N, H, D, scale):
@@ -85,9 +103,12 @@ def attend(q_at, q_row, k_at, v_at, kv_row, kv_head, T, m_at, m_row, y_at, N, H,
     span = (N - 1) * kv_row + (H - 1) * kv_head + T * D
     k, v = numba.carray(float_at(k_at), (span,)), numba.carray(float_at(v_at), (span,))
     y = numba.carray(float_at(y_at), (N * H * D,))
-    masked = m_at != 0
-    mask = numba.carray(int8_at(m_at if masked else q_at), ((N - 1) * m_row + T,))
-    p = np.empty(T, np.float32)
+    mask = numba.carray(int8_at(m_at if m_at != 0 else q_at), ((N - 1) * m_row + T,))
+    attend_rows(q, q_row, k, v, kv_row, kv_head, T, mask, m_at != 0, m_row, y, N, H, D, scale, np.empty(T, np.float32))
+
+
+def attend_rows(q, q_row, k, v, kv_row, kv_head, T, mask, masked, m_row, y, N, H, D, scale, p):
+    """attend over flat arrays at those offsets; p: room for T scores."""
     for n in range(N):
         for h in range(H):
             # slices, each indexed from 0 by its loop: offsets numba cannot prove positive keep the loops scalar
@@ -115,3 +136,144 @@ def attend(q_at, q_row, k_at, v_at, kv_row, kv_head, T, m_at, m_row, y_at, N, H,
                 vt = v[ko + t * D:ko + t * D + D]
                 for d in range(D):
                     yh[d] += w * vt[d]
+
+
+# A decoder step's layers for a few rows in one call (row_step.py). Each layer's row of the table holds addresses:
+# for each of its Linears (LINEARS, in that order) the weight's, its scale's per output (float32; ones for float
+# weights) and its bias's, then each norm's weight and bias (NORMS).
+LINEARS = ("self_qkv", "self_out", "cross_q", "cross_out", "fc1", "fc2")
+NORMS = ("self_norm", "cross_norm", "ffn_norm")
+COLUMNS = 3 * len(LINEARS) + 2 * len(NORMS)
+RELU, GELU, SWISH = 0, 1, 2  # the feed-forward's activation
+# what the kernels call, compiled (row_products._compile) before the kernels that call them
+HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "product", "norm", "residual", "step_layers")
+
+
+def layer_norm(x, w, b, eps, y):
+    """y (N, C) = each row of x (N, C) normalized, times w plus b; y may be x."""
+    N, C = x.shape
+    for n in range(N):
+        xn, yn = x[n], y[n]
+        mean = np.float32(0.0)
+        for c in range(C):
+            mean += xn[c]
+        mean /= C
+        var = np.float32(0.0)
+        for c in range(C):
+            d = xn[c] - mean
+            var += d * d
+        r = np.float32(1.0) / np.sqrt(var / C + eps)
+        for c in range(C):
+            yn[c] = (xn[c] - mean) * r * w[c] + b[c]
+
+
+def activate(f, act):
+    """The feed-forward's activation over f (N, F), in place: relu, gelu (erf's) or swish."""
+    N, F = f.shape
+    for n in range(N):
+        fn = f[n]
+        for c in range(F):
+            v = fn[c]
+            if act == RELU:
+                fn[c] = max(v, np.float32(0.0))
+            elif act == GELU:
+                fn[c] = np.float32(0.5) * v * (np.float32(1.0) + math.erf(v * np.float32(0.7071067811865476)))
+            else:
+                fn[c] = v / (np.float32(1.0) + np.exp(-v))
+
+
+def product(x, table, i, j, C_out, C_in, dtype, y, threads):
+    """y (N, C_out) = x (N, C_in) times the layer's Linear j: dot_rows, its outputs split over `threads` threads
+    where there are more than one (split_rows)."""
+    w = numba.carray(void_at(table[i, 3 * j]), (C_out, C_in), dtype)
+    s = numba.carray(float_at(table[i, 3 * j + 1]), (C_out,))
+    b = numba.carray(float_at(table[i, 3 * j + 2]), (C_out,))
+    if threads > 1:
+        split_rows(x, w, s, b, y, threads)
+    else:
+        dot_rows(x, w, s, b, y, 0, C_out)
+
+
+def norm(x, table, i, k, eps, y):
+    """y = the layer's norm k over x."""
+    C = x.shape[1]
+    j = 3 * len(LINEARS) + 2 * k
+    layer_norm(x, numba.carray(float_at(table[i, j]), (C,)), numba.carray(float_at(table[i, j + 1]), (C,)), eps, y)
+
+
+def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, threads):
+    """Every decoder layer of a step for N rows, x (N, C) at x_at in and out (the embedded tokens, then the last
+    layer's output); weights of `dtype` at the addresses of the table (L, COLUMNS); eps the norms'; pre: pre-norm,
+    else post-norm; act: RELU, GELU or SWISH. The self-attention cache at kv_at: layer l's keys of row n, head h,
+    position p at kv_at + l * kv_layer + n * kv_row + h * kv_head + p * D, its values kv_kv further (offsets in
+    floats); the new position t is written there. The source's keys and values likewise at c_at (S positions), its
+    mask as in attend (m_at 0: none). q_at, unless 0: each layer's cross-attention queries, (L, N, C), are kept there
+    (for the caller to score the attention weights). Products split over `threads` threads where there are more
+    than one."""
+    D = C // H
+    scale = np.float32(D ** -0.5)
+    x = numba.carray(float_at(x_at), (N, C))
+    table = numba.carray(int64_at(table_at), (L, COLUMNS))
+    h, a, o = np.empty((N, C), np.float32), np.empty((N, C), np.float32), np.empty((N, C), np.float32)
+    qkv, f = np.empty((N, 3 * C), np.float32), np.empty((N, F), np.float32)
+    p = np.empty(max(t + 1, S), np.float32)
+    self_span = (N - 1) * kv_row + (H - 1) * kv_head + (t + 1) * D
+    cross_span = (N - 1) * c_row + (H - 1) * c_head + S * D
+    mask = numba.carray(int8_at(m_at if m_at != 0 else x_at), ((N - 1) * m_row + S,))
+    for i in range(L):
+        # self-attention over the cache and the new position, which it stores
+        if pre:
+            norm(x, table, i, 0, eps, h)
+        product(h if pre else x, table, i, 0, 3 * C, C, dtype, qkv, threads)
+        k = numba.carray(float_at(kv_at + 4 * i * kv_layer), (self_span,))
+        v = numba.carray(float_at(kv_at + 4 * (i * kv_layer + kv_kv)), (self_span,))
+        for n in range(N):
+            for hd in range(H):
+                at = n * kv_row + hd * kv_head + t * D
+                k[at:at + D] = qkv[n, C + hd * D:C + hd * D + D]
+                v[at:at + D] = qkv[n, 2 * C + hd * D:2 * C + hd * D + D]
+        attend_rows(qkv.reshape(N * 3 * C), 3 * C, k, v, kv_row, kv_head, t + 1, mask, False, 0, a.reshape(N * C),
+                    N, H, D, scale, p)
+        product(a, table, i, 1, C, C, dtype, o, threads)
+        residual(x, o, pre, table, i, 0, eps)
+        # cross-attention over the source
+        if pre:
+            norm(x, table, i, 1, eps, h)
+        product(h if pre else x, table, i, 2, C, C, dtype, o, threads)
+        if q_at != 0:
+            numba.carray(float_at(q_at + 4 * i * N * C), (N, C))[:] = o
+        ck = numba.carray(float_at(c_at + 4 * i * c_layer), (cross_span,))
+        cv = numba.carray(float_at(c_at + 4 * (i * c_layer + c_kv)), (cross_span,))
+        attend_rows(o.reshape(N * C), C, ck, cv, c_row, c_head, S, mask, m_at != 0, m_row, a.reshape(N * C), N, H, D,
+                    scale, p)
+        product(a, table, i, 3, C, C, dtype, o, threads)
+        residual(x, o, pre, table, i, 1, eps)
+        # feed-forward
+        if pre:
+            norm(x, table, i, 2, eps, h)
+        product(h if pre else x, table, i, 4, F, C, dtype, f, threads)
+        activate(f, act)
+        product(f, table, i, 5, C, F, dtype, o, threads)
+        residual(x, o, pre, table, i, 2, eps)
+
+
+def residual(x, o, pre, table, i, k, eps):
+    """x += o, then post-norm's norm k."""
+    x += o
+    if not pre:
+        norm(x, table, i, k, eps, x)
+
+
+def float_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
+               c_kv, c_row, c_head, S, m_at, m_row, q_at, threads):
+    """step_layers over float32 weights."""
+    step_layers(x_at, N, C, H, F, table_at, L, np.float32, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, threads)
+
+
+def int8_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
+              c_kv, c_row, c_head, S, m_at, m_row, q_at, threads):
+    """step_layers over int8 weights."""
+    step_layers(x_at, N, C, H, F, table_at, L, np.int8, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, threads)

@@ -65,33 +65,45 @@ def _compile(cache: bool):
     from nmt_serve.inference import row_kernels
 
     options = dict(fastmath=_FASTMATH, boundscheck=False, nogil=True, cache=cache)
-    row_kernels.dot_rows = numba.njit(**options)(row_kernels.dot_rows_source)  # what the others call
+    for name in row_kernels.HELPERS:  # what the kernels call, compiled first (numba binds them when it compiles those)
+        setattr(row_kernels, name, numba.njit(**options)(_source(getattr(row_kernels, name))))
+    split = _compile_split(numba, row_kernels, options)
     kernels = (numba.njit("void(intp, intp, intp, intp, intp, intp, intp)", **options)(row_kernels.float_rows),
                numba.njit("void(intp, intp, intp, intp, intp, intp, intp, intp)", **options)(row_kernels.int8_rows))
-    return kernels + _compile_split(numba, row_kernels, options)
+    return kernels + split
+
+
+def _source(function):
+    """A function of row_kernels as Python, whether or not an earlier attempt compiled it."""
+    return getattr(function, "py_func", function)
 
 
 def _compile_split(numba, row_kernels, options: dict) -> tuple:
     """The split kernels, or (None, None) where numba's OpenMP pool does not load (no libgomp on the system) or
     another layer was asked for that is not thread-safe (the workqueue: the engine's lanes call from several
-    threads)."""
+    threads). row_kernels.split_rows, which the step's products call too, is then compiled without threads: the
+    step gets threads=1 there."""
+    # never cached: numba's cache does not tell it from the parallel compile of the same function
+    serial = numba.njit(**{**options, "cache": False})(_source(row_kernels.split_rows))
     if numba.config.THREADING_LAYER == "default":
         numba.config.THREADING_LAYER = "omp"
     try:
-        split = (numba.njit("void(intp, intp, intp, intp, intp, intp, intp, intp)", parallel=True, **options)(
-                     row_kernels.float_split),
-                 numba.njit("void(intp, intp, intp, intp, intp, intp, intp, intp, intp)", parallel=True, **options)(
+        row_kernels.split_rows = numba.njit(parallel=True, **options)(_source(row_kernels.split_rows))
+        split = (numba.njit("void(intp, intp, intp, intp, intp, intp, intp, intp)", **options)(row_kernels.float_split),
+                 numba.njit("void(intp, intp, intp, intp, intp, intp, intp, intp, intp)", **options)(
                      row_kernels.int8_split))
         x, y = torch.ones(1, 4), torch.zeros(1, 2)
         w = torch.ones(2, 4)
         split[0](x.data_ptr(), w.data_ptr(), y.data_ptr(), y.data_ptr(), 1, 4, 2, 2)  # loads the threading layer
         if numba.threading_layer() == "workqueue":
+            row_kernels.split_rows = serial
             return None, None
         return split
     except RuntimeError:  # no writable place for numba's cache: _kernels compiles them all in memory
         raise
     except Exception as e:  # noqa: BLE001 - the one-thread kernels serve on their own
         log.info("numba's OpenMP threads are not available (%s); a lone row's products run on one thread", e)
+        row_kernels.split_rows = serial
         return None, None
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt_serve.inference import row_attention
+from nmt_serve.inference import row_attention, row_step
 from nmt_serve.inference.translator import Translator
 
 pytestmark = pytest.mark.skipif(not row_attention.available(), reason="numba is not installed")
@@ -36,7 +36,9 @@ def test_the_kernel_gives_scaled_dot_product_attentions_results(rows, masked):
 @pytest.mark.parametrize("beam", [1, 2])
 def test_a_few_rows_step_attends_through_the_kernel_with_the_same_translations(tiny_checkpoint, beam, monkeypatch):
     """A sentence or two stepped alone attend through the kernel, self- and cross-attention, padded sources masked;
-    their translations are the ones scaled_dot_product_attention gives, scores to float precision."""
+    their translations are the ones scaled_dot_product_attention gives, scores to float precision. (Without the
+    whole step's kernel, row_step, which attends itself.)"""
+    monkeypatch.setattr(row_step, "ENABLED", False)
     with_kernel = Translator.load(tiny_checkpoint, device="cpu")
     monkeypatch.setattr(row_attention, "ENABLED", False)
     without = Translator.load(tiny_checkpoint, device="cpu")
@@ -58,6 +60,7 @@ def test_a_few_rows_step_attends_through_the_kernel_with_the_same_translations(t
 
 
 def test_more_rows_than_the_kernel_takes_attend_through_torch(tiny_checkpoint, monkeypatch):
+    monkeypatch.setattr(row_step, "ENABLED", False)
     translator = Translator.load(tiny_checkpoint, device="cpu")
     calls = []
     monkeypatch.setattr(row_attention, "attend", lambda *args: calls.append(1))

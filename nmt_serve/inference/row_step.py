@@ -1,0 +1,109 @@
+"""A decoder step of one or two rows on the CPU in one call: numba's kernel (row_kernels.step_layers).
+
+A lone sentence's greedy step through the runner's layers is about 70 tensor calls and their Python around 19
+products: on the shipped model's twin (2-core AMD EPYC, 1 thread) the products took 212 us of a 326 us step, the
+rest of it norms, residual adds, views, the cache's copies and attention, each a microsecond or more from Python.
+The kernel runs every decoder layer for the step's rows in one call: the same products (row_kernels.dot_rows over
+the weights the Linears hold for a lone row, float32 or int8, split over the step's threads where they split), the
+norms, the attention over the cache's keys and values where they are (storing the new position there) and over the
+source, the residuals and the activation. The embedding, the last norm and the output layer stay the runner's.
+
+Where it does not apply the runner steps as before: more rows than row_products.ROWS, a grouped cache (beams),
+rows that joined a running batch (a self mask), attention weights asked for, weights the kernels do not read (an
+Intel CPU's small float weights keep their transposed copy for a few rows, `model_runner.reads_rows`), a norm other
+than LayerNorm, an activation other than relu, gelu and swish, or numba absent.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from nmt_serve.inference import row_products
+
+ENABLED = True  # tests turn the kernel off to hold the runner's own step to the same results
+
+_ACTIVATIONS = {torch.relu: 0, F.relu: 0, F.gelu: 1, F.silu: 2}  # row_kernels.RELU, GELU, SWISH
+
+
+@functools.cache
+def _kernels():
+    from nmt_serve.inference import row_kernels
+
+    signature = f"void(intp, intp, intp, intp, intp, intp, intp, float32, boolean, intp, {', '.join(['intp'] * 16)})"
+    kernels = (row_products.compile_kernel(row_kernels.float_step, signature),
+               row_products.compile_kernel(row_kernels.int8_step, signature))
+    return kernels if None not in kernels else None
+
+
+def available() -> bool:
+    """Whether the kernel runs in this process (compiling it on the first call)."""
+    return ENABLED and row_products.available() and _kernels() is not None
+
+
+class RowStep:
+    """A runner's decoder layers as the kernel reads them: a table of their tensors' addresses (made again when the
+    runner's tensors move: ModelRunner.refresh_key)."""
+
+    def __init__(self, runner, kernel, tensors: list[list[torch.Tensor]], eps: float, activation: int):
+        self.runner = runner
+        self.kernel = kernel
+        self.held = tensors  # what the table's addresses point into, and the scales of ones made for float weights
+        self.table = torch.tensor([[t.data_ptr() for t in row] for row in tensors], dtype=torch.int64)
+        self.eps, self.activation = eps, activation
+        self.C, self.H, self.F = runner.d_model, runner.n_heads, runner.config.d_ff
+        self.pre = runner.pre_norm
+
+    @classmethod
+    def of(cls, runner) -> "RowStep | None":
+        """The runner's step as the kernel runs it, or None where it cannot (see the module's docstring)."""
+        if runner.device.type != "cpu" or not available():
+            return None
+        activation = _ACTIVATIONS.get(runner.activation)
+        int8 = runner.quantization == "int8"
+        if activation is None or runner.model.output_proj.weight.dtype != torch.float32:
+            return None
+        rows, norms = [], []
+        for w in runner.decoder_layers:
+            row = []
+            for linear in (w.self_qkv, w.self_out, w.cross_q, w.cross_out, w.ffn.fc1, w.ffn.fc2):
+                if getattr(linear, "rows", None) is None:
+                    return None
+                scale = linear.rows_scale if int8 else torch.ones(linear.out_features)
+                row += [linear.rows, scale, linear.rows_bias]
+            for norm in (w.self_norm, w.cross_norm, w.ffn.norm):
+                if norm is None or norm.shape != (runner.d_model,):
+                    return None
+                norms.append(norm)
+                row += [norm.weight if norm.weight is not None else torch.ones(runner.d_model),
+                        norm.bias if norm.bias is not None else torch.zeros(runner.d_model)]
+            rows.append([t.detach().contiguous() for t in row])
+        if len({n.eps for n in norms}) != 1 or any(t.dtype not in (torch.float32, torch.int8) for r in rows for t in r):
+            return None
+        return cls(runner, _kernels()[int8], rows, norms[0].eps, activation)
+
+    def applies(self, x: torch.Tensor, cache) -> bool:
+        """Whether the kernel takes this step: x (N, C) the embedded tokens of at most row_products.ROWS rows of an
+        ungrouped cache whose rows all began together, the tensors laid out as the kernel reads them."""
+        kv, m = cache.cross_kv, cache.src_mask
+        return (x.size(0) <= row_products.ROWS and not cache.grouped and cache.start is None and x.is_contiguous()
+                and not x.requires_grad and kv.stride(-1) == 1 and kv.stride(-2) == self.C // self.H
+                and kv.dtype == torch.float32 and (m is None or m.stride(-1) == 1))
+
+    def __call__(self, x: torch.Tensor, cache, queries: torch.Tensor | None = None) -> torch.Tensor:
+        """Every decoder layer of the step, x (N, C) the embedded tokens (the caller checked `applies`) -> the last
+        layer's output (N, C), in x; the new position stored in the cache, which advances. queries: (L, N, C)
+        float32, contiguous, to receive each layer's cross-attention queries (ModelRunner._cross_weights)."""
+        N = x.size(0)
+        kv = cache.with_room()
+        ckv, mask = cache.cross_kv, cache.src_mask
+        threads = torch.get_num_threads()
+        threads = row_products._share(threads) if threads > 1 and row_products.splits() else 1
+        m_at, m_row = (mask.data_ptr(), mask.stride(0)) if mask is not None else (0, 0)
+        self.kernel(x.data_ptr(), N, self.C, self.H, self.F, self.table.data_ptr(), self.table.size(0), self.eps,
+                    self.pre, self.activation, kv.data_ptr(), kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3),
+                    cache.length, ckv.data_ptr(), ckv.stride(0), ckv.stride(1), ckv.stride(2), ckv.stride(3),
+                    ckv.size(4), m_at, m_row, queries.data_ptr() if queries is not None else 0, threads)
+        cache.advance()
+        return x
