@@ -78,8 +78,9 @@ class RowStep:
                 norms.append(norm)
                 row += [norm.weight if norm.weight is not None else torch.ones(runner.d_model),
                         norm.bias if norm.bias is not None else torch.zeros(runner.d_model)]
-            rows.append([t.detach().contiguous() for t in row])
-        if len({n.eps for n in norms}) != 1 or any(t.dtype not in (torch.float32, torch.int8) for r in rows for t in r):
+            rows.append(row)
+        if len({n.eps for n in norms}) != 1 or not all(
+                t.is_contiguous() and t.dtype in (torch.float32, torch.int8) and t.device.type == "cpu" for r in rows for t in r):
             return None
         return cls(runner, _kernels()[int8], rows, norms[0].eps, activation)
 

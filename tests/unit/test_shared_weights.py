@@ -67,6 +67,10 @@ def test_two_runners_map_one_file_and_compute_what_they_did(checkpoint, tmp_path
     # the views of one storage still view one storage: the model's weights are the runner's tensors
     model_weight = first.model.decoder_layers[0].ffn.fc1.weight
     assert any(a <= model_weight.data_ptr() < b for a, b in ranges)
+    if runner.row_step is not None:  # the whole step's kernel reads the tensors where they are now
+        held = [t for row in runner.row_step.held for t in row]
+        assert runner.row_step.table.flatten().tolist() == [t.data_ptr() for t in held]
+        assert any(any(a <= t.data_ptr() < b for a, b in ranges) for t in held)
 
 
 def test_a_write_stays_in_its_process_copy(checkpoint, tmp_path):

@@ -1,0 +1,116 @@
+"""A decoder step of one or two rows in one kernel call (inference/row_step.py): the logits, the cache's new
+position and the attention weights the runner's own step gives, for every layout it takes; every other step is the
+runner's own."""
+import pytest
+import torch
+
+from nmt_serve.inference import row_products, row_step
+from nmt_serve.inference.model_runner import ModelRunner
+from nmt_serve.inference.translator import Translator
+from tests.conftest import random_model, random_sources
+
+pytestmark = pytest.mark.skipif(not row_step.available(), reason="numba's kernels do not run here")
+
+
+def stepped(runner: ModelRunner, src: torch.Tensor, kernel: bool, steps: int = 4, cross: bool = False):
+    """Logits of each step of greedy decoding from bos, the cache after them, and each step's attention weights."""
+    saved = runner.row_step
+    runner.row_step = saved if kernel else None
+    try:
+        with torch.inference_mode():
+            cache = runner.new_cache(*runner.encode(src))
+            tokens = torch.full((src.size(0),), runner.config.bos_id, dtype=torch.long)
+            logits, weights = [], []
+            for _ in range(steps):
+                kept = [] if cross else None
+                logits.append(runner.step(tokens, cache, kept))
+                weights += kept or []
+                tokens = logits[-1].argmax(-1)
+            return logits, cache, weights
+    finally:
+        runner.row_step = saved
+
+
+def runner_of(quantization: str = "none", **config) -> ModelRunner:
+    runner = ModelRunner(random_model(seed=3, **config), quantization)
+    if runner.row_step is None:
+        pytest.skip("the runner's weights are not laid out for the kernels here (an Intel CPU's small float weights)")
+    return runner
+
+
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+@pytest.mark.parametrize("placement,activation", [("post", "relu"), ("pre", "gelu"), ("pre", "swish")])
+@pytest.mark.parametrize("rows,padded", [(1, False), (2, False), (2, True)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_kernel_steps_as_the_runner_does(quantization, placement, activation, rows, padded, threads):
+    runner = runner_of(quantization, norm_placement=placement, activation=activation)
+    src = random_sources(rows, 7, runner.config.src_vocab_size, seed=4)
+    if not padded:
+        src = src.masked_fill(src == runner.config.pad_id, 5)
+    calls = []
+    kernel = runner.row_step.kernel
+    runner.row_step.kernel = lambda *args: calls.append(args[-1]) or kernel(*args)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        logits, cache, _ = stepped(runner, src, kernel=True)
+        expected, expected_cache, _ = stepped(runner, src, kernel=False)
+    finally:
+        torch.set_num_threads(before)
+    assert (cache.src_mask is not None) == padded
+    split = threads if row_products.splits() else 1
+    assert calls == [min(split, row_products._max_threads)] * 4  # each step, its products split where they split
+    for got, want in zip(logits, expected):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert cache.length == expected_cache.length == 4
+    torch.testing.assert_close(cache.self_kv[..., :4, :], expected_cache.self_kv[..., :4, :], atol=1e-4, rtol=1e-4)
+
+
+def test_a_step_keeping_its_attention_weights_steps_as_without_them():
+    """The cross-attention weights come from the queries the kernel keeps: the logits bit for bit what the kernel
+    gives without them, the weights the runner's own."""
+    runner = runner_of()
+    src = random_sources(2, 7, runner.config.src_vocab_size, seed=4)
+    logits, _, weights = stepped(runner, src, kernel=True, cross=True)
+    assert all(torch.equal(a, b) for a, b in zip(logits, stepped(runner, src, kernel=True)[0]))
+    _, _, expected = stepped(runner, src, kernel=False, cross=True)
+    assert len(weights) == len(expected) == 4 and weights[0].shape == (2, src.size(1))
+    for got, want in zip(weights, expected):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_other_steps_are_the_runners_own():
+    """More rows than the kernels take, a grouped cache (beams), and rows that joined a running batch step as
+    before."""
+    runner = runner_of()
+    calls = []
+    kernel = runner.row_step.kernel
+    runner.row_step.kernel = lambda *args: calls.append(args[1]) or kernel(*args)
+    V = runner.config.src_vocab_size
+    with torch.inference_mode():
+        stepped(runner, random_sources(row_products.ROWS + 1, 5, V), kernel=True, steps=1)
+        assert calls == []
+        cache = runner.new_cache(*runner.encode(random_sources(1, 5, V)))
+        cache.expand(torch.zeros(2, dtype=torch.long), 2)
+        runner.step(torch.tensor([4, 5]), cache)
+        assert cache.grouped and calls == []
+        cache = runner.new_cache(*runner.encode(random_sources(1, 5, V)))
+        runner.step(torch.tensor([4]), cache)
+        assert calls == [1]
+        cache.join(runner.source_kv(*runner.encode(random_sources(1, 5, V, seed=1))), None)
+        runner.step(torch.tensor([4, 5]), cache)
+        assert cache.start is not None and calls == [1]
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_translations_are_the_runners_own(tiny_checkpoint, beam, monkeypatch):
+    with_kernel = Translator.load(tiny_checkpoint, device="cpu")
+    monkeypatch.setattr(row_step, "ENABLED", False)
+    without = Translator.load(tiny_checkpoint, device="cpu")
+    assert with_kernel.runner.row_step is not None and without.runner.row_step is None
+    texts = ["ein kleines Haus", "zwei Hunde laufen schnell über die grüne Wiese am Fluss"]
+    for batch in (texts[:1], texts):
+        a = with_kernel.translate(batch, beam_size=beam, max_length=12, return_scores=True)
+        b = without.translate(batch, beam_size=beam, max_length=12, return_scores=True)
+        assert [r.text for r in a] == [r.text for r in b]
+        assert [r.hypotheses[0].score for r in a] == pytest.approx([r.hypotheses[0].score for r in b], abs=1e-4)
