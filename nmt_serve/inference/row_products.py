@@ -109,7 +109,18 @@ def _compile_split(numba, row_kernels, options: dict) -> tuple:
 
 def _compiled(build, what: str):
     """build(cache) with numba's cache where it has a writable place, else in memory; None where it does not compile
-    (torch's path serves instead)."""
+    (torch's path serves instead). torch's threads are what they were: numba's threading layer, as it loads, sets the
+    OpenMP runtime's threads to its pool's size, and where that runtime is the one torch loaded (its libgomp.so.1) a
+    process that had set torch's threads (a benchmark's one-thread engine, an engine's lanes) would then run on all
+    of them."""
+    threads = torch.get_num_threads()
+    try:
+        return _build(build, what)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build(build, what: str):
     try:
         return build(True)
     except RuntimeError:  # no writable place for numba's cache: compile in memory

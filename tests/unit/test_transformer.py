@@ -511,6 +511,19 @@ def test_a_split_takes_as_many_of_numbas_threads_as_it_splits_over():
     assert seen == [2, numba.config.NUMBA_NUM_THREADS]
 
 
+def test_the_kernels_leave_torchs_threads_as_they_were():
+    """numba's threading layer sets the OpenMP runtime's threads as it loads, and torch may share that runtime: a
+    process that set torch's threads keeps them once the kernels load (in a process of its own: they load once)."""
+    import subprocess
+    import sys
+
+    code = ("import torch; torch.set_num_threads(1)\n"
+            "from nmt_serve.inference import row_products, row_step\n"
+            "print(row_products.splits(), row_step.available(), torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[2] == "1", out
+
+
 def test_a_large_int8_weight_stays_with_fbgemm(monkeypatch):
     """Past INT8_MAX_BYTES a weight streams from memory, where fbgemm reads it as fast and splits it over its threads:
     its rows go through fbgemm, and no plain copy of it is held; a smaller weight's through the kernel."""
