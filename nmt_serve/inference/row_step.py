@@ -1,4 +1,4 @@
-"""A decoder step of one or two rows on the CPU in one call: numba's kernel (row_kernels.step_layers).
+"""A decoder step of a few rows on the CPU in one call: numba's kernel (row_kernels.step_layers).
 
 A lone sentence's greedy step through the runner's layers is about 70 tensor calls and their Python around 19
 products: on the shipped model's twin (2-core AMD EPYC, 1 thread) the products took 212 us of a 326 us step, the
@@ -8,7 +8,7 @@ the weights the Linears hold for a lone row, float32 or int8, split over the ste
 norms, the attention over the cache's keys and values where they are (storing the new position there) and over the
 source, the residuals and the activation. The embedding, the last norm and the output layer stay the runner's.
 
-Where it does not apply the runner steps as before: more rows than row_products.ROWS, a grouped cache (beams),
+Where it does not apply the runner steps as before: more rows than ROWS_PER_THREAD a thread, a grouped cache (beams),
 rows that joined a running batch (a self mask), attention weights asked for, weights the kernels do not read (an
 Intel CPU's small float weights keep their transposed copy for a few rows, `model_runner.reads_rows`), a norm other
 than LayerNorm, an activation other than relu, gelu and swish, or numba absent.
@@ -22,6 +22,11 @@ import torch.nn.functional as F
 
 from nmt_serve.inference import row_products
 
+# the most rows a step takes through the kernel, per thread its products split over: the kernel's products compute a
+# dot product per row and output, where oneDNN's packed product of many rows is a matrix product (the shipped model's
+# twin, whole searches against the runner's own step, AMD EPYC: 4 rows 1.18-1.27x at 1 thread and 1.45-1.67x at 2;
+# 8 rows 0.91-0.97x at 1 thread and 1.17-1.25x at 2)
+ROWS_PER_THREAD = 4
 ENABLED = True  # tests turn the kernel off to hold the runner's own step to the same results
 
 _ACTIVATIONS = {torch.relu: 0, F.relu: 0, F.gelu: 1, F.silu: 2}  # row_kernels.RELU, GELU, SWISH
@@ -40,6 +45,11 @@ def _kernels():
 def available() -> bool:
     """Whether the kernel runs in this process (compiling it on the first call)."""
     return ENABLED and row_products.available() and _kernels() is not None
+
+
+def threads() -> int:
+    """The threads a step's products split over: torch's, where the kernels split (row_products.splits)."""
+    return torch.get_num_threads() if row_products.splits() else 1
 
 
 class RowStep:
@@ -85,10 +95,11 @@ class RowStep:
         return cls(runner, _kernels()[int8], rows, norms[0].eps, activation)
 
     def applies(self, x: torch.Tensor, cache) -> bool:
-        """Whether the kernel takes this step: x (N, C) the embedded tokens of at most row_products.ROWS rows of an
-        ungrouped cache whose rows all began together, the tensors laid out as the kernel reads them."""
+        """Whether the kernel takes this step: x (N, C) the embedded tokens of at most ROWS_PER_THREAD rows a thread
+        (`threads`) of an ungrouped cache whose rows all began together, the tensors laid out as the kernel reads
+        them."""
         kv, m = cache.cross_kv, cache.src_mask
-        return (x.size(0) <= row_products.ROWS and not cache.grouped and cache.start is None and x.is_contiguous()
+        return (x.size(0) <= ROWS_PER_THREAD * threads() and not cache.grouped and cache.start is None and x.is_contiguous()
                 and not x.requires_grad and kv.stride(-1) == 1 and kv.stride(-2) == self.C // self.H
                 and kv.dtype == torch.float32 and (m is None or m.stride(-1) == 1))
 
@@ -99,12 +110,12 @@ class RowStep:
         N = x.size(0)
         kv = cache.with_room()
         ckv, mask = cache.cross_kv, cache.src_mask
-        threads = torch.get_num_threads()
-        threads = row_products._share(threads) if threads > 1 and row_products.splits() else 1
+        split = threads()
+        split = row_products._share(split) if split > 1 else 1
         m_at, m_row = (mask.data_ptr(), mask.stride(0)) if mask is not None else (0, 0)
         self.kernel(x.data_ptr(), N, self.C, self.H, self.F, self.table.data_ptr(), self.table.size(0), self.eps,
                     self.pre, self.activation, kv.data_ptr(), kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3),
                     cache.length, ckv.data_ptr(), ckv.stride(0), ckv.stride(1), ckv.stride(2), ckv.stride(3),
-                    ckv.size(4), m_at, m_row, queries.data_ptr() if queries is not None else 0, threads)
+                    ckv.size(4), m_at, m_row, queries.data_ptr() if queries is not None else 0, split)
         cache.advance()
         return x

@@ -46,9 +46,13 @@ def runner_of(quantization: str = "none", **config) -> ModelRunner:
 
 @pytest.mark.parametrize("quantization", ["none", "int8"])
 @pytest.mark.parametrize("placement,activation", [("post", "relu"), ("pre", "gelu"), ("pre", "swish")])
-@pytest.mark.parametrize("rows,padded", [(1, False), (2, False), (2, True)])
+@pytest.mark.parametrize("rows,padded", [(1, False), (2, False), (2, True), (4, True)])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_the_kernel_steps_as_the_runner_does(quantization, placement, activation, rows, padded, threads):
+def test_the_kernel_steps_as_the_runner_does(quantization, placement, activation, rows, padded, threads, monkeypatch):
+    """Logits and the cache's keys and values to float precision. The runner's own int8 step of more than
+    row_products.ROWS rows quantizes its rows for fbgemm, where the kernel keeps them in float32: the reference reads
+    them through row_products' kernel too."""
+    monkeypatch.setattr(row_products, "ROWS", max(row_products.ROWS, rows))
     runner = runner_of(quantization, norm_placement=placement, activation=activation)
     src = random_sources(rows, 7, runner.config.src_vocab_size, seed=4)
     if not padded:
@@ -85,17 +89,26 @@ def test_a_step_keeping_its_attention_weights_steps_as_without_them():
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def test_other_steps_are_the_runners_own():
-    """More rows than the kernels take, a grouped cache (beams), and rows that joined a running batch step as
-    before."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_other_steps_are_the_runners_own(threads):
+    """More rows than the kernel takes on the step's threads, a grouped cache (beams), and rows that joined a running
+    batch step as before."""
     runner = runner_of()
     calls = []
     kernel = runner.row_step.kernel
     runner.row_step.kernel = lambda *args: calls.append(args[1]) or kernel(*args)
     V = runner.config.src_vocab_size
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        most = row_step.ROWS_PER_THREAD * (threads if row_products.splits() else 1)
+        stepped(runner, random_sources(most, 5, V), kernel=True, steps=1)
+        stepped(runner, random_sources(most + 1, 5, V), kernel=True, steps=1)
+    finally:
+        torch.set_num_threads(before)
+    assert calls == [most]
+    calls.clear()
     with torch.inference_mode():
-        stepped(runner, random_sources(row_products.ROWS + 1, 5, V), kernel=True, steps=1)
-        assert calls == []
         cache = runner.new_cache(*runner.encode(random_sources(1, 5, V)))
         cache.expand(torch.zeros(2, dtype=torch.long), 2)
         runner.step(torch.tensor([4, 5]), cache)
