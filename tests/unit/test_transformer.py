@@ -464,8 +464,9 @@ def test_a_lone_row_reads_w_as_it_is_through_the_row_kernel(out_features, in_fea
 
 
 def test_a_split_gives_the_one_thread_kernels_results(monkeypatch):
-    """The split kernels give every output the same sum as the one-thread kernels, float32 and int8, one and two rows,
-    whatever the number of threads (more than numba's pool holds included): identical results."""
+    """The split kernels give every output the same sum as the one-thread kernels, float32 and int8, one to nine rows
+    (the kernel takes four at a time, then the rest one by one), whatever the number of threads (more than numba's pool
+    holds included): identical results, each the product's."""
     from nmt_serve.inference import row_products
 
     if not row_products.splits():
@@ -473,7 +474,7 @@ def test_a_split_gives_the_one_thread_kernels_results(monkeypatch):
     torch.manual_seed(5)
     weight, bias = torch.randn(37, 64), torch.randn(37)
     int8, scale = torch.randint(-127, 128, (37, 64), dtype=torch.int8), torch.rand(37)
-    for rows in (1, 2):
+    for rows in (1, 2, 4, 5, 9):
         x = torch.randn(rows, 64)
         one = row_products.float_rows(x, weight, bias, rows)
         one_int8 = row_products.int8_rows(x, int8, scale, bias, rows)
