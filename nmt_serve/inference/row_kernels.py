@@ -144,18 +144,21 @@ def attend(q_at, q_row, k_at, v_at, kv_row, kv_head, T, m_at, m_row, y_at, N, H,
     k, v = numba.carray(float_at(k_at), (span,)), numba.carray(float_at(v_at), (span,))
     y = numba.carray(float_at(y_at), (N * H * D,))
     mask = numba.carray(int8_at(m_at if m_at != 0 else q_at), ((N - 1) * m_row + T,))
-    attend_rows(q, q_row, k, v, kv_row, kv_head, T, mask, m_at != 0, m_row, y, N, H, D, scale, np.empty(T, np.float32))
+    attend_rows(q, q_row, k, v, kv_row, kv_head, T, np.zeros(N, np.int64), mask, m_at != 0, m_row, y, N, H, D, scale,
+                np.empty(T, np.float32))
 
 
-def attend_rows(q, q_row, k, v, kv_row, kv_head, T, mask, masked, m_row, y, N, H, D, scale, p):
-    """attend over flat arrays at those offsets; p: room for T scores."""
+def attend_rows(q, q_row, k, v, kv_row, kv_head, T, first, mask, masked, m_row, y, N, H, D, scale, p):
+    """attend over flat arrays at those offsets, row n over keys first[n] to T - 1 (a row that joined a running batch
+    attends from its own first position); p: room for T scores."""
     for n in range(N):
+        lo = first[n]
         for h in range(H):
             # slices, each indexed from 0 by its loop: offsets numba cannot prove positive keep the loops scalar
             qo, ko, yo = n * q_row + h * D, n * kv_row + h * kv_head, (n * H + h) * D
             qh, yh = q[qo:qo + D], y[yo:yo + D]
             top = np.float32(-np.inf)
-            for t in range(T):
+            for t in range(lo, T):
                 if masked and mask[n * m_row + t] == 0:
                     p[t] = -np.inf
                     continue
@@ -166,12 +169,12 @@ def attend_rows(q, q_row, k, v, kv_row, kv_head, T, mask, masked, m_row, y, N, H
                 p[t] = acc * scale
                 top = max(top, p[t])
             total = np.float32(0.0)
-            for t in range(T):
+            for t in range(lo, T):
                 p[t] = np.exp(p[t] - top)
                 total += p[t]
             for d in range(D):
                 yh[d] = 0.0
-            for t in range(T):
+            for t in range(lo, T):
                 w = p[t] / total
                 vt = v[ko + t * D:ko + t * D + D]
                 for d in range(D):
@@ -242,15 +245,16 @@ def norm(x, table, i, k, eps, y):
 
 
 def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, threads):
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, threads):
     """Every decoder layer of a step for N rows, x (N, C) at x_at in and out (the embedded tokens, then the last
     layer's output); weights of `dtype` at the addresses of the table (L, COLUMNS); eps the norms'; pre: pre-norm,
     else post-norm; act: RELU, GELU or SWISH. The self-attention cache at kv_at: layer l's keys of row n, head h,
     position p at kv_at + l * kv_layer + n * kv_row + h * kv_head + p * D, its values kv_kv further (offsets in
     floats); the new position t is written there. The source's keys and values likewise at c_at (S positions), its
     mask as in attend (m_at 0: none). q_at, unless 0: each layer's cross-attention queries, (L, N, C), are kept there
-    (for the caller to score the attention weights). Products split over `threads` threads where there are more
-    than one."""
+    (for the caller to score the attention weights). s_at, unless 0: each row's first position of its own, (N,) int64
+    (rows that joined a running batch): its self-attention starts there. Products split over `threads` threads where
+    there are more than one."""
     D = C // H
     scale = np.float32(D ** -0.5)
     x = numba.carray(float_at(x_at), (N, C))
@@ -261,6 +265,8 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
     self_span = (N - 1) * kv_row + (H - 1) * kv_head + (t + 1) * D
     cross_span = (N - 1) * c_row + (H - 1) * c_head + S * D
     mask = numba.carray(int8_at(m_at if m_at != 0 else x_at), ((N - 1) * m_row + S,))
+    every = np.zeros(N, np.int64)  # the source's first position, and the cache's where every row began together
+    first = numba.carray(int64_at(s_at), (N,)) if s_at != 0 else every
     for i in range(L):
         # self-attention over the cache and the new position, which it stores
         if pre:
@@ -273,8 +279,8 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
                 at = n * kv_row + hd * kv_head + t * D
                 k[at:at + D] = qkv[n, C + hd * D:C + hd * D + D]
                 v[at:at + D] = qkv[n, 2 * C + hd * D:2 * C + hd * D + D]
-        attend_rows(qkv.reshape(N * 3 * C), 3 * C, k, v, kv_row, kv_head, t + 1, mask, False, 0, a.reshape(N * C),
-                    N, H, D, scale, p)
+        attend_rows(qkv.reshape(N * 3 * C), 3 * C, k, v, kv_row, kv_head, t + 1, first, mask, False, 0,
+                    a.reshape(N * C), N, H, D, scale, p)
         product(a, table, i, 1, C, C, dtype, o, threads)
         residual(x, o, pre, table, i, 0, eps)
         # cross-attention over the source
@@ -285,8 +291,8 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
             numba.carray(float_at(q_at + 4 * i * N * C), (N, C))[:] = o
         ck = numba.carray(float_at(c_at + 4 * i * c_layer), (cross_span,))
         cv = numba.carray(float_at(c_at + 4 * (i * c_layer + c_kv)), (cross_span,))
-        attend_rows(o.reshape(N * C), C, ck, cv, c_row, c_head, S, mask, m_at != 0, m_row, a.reshape(N * C), N, H, D,
-                    scale, p)
+        attend_rows(o.reshape(N * C), C, ck, cv, c_row, c_head, S, every, mask, m_at != 0, m_row, a.reshape(N * C),
+                    N, H, D, scale, p)
         product(a, table, i, 3, C, C, dtype, o, threads)
         residual(x, o, pre, table, i, 1, eps)
         # feed-forward
@@ -306,14 +312,14 @@ def residual(x, o, pre, table, i, k, eps):
 
 
 def float_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
-               c_kv, c_row, c_head, S, m_at, m_row, q_at, threads):
+               c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, threads):
     """step_layers over float32 weights."""
     step_layers(x_at, N, C, H, F, table_at, L, np.float32, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, threads)
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, threads)
 
 
 def int8_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
-              c_kv, c_row, c_head, S, m_at, m_row, q_at, threads):
+              c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, threads):
     """step_layers over int8 weights."""
     step_layers(x_at, N, C, H, F, table_at, L, np.int8, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, threads)
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, threads)

@@ -91,8 +91,7 @@ def test_a_step_keeping_its_attention_weights_steps_as_without_them():
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_other_steps_are_the_runners_own(threads):
-    """More rows than the kernel takes on the step's threads, a grouped cache (beams), and rows that joined a running
-    batch step as before."""
+    """More rows than the kernel takes on the step's threads, and a grouped cache (beams), step as before."""
     runner = runner_of()
     calls = []
     kernel = runner.row_step.kernel
@@ -113,12 +112,41 @@ def test_other_steps_are_the_runners_own(threads):
         cache.expand(torch.zeros(2, dtype=torch.long), 2)
         runner.step(torch.tensor([4, 5]), cache)
         assert cache.grouped and calls == []
-        cache = runner.new_cache(*runner.encode(random_sources(1, 5, V)))
-        runner.step(torch.tensor([4]), cache)
-        assert calls == [1]
-        cache.join(runner.source_kv(*runner.encode(random_sources(1, 5, V, seed=1))), None)
-        runner.step(torch.tensor([4, 5]), cache)
-        assert cache.start is not None and calls == [1]
+
+
+def test_rows_that_joined_a_running_batch_attend_from_their_own_first_position():
+    """Continuous batching: a sentence joins a running one (appended, then in the row of one that left); the
+    kernel's steps give the runner's own logits, the joined rows attending only to positions of their own."""
+    runner = runner_of()
+    V = runner.config.src_vocab_size
+    calls = []
+    kernel = runner.row_step.kernel
+    runner.row_step.kernel = lambda *args: calls.append(args[1]) or kernel(*args)
+
+    def run(with_kernel: bool) -> list[torch.Tensor]:
+        saved = runner.row_step
+        runner.row_step = saved if with_kernel else None
+        logits = []
+        try:
+            with torch.inference_mode():
+                cache = runner.new_cache(*runner.encode(random_sources(1, 6, V, seed=1)))
+                tokens = torch.tensor([4])
+                for step in range(7):
+                    if step in (2, 4):  # a sentence joins: appended, then in the first row's place
+                        states, mask = runner.encode(random_sources(1, 4 + step, V, seed=step))
+                        cache.join(runner.source_kv(states), None, None if step == 2 else torch.tensor([0]))
+                        tokens = torch.cat([tokens, tokens[:1]]) if step == 2 else tokens
+                    logits.append(runner.step(tokens, cache))
+                    tokens = logits[-1].argmax(-1)
+                assert cache.start is not None
+        finally:
+            runner.row_step = saved
+        return logits
+
+    got = run(True)
+    assert calls == [1, 1, 2, 2, 2, 2, 2]
+    for a, b in zip(got, run(False)):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("beam", [1, 2])
