@@ -593,7 +593,7 @@ class ModelRunner:
         self.output = of(model.output_proj, bias=model.logits_bias, wide=True, step=True)
         self.key = weights_key(model)  # after share_storage re-pointed the model's tensors
         self.shared_weights = None  # the file its tensors are mapped from, where the engines share them (shared_weights.py)
-        self.row_step = row_step.RowStep.of(self)  # a step of one or two rows in one kernel call, where it runs
+        self.row_step = row_step.RowStep.of(self)  # a step of a few rows in one kernel call, where it runs
 
     def is_current(self) -> bool:
         """False once any parameter or buffer of the model was replaced or changed in place (writes

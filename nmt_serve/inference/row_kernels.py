@@ -1,11 +1,14 @@
-"""row_products' and row_attention's kernels, as Python for numba to compile (imported only where numba is installed).
+"""row_products', row_attention's and row_step's kernels, as Python for numba to compile (imported only where numba
+is installed).
 
-`dot_rows` is the one loop, compiled for float32 and int8 weights; `float_rows` and `int8_rows` take the tensors'
-addresses and sizes, not numpy arrays: a tensor's `.numpy()` costs 0.75 us from Python, its `data_ptr()` 0.09, and a
-step makes 19 calls of a few microseconds each. `float_split` and `int8_split` give each of `threads` threads of
-numba's pool a run of the outputs (compiled with parallel=True); `attend` is row_attention's. Module-level functions,
-so that numba's cache finds them again in the next process; row_products._compile sets `dot_rows` to its compiled
-form before those that call it."""
+`dot_rows` is the one product loop, compiled for float32 and int8 weights; `float_rows` and `int8_rows` take the
+tensors' addresses and sizes, not numpy arrays: a tensor's `.numpy()` costs 0.75 us from Python, its `data_ptr()`
+0.09, and a step made 19 calls of a few microseconds each. `split_rows` gives each of `threads` threads of numba's
+pool a run of the outputs (compiled with parallel=True; `float_split` and `int8_split` call it); `attend` is
+row_attention's; `step_layers` (through `float_step` and `int8_step`) runs a decoder step's layers for row_step.
+Module-level functions, so that numba's cache finds them again in the next process; row_products._compile compiles
+the HELPERS and split_rows before the kernels that call them.
+"""
 import math
 
 import numba

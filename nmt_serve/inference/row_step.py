@@ -60,7 +60,6 @@ class RowStep:
     runner's tensors move: ModelRunner.refresh_key)."""
 
     def __init__(self, runner, kernel, tensors: list[list[torch.Tensor]], eps: float, activation: int):
-        self.runner = runner
         self.kernel = kernel
         self.held = tensors  # what the table's addresses point into, and the scales of ones made for float weights
         self.table = torch.tensor([[t.data_ptr() for t in row] for row in tensors], dtype=torch.int64)
