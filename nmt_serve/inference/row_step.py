@@ -61,7 +61,7 @@ class RowStep:
 
     def __init__(self, runner, kernel, tensors: list[list[torch.Tensor]], eps: float, activation: int):
         self.kernel = kernel
-        self.held = tensors  # what the table's addresses point into, and the scales of ones made for float weights
+        self.held = tensors  # what the table's addresses point into, and the ones that scale float weights
         self.table = torch.tensor([[t.data_ptr() for t in row] for row in tensors], dtype=torch.int64)
         self.eps, self.activation = eps, activation
         self.C, self.H, self.F = runner.d_model, runner.n_heads, runner.config.d_ff
@@ -77,13 +77,14 @@ class RowStep:
         if activation is None or runner.model.output_proj.weight.dtype != torch.float32:
             return None
         rows, norms = [], []
+        # float weights' scales: ones, one tensor for all (the kernel reads the first C_out)
+        ones = torch.ones(max(runner.config.d_ff, 3 * runner.d_model))
         for w in runner.decoder_layers:
             row = []
             for linear in (w.self_qkv, w.self_out, w.cross_q, w.cross_out, w.ffn.fc1, w.ffn.fc2):
                 if getattr(linear, "rows", None) is None:
                     return None
-                scale = linear.rows_scale if int8 else torch.ones(linear.out_features)
-                row += [linear.rows, scale, linear.rows_bias]
+                row += [linear.rows, linear.rows_scale if int8 else ones, linear.rows_bias]
             for norm in (w.self_norm, w.cross_norm, w.ffn.norm):
                 if norm is None or norm.shape != (runner.d_model,):
                     return None
