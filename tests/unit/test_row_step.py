@@ -1,4 +1,4 @@
-"""A decoder step of one or two rows in one kernel call (inference/row_step.py): the logits, the cache's new
+"""A decoder step of a few rows in one kernel call (inference/row_step.py): the logits, the cache's new
 position and the attention weights the runner's own step gives, for every layout it takes; every other step is the
 runner's own."""
 import pytest
