@@ -176,8 +176,7 @@ class KVCache:
         (G, H, (length + 1) * K, D), the group's keys: key t * K + j is position t of its row j (a row's
         history is spread over its group: attend through group_bias()). Call advance() once every layer
         has appended."""
-        if self.length == self.capacity:
-            self._grow(self.length + 1)
+        self._make_room()
         t = self.length
         if self.grouped:
             if layer == 0:  # the new position of every row is in the row itself: slot r mod K of its group
@@ -196,9 +195,13 @@ class KVCache:
         room for position `length` (grown where full): for a kernel that stores the new position itself (row_step;
         an ungrouped cache). Call advance() once it has."""
         assert not self.grouped
+        self._make_room()
+        return self._self_kv
+
+    def _make_room(self) -> None:
+        """Room for position `length` in the self-attention buffers."""
         if self.length == self.capacity:
             self._grow(self.length + 1)
-        return self._self_kv
 
     def advance(self, steps: int = 1) -> None:
         self.length += steps

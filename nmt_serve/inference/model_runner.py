@@ -753,11 +753,12 @@ class ModelRunner:
             positions = positions.clamp(max=P - 1)
         pre = self.pre_norm
         x = self.embed_target(tokens, positions)  # (N, C)
-        if self.row_step is not None and self.row_step.applies(x, cache):
+        threads = self.row_step.threads(x, cache) if self.row_step is not None else 0
+        if threads:  # the whole step in one kernel call
             if cross is None:
-                return self._logits(self.row_step(x, cache))
+                return self._logits(self.row_step(x, cache, threads))
             queries = x.new_empty(len(self.decoder_layers), N, C)
-            x = self.row_step(x, cache, queries)
+            x = self.row_step(x, cache, threads, queries)
             cross.append(self._cross_weights(queries, cache))
             return self._logits(x)
         self_mask = cache.self_mask()  # None unless rows joined a running batch

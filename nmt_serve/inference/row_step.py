@@ -50,11 +50,6 @@ def available() -> bool:
     return ENABLED and row_products.available() and _kernels() is not None
 
 
-def threads() -> int:
-    """The threads a step's products split over: torch's, where the kernels split (row_products.splits)."""
-    return torch.get_num_threads() if row_products.splits() else 1
-
-
 class RowStep:
     """A runner's decoder layers as the kernel reads them: a table of their tensors' addresses (made again when the
     runner's tensors move: ModelRunner.refresh_key)."""
@@ -98,24 +93,26 @@ class RowStep:
             return None
         return cls(runner, _kernels()[int8], rows, norms[0].eps, activation)
 
-    def applies(self, x: torch.Tensor, cache) -> bool:
-        """Whether the kernel takes this step: x (N, C) the embedded tokens of at most ROWS_PER_THREAD rows a thread
-        (`threads`) of an ungrouped cache, the tensors laid out as the kernel reads them."""
+    def threads(self, x: torch.Tensor, cache) -> int:
+        """The threads the kernel takes this step on (its products split over them: torch's, where the kernels split,
+        row_products.splits), 0 where it does not take it. It takes x (N, C), the embedded tokens of at most
+        ROWS_PER_THREAD rows a thread of an ungrouped cache, the tensors laid out as the kernel reads them."""
+        threads = torch.get_num_threads() if row_products.splits() else 1
         kv, m, start = cache.cross_kv, cache.src_mask, cache.start
-        return (x.size(0) <= ROWS_PER_THREAD * threads() and not cache.grouped and x.is_contiguous()
-                and (start is None or (start.dtype == torch.int64 and start.is_contiguous() and len(start) == len(x)))
-                and not x.requires_grad and kv.stride(-1) == 1 and kv.stride(-2) == self.C // self.H
-                and kv.dtype == torch.float32 and (m is None or m.stride(-1) == 1))
+        takes = (x.size(0) <= ROWS_PER_THREAD * threads and not cache.grouped and x.is_contiguous()
+                 and (start is None or (start.dtype == torch.int64 and start.is_contiguous() and len(start) == len(x)))
+                 and not x.requires_grad and kv.stride(-1) == 1 and kv.stride(-2) == self.C // self.H
+                 and kv.dtype == torch.float32 and (m is None or m.stride(-1) == 1))
+        return threads if takes else 0
 
-    def __call__(self, x: torch.Tensor, cache, queries: torch.Tensor | None = None) -> torch.Tensor:
-        """Every decoder layer of the step, x (N, C) the embedded tokens (the caller checked `applies`) -> the last
-        layer's output (N, C), in x; the new position stored in the cache, which advances. queries: (L, N, C)
+    def __call__(self, x: torch.Tensor, cache, threads: int, queries: torch.Tensor | None = None) -> torch.Tensor:
+        """Every decoder layer of the step on `threads` threads (what `threads` gave), x (N, C) the embedded tokens ->
+        the last layer's output (N, C), in x; the new position stored in the cache, which advances. queries: (L, N, C)
         float32, contiguous, to receive each layer's cross-attention queries (ModelRunner._cross_weights)."""
         N = x.size(0)
         kv = cache.with_room()
         ckv, mask = cache.cross_kv, cache.src_mask
-        split = threads()
-        split = row_products._share(split) if split > 1 else 1
+        split = row_products._share(threads) if threads > 1 else 1
         m_at, m_row = (mask.data_ptr(), mask.stride(0)) if mask is not None else (0, 0)
         self.kernel(x.data_ptr(), N, self.C, self.H, self.F, self.table.data_ptr(), self.table.size(0), self.eps,
                     self.pre, self.activation, kv.data_ptr(), kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3),
