@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from nmt_serve.inference import greedy_pick
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.lexical_constraints import (
     LexicalConstraints,
@@ -144,10 +145,11 @@ class DecoderState:
         if beam_size > 1 and not first_alone and not grouped:  # a grouped cache has B * K rows
             self.reorder(torch.arange(src.size(0), device=src.device).repeat_interleave(beam_size))
 
-    def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
-        """prefix (N, t) of decoder inputs -> log-probs (N, V) of the token after it (float32)."""
+    def log_probs(self, prefix: torch.Tensor, last: torch.Tensor | None = None) -> torch.Tensor:
+        """prefix (N, t) of decoder inputs -> log-probs (N, V) of the token after it (float32). last: prefix[:, -1]
+        where the caller holds it (the cache reads only that)."""
         if self.cache is not None:
-            logits = self.runner.step(prefix[:, -1], self.cache)
+            logits = self.runner.step(prefix[:, -1] if last is None else last, self.cache)
         else:
             logits = self.model.decode(prefix, self.encoder_out).logits[:, -1]
         return torch.log_softmax(logits, dim=-1, dtype=torch.float32)
@@ -319,30 +321,42 @@ def greedy_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions
     device = src.device
     max_lens = max_lengths_for(src, cfg.pad_id, options, cfg.max_positions - 1).to(device)
     constraints = Constraints(cfg, options, max_lens)
-    state = DecoderState(runner, src, options.use_cache, int(max_lens.max()))
+    longest = int(max_lens.max())
+    state = DecoderState(runner, src, options.use_cache, longest)
 
     rows = torch.arange(B, device=device)  # sentence index of each running row
-    prefix = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (N, 1 + step)
+    # every row's decoder inputs, the start and then each token chosen: (N, 1 + step) in use
+    prefix = torch.full((B, 1 + longest), cfg.decoder_start_id, dtype=torch.long, device=device)
+    tokens = prefix[:, 0].clone()  # (N,): each row's newest input
     scores = torch.zeros(B, device=device)
     results: list[SearchHypothesis | None] = [None] * B
+    # no-repeat n-grams and a forced prefix read the generated tokens: the tensor calls of Constraints.apply
+    plain = not constraints.ngram and not constraints.prefix
     step = 0
     while rows.numel() > 0:
         check_deadline(deadline)
-        lp = state.log_probs(prefix)  # (N, V)
-        lp = constraints.apply(lp, step, constraints.at_max(rows, step), prefix[:, 1:])
-        token_lp, token = row_max(lp)  # (N,): lp.max(dim=-1)
-        scores = scores + token_lp
-        prefix = torch.cat([prefix, token[:, None]], dim=1)
+        lp = state.log_probs(prefix[:, : step + 1], tokens)  # (N, V)
+        at_max = constraints.at_max(rows, step)
+        if plain and greedy_pick.available(lp):
+            ended = greedy_pick.pick(lp, constraints.banned, cfg.eos_id, step < constraints.min_length, at_max,
+                                     AT_MAX_EOS, scores, tokens, prefix, step + 1)
+            done = tokens == cfg.eos_id if ended else None
+        else:
+            lp = constraints.apply(lp, step, at_max, prefix[:, 1 : step + 1])
+            token_lp, tokens = row_max(lp)  # (N,): lp.max(dim=-1)
+            scores = scores + token_lp
+            prefix[:, step + 1] = tokens
+            done = tokens == cfg.eos_id
+            done = done if done.any() else None
         step += 1
-        done = token == cfg.eos_id
-        if done.any():
+        if done is not None:
             for r in done.nonzero().flatten().tolist():
                 s = scores[r].item()
                 results[rows[r].item()] = SearchHypothesis(
-                    prefix[r, 1:-1].tolist(), s, normalize(s, step, options.length_penalty), True
+                    prefix[r, 1:step].tolist(), s, normalize(s, step, options.length_penalty), True
                 )
             keep = torch.tensor(survivors_order((~done).tolist()), dtype=torch.long, device=device)
-            rows, prefix, scores = rows[keep], prefix[keep], scores[keep]
+            rows, prefix, scores, tokens = rows[keep], prefix[keep], scores[keep], tokens[keep]
             if rows.numel() > 0:
                 state.reorder(keep)
     return results  # type: ignore[return-value]

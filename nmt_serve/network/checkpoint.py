@@ -80,6 +80,19 @@ def save_checkpoint(
     return directory
 
 
+# the CPU's vector loads of a weight: a 64-byte vector that crosses a cache line costs two
+ALIGNMENT = 64
+
+
+def aligned(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A file's tensor in `dtype` (floating point ones), at an address that is a multiple of ALIGNMENT. safetensors
+    hands a file's tensors back at the offsets they had in it, and a float32 file's kept them there (float16 ones
+    are converted into new storage, which torch aligns): one row times every weight of the shipped model's twin took
+    334-348 us at one thread from those, against 256-257 from aligned copies (2-core AMD EPYC)."""
+    t = tensor.to(dtype) if tensor.is_floating_point() else tensor
+    return t if t.data_ptr() % ALIGNMENT == 0 else t.clone()
+
+
 def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32) -> tuple[Transformer, CheckpointInfo, Tokenizer, Tokenizer]:
     """Load model (CPU, eval mode, float32 unless dtype says otherwise), info and (source, target)
     tokenizers, strictly."""
@@ -128,7 +141,7 @@ def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32) -
                 f"{weights_path}: tensor {name} has shape {tuple(tensor.shape)}, "
                 f"config needs {tuple(expected[name].shape)}"
             )
-    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
+    state = {name: aligned(tensors.pop(name), dtype) for name in list(tensors)}
     model.load_state_dict(state, strict=False, assign=True)  # tied names are filled by finish_load
     model.finish_load()
     if left := [name for name, t in model.state_dict(keep_vars=True).items() if t.is_meta]:

@@ -113,9 +113,9 @@ def test_finished_sentences_leave_the_batch(beam_size, monkeypatch, beam_cache_m
     rows_per_step = []
     original = DecoderState.log_probs
 
-    def spy(self, prefix):
+    def spy(self, prefix, last=None):
         rows_per_step.append(prefix.size(0))
-        return original(self, prefix)
+        return original(self, prefix, last)
 
     monkeypatch.setattr(DecoderState, "log_probs", spy)
     results = generate(ModelRunner(model), src, SearchOptions(beam_size=beam_size, num_hypotheses=beam_size))
