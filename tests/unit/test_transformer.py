@@ -706,3 +706,20 @@ def test_a_model_built_on_the_meta_device_loads_to_the_same_outputs(overrides):
     src = random_sources(3, 7, model.config.src_vocab_size)
     tgt = random_sources(3, 5, model.config.tgt_vocab_size, seed=1)
     assert torch.equal(model(src, tgt), empty(src, tgt))
+
+
+def test_a_checkpoints_tensors_load_aligned(tmp_path, spm_model):
+    """Every tensor of a loaded model starts on a 64-byte boundary, however the file laid them out (safetensors
+    keeps a float32 file's offsets: a weight's vector loads would straddle cache lines)."""
+    from safetensors.torch import load_file
+
+    from nmt_serve.network.checkpoint import ALIGNMENT, load_checkpoint
+    from tests.conftest import make_checkpoint
+
+    directory = make_checkpoint(tmp_path / "ckpt", spm_model, "de", "en", seed=5)
+    raw = load_file(str(directory / "model.safetensors"))
+    assert any(t.data_ptr() % ALIGNMENT for t in raw.values())  # the file's own offsets are not all aligned
+    model = load_checkpoint(directory)[0]
+    tensors = list(model.state_dict().values())
+    assert tensors and all(t.data_ptr() % ALIGNMENT == 0 for t in tensors)
+    assert all(t.dtype == torch.float32 for t in tensors if t.is_floating_point())
