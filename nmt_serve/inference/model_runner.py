@@ -752,15 +752,15 @@ class ModelRunner:
         else:  # rows that joined later; rows that left and wait for reuse may run past the table
             positions = positions.clamp(max=P - 1)
         pre = self.pre_norm
+        threads = self.row_step.threads(tokens, cache) if self.row_step is not None else 0
+        if threads:  # the whole step in one kernel call (the embedding and the output layer too, where it can)
+            x = None if self.row_step.embeds else self.embed_target(tokens, positions)
+            queries = torch.empty(len(self.decoder_layers), N, C) if cross is not None else None
+            out = self.row_step(tokens, x, cache, threads, queries)
+            if queries is not None:
+                cross.append(self._cross_weights(queries, cache))
+            return out if self.row_step.outputs else self._logits(out)
         x = self.embed_target(tokens, positions)  # (N, C)
-        threads = self.row_step.threads(x, cache) if self.row_step is not None else 0
-        if threads:  # the whole step in one kernel call
-            if cross is None:
-                return self._logits(self.row_step(x, cache, threads))
-            queries = x.new_empty(len(self.decoder_layers), N, C)
-            x = self.row_step(x, cache, threads, queries)
-            cross.append(self._cross_weights(queries, cache))
-            return self._logits(x)
         self_mask = cache.self_mask()  # None unless rows joined a running batch
         matmuls = N >= MATMUL_ATTENTION_MIN_ROWS and not cache.grouped
         self_bias = None

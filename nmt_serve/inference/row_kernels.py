@@ -190,6 +190,9 @@ def attend_rows(q, q_row, k, v, kv_row, kv_head, T, first, mask, masked, m_row, 
 LINEARS = ("self_qkv", "self_out", "cross_q", "cross_out", "fc1", "fc2")
 NORMS = ("self_norm", "cross_norm", "ffn_norm")
 COLUMNS = 3 * len(LINEARS) + 2 * len(NORMS)
+# The step's ends (step_layers' ends_at): the target vocabulary V, the target embedding's address, the position table's
+# rows P and address, the last norm's weight and bias (0: none), the output layer's weight, scale and bias
+ENDS = 9
 RELU, GELU, SWISH = 0, 1, 2  # the feed-forward's activation
 # what the kernels call, compiled (row_products._compile) before the kernels that call them
 HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "product", "norm", "residual", "step_layers", "best_of")
@@ -248,7 +251,7 @@ def norm(x, table, i, k, eps, y):
 
 
 def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, threads):
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
     """Every decoder layer of a step for N rows, x (N, C) at x_at in and out (the embedded tokens, then the last
     layer's output); weights of `dtype` at the addresses of the table (L, COLUMNS); eps the norms'; pre: pre-norm,
     else post-norm; act: RELU, GELU or SWISH. The self-attention cache at kv_at: layer l's keys of row n, head h,
@@ -257,7 +260,12 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
     mask as in attend (m_at 0: none). q_at, unless 0: each layer's cross-attention queries, (L, N, C), are kept there
     (for the caller to score the attention weights). s_at, unless 0: each row's first position of its own, (N,) int64
     (rows that joined a running batch): its self-attention starts there. Products split over `threads` threads where
-    there are more than one."""
+    there are more than one. The ends (ENDS int64 at ends_at: the addresses and sizes the step's two ends read):
+    - tok_at, unless 0: the rows' tokens (N,) int64, which the kernel embeds into x first: the target embedding
+      (V, C) times `embed_scale` plus the position table's row (P, C) of each row's position (t, or t - its first for a
+      row that joined; at most P - 1);
+    - y_at, unless 0: the logits (N, V) are written there: the last norm over x (none where its weight's address is
+      0), then the output layer (weights of `dtype`, a scale per output, a bias)."""
     D = C // H
     scale = np.float32(D ** -0.5)
     x = numba.carray(float_at(x_at), (N, C))
@@ -270,6 +278,15 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
     mask = numba.carray(int8_at(m_at if m_at != 0 else x_at), ((N - 1) * m_row + S,))
     every = np.zeros(N, np.int64)  # the source's first position, and the cache's where every row began together
     first = numba.carray(int64_at(s_at), (N,)) if s_at != 0 else every
+    ends = numba.carray(int64_at(ends_at), (ENDS,))
+    V, P = ends[0], ends[2]
+    if tok_at != 0:
+        tokens = numba.carray(int64_at(tok_at), (N,))
+        embedding, positions = numba.carray(float_at(ends[1]), (V, C)), numba.carray(float_at(ends[3]), (P, C))
+        for n in range(N):
+            e, at = embedding[tokens[n]], positions[min(t - first[n], P - 1)]
+            for c in range(C):
+                x[n, c] = at[c] + embed_scale * e[c]
     for i in range(L):
         # self-attention over the cache and the new position, which it stores
         if pre:
@@ -305,6 +322,19 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
         activate(f, act)
         product(f, table, i, 5, C, F, dtype, o, threads)
         residual(x, o, pre, table, i, 2, eps)
+    if y_at != 0:
+        last = x
+        if ends[4] != 0:
+            layer_norm(x, numba.carray(float_at(ends[4]), (C,)), numba.carray(float_at(ends[5]), (C,)), eps, h)
+            last = h
+        w = numba.carray(void_at(ends[6]), (V, C), dtype)
+        s = numba.carray(float_at(ends[7]), (V,))
+        b = numba.carray(float_at(ends[8]), (V,))
+        y = numba.carray(float_at(y_at), (N, V))
+        if threads > 1:
+            split_rows(last, w, s, b, y, threads)
+        else:
+            dot_rows(last, w, s, b, y, 0, V)
 
 
 def residual(x, o, pre, table, i, k, eps):
@@ -315,17 +345,17 @@ def residual(x, o, pre, table, i, k, eps):
 
 
 def float_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
-               c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, threads):
+               c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
     """step_layers over float32 weights."""
     step_layers(x_at, N, C, H, F, table_at, L, np.float32, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, threads)
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, ends_at, tok_at, y_at, embed_scale, threads)
 
 
 def int8_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
-              c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, threads):
+              c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
     """step_layers over int8 weights."""
     step_layers(x_at, N, C, H, F, table_at, L, np.int8, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, threads)
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, ends_at, tok_at, y_at, embed_scale, threads)
 
 
 def best_of(x):

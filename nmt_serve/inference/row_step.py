@@ -39,7 +39,7 @@ _ACTIVATIONS = {torch.relu: 0, F.relu: 0, F.gelu: 1, F.silu: 2}  # row_kernels.R
 def _kernels():
     from nmt_serve.inference import row_kernels
 
-    signature = f"void(intp, intp, intp, intp, intp, intp, intp, float32, boolean, intp, {', '.join(['intp'] * 17)})"
+    signature = f"void({', '.join(['intp'] * 7)}, float32, boolean, {', '.join(['intp'] * 20)}, float32, intp)"
     kernels = (row_products.compile_kernel(row_kernels.float_step, signature),
                row_products.compile_kernel(row_kernels.int8_step, signature))
     return kernels if None not in kernels else None
@@ -51,16 +51,24 @@ def available() -> bool:
 
 
 class RowStep:
-    """A runner's decoder layers as the kernel reads them: a table of their tensors' addresses (made again when the
-    runner's tensors move: ModelRunner.refresh_key)."""
+    """A runner's decoder layers as the kernel reads them: a table of their tensors' addresses, and those of the step's
+    two ends, the target embedding and the output layer (made again when the runner's tensors move:
+    ModelRunner.refresh_key)."""
 
-    def __init__(self, runner, kernel, tensors: list[list[torch.Tensor]], eps: float, activation: int):
+    def __init__(self, runner, kernel, tensors: list[list[torch.Tensor]], ends: list, eps: float, activation: int,
+                 embeds: bool, outputs: bool):
         self.kernel = kernel
         self.held = tensors  # what the table's addresses point into, and the ones that scale float weights
+        self.held_ends = ends  # the ends' sizes, and the tensors their addresses point into
         self.table = torch.tensor([[t.data_ptr() for t in row] for row in tensors], dtype=torch.int64)
+        self.ends = torch.tensor([t.data_ptr() if isinstance(t, torch.Tensor) else t for t in ends], dtype=torch.int64)
         self.eps, self.activation = eps, activation
         self.C, self.H, self.F = runner.d_model, runner.n_heads, runner.config.d_ff
+        self.V = runner.tgt_embedding.size(0)
         self.pre = runner.pre_norm
+        self.scale = float(runner.embed_scale)
+        self.embeds, self.outputs = embeds, outputs  # whether the kernel embeds the tokens; computes the logits
+        self.grad = runner.tgt_embedding.requires_grad
 
     @classmethod
     def of(cls, runner) -> "RowStep | None":
@@ -73,7 +81,8 @@ class RowStep:
             return None
         rows, norms = [], []
         # float weights' scales: ones, one tensor for all (the kernel reads the first C_out)
-        ones = torch.ones(max(runner.config.d_ff, 3 * runner.d_model))
+        V = runner.tgt_embedding.size(0)
+        ones = torch.ones(max(runner.config.d_ff, 3 * runner.d_model, V))
         for w in runner.decoder_layers:
             row = []
             for linear in (w.self_qkv, w.self_out, w.cross_q, w.cross_out, w.ffn.fc1, w.ffn.fc2):
@@ -91,33 +100,56 @@ class RowStep:
         if len({n.eps for n in norms}) != 1 or not all(
                 t.is_contiguous() and t.dtype in (torch.float32, torch.int8) and t.device.type == "cpu" for t in held):
             return None
-        return cls(runner, _kernels()[int8], rows, norms[0].eps, activation)
+        embedding, positions = runner.tgt_embedding.detach(), runner.tgt_positions.detach()
+        embeds = (runner.tgt_embed_norm is None and embedding.dtype == positions.dtype == torch.float32
+                  and embedding.is_contiguous() and positions.is_contiguous())
+        last, output = runner.decoder_norm, runner.output
+        weight = getattr(output, "rows", None)
+        outputs = (weight is not None and weight.dtype == held[0].dtype and weight.shape == (V, runner.d_model)
+                   and (last is None or (last.shape == (runner.d_model,) and last.eps == norms[0].eps)))
+        if outputs:
+            scale = output.rows_scale if int8 else ones
+            last_w = (last.weight if last.weight is not None else torch.ones(runner.d_model)) if last else 0
+            last_b = (last.bias if last.bias is not None else torch.zeros(runner.d_model)) if last else 0
+            out = [last_w, last_b, weight, scale, output.rows_bias]
+        else:
+            out = [0] * 5
+        ends = [V, embedding if embeds else 0, positions.size(0), positions if embeds else 0] + out
+        return cls(runner, _kernels()[int8], rows, ends, norms[0].eps, activation, embeds, outputs)
 
-    def threads(self, x: torch.Tensor, cache) -> int:
+    def threads(self, tokens: torch.Tensor, cache) -> int:
         """The threads the kernel takes this step on (its products split over them: torch's, where the kernels split,
-        row_products.splits), 0 where it does not take it. It takes x (N, C), the embedded tokens of at most
-        ROWS_PER_THREAD rows a thread of an ungrouped cache, the tensors laid out as the kernel reads them."""
+        row_products.splits), 0 where it does not take it. It takes tokens (N,), at most ROWS_PER_THREAD rows a thread
+        of an ungrouped cache, the tensors laid out as the kernel reads them, where autograd has nothing to follow."""
         threads = torch.get_num_threads() if row_products.splits() else 1
         kv, m, start = cache.cross_kv, cache.src_mask, cache.start
-        takes = (x.size(0) <= ROWS_PER_THREAD * threads and not cache.grouped and x.is_contiguous()
-                 and (start is None or (start.dtype == torch.int64 and start.is_contiguous() and len(start) == len(x)))
-                 and not x.requires_grad and kv.stride(-1) == 1 and kv.stride(-2) == self.C // self.H
-                 and kv.dtype == torch.float32 and (m is None or m.stride(-1) == 1))
+        takes = (tokens.size(0) <= ROWS_PER_THREAD * threads and not cache.grouped
+                 and (start is None or (start.dtype == torch.int64 and start.is_contiguous() and len(start) == len(tokens)))
+                 and not (self.grad and torch.is_grad_enabled()) and kv.stride(-1) == 1
+                 and kv.stride(-2) == self.C // self.H and kv.dtype == torch.float32 and (m is None or m.stride(-1) == 1))
         return threads if takes else 0
 
-    def __call__(self, x: torch.Tensor, cache, threads: int, queries: torch.Tensor | None = None) -> torch.Tensor:
-        """Every decoder layer of the step on `threads` threads (what `threads` gave), x (N, C) the embedded tokens ->
-        the last layer's output (N, C), in x; the new position stored in the cache, which advances. queries: (L, N, C)
-        float32, contiguous, to receive each layer's cross-attention queries (ModelRunner._cross_weights)."""
-        N = x.size(0)
+    def __call__(self, tokens: torch.Tensor, x: torch.Tensor | None, cache, threads: int,
+                 queries: torch.Tensor | None = None) -> torch.Tensor:
+        """The step on `threads` threads (what `threads` gave) for tokens (N,): the kernel embeds them where it does
+        (`embeds`; else x (N, C) holds them embedded). Returns the logits (N, V) where the kernel computes them
+        (`outputs`), else the last layer's output (N, C). The new position is stored in the cache, which advances.
+        queries: (L, N, C) float32, contiguous, to receive each layer's cross-attention queries
+        (ModelRunner._cross_weights)."""
+        N = tokens.size(0)
         kv = cache.with_room()
-        ckv, mask = cache.cross_kv, cache.src_mask
+        ckv, mask, start = cache.cross_kv, cache.src_mask, cache.start
+        if self.embeds:
+            tokens = tokens if tokens.dtype == torch.int64 and tokens.is_contiguous() else tokens.long().contiguous()
+            x = torch.empty(N, self.C)
+        y = torch.empty(N, self.V) if self.outputs else None
         split = row_products._share(threads) if threads > 1 else 1
         m_at, m_row = (mask.data_ptr(), mask.stride(0)) if mask is not None else (0, 0)
         self.kernel(x.data_ptr(), N, self.C, self.H, self.F, self.table.data_ptr(), self.table.size(0), self.eps,
                     self.pre, self.activation, kv.data_ptr(), kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3),
                     cache.length, ckv.data_ptr(), ckv.stride(0), ckv.stride(1), ckv.stride(2), ckv.stride(3),
                     ckv.size(4), m_at, m_row, queries.data_ptr() if queries is not None else 0,
-                    cache.start.data_ptr() if cache.start is not None else 0, split)
+                    start.data_ptr() if start is not None else 0, self.ends.data_ptr(),
+                    tokens.data_ptr() if self.embeds else 0, y.data_ptr() if y is not None else 0, self.scale, split)
         cache.advance()
-        return x
+        return y if y is not None else x

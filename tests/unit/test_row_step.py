@@ -161,3 +161,24 @@ def test_translations_are_the_runners_own(tiny_checkpoint, beam, monkeypatch):
         b = without.translate(batch, beam_size=beam, max_length=12, return_scores=True)
         assert [r.text for r in a] == [r.text for r in b]
         assert [r.hypotheses[0].score for r in a] == pytest.approx([r.hypotheses[0].score for r in b], abs=1e-4)
+
+
+@pytest.mark.parametrize("embedding_norm,big_output", [(True, False), (False, True), (True, True)])
+def test_ends_the_kernel_does_not_read_stay_the_runners(embedding_norm, big_output, monkeypatch):
+    """An embedding with a norm of its own (mBART's) is embedded by the runner, and an output layer the kernel does
+    not read (an int8 one too large for row_products: fbgemm's) is the runner's; the rest of the step is the kernel's,
+    and the logits what the runner's own step gives."""
+    if big_output:  # the layers' int8 weights within row_products' limit, the output layer past it
+        monkeypatch.setattr(row_products, "INT8_MAX_BYTES", 4000)
+    runner = runner_of("int8" if big_output else "none", norm_placement="pre", embedding_norm=embedding_norm,
+                       src_vocab_size=200, tgt_vocab_size=200)
+    assert (runner.row_step.embeds, runner.row_step.outputs) == (not embedding_norm, not big_output)
+    calls = []
+    kernel = runner.row_step.kernel
+    runner.row_step.kernel = lambda *args: calls.append(args[1]) or kernel(*args)
+    src = random_sources(2, 7, runner.config.src_vocab_size, seed=4)
+    logits, _, _ = stepped(runner, src, kernel=True)
+    expected, _, _ = stepped(runner, src, kernel=False)
+    assert calls == [2] * 4
+    for got, want in zip(logits, expected):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)

@@ -71,6 +71,9 @@ def test_two_runners_map_one_file_and_compute_what_they_did(checkpoint, tmp_path
         held = [t for row in runner.row_step.held for t in row]
         assert runner.row_step.table.flatten().tolist() == [t.data_ptr() for t in held]
         assert any(any(a <= t.data_ptr() < b for a, b in ranges) for t in held)
+        ends = runner.row_step.held_ends  # the embedding and the output layer
+        assert runner.row_step.ends.tolist() == [t.data_ptr() if isinstance(t, torch.Tensor) else t for t in ends]
+        assert any(isinstance(t, torch.Tensor) and any(a <= t.data_ptr() < b for a, b in ranges) for t in ends)
 
 
 def test_a_write_stays_in_its_process_copy(checkpoint, tmp_path):

@@ -159,13 +159,15 @@ def test_a_served_model_holds_its_weights_once_and_still_saves(tmp_path, tiny_ch
 def test_packed_weights_translate_as_the_plain_ones_and_the_model_reads_the_same_weights(tiny_checkpoint, threads, columns, products,
                                                                                          monkeypatch):
     import nmt_serve.inference.model_runner as runner_module
-    from nmt_serve.inference import row_products
+    from nmt_serve.inference import row_products, row_step
 
     kernels, split = products != "torch", products == "split"
     if kernels and not row_products.available():
         pytest.skip("numba is not installed")
     monkeypatch.setattr(row_products, "ENABLED", kernels)
     monkeypatch.setattr(row_products, "SPLIT", split)
+    # the products one by one: the step kernel (test_row_step.py) would take a lone row's whole step, output layer too
+    monkeypatch.setattr(row_step, "ENABLED", False)
     if split and not row_products.splits():
         pytest.skip("numba's OpenMP threads do not load here")
     monkeypatch.setattr(runner_module, "BLOCK_COLUMNS", columns)
