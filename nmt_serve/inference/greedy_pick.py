@@ -28,23 +28,20 @@ def _kernel():
         "intp(intp, intp, intp, intp, intp, intp, boolean, intp, float32, intp, intp, intp, intp, intp)")
 
 
-def available(lp: torch.Tensor) -> bool:
-    """Whether the kernel takes these log-probs (N, V): float32, contiguous, on the CPU, numba's kernels loaded."""
-    return (ENABLED and lp.device.type == "cpu" and lp.dtype == torch.float32 and lp.is_contiguous()
-            and row_products.available() and _kernel() is not None)
+def available(device: torch.device) -> bool:
+    """Whether the kernel runs for a search on this device: the CPU, numba's kernels loaded."""
+    return ENABLED and device.type == "cpu" and row_products.available() and _kernel() is not None
 
 
 def pick(lp: torch.Tensor, banned: torch.Tensor | None, eos: int, ban_eos: bool, at_max: torch.Tensor | None,
          forced: float, scores: torch.Tensor, tokens: torch.Tensor, prefix: torch.Tensor, column: int) -> int:
-    """Each row's next token (see the module's docstring) -> how many rows took eos. lp (N, V) float32, modified (the
-    banned ids and eos set to -inf); banned (k,) int64 or None; at_max (N,) bool, rows that must end now, or None;
-    forced: the log-prob eos takes there; scores (N,) float32, each row's log-prob added; tokens (N,) int64 and
-    prefix[:, column] of prefix (N, T) int64 receive the tokens. Every tensor contiguous (prefix's rows), on the CPU."""
+    """Each row's next token (see the module's docstring) -> how many rows took eos. lp (N, V) float32, contiguous
+    (log_softmax's), its banned ids and eos set to -inf here; banned (k,) int64 or None; at_max (N,) bool, rows that
+    must end now, or None; forced: the log-prob eos takes there; scores (N,) float32, each row's log-prob added;
+    tokens (N,) int64 and prefix[:, column] of prefix (N, T) int64 receive the tokens. Each tensor contiguous (prefix
+    by rows), on the CPU: the search's own, checked by its tests rather than at each of its steps."""
     N, V = lp.shape
-    assert tokens.is_contiguous() and scores.is_contiguous() and prefix.stride(1) == 1 and 0 <= column < prefix.size(1)
-    assert scores.dtype == torch.float32 and tokens.dtype == prefix.dtype == torch.int64
-    assert at_max is None or (at_max.dtype == torch.bool and at_max.is_contiguous() and len(at_max) == N)
     return _kernel()(lp.data_ptr(), N, V, banned.data_ptr() if banned is not None else 0,
-                     len(banned) if banned is not None else 0, eos, ban_eos,
+                     banned.size(0) if banned is not None else 0, eos, ban_eos,
                      at_max.data_ptr() if at_max is not None else 0, forced, scores.data_ptr(), tokens.data_ptr(),
                      prefix.data_ptr(), prefix.stride(0), column)

@@ -145,10 +145,10 @@ class RowStep:
         y = torch.empty(N, self.V) if self.outputs else None
         split = row_products._share(threads) if threads > 1 else 1
         m_at, m_row = (mask.data_ptr(), mask.stride(0)) if mask is not None else (0, 0)
+        s, c = kv.stride(), ckv.stride()  # (layer, key/value, row, head, ...)
         self.kernel(x.data_ptr(), N, self.C, self.H, self.F, self.table.data_ptr(), self.table.size(0), self.eps,
-                    self.pre, self.activation, kv.data_ptr(), kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3),
-                    cache.length, ckv.data_ptr(), ckv.stride(0), ckv.stride(1), ckv.stride(2), ckv.stride(3),
-                    ckv.size(4), m_at, m_row, queries.data_ptr() if queries is not None else 0,
+                    self.pre, self.activation, kv.data_ptr(), s[0], s[1], s[2], s[3], cache.length, ckv.data_ptr(),
+                    c[0], c[1], c[2], c[3], ckv.size(4), m_at, m_row, queries.data_ptr() if queries is not None else 0,
                     start.data_ptr() if start is not None else 0, self.ends.data_ptr(),
                     tokens.data_ptr() if self.embeds else 0, y.data_ptr() if y is not None else 0, self.scale, split)
         cache.advance()

@@ -330,14 +330,15 @@ def greedy_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions
     tokens = prefix[:, 0].clone()  # (N,): each row's newest input
     scores = torch.zeros(B, device=device)
     results: list[SearchHypothesis | None] = [None] * B
-    # no-repeat n-grams and a forced prefix read the generated tokens: the tensor calls of Constraints.apply
-    plain = not constraints.ngram and not constraints.prefix
+    # one kernel call chooses the tokens (greedy_pick), past a forced prefix and without no-repeat n-grams (which read
+    # the generated tokens): those take the tensor calls of Constraints.apply
+    picks = not constraints.ngram and greedy_pick.available(device)
     step = 0
     while rows.numel() > 0:
         check_deadline(deadline)
         lp = state.log_probs(prefix[:, : step + 1], tokens)  # (N, V)
         at_max = constraints.at_max(rows, step)
-        if plain and greedy_pick.available(lp):
+        if picks and step >= len(constraints.prefix):
             ended = greedy_pick.pick(lp, constraints.banned, cfg.eos_id, step < constraints.min_length, at_max,
                                      AT_MAX_EOS, scores, tokens, prefix, step + 1)
             done = tokens == cfg.eos_id if ended else None

@@ -10,9 +10,10 @@ from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.search import AT_MAX_EOS, SearchOptions, greedy_search
 from nmt_serve.inference.top_k import row_max
 
-pytestmark = pytest.mark.skipif(not greedy_pick.available(torch.zeros(1, 1)), reason="needs numba's kernels")
+pytestmark = pytest.mark.skipif(not greedy_pick.available(torch.device("cpu")), reason="needs numba's kernels")
 
 EOS = 3
+PICK = greedy_pick.pick  # the kernel's call, which tests wrap
 
 
 def by_tensors(lp, banned, ban_eos, at_max):
@@ -73,8 +74,7 @@ def test_greedy_search_is_the_same_with_the_kernel(seed, eos_bias, options, monk
     src = random_sources(6, 9, 64, seed=seed + 10)
     opts = SearchOptions(beam_size=1, **options)
     picks = []
-    real = greedy_pick.pick
-    monkeypatch.setattr(greedy_pick, "pick", lambda *a: picks.append(1) or real(*a))
+    monkeypatch.setattr(greedy_pick, "pick", lambda *a: picks.append(1) or PICK(*a))
     with_kernel = greedy_search(ModelRunner(model), src, opts)
     assert picks
     monkeypatch.setattr(greedy_pick, "ENABLED", False)
@@ -86,9 +86,18 @@ def test_greedy_search_is_the_same_with_the_kernel(seed, eos_bias, options, monk
         assert 0 in {len(h.tokens) for h in with_kernel} and len({len(h.tokens) for h in with_kernel}) > 2
 
 
-def test_n_grams_and_a_forced_prefix_keep_the_tensor_calls(monkeypatch):
+def test_n_grams_keep_the_tensor_calls_and_a_forced_prefix_until_it_ends(monkeypatch):
     model = random_model(seed=2)
     src = random_sources(2, 8, 64, seed=3)
     monkeypatch.setattr(greedy_pick, "pick", lambda *a: pytest.fail("the kernel ran"))
     greedy_search(ModelRunner(model), src, SearchOptions(beam_size=1, no_repeat_ngram_size=2, max_length=6))
-    greedy_search(ModelRunner(model), src, SearchOptions(beam_size=1, target_prefix=(5, 6), max_length=6))
+    columns = []
+    monkeypatch.setattr(greedy_pick, "pick", lambda *a: columns.append(a[-1]) or PICK(*a))
+    opts = SearchOptions(beam_size=1, target_prefix=(5, 6), max_length=6)
+    with_kernel = greedy_search(ModelRunner(model), src, opts)
+    assert columns and min(columns) == 3  # steps 0 and 1 forced, the kernel from the third token on
+    monkeypatch.setattr(greedy_pick, "ENABLED", False)
+    without = greedy_search(ModelRunner(model), src, opts)
+    assert [(h.tokens, h.score) for h in with_kernel] == [(h.tokens, h.score) for h in without]
+    assert all(h.tokens[:2] == [5, 6] for h in with_kernel)
+
