@@ -67,7 +67,12 @@ class RowStep:
         self.V = runner.tgt_embedding.size(0)
         self.pre = runner.pre_norm
         self.scale = float(runner.embed_scale)
-        self.embeds, self.outputs = embeds, outputs  # whether the kernel embeds the tokens; computes the logits
+        self.embeds = embeds  # whether the kernel embeds the tokens
+        # the most rows whose logits the kernel computes (0: none): an int8 output layer's rows as the runner's own takes
+        # them to the kernel, no more (from 3 rows fbgemm's quantized product was the faster: beam 4 of one sentence on
+        # the shipped model's twin 0.87-0.92x as fast through the kernel)
+        self.output_rows = (row_products.ROWS if runner.quantization == "int8" else 1 << 30) if outputs else 0
+        self.logits = runner._logits  # the last norm and the output layer where the kernel leaves them
         self.grad = runner.tgt_embedding.requires_grad
 
     @classmethod
@@ -132,8 +137,9 @@ class RowStep:
     def __call__(self, tokens: torch.Tensor, x: torch.Tensor | None, cache, threads: int,
                  queries: torch.Tensor | None = None) -> torch.Tensor:
         """The step on `threads` threads (what `threads` gave) for tokens (N,): the kernel embeds them where it does
-        (`embeds`; else x (N, C) holds them embedded). Returns the logits (N, V) where the kernel computes them
-        (`outputs`), else the last layer's output (N, C). The new position is stored in the cache, which advances.
+        (`embeds`; else x (N, C) holds them embedded). Returns the logits (N, V): the kernel's, for up to
+        `output_rows` rows, else the runner's from the last layer's output. The new position is stored in the cache,
+        which advances.
         queries: (L, N, C) float32, contiguous, to receive each layer's cross-attention queries
         (ModelRunner._cross_weights)."""
         N = tokens.size(0)
@@ -142,7 +148,7 @@ class RowStep:
         if self.embeds:
             tokens = tokens if tokens.dtype == torch.int64 and tokens.is_contiguous() else tokens.long().contiguous()
             x = torch.empty(N, self.C)
-        y = torch.empty(N, self.V) if self.outputs else None
+        y = torch.empty(N, self.V) if N <= self.output_rows else None
         split = row_products._share(threads) if threads > 1 else 1
         m_at, m_row = (mask.data_ptr(), mask.stride(0)) if mask is not None else (0, 0)
         s, c = kv.stride(), ckv.stride()  # (layer, key/value, row, head, ...)
@@ -152,4 +158,4 @@ class RowStep:
                     start.data_ptr() if start is not None else 0, self.ends.data_ptr(),
                     tokens.data_ptr() if self.embeds else 0, y.data_ptr() if y is not None else 0, self.scale, split)
         cache.advance()
-        return y if y is not None else x
+        return y if y is not None else self.logits(x)

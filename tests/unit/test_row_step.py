@@ -172,7 +172,7 @@ def test_ends_the_kernel_does_not_read_stay_the_runners(embedding_norm, big_outp
         monkeypatch.setattr(row_products, "INT8_MAX_BYTES", 4000)
     runner = runner_of("int8" if big_output else "none", norm_placement="pre", embedding_norm=embedding_norm,
                        src_vocab_size=200, tgt_vocab_size=200)
-    assert (runner.row_step.embeds, runner.row_step.outputs) == (not embedding_norm, not big_output)
+    assert (runner.row_step.embeds, runner.row_step.output_rows > 0) == (not embedding_norm, not big_output)
     calls = []
     kernel = runner.row_step.kernel
     runner.row_step.kernel = lambda *args: calls.append(args[1]) or kernel(*args)
@@ -182,3 +182,27 @@ def test_ends_the_kernel_does_not_read_stay_the_runners(embedding_norm, big_outp
     assert calls == [2] * 4
     for got, want in zip(logits, expected):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_an_int8_output_layer_of_more_rows_than_row_products_takes_is_the_runners(quantization):
+    """The kernel computes the logits of a float step of any rows it takes, an int8 one's up to row_products.ROWS rows
+    (past them fbgemm's quantized product is the faster, as the runner's own output layer has it)."""
+    runner = runner_of(quantization)
+    most = row_step.ROWS_PER_THREAD
+    outputs = []
+    kernel = runner.row_step.kernel
+    runner.row_step.kernel = lambda *args: outputs.append((args[1], args[-3] != 0)) or kernel(*args)
+    V = runner.config.src_vocab_size
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for rows in range(1, most + 1):
+            logits, _, _ = stepped(runner, random_sources(rows, 5, V, seed=rows), kernel=True, steps=1)
+            expected, _, _ = stepped(runner, random_sources(rows, 5, V, seed=rows), kernel=False, steps=1)
+            if quantization == "none" or rows <= row_products.ROWS:  # the runner's own int8 step quantizes more rows
+                torch.testing.assert_close(logits[0], expected[0], atol=1e-4, rtol=1e-4)
+    finally:
+        torch.set_num_threads(before)
+    limit = row_products.ROWS if quantization == "int8" else most
+    assert outputs == [(rows, rows <= limit) for rows in range(1, most + 1)]
