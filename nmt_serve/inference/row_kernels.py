@@ -195,7 +195,8 @@ COLUMNS = 3 * len(LINEARS) + 2 * len(NORMS)
 ENDS = 9
 RELU, GELU, SWISH = 0, 1, 2  # the feed-forward's activation
 # what the kernels call, compiled (row_products._compile) before the kernels that call them
-HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "product", "norm", "residual", "step_layers", "best_of")
+HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "product", "norm", "residual", "step_layers", "best_of",
+           "insert_best")
 
 
 def layer_norm(x, w, b, eps, y):
@@ -424,3 +425,66 @@ def pick_rows(lp_at, N, V, banned_at, n_banned, eos, ban_eos, force_at, forced, 
         prefix[n * prefix_row + column] = token
         ended += token == eos
     return ended
+
+
+def insert_best(v, i, values, indices, count, k):
+    """Puts value v at index i into the best `count` of values/indices (largest first, the earlier index first among
+    ties: i comes after every index there) where it belongs among the best k -> the new count."""
+    if count == k:
+        if not v > values[k - 1]:
+            return count
+        count -= 1
+    j = count
+    while j > 0 and v > values[j - 1]:
+        values[j], indices[j] = values[j - 1], indices[j - 1]
+        j -= 1
+    values[j], indices[j] = v, i
+    return count + 1
+
+
+def top_rows(s_at, N, n, k, v_at, i_at):
+    """The k best of each row of scores (N, n) float32 -> values (N, k) float32 and indices (N, k) int64, best first,
+    the earlier index first among ties. Each block of 32 takes its maximum in vector lanes; the k-th largest of those
+    maxima bounds the k-th best value from below (the k blocks with the largest maxima hold k values at least as
+    large), so only the blocks whose maximum reaches it are read again. Returns False where a row holds a NaN (torch's
+    topk, which counts NaN as the largest, is then the caller's) with nothing written."""
+    B = 32
+    scores = numba.carray(float_at(s_at), (N, n))
+    values = numba.carray(float_at(v_at), (N, k))
+    indices = numba.carray(int64_at(i_at), (N, k))
+    blocks = -(-n // B)
+    maxima = np.empty(blocks, np.float32)
+    top_v, top_i = np.empty(k, np.float32), np.empty(k, np.int64)
+    for r in range(N):
+        row = scores[r]
+        nan = False
+        whole = n - n % B
+        for c in range(0, whole, B):
+            top = row[c]
+            nan |= top != top
+            for j in range(1, B):
+                v = row[c + j]
+                top = v if v > top else top
+                nan |= v != v
+            maxima[c // B] = top
+        if whole < n:
+            top = row[whole]
+            for j in range(whole, n):
+                v = row[j]
+                top = v if v > top else top
+                nan |= v != v
+            maxima[blocks - 1] = top
+        if nan:
+            return False
+        count = 0
+        for b in range(blocks):
+            count = insert_best(maxima[b], b, top_v, top_i, count, k)
+        bound = top_v[count - 1] if count == k else np.float32(-np.inf)
+        count = 0
+        for b in range(blocks):
+            if maxima[b] >= bound:
+                for j in range(b * B, min(n, b * B + B)):
+                    count = insert_best(row[j], j, top_v, top_i, count, k)
+        for j in range(k):
+            values[r, j], indices[r, j] = top_v[j], top_i[j]
+    return True

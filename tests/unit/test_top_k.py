@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from nmt_serve.inference import top_k as top_k_module
 from nmt_serve.inference.top_k import BLOCK, MAX_MIN_ROWS, MIN_BLOCKS_PER_K, MIN_ROWS, row_max, top_k
 
 
@@ -48,11 +49,51 @@ def test_ties_and_minus_infinity_give_torch_topks_values():
 
 def test_small_rows_and_other_layouts_are_torch_topk():
     scores = distinct(MIN_ROWS, 1_000, seed=2)  # too few blocks for k
-    assert torch.equal(top_k(scores, 8).indices, scores.topk(8, dim=-1).indices)
+    assert torch.equal(top_k(scores, 8)[1], scores.topk(8, dim=-1).indices)
     wide = distinct(MIN_ROWS, 2 * 40_000, seed=3)[:, ::2]  # not contiguous
-    one = distinct(1, 40_000, seed=4)  # fewer rows than MIN_ROWS
-    assert torch.equal(top_k(one, 8).indices, one.topk(8, dim=-1).indices)
-    assert torch.equal(top_k(wide, 8).indices, wide.topk(8, dim=-1).indices)
+    assert torch.equal(top_k(wide, 8)[1], wide.topk(8, dim=-1).indices)
+
+
+kernel = pytest.mark.skipif(top_k_module._kernel() is None, reason="needs numba's kernels")
+
+
+@kernel
+@pytest.mark.parametrize("rows", range(1, MIN_ROWS))
+@pytest.mark.parametrize("n,k", [(40_000, 8), (31_996, 8), (8_000, 2), (33, 8), (8, 8), (100, 1)])
+def test_fewer_rows_take_the_kernel_with_torch_topks_results(rows, n, k, monkeypatch):
+    scores = distinct(rows, n, seed=n + rows)
+    calls = []
+    real = top_k_module._kernel()
+    monkeypatch.setattr(top_k_module, "_kernel", lambda: lambda *a: calls.append(a) or real(*a))
+    values, indices = top_k(scores, k)
+    expected = scores.topk(k, dim=-1)
+    assert calls and torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
+
+
+@kernel
+def test_the_kernels_ties_minus_infinity_blocks_and_nan():
+    n, k = 32 * 40 + 7, 8
+    scores = distinct(3, n, seed=5)
+    scores[0, -1] = 5.0  # in the tail past the last whole block
+    scores[0, 64:64 + 4] = torch.tensor([9.0, 8.0, 7.0, 6.0])  # four of the best in one block
+    scores[1] = -math.inf
+    scores[1, 100] = scores[1, 7] = 0.5  # two finite scores, tied; the rest -inf
+    scores[2] = torch.randint(0, 3, (n,), generator=torch.Generator().manual_seed(0)).float()  # many ties
+    for row in range(3):
+        values, indices = top_k(scores[row:row + 1], k)
+        assert torch.equal(values, scores[row:row + 1].topk(k, dim=-1).values)
+        assert torch.equal(scores[row:row + 1].gather(1, indices), values)
+        if row == 0:
+            assert indices[0, :5].tolist() == [64, 65, 66, 67, n - 1]
+        if row == 1:  # the earlier of tied places first, then the first places of -inf
+            assert indices[0, :2].tolist() == [7, 100] and len(set(indices[0].tolist())) == k
+        if row == 2:  # the best value's k earliest places
+            assert indices[0].tolist() == (scores[2] == 2.0).nonzero().flatten()[:k].tolist()
+    with_nan = scores[:1].clone()
+    with_nan[0, 500] = math.nan  # torch.topk counts NaN as the largest
+    values, indices = top_k(with_nan, k)
+    assert math.isnan(values[0, 0]) and indices[0, 0] == 500
+    assert torch.equal(values[0, 1:], with_nan.topk(k, dim=-1).values[0, 1:])
 
 
 @pytest.mark.parametrize("rows,n", [(MAX_MIN_ROWS, 8_000), (32, 7_999), (40, BLOCK * 3 + 1), (MAX_MIN_ROWS - 1, 8_000), (20, BLOCK + 5)])
