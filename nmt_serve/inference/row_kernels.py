@@ -195,8 +195,8 @@ COLUMNS = 3 * len(LINEARS) + 2 * len(NORMS)
 ENDS = 9
 RELU, GELU, SWISH = 0, 1, 2  # the feed-forward's activation
 # what the kernels call, compiled (row_products._compile) before the kernels that call them
-HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "product", "norm", "residual", "step_layers", "best_of",
-           "insert_best")
+HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "product", "norm", "residual", "step_layers",
+           "block_maxima", "best_of", "insert_best")
 
 
 def layer_norm(x, w, b, eps, y):
@@ -359,15 +359,11 @@ def int8_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_
                 c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, ends_at, tok_at, y_at, embed_scale, threads)
 
 
-def best_of(x):
-    """The index of x's largest value, the first where it repeats, NaN counting as the largest (the first NaN), as
-    torch's max gives it. Each block of 16 takes its maximum in vector lanes; torch's max with its index reads each
-    element on its own (an 8,000-element row: 1.5 us here against 5.7)."""
-    V = x.size
-    B = 16
-    whole = V - V % B
-    best = np.float32(-np.inf)
-    at = -1
+def block_maxima(x, B, maxima):
+    """maxima[b] = the largest of x's block b of B values (the last block may be shorter), each whole block's in vector
+    lanes -> whether x holds a NaN (which the maxima do not show)."""
+    n = x.size
+    whole = n - n % B
     nan = False
     for c in range(0, whole, B):
         top = x[c]
@@ -376,23 +372,38 @@ def best_of(x):
             v = x[c + j]
             top = v if v > top else top
             nan |= v != v
-        if top > best:
-            best, at = top, c
-    for k in range(whole, V):
-        v = x[k]
-        nan |= v != v
-        if v > best:
-            best, at = v, k
-    if nan:
-        for k in range(V):
+        maxima[c // B] = top
+    if whole < n:
+        top = x[whole]
+        for j in range(whole, n):
+            v = x[j]
+            top = v if v > top else top
+            nan |= v != v
+        maxima[whole // B] = top
+    return nan
+
+
+def best_of(x, maxima):
+    """The index of x's largest value, the first where it repeats, NaN counting as the largest (the first NaN), as
+    torch's max gives it: the first block of 16 holding the largest maximum (block_maxima, into maxima: room for
+    a block each), then the first place in it (torch's max with its index reads each element on its own: an
+    8,000-element row 1.5 us here against 5.7)."""
+    B = 16
+    if block_maxima(x, B, maxima):
+        for k in range(x.size):
             if x[k] != x[k]:
                 return k
+    best = np.float32(-np.inf)
+    at = -1
+    for b in range(-(-x.size // B)):
+        if maxima[b] > best:
+            best, at = maxima[b], b
     if at < 0:  # every value -inf
         return 0
-    for k in range(at, V):
+    for k in range(at * B, x.size):
         if x[k] == best:
             return k
-    return at
+    return at * B
 
 
 def pick_rows(lp_at, N, V, banned_at, n_banned, eos, ban_eos, force_at, forced, scores_at, tokens_at, prefix_at,
@@ -409,6 +420,7 @@ def pick_rows(lp_at, N, V, banned_at, n_banned, eos, ban_eos, force_at, forced, 
     tokens = numba.carray(int64_at(tokens_at), (N,))
     prefix = numba.carray(int64_at(prefix_at), ((N - 1) * prefix_row + column + 1,))
     ended = 0
+    maxima = np.empty(-(-V // 16), np.float32)
     for n in range(N):
         row = lp[n]
         for j in range(n_banned):
@@ -418,7 +430,7 @@ def pick_rows(lp_at, N, V, banned_at, n_banned, eos, ban_eos, force_at, forced, 
         if force_at != 0 and force[n] != 0:
             token, value = eos, forced
         else:
-            token = best_of(row)
+            token = best_of(row, maxima)
             value = row[token]
         scores[n] += value
         tokens[n] = token
@@ -447,7 +459,7 @@ def top_rows(s_at, N, n, k, v_at, i_at):
     the earlier index first among ties. Each block of 32 takes its maximum in vector lanes; the k-th largest of those
     maxima bounds the k-th best value from below (the k blocks with the largest maxima hold k values at least as
     large), so only the blocks whose maximum reaches it are read again. Returns False where a row holds a NaN (torch's
-    topk, which counts NaN as the largest, is then the caller's) with nothing written."""
+    topk, which counts NaN as the largest, then gives the caller every row's)."""
     B = 32
     scores = numba.carray(float_at(s_at), (N, n))
     values = numba.carray(float_at(v_at), (N, k))
@@ -457,24 +469,7 @@ def top_rows(s_at, N, n, k, v_at, i_at):
     top_v, top_i = np.empty(k, np.float32), np.empty(k, np.int64)
     for r in range(N):
         row = scores[r]
-        nan = False
-        whole = n - n % B
-        for c in range(0, whole, B):
-            top = row[c]
-            nan |= top != top
-            for j in range(1, B):
-                v = row[c + j]
-                top = v if v > top else top
-                nan |= v != v
-            maxima[c // B] = top
-        if whole < n:
-            top = row[whole]
-            for j in range(whole, n):
-                v = row[j]
-                top = v if v > top else top
-                nan |= v != v
-            maxima[blocks - 1] = top
-        if nan:
+        if block_maxima(row, B, maxima):
             return False
         count = 0
         for b in range(blocks):

@@ -34,7 +34,7 @@ def rows_of(V: int, N: int, seed: int) -> torch.Tensor:
     the last block of 16 and in the first element."""
     g = torch.Generator().manual_seed(seed)
     lp = torch.log_softmax(torch.randn(N, V, generator=g), -1)
-    lp[0, 40] = lp[0, 70] = lp[0].max() + 1  # a tie: the first index
+    lp[0, 32] = lp[0, 70] = lp[0].max() + 1  # a tie, the first at a block's start: the first index
     lp[1, 33] = math.nan
     lp[1, 5] = lp[1].max() + 1
     lp[2] = -math.inf
