@@ -756,10 +756,10 @@ class ModelRunner:
         if threads:  # the whole step in one kernel call (the embedding and the output layer too, where it can)
             x = None if self.row_step.embeds else self.embed_target(tokens, positions)
             queries = torch.empty(len(self.decoder_layers), N, C) if cross is not None else None
-            logits = self.row_step(tokens, x, cache, threads, queries)
+            x, logits = self.row_step(tokens, x, cache, threads, queries)
             if queries is not None:
                 cross.append(self._cross_weights(queries, cache))
-            return logits
+            return logits if logits is not None else self._logits(x)
         x = self.embed_target(tokens, positions)  # (N, C)
         self_mask = cache.self_mask()  # None unless rows joined a running batch
         matmuls = N >= MATMUL_ATTENTION_MIN_ROWS and not cache.grouped

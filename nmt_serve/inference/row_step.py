@@ -6,9 +6,14 @@ rest of it norms, residual adds, views, the cache's copies and attention, each a
 The kernel runs every decoder layer for the step's rows in one call: the same products (row_kernels.dot_rows over
 the weights the Linears hold for a lone row, float32 or int8, split over the step's threads where they split), the
 norms, the attention over the cache's keys and values where they are (storing the new position there) and over the
-source, the residuals and the activation. The embedding, the last norm and the output layer stay the runner's. Whole
-lone greedy searches of the twin ran 1.24x (float32) and 1.52x (int8) as fast at 1 thread, 1.38x and 1.62x at 2
-(BENCHMARKS.md), translations identical.
+source, the residuals and the activation. Whole lone greedy searches of the twin ran 1.24x (float32) and 1.52x
+(int8) as fast at 1 thread, 1.38x and 1.62x at 2 (BENCHMARKS.md), translations identical.
+
+The step's two ends are the kernel's too where it reads them: it embeds the tokens (the embedding times its scale
+plus each row's position; an embedding with a norm of its own, mBART's, is the runner's), and computes the logits
+(the last norm and the output layer, over the weights a lone row reads) of an int8 step of up to row_products.ROWS
+rows and a float step of any it takes; an int8 output layer past row_products' limit (fbgemm's) is the runner's.
+Lone greedy searches 1.03x as fast at 1 and 2 threads.
 
 Rows that joined a running batch (continuous batching) attend from their own first position, and a step that keeps
 its cross-attention weights gets the queries they are scored from. Where the kernel does not apply the runner steps
@@ -72,7 +77,6 @@ class RowStep:
         # them to the kernel, no more (from 3 rows fbgemm's quantized product was the faster: beam 4 of one sentence on
         # the shipped model's twin 0.87-0.92x as fast through the kernel)
         self.output_rows = (row_products.ROWS if runner.quantization == "int8" else 1 << 30) if outputs else 0
-        self.logits = runner._logits  # the last norm and the output layer where the kernel leaves them
         self.grad = runner.tgt_embedding.requires_grad
 
     @classmethod
@@ -114,8 +118,8 @@ class RowStep:
                    and (last is None or (last.shape == (runner.d_model,) and last.eps == norms[0].eps)))
         if outputs:
             scale = output.rows_scale if int8 else ones
-            last_w = (last.weight if last.weight is not None else torch.ones(runner.d_model)) if last else 0
-            last_b = (last.bias if last.bias is not None else torch.zeros(runner.d_model)) if last else 0
+            last_w = (last.weight if last.weight is not None else torch.ones(runner.d_model)) if last is not None else 0
+            last_b = (last.bias if last.bias is not None else torch.zeros(runner.d_model)) if last is not None else 0
             out = [last_w, last_b, weight, scale, output.rows_bias]
         else:
             out = [0] * 5
@@ -135,13 +139,12 @@ class RowStep:
         return threads if takes else 0
 
     def __call__(self, tokens: torch.Tensor, x: torch.Tensor | None, cache, threads: int,
-                 queries: torch.Tensor | None = None) -> torch.Tensor:
+                 queries: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The step on `threads` threads (what `threads` gave) for tokens (N,): the kernel embeds them where it does
-        (`embeds`; else x (N, C) holds them embedded). Returns the logits (N, V): the kernel's, for up to
-        `output_rows` rows, else the runner's from the last layer's output. The new position is stored in the cache,
-        which advances.
-        queries: (L, N, C) float32, contiguous, to receive each layer's cross-attention queries
-        (ModelRunner._cross_weights)."""
+        (`embeds`; else x (N, C) holds them embedded) -> the last layer's output (N, C) and the logits (N, V), which
+        the kernel computes for up to `output_rows` rows (else None: the runner's output layer's). The new position is
+        stored in the cache, which advances. queries: (L, N, C) float32, contiguous, to receive each layer's
+        cross-attention queries (ModelRunner._cross_weights)."""
         N = tokens.size(0)
         kv = cache.with_room()
         ckv, mask, start = cache.cross_kv, cache.src_mask, cache.start
@@ -158,4 +161,4 @@ class RowStep:
                     start.data_ptr() if start is not None else 0, self.ends.data_ptr(),
                     tokens.data_ptr() if self.embeds else 0, y.data_ptr() if y is not None else 0, self.scale, split)
         cache.advance()
-        return y if y is not None else self.logits(x)
+        return x, y
