@@ -755,10 +755,10 @@ class ModelRunner:
         threads = self.row_step.threads(tokens, cache) if self.row_step is not None else 0
         if threads:  # the whole step in one kernel call (the embedding and the output layer too, where it can)
             x = None if self.row_step.embeds else self.embed_target(tokens, positions)
-            queries = torch.empty(len(self.decoder_layers), N, C) if cross is not None else None
-            x, logits = self.row_step(tokens, x, cache, threads, queries)
-            if queries is not None:
-                cross.append(self._cross_weights(queries, cache))
+            weights = torch.zeros(N, cache.cross_kv.size(4)) if cross is not None else None
+            x, logits = self.row_step(tokens, x, cache, threads, weights)
+            if weights is not None:
+                cross.append(weights)
             return logits if logits is not None else self._logits(x)
         x = self.embed_target(tokens, positions)  # (N, C)
         self_mask = cache.self_mask()  # None unless rows joined a running batch

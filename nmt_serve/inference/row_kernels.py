@@ -148,12 +148,13 @@ def attend(q_at, q_row, k_at, v_at, kv_row, kv_head, T, m_at, m_row, y_at, N, H,
     y = numba.carray(float_at(y_at), (N * H * D,))
     mask = numba.carray(int8_at(m_at if m_at != 0 else q_at), ((N - 1) * m_row + T,))
     attend_rows(q, q_row, k, v, kv_row, kv_head, T, np.zeros(N, np.int64), mask, m_at != 0, m_row, y, N, H, D, scale,
-                np.empty(T, np.float32))
+                np.empty(T, np.float32), np.zeros((1, 1), np.float32), np.float32(0.0))
 
 
-def attend_rows(q, q_row, k, v, kv_row, kv_head, T, first, mask, masked, m_row, y, N, H, D, scale, p):
+def attend_rows(q, q_row, k, v, kv_row, kv_head, T, first, mask, masked, m_row, y, N, H, D, scale, p, kept, share):
     """attend over flat arrays at those offsets, row n over keys first[n] to T - 1 (a row that joined a running batch
-    attends from its own first position); p: room for T scores."""
+    attends from its own first position); p: room for T scores. share, unless 0: each weight times share is added to
+    kept (N, T) (a step's weights averaged over its layers and heads)."""
     for n in range(N):
         lo = first[n]
         for h in range(H):
@@ -179,6 +180,8 @@ def attend_rows(q, q_row, k, v, kv_row, kv_head, T, first, mask, masked, m_row, 
                 yh[d] = 0.0
             for t in range(lo, T):
                 w = p[t] / total
+                if share != 0:
+                    kept[n, t] += w * share
                 vt = v[ko + t * D:ko + t * D + D]
                 for d in range(D):
                     yh[d] += w * vt[d]
@@ -252,14 +255,14 @@ def norm(x, table, i, k, eps, y):
 
 
 def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
     """Every decoder layer of a step for N rows, x (N, C) at x_at in and out (the embedded tokens, then the last
     layer's output); weights of `dtype` at the addresses of the table (L, COLUMNS); eps the norms'; pre: pre-norm,
     else post-norm; act: RELU, GELU or SWISH. The self-attention cache at kv_at: layer l's keys of row n, head h,
     position p at kv_at + l * kv_layer + n * kv_row + h * kv_head + p * D, its values kv_kv further (offsets in
     floats); the new position t is written there. The source's keys and values likewise at c_at (S positions), its
-    mask as in attend (m_at 0: none). q_at, unless 0: each layer's cross-attention queries, (L, N, C), are kept there
-    (for the caller to score the attention weights). s_at, unless 0: each row's first position of its own, (N,) int64
+    mask as in attend (m_at 0: none). w_at, unless 0: the cross-attention weights averaged over the layers and heads,
+    (N, S) float32, are added there (the caller zeroes it). s_at, unless 0: each row's first position of its own, (N,) int64
     (rows that joined a running batch): its self-attention starts there. Products split over `threads` threads where
     there are more than one. The ends (ENDS int64 at ends_at: the addresses and sizes the step's two ends read):
     - tok_at, unless 0: the rows' tokens (N,) int64, which the kernel embeds into x first: the target embedding
@@ -278,6 +281,8 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
     cross_span = (N - 1) * c_row + (H - 1) * c_head + S * D
     mask = numba.carray(int8_at(m_at if m_at != 0 else x_at), ((N - 1) * m_row + S,))
     every = np.zeros(N, np.int64)  # the source's first position, and the cache's where every row began together
+    kept = numba.carray(float_at(w_at), (N, S)) if w_at != 0 else np.zeros((1, 1), np.float32)
+    share = np.float32(1.0 / (L * H)) if w_at != 0 else np.float32(0.0)
     first = numba.carray(int64_at(s_at), (N,)) if s_at != 0 else every
     ends = numba.carray(int64_at(ends_at), (ENDS,))
     V, P = ends[0], ends[2]
@@ -301,19 +306,17 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
                 k[at:at + D] = qkv[n, C + hd * D:C + hd * D + D]
                 v[at:at + D] = qkv[n, 2 * C + hd * D:2 * C + hd * D + D]
         attend_rows(qkv.reshape(N * 3 * C), 3 * C, k, v, kv_row, kv_head, t + 1, first, mask, False, 0,
-                    a.reshape(N * C), N, H, D, scale, p)
+                    a.reshape(N * C), N, H, D, scale, p, kept, np.float32(0.0))
         product(a, table, i, 1, C, C, dtype, o, threads)
         residual(x, o, pre, table, i, 0, eps)
         # cross-attention over the source
         if pre:
             norm(x, table, i, 1, eps, h)
         product(h if pre else x, table, i, 2, C, C, dtype, o, threads)
-        if q_at != 0:
-            numba.carray(float_at(q_at + 4 * i * N * C), (N, C))[:] = o
         ck = numba.carray(float_at(c_at + 4 * i * c_layer), (cross_span,))
         cv = numba.carray(float_at(c_at + 4 * (i * c_layer + c_kv)), (cross_span,))
         attend_rows(o.reshape(N * C), C, ck, cv, c_row, c_head, S, every, mask, m_at != 0, m_row, a.reshape(N * C),
-                    N, H, D, scale, p)
+                    N, H, D, scale, p, kept, share)
         product(a, table, i, 3, C, C, dtype, o, threads)
         residual(x, o, pre, table, i, 1, eps)
         # feed-forward
@@ -346,17 +349,17 @@ def residual(x, o, pre, table, i, k, eps):
 
 
 def float_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
-               c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
+               c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
     """step_layers over float32 weights."""
     step_layers(x_at, N, C, H, F, table_at, L, np.float32, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, ends_at, tok_at, y_at, embed_scale, threads)
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads)
 
 
 def int8_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
-              c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
+              c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
     """step_layers over int8 weights."""
     step_layers(x_at, N, C, H, F, table_at, L, np.int8, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, q_at, s_at, ends_at, tok_at, y_at, embed_scale, threads)
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads)
 
 
 def block_maxima(x, B, maxima):

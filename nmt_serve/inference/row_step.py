@@ -16,10 +16,11 @@ rows and a float step of any it takes; an int8 output layer past row_products' l
 Lone greedy searches 1.03x as fast at 1 and 2 threads.
 
 Rows that joined a running batch (continuous batching) attend from their own first position, and a step that keeps
-its cross-attention weights gets the queries they are scored from. Where the kernel does not apply the runner steps
-as before: more rows than ROWS_PER_THREAD a thread, a grouped cache (beams of larger batches), weights the kernels do
-not read (an Intel CPU's small float weights keep their transposed copy for a few rows, `model_runner.reads_rows`),
-a norm other than LayerNorm, an activation other than relu, gelu and swish, or numba absent.
+its cross-attention weights gets them from the kernel's attention, averaged over layers and heads. Where the kernel
+does not apply the runner steps as before: more rows than ROWS_PER_THREAD a thread, a grouped cache (beams of larger
+batches), weights the kernels do not read (an Intel CPU's small float weights keep their transposed copy for a few
+rows, `model_runner.reads_rows`), a norm other than LayerNorm, an activation other than relu, gelu and swish, or
+numba absent.
 """
 from __future__ import annotations
 
@@ -139,12 +140,13 @@ class RowStep:
         return threads if takes else 0
 
     def __call__(self, tokens: torch.Tensor, x: torch.Tensor | None, cache, threads: int,
-                 queries: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The step on `threads` threads (what `threads` gave) for tokens (N,): the kernel embeds them where it does
         (`embeds`; else x (N, C) holds them embedded) -> the last layer's output (N, C) and the logits (N, V), which
         the kernel computes for up to `output_rows` rows (else None: the runner's output layer's). The new position is
-        stored in the cache, which advances. queries: (L, N, C) float32, contiguous, to receive each layer's
-        cross-attention queries (ModelRunner._cross_weights)."""
+        stored in the cache, which advances. weights: zeros (N, S) float32, contiguous, S the cache's source positions,
+        to receive the step's cross-attention weights averaged over layers and heads (what the attention maps'
+        alignment and source entropy read)."""
         N = tokens.size(0)
         kv = cache.with_room()
         ckv, mask, start = cache.cross_kv, cache.src_mask, cache.start
@@ -157,7 +159,7 @@ class RowStep:
         s, c = kv.stride(), ckv.stride()  # (layer, key/value, row, head, ...)
         self.kernel(x.data_ptr(), N, self.C, self.H, self.F, self.table.data_ptr(), self.table.size(0), self.eps,
                     self.pre, self.activation, kv.data_ptr(), s[0], s[1], s[2], s[3], cache.length, ckv.data_ptr(),
-                    c[0], c[1], c[2], c[3], ckv.size(4), m_at, m_row, queries.data_ptr() if queries is not None else 0,
+                    c[0], c[1], c[2], c[3], ckv.size(4), m_at, m_row, weights.data_ptr() if weights is not None else 0,
                     start.data_ptr() if start is not None else 0, self.ends.data_ptr(),
                     tokens.data_ptr() if self.embeds else 0, y.data_ptr() if y is not None else 0, self.scale, split)
         cache.advance()
