@@ -723,3 +723,13 @@ def test_a_checkpoints_tensors_load_aligned(tmp_path, spm_model):
     tensors = list(model.state_dict().values())
     assert tensors and all(t.data_ptr() % ALIGNMENT == 0 for t in tensors)
     assert all(t.dtype == torch.float32 for t in tensors if t.is_floating_point())
+
+
+def test_the_kernels_compile_where_numba_is_installed():
+    """Where numba is installed every kernel compiles: a kernel that stopped compiling would otherwise only turn the
+    kernels' tests into skips."""
+    pytest.importorskip("numba")
+    from nmt_serve.inference import greedy_pick, row_attention, row_products, row_step, top_k
+
+    assert row_products.available() and row_step.available() and row_attention.available()
+    assert greedy_pick.available(torch.device("cpu")) and top_k._kernel() is not None
