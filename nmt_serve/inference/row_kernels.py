@@ -255,16 +255,18 @@ def norm(x, table, i, k, eps, y):
 
 
 def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale,
+                threads):
     """Every decoder layer of a step for N rows, x (N, C) at x_at in and out (the embedded tokens, then the last
     layer's output); weights of `dtype` at the addresses of the table (L, COLUMNS); eps the norms'; pre: pre-norm,
     else post-norm; act: RELU, GELU or SWISH. The self-attention cache at kv_at: layer l's keys of row n, head h,
     position p at kv_at + l * kv_layer + n * kv_row + h * kv_head + p * D, its values kv_kv further (offsets in
     floats); the new position t is written there. The source's keys and values likewise at c_at (S positions), its
     mask as in attend (m_at 0: none). w_at, unless 0: the cross-attention weights averaged over the layers and heads,
-    (N, S) float32, are added there (the caller zeroes it). s_at, unless 0: each row's first position of its own, (N,) int64
-    (rows that joined a running batch): its self-attention starts there. Products split over `threads` threads where
-    there are more than one. The ends (ENDS int64 at ends_at: the addresses and sizes the step's two ends read):
+    (N, S) float32, are added there (the caller zeroes it). s_at, unless 0: each row's first position of its own,
+    (N,) int64 (rows that joined a running batch): its self-attention starts there. Products split over `threads`
+    threads where there are more than one. The ends (ENDS int64 at ends_at: the addresses and sizes the step's two
+    ends read):
     - tok_at, unless 0: the rows' tokens (N,) int64, which the kernel embeds into x first: the target embedding
       (V, C) times `embed_scale` plus the position table's row (P, C) of each row's position (t, or t - its first for a
       row that joined; at most P - 1);
@@ -352,14 +354,16 @@ def float_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv
                c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
     """step_layers over float32 weights."""
     step_layers(x_at, N, C, H, F, table_at, L, np.float32, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads)
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale,
+                threads)
 
 
 def int8_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
               c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
     """step_layers over int8 weights."""
     step_layers(x_at, N, C, H, F, table_at, L, np.int8, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads)
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale,
+                threads)
 
 
 def block_maxima(x, B, maxima):
@@ -413,9 +417,9 @@ def pick_rows(lp_at, N, V, banned_at, n_banned, eos, ban_eos, force_at, forced, 
               prefix_row, column):
     """Greedy search's choice for N rows of log-probs lp (N, V) float32: the banned ids (n_banned int64 at
     banned_at) and, with ban_eos, eos set to -inf in lp; a row whose byte at force_at (unless 0) is nonzero takes eos
-    at log-prob `forced` (search.AT_MAX_EOS); every other row its best token (best_of). Each row's token goes to tokens (N,)
-    int64 and to its prefix row's place `column` (prefix_at + n * prefix_row, in int64s); its log-prob is added to
-    scores (N,) float32. Returns how many rows took eos."""
+    at log-prob `forced` (search.AT_MAX_EOS); every other row its best token (best_of). Each row's token goes to
+    tokens (N,) int64 and to its prefix row's place `column` (prefix_at + n * prefix_row, in int64s); its log-prob is
+    added to scores (N,) float32. Returns how many rows took eos."""
     lp = numba.carray(float_at(lp_at), (N, V))
     banned = numba.carray(int64_at(banned_at if n_banned else tokens_at), (n_banned,))
     force = numba.carray(int8_at(force_at if force_at != 0 else lp_at), (N,))

@@ -74,9 +74,9 @@ class RowStep:
         self.pre = runner.pre_norm
         self.scale = float(runner.embed_scale)
         self.embeds = embeds  # whether the kernel embeds the tokens
-        # the most rows whose logits the kernel computes (0: none): an int8 output layer's rows as the runner's own takes
-        # them to the kernel, no more (from 3 rows fbgemm's quantized product was the faster: beam 4 of one sentence on
-        # the shipped model's twin 0.87-0.92x as fast through the kernel)
+        # the most rows whose logits the kernel computes (0: none): an int8 output layer's rows as the runner's own
+        # takes them to the kernel, no more (from 3 rows fbgemm's quantized product was the faster: beam 4 of one
+        # sentence on the shipped model's twin 0.87-0.92x as fast through the kernel)
         self.output_rows = (row_products.ROWS if runner.quantization == "int8" else 1 << 30) if outputs else 0
         self.grad = runner.tgt_embedding.requires_grad
 
@@ -133,10 +133,11 @@ class RowStep:
         of an ungrouped cache, the tensors laid out as the kernel reads them, where autograd has nothing to follow."""
         threads = torch.get_num_threads() if row_products.splits() else 1
         kv, m, start = cache.cross_kv, cache.src_mask, cache.start
-        takes = (tokens.size(0) <= ROWS_PER_THREAD * threads and not cache.grouped
-                 and (start is None or (start.dtype == torch.int64 and start.is_contiguous() and len(start) == len(tokens)))
+        joined = start is None or (start.dtype == torch.int64 and start.is_contiguous() and len(start) == len(tokens))
+        takes = (tokens.size(0) <= ROWS_PER_THREAD * threads and not cache.grouped and joined
                  and not (self.grad and torch.is_grad_enabled()) and kv.stride(-1) == 1
-                 and kv.stride(-2) == self.C // self.H and kv.dtype == torch.float32 and (m is None or m.stride(-1) == 1))
+                 and kv.stride(-2) == self.C // self.H and kv.dtype == torch.float32
+                 and (m is None or m.stride(-1) == 1))
         return threads if takes else 0
 
     def __call__(self, tokens: torch.Tensor, x: torch.Tensor | None, cache, threads: int,
