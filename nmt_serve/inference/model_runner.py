@@ -746,21 +746,17 @@ class ModelRunner:
         N, C, H, D = tokens.size(0), self.d_model, self.n_heads, self.head_dim
         assert N == cache.batch_size, f"{N} tokens for a cache of {cache.batch_size} rows"
         P = self.tgt_positions.size(0)
-        positions = cache.positions()
-        if isinstance(positions, int):
-            assert positions < P, f"target longer than max_positions={P}"
-        else:  # rows that joined later; rows that left and wait for reuse may run past the table
-            positions = positions.clamp(max=P - 1)
+        assert cache.start is not None or cache.length < P, f"target longer than max_positions={P}"
         pre = self.pre_norm
         threads = self.row_step.threads(tokens, cache) if self.row_step is not None else 0
         if threads:  # the whole step in one kernel call (the embedding and the output layer too, where it can)
-            x = None if self.row_step.embeds else self.embed_target(tokens, positions)
+            x = None if self.row_step.embeds else self.embed_target(tokens, self._positions(cache))
             weights = torch.zeros(N, cache.cross_kv.size(4)) if cross is not None else None
             x, logits = self.row_step(tokens, x, cache, threads, weights)
             if weights is not None:
                 cross.append(weights)
             return logits if logits is not None else self._logits(x)
-        x = self.embed_target(tokens, positions)  # (N, C)
+        x = self.embed_target(tokens, self._positions(cache))  # (N, C)
         self_mask = cache.self_mask()  # None unless rows joined a running batch
         matmuls = N >= MATMUL_ATTENTION_MIN_ROWS and not cache.grouped
         self_bias = None
@@ -810,6 +806,12 @@ class ModelRunner:
             summed = torch.stack(weights).sum(dim=(0, 2))  # (E, Q, S)
             cross.append(summed.view(N, -1).mul_(1 / (len(weights) * weights[0].size(1))))
         return self._logits(x)
+
+    def _positions(self, cache: KVCache) -> torch.Tensor | int:
+        """The position of each row's new token (KVCache.positions), within the position table: rows that left a
+        running batch and wait for reuse may run past it (the kernel clamps as this does)."""
+        positions = cache.positions()
+        return positions if isinstance(positions, int) else positions.clamp(max=self.tgt_positions.size(0) - 1)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         """The last decoder layer's output (N, C) -> logits (N, V)."""

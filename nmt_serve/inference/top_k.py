@@ -30,8 +30,7 @@ first index among ties included.
 """
 from __future__ import annotations
 
-import functools
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import torch
 
@@ -51,7 +50,7 @@ def _columns(start: int, stop: int, device: torch.device) -> torch.Tensor:
     return torch.arange(start, stop, device=device)
 
 
-@functools.cache
+@cache
 def _kernel():
     from nmt_serve.inference import row_kernels, row_products
 
