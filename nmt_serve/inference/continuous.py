@@ -34,6 +34,7 @@ from typing import Hashable
 
 import torch
 
+from nmt_serve.inference import greedy_pick
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.cache import KVCache
 from nmt_serve.inference.lexical_constraints import (
@@ -257,15 +258,18 @@ class ContinuousSearch:
         lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
         G, V = len(self.slots), lp.size(-1)
         self.steps += 1
-        if self.banned is not None:
-            lp.index_fill_(1, self.banned, -math.inf)
         steps = [r.step if r is not None else self.min_length for r in self.slots]
-        if self.min_length and min(steps) < self.min_length:  # eos not allowed yet
-            early = torch.tensor([s < self.min_length for s in steps], device=device).repeat_interleave(K)
-            lp[early, eos] = -math.inf
+        early_rows = self.min_length and min(steps) < self.min_length
         forced = [(g, r.sentence.prefix[r.step]) for g, r in enumerate(self.slots)
                   if r is not None and r.step < len(r.sentence.prefix)] if self._forcing else []
         at_max = [r is not None and r.step + 1 >= r.sentence.max_length for r in self.slots]
+        if K == 1 and not early_rows and not forced and not self._lexical() and greedy_pick.available(device):
+            return self._pick(lp, at_max, entropies, looks)
+        if self.banned is not None:
+            lp.index_fill_(1, self.banned, -math.inf)
+        if early_rows:  # eos not allowed yet
+            early = torch.tensor([s < self.min_length for s in steps], device=device).repeat_interleave(K)
+            lp[early, eos] = -math.inf
         if forced:  # a forced token is the one choice, at no cost (as search.Constraints)
             rows = torch.tensor([g * K + k for g, _ in forced for k in range(K)], device=device)
             tokens = torch.tensor([t for _, t in forced for _ in range(K)], device=device)
@@ -276,9 +280,7 @@ class ContinuousSearch:
             rows = torch.tensor(at_max, device=device).repeat_interleave(K)
             lp[rows] = -math.inf
             lp[rows, eos] = AT_MAX_EOS
-        lexical = [r.sentence.constraints if r is not None else None for r in self.slots]
-        if not any(lexical):
-            lexical = None
+        lexical = self._lexical()
         if lexical:
             progress = [r.progress if r is not None else [] for r in self.slots]
             mask_lexical(lp, lexical, progress, lambda row: self.slots[row // K].beams[row % K], K, at_max, eos)
@@ -343,6 +345,50 @@ class ContinuousSearch:
         self.beam_scores = torch.tensor(next_scores, device=device).view(-1, K)
         if K > 1:  # beams follow their parents, within their group
             self.cache.reorder(torch.tensor(parents, device=device), cross=False)
+        if not len(self):
+            self._reset()
+        return done
+
+    def _lexical(self) -> list[LexicalConstraints | None] | None:
+        """Each group's lexical constraints, or None where no running sentence has any."""
+        lexical = [r.sentence.constraints if r is not None else None for r in self.slots]
+        return lexical if any(lexical) else None
+
+    def _pick(self, lp: torch.Tensor, at_max: list[bool], entropies: list[float] | None, looks: list[int] | None
+              ) -> list[tuple[Hashable, list[SearchHypothesis]]]:
+        """A greedy step's choice in one kernel call (greedy_pick: the bans, the forced eos, each row's best token and
+        its score), where no row has a forced token, a lexical constraint or eos not allowed yet: what choose_beams
+        makes of a row's two best candidates, one beam a sentence, without the tensor calls around it. An empty
+        group's row takes a token too; its output is ignored as before, and a joining sentence resets it."""
+        eos = self.config.eos_id
+        G = len(self.slots)
+        tokens = torch.empty(G, dtype=torch.long)
+        scores = self.beam_scores.view(G)  # added to in place
+        force = torch.tensor(at_max) if any(at_max) else None
+        ended = greedy_pick.pick(lp, self.banned, eos, False, force, AT_MAX_EOS, scores, tokens, tokens.view(G, 1), 0)
+        chosen = tokens.tolist()
+        final = scores.tolist() if ended else None
+        done: list[tuple[Hashable, list[SearchHypothesis]]] = []
+        for g, running in enumerate(self.slots):
+            if running is None:
+                continue
+            running.step += 1
+            token, tracked = chosen[g], bool(running.entropies)
+            if tracked:  # one beam: its lists are its own, extended in place
+                running.entropies[0].append(entropies[g])
+                running.looks[0].append(looks[g])
+            if token != eos:
+                running.beams[0].append(token)
+                continue
+            s = running.sentence
+            score = final[g]
+            hypothesis = SearchHypothesis(list(running.beams[0]), score, normalize(score, running.step, s.length_penalty),
+                                          True, False, running.entropies[0] if tracked else None,
+                                          running.looks[0] if tracked else None)
+            done.append((s.key, [hypothesis]))
+            self.slots[g] = None
+            self._left = True
+        self.last_tokens = tokens
         if not len(self):
             self._reset()
         return done

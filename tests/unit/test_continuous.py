@@ -16,6 +16,7 @@ from torch.utils._pytree import tree_flatten
 import nmt_serve.inference.continuous as continuous
 import nmt_serve.inference.continuous_device as continuous_device
 import nmt_serve.inference.device_search as device_search
+from nmt_serve.inference import greedy_pick
 from nmt_serve.engine.attention_maps import searched_entropy
 from nmt_serve.inference.continuous import ContinuousSearch, Sentence
 from nmt_serve.inference.continuous_device import ContinuousDeviceSearch
@@ -290,6 +291,45 @@ def test_appended_sentences_take_spare_source_entries_and_match_each_alone(beam)
     assert sorted(results, key=str) == sorted(want, key=str)
     for key, hyps in want.items():
         assert_same(results[key], hyps)
+
+
+@pytest.mark.skipif(not greedy_pick.available(torch.device("cpu")), reason="needs numba's kernels")
+@pytest.mark.parametrize("eos_bias", [1.6, 1.8])
+def test_greedy_steps_choose_through_the_kernel_as_through_the_candidates(eos_bias, monkeypatch):
+    """The eager search's greedy steps choose in one kernel call (greedy_pick), except where a row has a forced
+    token, a lexical constraint or eos not allowed yet: sentences joining at different steps into groups that others
+    left, some ending by the model and some at their max length, some keeping their attention, give the same tokens,
+    scores and kept attention, bit for bit, with the kernel and without it."""
+    model = random_model(seed=1, final_logits_bias=True)
+    eos = model.config.eos_id
+    model.logits_bias[eos] = eos_bias  # eos likely: some end by the model, some at their max length
+    runner = ModelRunner(model)
+    srcs = sources(12, seed=7)
+    sentences = [Sentence(i, s, 3 + i % 5 * 3, length_penalty=0.6 if i % 2 else 1.0, num_hypotheses=1 + i % 2,
+                          attention_span=(0, len(s) - 1) if i % 3 else None,
+                          prefix=(9, 11) if i == 5 else ())
+                 for i, s in enumerate(srcs)]
+    picks = []
+    pick = greedy_pick.pick
+    monkeypatch.setattr(greedy_pick, "pick", lambda *a: picks.append(a[0].size(0)) or pick(*a))
+
+    def run() -> dict:
+        results = run_staggered(ContinuousSearch(runner), [sentences[:5], sentences[5:8], sentences[8:]], [0, 2, 4])
+        return {key: [(h.tokens, h.score, h.normalized_score, h.entropies, h.looks) for h in hyps]
+                for key, hyps in results.items()}
+
+    with_kernel = run()
+    assert picks and max(picks) > 5  # rows of several sentences, empty groups among them
+    calls = len(picks)
+    monkeypatch.setattr(greedy_pick, "ENABLED", False)
+    without = run()
+    assert len(picks) == calls
+    assert with_kernel == without
+    lengths = {key: len(hyps[0][0]) for key, hyps in with_kernel.items()}
+    assert any(n + 1 < sentences[key].max_length for key, n in lengths.items())  # ended by the model
+    assert any(n + 1 == sentences[key].max_length for key, n in lengths.items())  # at its max length
+    assert with_kernel[5][0][0][:2] == [9, 11]  # forced while its prefix lasts (the tensor calls)
+    assert with_kernel[1][0][3] is not None and with_kernel[0][0][3] is None
 
 
 @pytest.mark.parametrize("beam", [1, 3])
