@@ -165,11 +165,15 @@ def test_cancelled_sentences_leave_and_the_rest_are_unchanged(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_min_length_is_kept_per_sentence(kind):
-    runner = ModelRunner(random_model(seed=6))
+@pytest.mark.parametrize("beam", [1, 2])
+def test_min_length_is_kept_per_sentence(kind, beam):
+    model = random_model(seed=2, final_logits_bias=True)
+    model.logits_bias[model.config.eos_id] = 3.0  # eos likely: without min_length some would end sooner
+    runner = ModelRunner(model)
     srcs = sources(4, seed=1)
-    options = SearchOptions(beam_size=2, min_length=4, max_length=8)
-    search = make_search(kind, runner, 2, min_length=4)
+    options = SearchOptions(beam_size=beam, min_length=4, max_length=8)
+    assert any(len(alone(runner, src, replace(options, min_length=0))[0].tokens) + 1 < 4 for src in srcs)
+    search = make_search(kind, runner, beam, min_length=4)
     results = run_staggered(search, [[Sentence(0, srcs[0], 8)], [Sentence(i, srcs[i], 8) for i in (1, 2, 3)]], [0, 3])
     for i, src in enumerate(srcs):
         assert_same(results[i], alone(runner, src, options))
