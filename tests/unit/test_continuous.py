@@ -317,8 +317,8 @@ def test_greedy_steps_choose_through_the_kernel_as_through_the_candidates(eos_bi
     pick = greedy_pick.pick
     monkeypatch.setattr(greedy_pick, "pick", lambda *a: picks.append(a[0].size(0)) or pick(*a))
 
-    def run() -> dict:
-        results = run_staggered(ContinuousSearch(runner), [sentences[:5], sentences[5:8], sentences[8:]], [0, 2, 4])
+    def run(batches=(sentences[:5], sentences[5:8], sentences[8:]), between=(0, 2, 4)) -> dict:
+        results = run_staggered(ContinuousSearch(runner), batches, between)
         return {key: [(h.tokens, h.score, h.normalized_score, h.entropies, h.looks) for h in hyps]
                 for key, hyps in results.items()}
 
@@ -333,6 +333,11 @@ def test_greedy_steps_choose_through_the_kernel_as_through_the_candidates(eos_bi
     assert any(n + 1 < sentences[key].max_length for key, n in lengths.items())  # ended by the model
     assert any(n + 1 == sentences[key].max_length for key, n in lengths.items())  # at its max length
     assert with_kernel[5][0][0][:2] == [9, 11]  # forced while its prefix lasts (the tensor calls)
+    # a sentence with a term: while it runs, the steps take the tensor calls, which meet it
+    termed = [replace(sentences[3], constraints=LexicalConstraints(include=((40,),))), sentences[4]]
+    without = run([termed], [0])
+    monkeypatch.setattr(greedy_pick, "ENABLED", True)
+    assert run([termed], [0]) == without and 40 in without[3][0][0]
     assert with_kernel[1][0][3] is not None and with_kernel[0][0][3] is None
 
 
