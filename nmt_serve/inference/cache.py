@@ -75,7 +75,7 @@ class KVCache:
         self.start: torch.Tensor | None = None
         # grouped mode: (B, capacity) row within the group that holds each position of each row's history
         self.ancestors = torch.empty(self.batch_size, self.capacity, dtype=torch.long, device=cross_kv.device)
-        self._make_views()
+        self._forget_views()
 
     @property
     def grouped(self) -> bool:
@@ -87,12 +87,12 @@ class KVCache:
             return self.cross_kv.new_empty(self.n_layers, 2, slots, self.n_heads, capacity, self.group_size, self.head_dim)
         return self.cross_kv.new_empty(self.n_layers, 2, slots, self.n_heads, capacity, self.head_dim)
 
-    def _make_views(self) -> None:
-        """Per-layer views of the running rows, made once per reorder rather than once per step and layer."""
-        rows = self.self_kv
-        # select, not unbind: autograd forbids in-place writes to unbind's views outside no_grad
-        self._layer_kv = [rows.select(0, layer) for layer in range(self.n_layers)]  # per layer (2, B, H, capacity, D)
-        self._cross = [kv.unbind(0) for kv in self.cross_kv.unbind(0)]  # per layer ((B, H, S, D), (B, H, S, D))
+    def _forget_views(self) -> None:
+        """Forget the per-layer views of the running rows (remade on their first use after a change, once per change
+        rather than once per step and layer: a step through row_step reads none of them, and a lone beam search's
+        reorder made them again each step, 13 us of Python for 6 layers) and what is made from the rows."""
+        self._layer_kv = None
+        self._cross = None
         self._group_bias = None
         self._self_mask = None
         self._src_bias = None
@@ -108,7 +108,18 @@ class KVCache:
     def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of one layer, each (E, H, S, D): per row, or per group in
         grouped mode (src_mask is laid out the same way)."""
+        if self._cross is None:
+            self._cross = [kv.unbind(0) for kv in self.cross_kv.unbind(0)]  # per layer ((E, H, S, D), (E, H, S, D))
         return self._cross[layer]
+
+    def _layer(self, layer: int) -> torch.Tensor:
+        """One layer's self-attention buffer of the running rows, (2, B, H, capacity, D) (grouped: (2, G, H, capacity,
+        K, D))."""
+        if self._layer_kv is None:
+            rows = self.self_kv
+            # select, not unbind: autograd forbids in-place writes to unbind's views outside no_grad
+            self._layer_kv = [rows.select(0, i) for i in range(self.n_layers)]
+        return self._layer_kv[layer]
 
     @property
     def rows_per_entry(self) -> int:
@@ -168,7 +179,7 @@ class KVCache:
         ancestors[:, : self.length] = self.ancestors[:, : self.length]
         self.ancestors = ancestors
         self.capacity = capacity
-        self._make_views()
+        self._forget_views()
 
     def append(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store one new position's keys/values kv (B, 2, H, 1, D) of one layer, each row in its own
@@ -183,10 +194,10 @@ class KVCache:
                 self.ancestors[: self.batch_size, t] = self._own_slots
                 self._group_bias = None
             K = self.group_size
-            seen = self._layer_kv[layer].narrow(3, 0, t + 1)  # (2, G, H, t + 1, K, D)
+            seen = self._layer(layer).narrow(3, 0, t + 1)  # (2, G, H, t + 1, K, D)
             seen.select(3, t).copy_(kv.reshape(-1, K, 2, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4))
             return tuple(x.flatten(2, 3) for x in seen.unbind(0))
-        seen = self._layer_kv[layer].narrow(3, 0, t + 1)  # (2, B, H, t + 1, D)
+        seen = self._layer(layer).narrow(3, 0, t + 1)  # (2, B, H, t + 1, D)
         seen.narrow(3, t, 1).copy_(kv.transpose(0, 1))
         return seen.unbind(0)
 
@@ -246,7 +257,7 @@ class KVCache:
         if self.length:  # the positions from length on are written before they are read
             self._self_kv.narrow(POSITION, 0, self.length).index_fill_(BATCH, entries if self.grouped else rows, 0.0)
             self.ancestors.index_fill_(0, rows, 0)
-        self._make_views()
+        self._forget_views()
 
     def _append_entries(self, n: int) -> None:
         """n more entries on the source side: cross_kv becomes the first E + n entries of a buffer that
@@ -298,7 +309,7 @@ class KVCache:
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, entries)
         self.batch_size = n
-        self._make_views()
+        self._forget_views()
         return True
 
     @property
@@ -318,7 +329,7 @@ class KVCache:
             self._cross_base = self._cross_base.narrow(4, 0, width)
         if self.src_mask is not None:
             self.src_mask = self.src_mask[..., :width]
-        self._make_views()
+        self._forget_views()
 
     def truncate(self, rows: int) -> None:
         """Keep the first `rows` rows (the ones after them left; whole groups in grouped mode): views, no copy."""
@@ -329,7 +340,7 @@ class KVCache:
         if self.start is not None:
             self.start = self.start[:rows]
         self.batch_size = rows
-        self._make_views()
+        self._forget_views()
 
     def _reserve_rows(self, rows: int) -> None:
         """Make the self-attention buffers hold at least `rows` rows (doubling)."""
@@ -359,7 +370,7 @@ class KVCache:
         if self.start is not None:
             self.start = (self.start - shift).clamp_(min=0)
         self.length = kept
-        self._make_views()
+        self._forget_views()
 
     def group(self, group_size: int) -> None:
         """Switch a physically reordered cache to reordering by ancestry, K = group_size rows per
@@ -375,7 +386,7 @@ class KVCache:
         self._regroup(group_size, max(G, -(-self._self_kv.size(BATCH) // group_size)))  # the spare rows' room, in groups
         own = torch.arange(self.batch_size, device=self.ancestors.device) % group_size
         self.ancestors[: self.batch_size, : self.length] = own[:, None]
-        self._make_views()
+        self._forget_views()
 
     def _regroup(self, group_size: int, size: int, rows: torch.Tensor | None = None) -> None:
         """The self-attention buffers of a cache of one row per entry become a grouped cache's, K = group_size rows
@@ -385,7 +396,7 @@ class KVCache:
         if rows is not None:
             held = held.index_select(BATCH, rows)
         self.group_size = group_size
-        self._spare, self._layer_kv = None, []
+        self._spare, self._layer_kv, self._cross = None, None, None
         grouped = self._new_buffer(size, self.capacity)
         groups = held.size(BATCH) // group_size
         grouped.narrow(BATCH, 0, groups).narrow(POSITION, 0, self.length).copy_(per_group(held, group_size))
@@ -412,7 +423,7 @@ class KVCache:
         self.ancestors = self.ancestors.new_empty(n, self.capacity)
         self.ancestors[:, : self.length] = (torch.arange(n, device=indices.device) % group_size)[:, None]
         self.batch_size = n
-        self._make_views()
+        self._forget_views()
 
     def reorder(self, indices: torch.Tensor, *, cross: bool = True) -> None:
         """Row i of the cache becomes old row indices[i] (beam parents, or the rows still running).
@@ -467,4 +478,4 @@ class KVCache:
         self._self_kv, self._spare = self._spare, self._self_kv
         self.length = kept
         self.batch_size = n
-        self._make_views()
+        self._forget_views()
