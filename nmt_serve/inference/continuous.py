@@ -34,7 +34,7 @@ from typing import Hashable
 
 import torch
 
-from nmt_serve.inference import greedy_pick
+from nmt_serve.inference import beam_pick, greedy_pick
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.cache import KVCache
 from nmt_serve.inference.lexical_constraints import (
@@ -263,30 +263,21 @@ class ContinuousSearch:
         forced = [(g, r.sentence.prefix[r.step]) for g, r in enumerate(self.slots)
                   if r is not None and r.step < len(r.sentence.prefix)] if self._forcing else []
         at_max = [r is not None and r.step + 1 >= r.sentence.max_length for r in self.slots]
-        if K == 1 and not early_rows and not forced and not self._lexical() and greedy_pick.available(device):
-            return self._pick(lp, at_max, entropies, looks)
-        if self.banned is not None:
-            lp.index_fill_(1, self.banned, -math.inf)
-        if early_rows:  # eos not allowed yet
-            early = torch.tensor([s < self.min_length for s in steps], device=device).repeat_interleave(K)
-            lp[early, eos] = -math.inf
-        if forced:  # a forced token is the one choice, at no cost (as search.Constraints)
-            rows = torch.tensor([g * K + k for g, _ in forced for k in range(K)], device=device)
-            tokens = torch.tensor([t for _, t in forced for _ in range(K)], device=device)
-            lp[rows] = -math.inf
-            lp[rows, tokens] = 0.0
-            at_max = [m and not any(g == f for f, _ in forced) for g, m in enumerate(at_max)]
-        if any(at_max):  # these must end now: eos is their only choice, at no cost (search.AT_MAX_EOS)
-            rows = torch.tensor(at_max, device=device).repeat_interleave(K)
-            lp[rows] = -math.inf
-            lp[rows, eos] = AT_MAX_EOS
         lexical = self._lexical()
-        if lexical:
-            progress = [r.progress if r is not None else [] for r in self.slots]
-            mask_lexical(lp, lexical, progress, lambda row: self.slots[row // K].beams[row % K], K, at_max, eos)
-        candidates = lp.view(G, K, V).add_(self.beam_scores[:, :, None]).view(G, K * V)
-        top_scores, top_index = top_k(candidates, 2 * K)  # (G, 2K), best first
-        extra = constraint_candidates(candidates, lexical, progress, V) if lexical else None
+        # the kernels choose (greedy) or find the candidates (beams of a few groups) where only the bans and the max
+        # lengths apply
+        plain = not early_rows and not forced and not lexical
+        if K == 1 and plain and greedy_pick.available(device):
+            return self._pick(lp, at_max, entropies, looks)
+        top = None
+        if K > 1 and plain and G < beam_pick.MAX_SENTENCES and beam_pick.available(device):
+            top = beam_pick.candidates(lp, self.beam_scores, self.banned, eos, False,
+                                       torch.tensor(at_max) if any(at_max) else None, AT_MAX_EOS, 2 * K)
+        progress = [r.progress if r is not None else [] for r in self.slots] if lexical else None
+        if top is None:
+            top = self._candidates(lp, steps, forced, at_max, lexical, progress)
+        top_scores, top_index = top
+        extra = constraint_candidates(lp.view(G, K * V), lexical, progress, V) if lexical else None
 
         # the choice among the 2K candidates, per sentence (search.choose_beams); an empty group keeps
         # its rows as they are
@@ -348,6 +339,34 @@ class ContinuousSearch:
         if not len(self):
             self._reset()
         return done
+
+    def _candidates(self, lp: torch.Tensor, steps: list[int], forced: list[tuple[int, int]], at_max: list[bool],
+                    lexical: list[LexicalConstraints | None] | None, progress: list[list[Progress]] | None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The 2K best candidates of each group through tensor calls: lp (G*K, V) masked (the bans, eos before
+        min_length, forced tokens, the max lengths, lexical constraints) and the beams' scores added, in place ->
+        values and flat indices (G, 2K), best first."""
+        K, eos, device = self.K, self.config.eos_id, lp.device
+        G, V = len(self.slots), lp.size(-1)
+        if self.banned is not None:
+            lp.index_fill_(1, self.banned, -math.inf)
+        if self.min_length and min(steps) < self.min_length:  # eos not allowed yet
+            early = torch.tensor([s < self.min_length for s in steps], device=device).repeat_interleave(K)
+            lp[early, eos] = -math.inf
+        if forced:  # a forced token is the one choice, at no cost (as search.Constraints)
+            rows = torch.tensor([g * K + k for g, _ in forced for k in range(K)], device=device)
+            tokens = torch.tensor([t for _, t in forced for _ in range(K)], device=device)
+            lp[rows] = -math.inf
+            lp[rows, tokens] = 0.0
+            at_max = [m and not any(g == f for f, _ in forced) for g, m in enumerate(at_max)]
+        if any(at_max):  # these must end now: eos is their only choice, at no cost (search.AT_MAX_EOS)
+            rows = torch.tensor(at_max, device=device).repeat_interleave(K)
+            lp[rows] = -math.inf
+            lp[rows, eos] = AT_MAX_EOS
+        if lexical:
+            mask_lexical(lp, lexical, progress, lambda row: self.slots[row // K].beams[row % K], K, at_max, eos)
+        candidates = lp.view(G, K, V).add_(self.beam_scores[:, :, None]).view(G, K * V)
+        return top_k(candidates, 2 * K)  # (G, 2K), best first
 
     def _lexical(self) -> list[LexicalConstraints | None] | None:
         """Each group's lexical constraints, or None where no running sentence has any."""

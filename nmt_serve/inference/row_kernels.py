@@ -490,3 +490,54 @@ def top_rows(s_at, N, n, k, v_at, i_at):
         for j in range(k):
             values[r, j], indices[r, j] = top_v[j], top_i[j]
     return True
+
+
+def beam_rows(lp_at, G, W, V, banned_at, n_banned, eos, ban_eos, force_at, forced, scores_at, k, v_at, i_at):
+    """Beam search's k best candidates of each of G sentences of W rows: lp (G * W, V) float32 log-probs, the banned
+    ids (n_banned int64 at banned_at) and, with ban_eos, eos set to -inf in it; the rows of a sentence whose byte at
+    force_at (unless 0) is nonzero made -inf but for eos, which takes `forced` (search.AT_MAX_EOS); then each row's
+    beam score (G, W) at scores_at added. The k best of each sentence's W x V candidates -> values (G, k) float32 and
+    flat indices (G, k) int64 (row within the sentence * V + token), best first, the earlier index first among ties:
+    torch.topk's of lp.view(G, W, V) + scores[:, :, None], without writing the sums. The bound of top_rows over every
+    row's blocks: a block's largest sum is its largest value plus the row's score (a float sum keeps the order).
+    Returns False where a row holds a NaN (the caller then takes the tensor calls over lp as the bans left it)."""
+    B = 32
+    lp = numba.carray(float_at(lp_at), (G * W, V))
+    banned = numba.carray(int64_at(banned_at if n_banned else i_at), (n_banned,))
+    force = numba.carray(int8_at(force_at if force_at != 0 else lp_at), (G,))
+    scores = numba.carray(float_at(scores_at), (G * W,))
+    values = numba.carray(float_at(v_at), (G, k))
+    indices = numba.carray(int64_at(i_at), (G, k))
+    blocks = -(-V // B)
+    maxima = np.empty(W * blocks, np.float32)
+    top_v, top_i = np.empty(k, np.float32), np.empty(k, np.int64)
+    for g in range(G):
+        for w in range(W):
+            r = g * W + w
+            row = lp[r]
+            for j in range(n_banned):
+                row[banned[j]] = -np.inf
+            if ban_eos:
+                row[eos] = -np.inf
+            if force_at != 0 and force[g] != 0:
+                for j in range(V):
+                    row[j] = -np.inf
+                row[eos] = forced
+            if block_maxima(row, B, maxima[w * blocks:(w + 1) * blocks]):
+                return False
+            for b in range(blocks):
+                maxima[w * blocks + b] += scores[r]
+        count = 0
+        for b in range(W * blocks):
+            count = insert_best(maxima[b], b, top_v, top_i, count, k)
+        bound = top_v[count - 1] if count == k else np.float32(-np.inf)
+        count = 0
+        for w in range(W):
+            row, s = lp[g * W + w], scores[g * W + w]
+            for b in range(blocks):
+                if maxima[w * blocks + b] >= bound:
+                    for j in range(b * B, min(V, b * B + B)):
+                        count = insert_best(row[j] + s, w * V + j, top_v, top_i, count, k)
+        for j in range(k):
+            values[g, j], indices[g, j] = top_v[j], top_i[j]
+    return True

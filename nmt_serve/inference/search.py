@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from nmt_serve.inference import greedy_pick
+from nmt_serve.inference import beam_pick, greedy_pick
 from nmt_serve.inference.attention import attention_backends
 from nmt_serve.inference.lexical_constraints import (
     LexicalConstraints,
@@ -390,19 +390,28 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
     beam_scores[:, 0] = 0.0
     finished: list[list[SearchHypothesis]] = [[] for _ in range(B)]
     step = 0
+    # a few sentences' candidates in one kernel call (beam_pick) past a forced prefix, without no-repeat n-grams or
+    # lexical constraints (which read the generated tokens): those take the tensor calls of Constraints.apply
+    picks = not constraints.ngram and not lexical and beam_pick.available(device)
     while sentences:
         check_deadline(deadline)
         Nb = len(sentences)
         lp = state.log_probs(prefix)  # (Nb*width, V)
         V = lp.size(-1)
         at_max = constraints.at_max(sentences, step)
-        lp = constraints.apply(lp, step, None if at_max is None else at_max.repeat_interleave(width), prefix[:, 1:])
-        if lexical:
-            mask_lexical(lp, [lexical[s] for s in sentences], [progress[s] for s in sentences], prefix[:, 1:].tolist().__getitem__, K,
-                         [max_len_of[s] <= step + 1 for s in sentences], cfg.eos_id)
-        candidates = lp.view(Nb, width, V).add_(beam_scores[:, :, None]).view(Nb, width * V)
-        top_scores, top_index = top_k(candidates, 2 * K)  # (Nb, 2K), best first
-        extra = constraint_candidates(candidates, [lexical[s] for s in sentences], [progress[s] for s in sentences], V) if lexical else None
+        top = None
+        if picks and Nb < beam_pick.MAX_SENTENCES and step >= len(constraints.prefix):
+            top = beam_pick.candidates(lp, beam_scores, constraints.banned, cfg.eos_id, step < constraints.min_length,
+                                       at_max, AT_MAX_EOS, 2 * K)
+        if top is None:
+            lp = constraints.apply(lp, step, None if at_max is None else at_max.repeat_interleave(width), prefix[:, 1:])
+            if lexical:
+                mask_lexical(lp, [lexical[s] for s in sentences], [progress[s] for s in sentences], prefix[:, 1:].tolist().__getitem__, K,
+                             [max_len_of[s] <= step + 1 for s in sentences], cfg.eos_id)
+            candidates = lp.view(Nb, width, V).add_(beam_scores[:, :, None]).view(Nb, width * V)
+            top = top_k(candidates, 2 * K)  # (Nb, 2K), best first
+            extra = constraint_candidates(candidates, [lexical[s] for s in sentences], [progress[s] for s in sentences], V) if lexical else None
+        top_scores, top_index = top
         step += 1
 
         parents: list[int] = []  # row of each next beam's parent

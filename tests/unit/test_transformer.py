@@ -729,7 +729,8 @@ def test_the_kernels_compile_where_numba_is_installed():
     """Where numba is installed every kernel compiles: a kernel that stopped compiling would otherwise only turn the
     kernels' tests into skips."""
     pytest.importorskip("numba")
-    from nmt_serve.inference import greedy_pick, row_attention, row_products, row_step, top_k
+    from nmt_serve.inference import beam_pick, greedy_pick, row_attention, row_products, row_step, top_k
 
     assert row_products.available() and row_step.available() and row_attention.available()
     assert greedy_pick.available(torch.device("cpu")) and top_k._kernel() is not None
+    assert beam_pick.available(torch.device("cpu"))
