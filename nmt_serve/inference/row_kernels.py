@@ -530,7 +530,7 @@ def beam_rows(lp_at, G, W, V, banned_at, n_banned, eos, ban_eos, force_at, force
         count = 0
         for b in range(W * blocks):
             count = insert_best(maxima[b], b, top_v, top_i, count, k)
-        bound = top_v[count - 1] if count == k else np.float32(-np.inf)
+        bound = top_v[count - 1]  # with fewer blocks than k, the least of them: every block is read
         count = 0
         for w in range(W):
             row, s = lp[g * W + w], scores[g * W + w]
