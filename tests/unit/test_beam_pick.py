@@ -54,8 +54,8 @@ def log_probs(G: int, W: int, V: int, seed: int) -> torch.Tensor:
                lambda r: (r.__setitem__(1, -0.5), r.__setitem__(V - 2, -0.5 + 2e-8), r.__setitem__(V // 2, -0.5 - 2e-8)),
                lambda r: (r.__setitem__(min(31, V - 1), r.max() + 1), r.__setitem__(min(63, V - 1), r.max()))]
     for i in range(G * W):
-        if i % 3 == 0:
-            awkward[(i // 3) % len(awkward)](lp[i])
+        if i % (len(awkward) + 1) < len(awkward):  # every kind, and plain rows between
+            awkward[i % (len(awkward) + 1)](lp[i])
     return lp
 
 
