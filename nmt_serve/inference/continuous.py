@@ -16,6 +16,10 @@ of search.py (the same constraints, the same choice among the 2K best candidates
 finished-hypothesis rule), run at the sentence's own step count, so its result is the one it gets
 when translated alone (the tests hold it to that).
 
+On the CPU a greedy step's choice is one call of greedy_pick's kernel, and a beam step of a few groups finds its
+candidates in one call of beam_pick's, where only the bans and the max lengths apply (no forced token, lexical
+constraint or early eos among the running sentences).
+
 All sentences of one search share the beam size and min_length (they shape the rows and the eos
 rule); max_length, length_penalty and the n-best size are per sentence. Options that need the
 eager reference (n-gram blocking, no cache) are not supported here.

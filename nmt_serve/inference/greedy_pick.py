@@ -8,6 +8,8 @@ The kernel bans the same ids (and eos before min_length), forces eos where a row
 row's best as torch's max does (the first index among ties, NaN as the largest), adds its log-prob to the row's score,
 writes the token into the search's prefix buffer and counts the rows that ended: the search reads one integer back.
 No-repeat n-grams, and the steps of a forced target prefix, keep the tensor calls (search.Constraints.apply).
+The engine's continuous search chooses through it too (continuous.ContinuousSearch._pick) where no running sentence
+has a forced token, a lexical constraint or eos not allowed yet: a lone sentence through it 1.06x as fast.
 """
 from __future__ import annotations
 
