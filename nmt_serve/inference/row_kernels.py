@@ -199,7 +199,7 @@ ENDS = 9
 RELU, GELU, SWISH = 0, 1, 2  # the feed-forward's activation
 # what the kernels call, compiled (row_products._compile) before the kernels that call them
 HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "product", "norm", "residual", "step_layers",
-           "block_maxima", "best_of", "insert_best")
+           "block_maxima", "best_of", "insert_best", "ban")
 
 
 def layer_norm(x, w, b, eps, y):
@@ -413,6 +413,14 @@ def best_of(x, maxima):
     return at * B
 
 
+def ban(row, banned, eos, ban_eos):
+    """The banned ids of one row of log-probs set to -inf, and eos too with ban_eos."""
+    for j in range(banned.size):
+        row[banned[j]] = -np.inf
+    if ban_eos:
+        row[eos] = -np.inf
+
+
 def pick_rows(lp_at, N, V, banned_at, n_banned, eos, ban_eos, force_at, forced, scores_at, tokens_at, prefix_at,
               prefix_row, column):
     """Greedy search's choice for N rows of log-probs lp (N, V) float32: the banned ids (n_banned int64 at
@@ -430,10 +438,7 @@ def pick_rows(lp_at, N, V, banned_at, n_banned, eos, ban_eos, force_at, forced, 
     maxima = np.empty(-(-V // 16), np.float32)
     for n in range(N):
         row = lp[n]
-        for j in range(n_banned):
-            row[banned[j]] = -np.inf
-        if ban_eos:
-            row[eos] = -np.inf
+        ban(row, banned, eos, ban_eos)
         if force_at != 0 and force[n] != 0:
             token, value = eos, forced
         else:
@@ -515,10 +520,7 @@ def beam_rows(lp_at, G, W, V, banned_at, n_banned, eos, ban_eos, force_at, force
         for w in range(W):
             r = g * W + w
             row = lp[r]
-            for j in range(n_banned):
-                row[banned[j]] = -np.inf
-            if ban_eos:
-                row[eos] = -np.inf
+            ban(row, banned, eos, ban_eos)
             if force_at != 0 and force[g] != 0:
                 for j in range(V):
                     row[j] = -np.inf
