@@ -41,8 +41,8 @@ def candidates(lp: torch.Tensor, scores: torch.Tensor, banned: torch.Tensor | No
     """The k best candidates of each sentence (see the module's docstring): lp (G * W, V) float32, contiguous
     (log_softmax's), changed in place; scores (G, W) float32, contiguous, each row's beam score; banned (n,) int64 or
     None; at_max (G,) bool, the sentences that must end now, or None; forced: the log-prob eos takes there -> values
-    (G, k) and flat indices (G, k) into each sentence's W x V, or None where a row holds a NaN (lp then holds the bans
-    only: the caller's tensor calls take the step)."""
+    (G, k) and flat indices (G, k) into each sentence's W x V, or None where a row holds a NaN (lp then holds the masks of
+    the rows before it, which the caller's tensor calls, taking the step, make again)."""
     G, W = scores.shape
     V = lp.size(1)
     values, indices = torch.empty(G, k), torch.empty(G, k, dtype=torch.long)

@@ -505,7 +505,7 @@ def beam_rows(lp_at, G, W, V, banned_at, n_banned, eos, ban_eos, force_at, force
     flat indices (G, k) int64 (row within the sentence * V + token), best first, the earlier index first among ties:
     torch.topk's of lp.view(G, W, V) + scores[:, :, None], without writing the sums. The bound of top_rows over every
     row's blocks: a block's largest sum is its largest value plus the row's score (a float sum keeps the order).
-    Returns False where a row holds a NaN (the caller then takes the tensor calls over lp as the bans left it)."""
+    Returns False where a row holds a NaN (the caller's tensor calls then take the step, masking lp again)."""
     B = 32
     lp = numba.carray(float_at(lp_at), (G * W, V))
     banned = numba.carray(int64_at(banned_at if n_banned else i_at), (n_banned,))
