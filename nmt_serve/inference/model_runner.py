@@ -295,14 +295,17 @@ class FloatLinear:
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS) if pack else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.rows is not None:
+        if self.rows is not None and x.is_contiguous() and not x.requires_grad:
             shape = x.shape
+            rows = shape[0] if len(shape) == 2 else x.numel() // shape[-1]
             # the checks written out: a step calls this 19 times at a few microseconds each (rows hold float32); a lone
-            # row on more threads reads the column blocks where they are kept (keeps_blocks), else the kernel splits
-            if len(shape) == 2 and shape[0] <= row_products.ROWS and x.is_contiguous() and not x.requires_grad:
-                threads = torch.get_num_threads()
-                if threads == 1 or not self.n_blocks or shape[0] > 1:
-                    return row_products.float_rows(x, self.rows, self.rows_bias, shape[0], threads)
+            # row on more threads reads the column blocks where they are kept (keeps_blocks), else the kernel splits;
+            # a few more rows (a short source's encoder) go through it too, FLOAT_ROWS_PER_THREAD a thread
+            threads = torch.get_num_threads()
+            if ((rows > 1 or threads == 1 or not self.n_blocks) if rows <= row_products.ROWS
+                    else rows <= row_products.FLOAT_ROWS_PER_THREAD * (threads if row_products.splits() else 1)):
+                y = row_products.float_rows(x, self.rows, self.rows_bias, rows, threads)
+                return y if len(shape) == 2 else y.view(*shape[:-1], self.out_features)
         w = self.lone_row
         shape = x.shape
         if self.in_order and len(shape) == 2 and shape[0] == 1:

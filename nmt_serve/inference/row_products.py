@@ -45,6 +45,12 @@ import torch
 log = logging.getLogger("nmt_serve.inference.row_products")
 
 ROWS = 2  # the most rows a kernel takes: beyond, torch's products (measured above)
+# A float32 weight's product takes up to this many rows a thread its outputs split over (one where they do not) through
+# the kernel: dot_rows shares each weight's load among four rows, and oneDNN's packed product of a few rows pays a
+# fixed cost per call. The shipped model's encoder weights (768, 256, 1,024 and 1,536 outputs), 2-core AMD EPYC,
+# against the packed product: 4 rows at 1 thread 1.2-2.4x as fast, 6 rows 0.8-1.1x; 8 rows at 2 threads 1.1-2.2x,
+# 12 rows 0.9-1.7x. A short source's encoder and a few rows of a step the step kernel does not take go through it.
+FLOAT_ROWS_PER_THREAD = 4
 
 # The kernels run on one thread. One row of an int8 weight up to this size ran as fast through them as through
 # fbgemm on two threads or faster, and faster at one (2-core AMD EPYC, each call after 64 MB read elsewhere, us at
@@ -197,9 +203,10 @@ def _share(threads: int) -> int:
 
 
 def float_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, rows: int, threads: int = 1) -> torch.Tensor:
-    """x (rows, C_in), at most ROWS of them, times weight (C_out, C_in)^T plus bias (C_out,) -> (rows, C_out); every
-    tensor float32 and contiguous, nothing for autograd to follow (the caller checks x, the owner the rest). The
-    outputs split over `threads` threads where splits(), else one."""
+    """x (rows, C_in), a few rows (ROWS, or FLOAT_ROWS_PER_THREAD a thread), times weight (C_out, C_in)^T plus bias
+    (C_out,) -> (rows, C_out); every tensor float32 and contiguous (x may have more dims, its rows read in order),
+    nothing for autograd to follow (the caller checks x, the owner the rest). The outputs split over `threads`
+    threads where splits(), else one."""
     C_out, C_in = weight.shape
     y = torch.empty(rows, C_out)
     if threads > 1 and SPLIT and _float_split is not None:

@@ -442,14 +442,15 @@ def test_a_lone_row_reads_w_as_it_is_through_the_row_kernel(out_features, in_fea
                         y = linear(x)
                         assert y.shape == (*x.shape[:-1], out_features) and y.is_contiguous()
                         torch.testing.assert_close(y, torch.nn.functional.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
-                # (rows, threads) of the 2-D inputs of at most two contiguous rows; on two threads they split where the
-                # kernel splits, and a lone row reads the blocks where there are some
+                # (rows, threads) of the contiguous inputs of at most two rows, or FLOAT_ROWS_PER_THREAD a thread the
+                # kernel splits over (one where it does not); on two threads they split where the kernel splits, and a
+                # lone row reads the blocks where there are some
                 if n == 1:
-                    assert calls == [(1, 1), (2, 1), (0, 1)]
-                elif split:
-                    assert calls == [(1, shared), (2, shared), (0, shared)]
+                    assert calls == [(1, 1), (2, 1), (1, 1), (1, 1), (3, 1), (0, 1)]
+                elif split:  # up to FLOAT_ROWS_PER_THREAD a thread: the 6 rows of (2, 3, C) too
+                    assert calls == [(1, shared), (2, shared), (1, shared), (1, shared), (3, shared), (6, shared), (0, shared)]
                 else:
-                    assert calls == ([(2, 1)] if blocks else [(1, 1), (2, 1), (0, 1)])
+                    assert calls == ([(2, 1), (3, 1)] if blocks else [(1, 1), (2, 1), (1, 1), (1, 1), (3, 1), (0, 1)])
         finally:
             torch.set_num_threads(threads)
     assert (engine_module.FloatLinear(weight, bias, packed=True, lone_row=2).rows is None) != split
