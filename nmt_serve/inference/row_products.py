@@ -1,4 +1,4 @@
-"""A row or two times a weight on the CPU, at the rate the weight streams from memory: numba's kernels.
+"""A row or a few times a weight on the CPU, at the rate the weight streams from memory: numba's kernels.
 
 Greedy search of one sentence multiplies one row by each of a step's weights, each read once a step and
 so from the last-level cache or memory, never from a hot L2. Every torch kernel tried for that product
@@ -26,7 +26,10 @@ ones, and leaving weights below 512 KiB on the calling thread made a lone greedy
 GNU's libgomp of the system, a second runtime beside the one torch bundles; it spins GOMP_SPINCOUNT times after
 a product, as torch's does (the engine sets it low, supervisor.py). At more rows the dot products become the
 cost (each row computes its own, the weight from L1 after the first): at 2 rows still 1.9x the packed oneDNN
-product, at 4 about even, at 8 behind, so they take ROWS rows at most.
+product, at 4 about even, at 8 behind, so they take ROWS rows at most. Since dot_rows shares each weight's load among
+four rows, a float32 product of a few rows more (FLOAT_ROWS_PER_THREAD a thread the outputs split over) is faster
+through the kernel than through oneDNN's packed product, whose fixed cost per call dominates there: a short source's
+encoder (a one-word request's join 1.5x as fast).
 
 Compiled on their first use in a process (0.5-0.9 s, and 6 s for the split ones: numba's parallel pipeline), or
 loaded from numba's cache (0.7 s for all four) where a writable place for it exists; numba's import takes 0.2 s
