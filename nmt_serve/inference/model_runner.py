@@ -274,6 +274,9 @@ class FloatLinear:
         if self.onednn and lone_row and reads_rows(C_out, C_in, lone_row, float32=float32):
             self.rows = weight.detach().contiguous()
             self.rows_bias = bias.detach().contiguous() if bias is not None else weight.new_zeros(C_out)
+        # rows a thread the kernel takes past ROWS (row_products.FLOAT_ROWS_PER_THREAD)
+        self.rows_per_thread = (row_products.FLOAT_ROWS_PER_THREAD if weight.numel() <= row_products.FLOAT_ROWS_ELEMENTS
+                                else row_products.ROWS)
         if self.onednn and n_blocks == 1:
             if lone_row_copies(C_out, C_in):
                 self.lone_row = self.transposed = transposed.contiguous()
@@ -300,10 +303,10 @@ class FloatLinear:
             rows = shape[0] if len(shape) == 2 else x.numel() // shape[-1]
             # the checks written out: a step calls this 19 times at a few microseconds each (rows hold float32); a lone
             # row on more threads reads the column blocks where they are kept (keeps_blocks), else the kernel splits;
-            # a few more rows (a short source's encoder) go through it too, FLOAT_ROWS_PER_THREAD a thread
+            # a few more rows (a short source's encoder) go through it too, rows_per_thread a thread
             threads = torch.get_num_threads()
             if ((rows > 1 or threads == 1 or not self.n_blocks) if rows <= row_products.ROWS
-                    else rows <= row_products.FLOAT_ROWS_PER_THREAD * (threads if row_products.splits() else 1)):
+                    else rows <= self.rows_per_thread * (threads if row_products.splits() else 1)):
                 y = row_products.float_rows(x, self.rows, self.rows_bias, rows, threads)
                 return y if len(shape) == 2 else y.view(*shape[:-1], self.out_features)
         w = self.lone_row

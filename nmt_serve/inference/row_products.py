@@ -48,12 +48,17 @@ import torch
 log = logging.getLogger("nmt_serve.inference.row_products")
 
 ROWS = 2  # the most rows a kernel takes: beyond, torch's products (measured above)
-# A float32 weight's product takes up to this many rows a thread its outputs split over (one where they do not) through
-# the kernel: dot_rows shares each weight's load among four rows, and oneDNN's packed product of a few rows pays a
-# fixed cost per call. The shipped model's encoder weights (768, 256, 1,024 and 1,536 outputs), 2-core AMD EPYC,
-# against the packed product: 4 rows at 1 thread 1.2-2.4x as fast, 6 rows 0.8-1.1x; 8 rows at 2 threads 1.1-2.2x,
-# 12 rows 0.9-1.7x. A short source's encoder and a few rows of a step the step kernel does not take go through it.
+# A float32 weight of at most FLOAT_ROWS_ELEMENTS takes up to this many rows a thread its outputs split over (one where
+# they do not) through the kernel, a larger one ROWS a thread: dot_rows shares each weight's load among four rows, and
+# oneDNN's packed product of a few rows pays a fixed cost per call, which a larger weight's work outweighs sooner.
+# Against the packed product, 2-core AMD EPYC:
+# - the shipped model's encoder weights (256 x 256 to 1,536 x 256): 4 rows at 1 thread 1.2-2.4x as fast, 6 rows
+#   0.8-1.1x; 8 rows at 2 threads 1.1-2.2x, 12 rows 0.9-1.7x;
+# - OPUS-MT's (512 x 512 to 2,048 x 512, 512 x 2,048): 4 rows at 2 threads 1.1-1.9x; 8 rows at 2 threads 1.3-1.5x for
+#   512 x 512, 0.44-1.06x for the larger ones; 4 rows at 1 thread 0.90-1.47x.
+# A short source's encoder and a few rows of a step the step kernel does not take go through it.
 FLOAT_ROWS_PER_THREAD = 4
+FLOAT_ROWS_ELEMENTS = 1 << 19
 
 # The kernels run on one thread. One row of an int8 weight up to this size ran as fast through them as through
 # fbgemm on two threads or faster, and faster at one (2-core AMD EPYC, each call after 64 MB read elsewhere, us at

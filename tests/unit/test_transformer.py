@@ -391,14 +391,44 @@ def test_float_linear_lone_row_layouts_compute_the_linear(threads, out_features,
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the lone row's layouts sit beside oneDNN's packed weights")
+def test_a_large_weight_takes_fewer_rows_through_the_row_kernel(monkeypatch):
+    """Past FLOAT_ROWS_ELEMENTS a weight's product takes ROWS rows a thread the kernel splits over, not
+    FLOAT_ROWS_PER_THREAD: its work outweighs oneDNN's fixed cost per call sooner."""
+    from nmt_serve.inference import row_products
+
+    if not row_products.splits():
+        pytest.skip("numba's OpenMP threads do not load here")
+    weight, bias = torch.randn(48, 32), torch.randn(48)
+    rows = {}
+    for limit in (1 << 19, 0):  # the weight small, then counted large
+        monkeypatch.setattr(row_products, "FLOAT_ROWS_ELEMENTS", limit)
+        linear = engine_module.FloatLinear(weight, bias, packed=True, lone_row=2)
+        calls = []
+        kernel = row_products._float_split
+        monkeypatch.setattr(row_products, "_float_split", lambda *args: calls.append(args[4]) or kernel(*args))
+        threads = torch.get_num_threads()
+        torch.set_num_threads(2)
+        try:
+            with torch.inference_mode():
+                for n in (3, 4, 5, 8, 9):
+                    x = torch.randn(n, 32)
+                    torch.testing.assert_close(linear(x), torch.nn.functional.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+        finally:
+            torch.set_num_threads(threads)
+            monkeypatch.setattr(row_products, "_float_split", kernel)
+        rows[limit] = calls
+    assert rows == {1 << 19: [3, 4, 5, 8], 0: [3, 4]}
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the lone row's layouts sit beside oneDNN's packed weights")
 @pytest.mark.parametrize("out_features,in_features", [(48, 32), (50, 96), (2, 32)])
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("columns", [0, 16])  # no column blocks (Intel's rule), or 16 wide (AMD's, narrower)
 @pytest.mark.parametrize("split", [True, False])  # numba's OpenMP threads split the outputs, or do not load
 def test_a_lone_row_reads_w_as_it_is_through_the_row_kernel(out_features, in_features, with_bias, columns, split, monkeypatch):
     """Laid out for 1 thread, a weight only a lone row reads is held as it is, (C_out, C_in), W itself (no copy):
-    one or two rows go through row_products' kernel, more through the packed weight, in whatever leading shape they
-    come, all giving F.linear's result. W replaces the transposed copy. Where the kernel splits over threads, one or
+    one or two rows go through row_products' kernel, and a few more (FLOAT_ROWS_PER_THREAD a thread it splits over),
+    more through the packed weight, in whatever leading shape they come, all giving F.linear's result. W replaces the transposed copy. Where the kernel splits over threads, one or
     two rows stepped on two threads go through the split kernel, column blocks are not kept, and a layout for 2
     threads reads W too. Where it does not, column blocks stay beside W, a lone row stepped on two threads reads
     them, and a layout for 2 threads keeps the torch layouts alone. Where a few rows read the layout (an Intel CPU's
