@@ -27,9 +27,9 @@ GNU's libgomp of the system, a second runtime beside the one torch bundles; it s
 a product, as torch's does (the engine sets it low, supervisor.py). At more rows the dot products become the
 cost (each row computes its own, the weight from L1 after the first): at 2 rows still 1.9x the packed oneDNN
 product, at 4 about even, at 8 behind, so they take ROWS rows at most. Since dot_rows shares each weight's load among
-four rows, a float32 product of a few rows more (FLOAT_ROWS_PER_THREAD a thread the outputs split over) is faster
-through the kernel than through oneDNN's packed product, whose fixed cost per call dominates there: a short source's
-encoder (a one-word request's join 1.5x as fast).
+four rows, a float32 product of a few rows more (FLOAT_ROWS_PER_THREAD a thread the outputs split over, for a weight
+of at most FLOAT_ROWS_ELEMENTS) is faster through the kernel than through oneDNN's packed product, whose fixed cost per
+call dominates there: a short source's encoder (a one-word request's join 1.5x as fast).
 
 Compiled on their first use in a process (0.5-0.9 s, and 6 s for the split ones: numba's parallel pipeline), or
 loaded from numba's cache (0.7 s for all four) where a writable place for it exists; numba's import takes 0.2 s
