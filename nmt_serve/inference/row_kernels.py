@@ -199,7 +199,7 @@ ENDS = 9
 RELU, GELU, SWISH = 0, 1, 2  # the feed-forward's activation
 # what the kernels call, compiled (row_products._compile) before the kernels that call them
 HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "product", "norm", "residual", "step_layers",
-           "block_maxima", "best_of", "insert_best", "ban")
+           "block_maxima", "best_of", "insert_best", "best_sums", "ban")
 
 
 def layer_norm(x, w, b, eps, y):
@@ -466,32 +466,48 @@ def insert_best(v, i, values, indices, count, k):
     return count + 1
 
 
+def best_sums(rows, scores, k, maxima, top_v, top_i):
+    """The k best of rows (W, n) float32 plus each row's score (W,) into top_v / top_i (the value; the index w * n + j),
+    best first, the earlier index first among ties, without writing the sums. Each block of 32 takes its maximum in
+    vector lanes, plus its row's score (a float sum keeps the order, so that is the block's largest sum); the k-th
+    largest of those maxima bounds the k-th best sum from below (the k blocks with the largest maxima hold k sums at
+    least as large; with fewer blocks than k, the least of them: every block is read), so only the blocks whose maximum
+    reaches it are read again. maxima: room for W x the blocks of a row. Returns False where a row holds a NaN."""
+    B = 32
+    W, n = rows.shape
+    blocks = -(-n // B)
+    for w in range(W):
+        if block_maxima(rows[w], B, maxima[w * blocks:(w + 1) * blocks]):
+            return False
+        for b in range(blocks):
+            maxima[w * blocks + b] += scores[w]
+    count = 0
+    for b in range(W * blocks):
+        count = insert_best(maxima[b], b, top_v, top_i, count, k)
+    bound = top_v[count - 1]
+    count = 0
+    for w in range(W):
+        row, s = rows[w], scores[w]
+        for b in range(blocks):
+            if maxima[w * blocks + b] >= bound:
+                for j in range(b * B, min(n, b * B + B)):
+                    count = insert_best(row[j] + s, w * n + j, top_v, top_i, count, k)
+    return True
+
+
 def top_rows(s_at, N, n, k, v_at, i_at):
     """The k best of each row of scores (N, n) float32 -> values (N, k) float32 and indices (N, k) int64, best first,
-    the earlier index first among ties. Each block of 32 takes its maximum in vector lanes; the k-th largest of those
-    maxima bounds the k-th best value from below (the k blocks with the largest maxima hold k values at least as
-    large), so only the blocks whose maximum reaches it are read again. Returns False where a row holds a NaN (torch's
-    topk, which counts NaN as the largest, then gives the caller every row's)."""
-    B = 32
+    the earlier index first among ties (best_sums, each row alone, no score added). Returns False where a row holds a
+    NaN (torch's topk, which counts NaN as the largest, then gives the caller every row's)."""
     scores = numba.carray(float_at(s_at), (N, n))
     values = numba.carray(float_at(v_at), (N, k))
     indices = numba.carray(int64_at(i_at), (N, k))
-    blocks = -(-n // B)
-    maxima = np.empty(blocks, np.float32)
+    maxima = np.empty(-(-n // 32), np.float32)
     top_v, top_i = np.empty(k, np.float32), np.empty(k, np.int64)
+    none = np.zeros(1, np.float32)
     for r in range(N):
-        row = scores[r]
-        if block_maxima(row, B, maxima):
+        if not best_sums(scores[r:r + 1], none, k, maxima, top_v, top_i):
             return False
-        count = 0
-        for b in range(blocks):
-            count = insert_best(maxima[b], b, top_v, top_i, count, k)
-        bound = top_v[count - 1] if count == k else np.float32(-np.inf)
-        count = 0
-        for b in range(blocks):
-            if maxima[b] >= bound:
-                for j in range(b * B, min(n, b * B + B)):
-                    count = insert_best(row[j], j, top_v, top_i, count, k)
         for j in range(k):
             values[r, j], indices[r, j] = top_v[j], top_i[j]
     return True
@@ -503,43 +519,24 @@ def beam_rows(lp_at, G, W, V, banned_at, n_banned, eos, ban_eos, force_at, force
     force_at (unless 0) is nonzero made -inf but for eos, which takes `forced` (search.AT_MAX_EOS); then each row's
     beam score (G, W) at scores_at added. The k best of each sentence's W x V candidates -> values (G, k) float32 and
     flat indices (G, k) int64 (row within the sentence * V + token), best first, the earlier index first among ties:
-    torch.topk's of lp.view(G, W, V) + scores[:, :, None], without writing the sums. The bound of top_rows over every
-    row's blocks: a block's largest sum is its largest value plus the row's score (a float sum keeps the order).
-    Returns False where a row holds a NaN (the caller's tensor calls then take the step, masking lp again)."""
-    B = 32
+    torch.topk's of lp.view(G, W, V) + scores[:, :, None], without writing the sums (best_sums). Returns False where
+    a row holds a NaN (the caller's tensor calls then take the step, masking lp again)."""
     lp = numba.carray(float_at(lp_at), (G * W, V))
     banned = numba.carray(int64_at(banned_at if n_banned else i_at), (n_banned,))
     force = numba.carray(int8_at(force_at if force_at != 0 else lp_at), (G,))
     scores = numba.carray(float_at(scores_at), (G * W,))
     values = numba.carray(float_at(v_at), (G, k))
     indices = numba.carray(int64_at(i_at), (G, k))
-    blocks = -(-V // B)
-    maxima = np.empty(W * blocks, np.float32)
+    maxima = np.empty(W * -(-V // 32), np.float32)
     top_v, top_i = np.empty(k, np.float32), np.empty(k, np.int64)
     for g in range(G):
-        for w in range(W):
-            r = g * W + w
-            row = lp[r]
-            ban(row, banned, eos, ban_eos)
+        for r in range(g * W, g * W + W):
+            ban(lp[r], banned, eos, ban_eos)
             if force_at != 0 and force[g] != 0:
-                for j in range(V):
-                    row[j] = -np.inf
-                row[eos] = forced
-            if block_maxima(row, B, maxima[w * blocks:(w + 1) * blocks]):
-                return False
-            for b in range(blocks):
-                maxima[w * blocks + b] += scores[r]
-        count = 0
-        for b in range(W * blocks):
-            count = insert_best(maxima[b], b, top_v, top_i, count, k)
-        bound = top_v[count - 1]  # with fewer blocks than k, the least of them: every block is read
-        count = 0
-        for w in range(W):
-            row, s = lp[g * W + w], scores[g * W + w]
-            for b in range(blocks):
-                if maxima[w * blocks + b] >= bound:
-                    for j in range(b * B, min(V, b * B + B)):
-                        count = insert_best(row[j] + s, w * V + j, top_v, top_i, count, k)
+                lp[r, :] = -np.inf
+                lp[r, eos] = forced
+        if not best_sums(lp[g * W:g * W + W], scores[g * W:g * W + W], k, maxima, top_v, top_i):
+            return False
         for j in range(k):
             values[g, j], indices[g, j] = top_v[j], top_i[j]
     return True
