@@ -199,7 +199,7 @@ ENDS = 9
 RELU, GELU, SWISH = 0, 1, 2  # the feed-forward's activation
 # what the kernels call, compiled (row_products._compile) before the kernels that call them
 HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "product", "norm", "residual", "step_layers",
-           "block_maxima", "best_of", "insert_best", "best_sums", "ban")
+           "block_maxima", "best_of", "insert_best", "best_sums", "ban", "copy", "move_row")
 
 
 def layer_norm(x, w, b, eps, y):
@@ -540,3 +540,76 @@ def beam_rows(lp_at, G, W, V, banned_at, n_banned, eos, ban_eos, force_at, force
         for j in range(k):
             values[g, j], indices[g, j] = top_v[j], top_i[j]
     return True
+
+
+def move_rows(kv_at, blocks, block, row, heads, head, span, parents_at, n):
+    """Row i of a cache's self-attention buffer becomes old row parents[i] (n int64 at parents_at, each below n), in
+    place: the buffer at kv_at holds `blocks` blocks (a layer's keys, its values) `block` floats apart, in each row r's
+    head h from r * row + h * head, of which the first `span` floats are copied (the positions stored). A row that
+    keeps its own history is not touched. A row is written once every row that reads its old history has been; where
+    rows read each other's in a cycle (beams swapping parents), one of them is kept aside first.
+    -> False, nothing written, where a parent is not a row (below 0 or from n on)."""
+    kv = numba.carray(float_at(kv_at), ((blocks - 1) * block + (n - 1) * row + (heads - 1) * head + span,))
+    parents = numba.carray(int64_at(parents_at), (n,))
+    for i in range(n):
+        if parents[i] < 0 or parents[i] >= n:
+            return False
+    readers = np.zeros(n, np.int64)  # rows not yet written that read each row's old history
+    written = np.zeros(n, np.bool_)
+    for i in range(n):
+        if parents[i] == i:
+            written[i] = True
+        else:
+            readers[parents[i]] += 1
+    ready = np.empty(n, np.int64)  # rows whose old history no row still needs
+    count = 0
+    for i in range(n):
+        if not written[i] and readers[i] == 0:
+            ready[count] = i
+            count += 1
+    while count:
+        count -= 1
+        i = ready[count]
+        move_row(kv, parents[i], i, blocks, block, row, heads, head, span)
+        written[i] = True
+        p = parents[i]
+        readers[p] -= 1
+        if readers[p] == 0 and not written[p]:
+            ready[count] = p
+            count += 1
+    kept = np.empty((blocks, heads, span), np.float32)
+    for c in range(n):  # what is left is cycles: each row read by the next
+        if written[c]:
+            continue
+        for b in range(blocks):
+            for h in range(heads):
+                at = b * block + c * row + h * head
+                copy(kv[at:at + span], kept[b, h])
+        i = c
+        while True:
+            p = parents[i]
+            written[i] = True
+            if p == c:
+                for b in range(blocks):
+                    for h in range(heads):
+                        to = b * block + i * row + h * head
+                        copy(kept[b, h], kv[to:to + span])
+                break
+            move_row(kv, p, i, blocks, block, row, heads, head, span)
+            i = p
+    return True
+
+
+def move_row(kv, p, i, blocks, block, row, heads, head, span):
+    """Row p's history copied into row i (move_rows)."""
+    # slices indexed from 0 by their loops (offsets numba cannot prove positive keep a loop scalar)
+    for b in range(blocks):
+        for h in range(heads):
+            at, to = b * block + p * row + h * head, b * block + i * row + h * head
+            copy(kv[at:at + span], kv[to:to + span])
+
+
+def copy(x, y):
+    """y[:] = x[:], two slices that do not overlap."""
+    for j in range(x.size):
+        y[j] = x[j]

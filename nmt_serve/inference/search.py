@@ -145,9 +145,10 @@ class DecoderState:
         if beam_size > 1 and not first_alone and not grouped:  # a grouped cache has B * K rows
             self.reorder(torch.arange(src.size(0), device=src.device).repeat_interleave(beam_size))
 
-    def log_probs(self, prefix: torch.Tensor, last: torch.Tensor | None = None) -> torch.Tensor:
+    def log_probs(self, prefix: torch.Tensor | None, last: torch.Tensor | None = None) -> torch.Tensor:
         """prefix (N, t) of decoder inputs -> log-probs (N, V) of the token after it (float32). last: prefix[:, -1]
-        where the caller holds it (the cache reads only that)."""
+        where the caller holds it: the cache reads only that (prefix may then be None), the path without it the
+        whole prefix."""
         if self.cache is not None:
             logits = self.runner.step(prefix[:, -1] if last is None else last, self.cache)
         else:
@@ -235,9 +236,10 @@ class Constraints:
         """(N,) bool: which of the running rows (sentence indices) must end with this step; None: none."""
         return self.max_lens[rows] <= step + 1 if step + 1 >= self.shortest_cap else None
 
-    def apply(self, lp: torch.Tensor, step: int, at_max: torch.Tensor | None, generated: torch.Tensor) -> torch.Tensor:
+    def apply(self, lp: torch.Tensor, step: int, at_max: torch.Tensor | None,
+              generated: torch.Tensor | list[list[int]]) -> torch.Tensor:
         """lp (N, V); step = tokens generated so far; at_max (N,) bool rows that must end now (None: no
-        row); generated (N, step) tokens so far."""
+        row); generated: the tokens so far, (N, step), or each row's list."""
         if step < len(self.prefix):  # forced: the one choice, at no cost
             lp.fill_(-math.inf)
             lp[:, self.prefix[step]] = 0.0
@@ -248,7 +250,7 @@ class Constraints:
             lp[:, self.eos] = -math.inf
         if self.ngram and step + 1 >= self.ngram:
             n = self.ngram
-            rows = generated.tolist()
+            rows = generated.tolist() if isinstance(generated, torch.Tensor) else generated
             for r, toks in enumerate(rows):
                 tail = tuple(toks[step - n + 1 :]) if n > 1 else ()
                 banned = [toks[i + n - 1] for i in range(step - n + 1) if tuple(toks[i : i + n - 1]) == tail]
@@ -383,7 +385,10 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
     max_len_of = max_lens.tolist()
     # per sentence, each beam's progress on its positive constraints
     progress: list[list[Progress]] = [[c.start()] * K if c else [] for c in lexical] if lexical else []
-    prefix = torch.full((B * width, 1), cfg.decoder_start_id, dtype=torch.long, device=device)  # (Nb*width, 1+step)
+    # each row's tokens so far, and its newest input (what the cache reads): a list per row, as the engine's search
+    # keeps them, where a tensor of the prefixes took an index and a cat a step (a lone beam-4 token 18 us against 7)
+    histories: list[list[int]] = [[] for _ in range(B * width)]
+    last = torch.full((B * width,), cfg.decoder_start_id, dtype=torch.long, device=device)
     # the beams that are not live (all but beam 0 at the start) have no score, so that the first step
     # does not pick K copies of one token
     beam_scores = torch.full((B, width), -math.inf, device=device)
@@ -396,7 +401,9 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
     while sentences:
         check_deadline(deadline)
         Nb = len(sentences)
-        lp = state.log_probs(prefix)  # (Nb*width, V)
+        prefix = None if state.cache is not None else torch.tensor(
+            [[cfg.decoder_start_id] + h for h in histories], dtype=torch.long, device=device)
+        lp = state.log_probs(prefix, last)  # (Nb*width, V)
         V = lp.size(-1)
         at_max = constraints.at_max(sentences, step)
         top = None
@@ -404,9 +411,9 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
             top = beam_pick.candidates(lp, beam_scores, constraints.banned, cfg.eos_id, step < constraints.min_length,
                                        at_max, AT_MAX_EOS, 2 * K)
         if top is None:
-            lp = constraints.apply(lp, step, None if at_max is None else at_max.repeat_interleave(width), prefix[:, 1:])
+            lp = constraints.apply(lp, step, None if at_max is None else at_max.repeat_interleave(width), histories)
             if lexical:
-                mask_lexical(lp, [lexical[s] for s in sentences], [progress[s] for s in sentences], prefix[:, 1:].tolist().__getitem__, K,
+                mask_lexical(lp, [lexical[s] for s in sentences], [progress[s] for s in sentences], histories.__getitem__, K,
                              [max_len_of[s] <= step + 1 for s in sentences], cfg.eos_id)
             candidates = lp.view(Nb, width, V).add_(beam_scores[:, :, None]).view(Nb, width * V)
             top = top_k(candidates, 2 * K)  # (Nb, 2K), best first
@@ -426,7 +433,7 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
             else:
                 ended, continuing = choose_beams(row_scores, row_index, K, V, cfg.eos_id)
             for beam, score in ended:
-                tokens = prefix[b * width + beam, 1:].tolist()
+                tokens = histories[b * width + beam]
                 unmet = bool(lex) and not lex.all_met(progress[sentence][beam])
                 finished[sentence].append(SearchHypothesis(tokens, score, normalize(score, step, options.length_penalty), True, unmet))
             if lex:
@@ -450,7 +457,8 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
         if not sentences:
             break
         parent = torch.tensor(parents, device=device)
-        prefix = torch.cat([prefix[parent], torch.tensor(next_tokens, device=device)[:, None]], dim=1)
+        histories = [histories[p] + [token] for p, token in zip(parents, next_tokens)]
+        last = torch.tensor(next_tokens, device=device)
         beam_scores = torch.tensor(next_scores, dtype=beam_scores.dtype, device=device).view(-1, K)
         if width < K:  # after the first step: K rows per sentence from here on
             state.expand(parent)

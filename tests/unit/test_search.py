@@ -114,7 +114,7 @@ def test_finished_sentences_leave_the_batch(beam_size, monkeypatch, beam_cache_m
     original = DecoderState.log_probs
 
     def spy(self, prefix, last=None):
-        rows_per_step.append(prefix.size(0))
+        rows_per_step.append((last if last is not None else prefix).size(0))
         return original(self, prefix, last)
 
     monkeypatch.setattr(DecoderState, "log_probs", spy)

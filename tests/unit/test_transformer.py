@@ -1,8 +1,12 @@
 """Model invariants: KV cache equals recomputation, causality, padding, attention normalization."""
+import itertools
+import random
+
 import pytest
 import torch
 from conftest import random_model, random_sources
 
+import nmt_serve.inference.cache as cache_module
 import nmt_serve.inference.model_runner as engine_module
 from nmt_serve.inference.model_runner import ModelRunner
 from nmt_serve.inference.cache import KVCache
@@ -66,6 +70,47 @@ def test_cache_reorder_follows_indices():
         reference = model(src[order], tgt_in[order])[:, 3:5]
     assert (after - reference).abs().max().item() <= 1e-5
     assert cache.batch_size == 3 and cache.length == 5
+
+
+def beam_cache(rows: int, length: int, capacity: int = 8, seed: int = 0) -> KVCache:
+    """A cache of `rows` rows holding `length` random positions of 2 layers (3 heads of 4)."""
+    g = torch.Generator().manual_seed(seed)
+    cache = KVCache(torch.randn(2, 2, rows, 3, 5, 4, generator=g), None, capacity)
+    cache._make_room()
+    if length > cache.capacity:
+        cache._grow(length)
+    cache._self_kv.copy_(torch.randn(cache._self_kv.shape, generator=g))
+    cache.length = length
+    return cache
+
+
+@pytest.mark.skipif(cache_module._move_kernel() is None, reason="needs numba's kernels")
+def test_beam_reorders_move_rows_within_the_buffer_as_a_copy_into_the_spare_one_does(monkeypatch):
+    """A reorder within sentences (cross=False) on the CPU copies the rows that change in place (row_kernels.move_rows):
+    every parent pattern of up to 4 rows (chains, swaps, cycles, one parent for all), random ones of 7, a grown
+    cache and one with nothing stored yet give the rows the index_select into the spare buffer gives."""
+    patterns = [list(p) for n in range(1, 5) for p in itertools.product(range(n), repeat=n)]
+    rng = random.Random(0)
+    patterns += [[rng.randrange(7) for _ in range(7)] for _ in range(100)] + [rng.sample(range(7), 7) for _ in range(20)]
+    for i, parents in enumerate(patterns):
+        length = (0, 3, 8, 21)[i % 4]  # 21: past the first capacity, the buffer grown
+        moved, copied = beam_cache(len(parents), length, seed=i), beam_cache(len(parents), length, seed=i)
+        buffer = moved._self_kv.data_ptr()
+        index = torch.tensor(parents)
+        monkeypatch.setattr(cache_module, "MOVE_ROWS", True)
+        moved.reorder(index, cross=False)
+        monkeypatch.setattr(cache_module, "MOVE_ROWS", False)
+        copied.reorder(index, cross=False)
+        assert moved._self_kv.data_ptr() == buffer, "moved within its own buffer"
+        assert torch.equal(moved.self_kv.narrow(4, 0, length), copied.self_kv.narrow(4, 0, length)), parents
+        assert moved.length == copied.length == length and moved.batch_size == len(parents)
+    # a parent that is not a row is refused before anything moves, as the index_select refuses it
+    monkeypatch.setattr(cache_module, "MOVE_ROWS", True)
+    cache = beam_cache(3, 4)
+    before = cache.self_kv.clone()
+    with pytest.raises(IndexError):
+        cache.reorder(torch.tensor([0, 1, 3]), cross=False)
+    assert torch.equal(cache.self_kv, before)
 
 
 def test_causality_future_tokens_do_not_change_past_logits():
