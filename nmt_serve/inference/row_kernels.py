@@ -10,10 +10,13 @@ Module-level functions, so that numba's cache finds them again in the next proce
 the HELPERS and split_rows before the kernels that call them.
 """
 import math
+import platform
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 
@@ -47,6 +50,43 @@ def int8_at(typingctx, address):
     def codegen(context, builder, signature, args):
         return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int8)))
     return types.CPointer(types.int8)(types.intp), codegen
+
+
+@intrinsic
+def atomic_add(typingctx, address, value):
+    """The int64 at an address increased by value, atomically (sequentially consistent) -> the value it held."""
+    def codegen(context, builder, signature, args):
+        return builder.atomic_rmw("add", builder.inttoptr(args[0], ir.IntType(64).as_pointer()), args[1], "seq_cst")
+    return types.int64(types.intp, types.int64), codegen
+
+
+@intrinsic
+def atomic_load(typingctx, address):
+    """The int64 at an address, read atomically (acquire: what was written before its last increase is seen)."""
+    def codegen(context, builder, signature, args):
+        return builder.load_atomic(builder.inttoptr(args[0], ir.IntType(64).as_pointer()), "acquire", 8)
+    return types.int64(types.intp), codegen
+
+
+@intrinsic
+def spin_pause(typingctx):
+    """x86's pause (nothing elsewhere): a spinning wait that leaves the core's other work room."""
+    def codegen(context, builder, signature, args):
+        if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86"):
+            builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                        "llvm.x86.sse2.pause"), [])
+        return context.get_dummy_value()
+    return types.none(), codegen
+
+
+@intrinsic
+def sched_yield(typingctx):
+    """The C library's sched_yield: the core to another thread that waits for it."""
+    def codegen(context, builder, signature, args):
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []), "sched_yield")
+        builder.call(function, [])
+        return context.get_dummy_value()
+    return types.none(), codegen
 
 
 def dot_rows(x, w, s, b, y, start, stop):
@@ -198,7 +238,8 @@ COLUMNS = 3 * len(LINEARS) + 2 * len(NORMS)
 ENDS = 9
 RELU, GELU, SWISH = 0, 1, 2  # the feed-forward's activation
 # what the kernels call, compiled (row_products._compile) before the kernels that call them
-HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "product", "norm", "residual", "step_layers",
+HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "take", "done", "wait", "product", "linear", "norm",
+           "residual", "step_layers", "step_phases", "step_work",
            "block_maxima", "best_of", "insert_best", "best_sums", "ban", "copy", "move_row")
 
 
@@ -220,12 +261,12 @@ def layer_norm(x, w, b, eps, y):
             yn[c] = (xn[c] - mean) * r * w[c] + b[c]
 
 
-def activate(f, act):
-    """The feed-forward's activation over f (N, F), in place: relu, gelu (erf's) or swish."""
-    N, F = f.shape
+def activate(f, act, lo, hi):
+    """The feed-forward's activation over columns lo to hi - 1 of f (N, F), in place: relu, gelu (erf's) or swish."""
+    N = f.shape[0]
     for n in range(N):
         fn = f[n]
-        for c in range(F):
+        for c in range(lo, hi):
             v = fn[c]
             if act == RELU:
                 fn[c] = max(v, np.float32(0.0))
@@ -235,16 +276,59 @@ def activate(f, act):
                 fn[c] = v / (np.float32(1.0) + np.exp(-v))
 
 
-def product(x, table, i, j, C_out, C_in, dtype, y, threads):
-    """y (N, C_out) = x (N, C_in) times the layer's Linear j: dot_rows, its outputs split over `threads` threads
-    where there are more than one (split_rows)."""
-    w = numba.carray(void_at(table[i, 3 * j]), (C_out, C_in), dtype)
-    s = numba.carray(float_at(table[i, 3 * j + 1]), (C_out,))
-    b = numba.carray(float_at(table[i, 3 * j + 2]), (C_out,))
-    if threads > 1:
-        split_rows(x, w, s, b, y, threads)
-    else:
-        dot_rows(x, w, s, b, y, 0, C_out)
+# A step on several threads runs as one parallel region, its work in phases, each phase in parts that the threads take
+# in turn (a counter per phase, increased atomically): a product's outputs in one part per thread, the rest of it (the
+# norms, the attention, the residuals) in one. A thread that has taken no part left waits until every part of the phase
+# is done. A part is taken by whichever thread asks first, so a thread that the OS has not started yet, or has
+# stopped, finds its parts done by the other and the step never waits on it to begin (a split per product, one
+# parallel region each, cost about 1.9 us a product: the shipped model's 18 decoder products of a lone row at 2 threads
+# took 87-98 us that way, 62 as phases of one region, 115 at 1 thread). The wait spins SPINS times, then yields the
+# core at each look, so that a thread of the step that shares its core with it gets to run.
+SPINS = 2000
+
+
+def take(at, k):
+    """The next part of phase k to do, from the counters at `at` (two int64 a phase: parts taken, parts done)."""
+    return atomic_add(at + 16 * k, 1)
+
+
+def done(at, k):
+    """One more part of phase k done."""
+    atomic_add(at + 16 * k + 8, 1)
+
+
+def wait(at, k, parts):
+    """Until all `parts` parts of phase k are done."""
+    spins = 0
+    while atomic_load(at + 16 * k + 8) < parts:
+        if spins < SPINS:
+            spin_pause()
+            spins += 1
+        else:
+            sched_yield()
+
+
+def product(at, k, parts, x, w, s, b, y, act):
+    """Phase k: y (N, C_out) = x (N, C_in) (w * s)^T + b (dot_rows), its outputs in `parts` parts (runs of a multiple
+    of 4), each followed by the activation `act` over its outputs unless act < 0."""
+    C_out = w.shape[0]
+    run = -(-C_out // (4 * parts)) * 4
+    while True:
+        c = take(at, k)
+        if c >= parts:
+            break
+        lo, hi = min(C_out, c * run), min(C_out, (c + 1) * run)
+        dot_rows(x, w, s, b, y, lo, hi)
+        if act >= 0:
+            activate(y, act, lo, hi)
+        done(at, k)
+    wait(at, k, parts)
+
+
+def linear(table, i, j, C_out, C_in, dtype):
+    """The layer's Linear j: its weight (C_out, C_in) of `dtype`, its scale and its bias (C_out,)."""
+    return (numba.carray(void_at(table[i, 3 * j]), (C_out, C_in), dtype),
+            numba.carray(float_at(table[i, 3 * j + 1]), (C_out,)), numba.carray(float_at(table[i, 3 * j + 2]), (C_out,)))
 
 
 def norm(x, table, i, k, eps, y):
@@ -256,7 +340,7 @@ def norm(x, table, i, k, eps, y):
 
 def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
                 c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale,
-                threads):
+                parts, work):
     """Every decoder layer of a step for N rows, x (N, C) at x_at in and out (the embedded tokens, then the last
     layer's output); weights of `dtype` at the addresses of the table (L, COLUMNS); eps the norms'; pre: pre-norm,
     else post-norm; act: RELU, GELU or SWISH. The self-attention cache at kv_at: layer l's keys of row n, head h,
@@ -264,21 +348,20 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
     floats); the new position t is written there. The source's keys and values likewise at c_at (S positions), its
     mask as in attend (m_at 0: none). w_at, unless 0: the cross-attention weights averaged over the layers and heads,
     (N, S) float32, are added there (the caller zeroes it). s_at, unless 0: each row's first position of its own,
-    (N,) int64 (rows that joined a running batch): its self-attention starts there. Products split over `threads`
-    threads where there are more than one. The ends (ENDS int64 at ends_at: the addresses and sizes the step's two
-    ends read):
+    (N,) int64 (rows that joined a running batch): its self-attention starts there. The ends (ENDS int64 at ends_at:
+    the addresses and sizes the step's two ends read):
     - tok_at, unless 0: the rows' tokens (N,) int64, which the kernel embeds into x first: the target embedding
       (V, C) times `embed_scale` plus the position table's row (P, C) of each row's position (t, or t - its first for a
       row that joined; at most P - 1);
     - y_at, unless 0: the logits (N, V) are written there: the last norm over x (none where its weight's address is
-      0), then the output layer (weights of `dtype`, a scale per output, a bias)."""
+      0), then the output layer (weights of `dtype`, a scale per output, a bias).
+    Each thread of the step runs this over the same arguments: the products in `parts` parts (one per thread), the
+    phases' counters and the buffers every thread reads in `work` (step_work)."""
+    at, h, a, o, qkv, f, p = work
     D = C // H
     scale = np.float32(D ** -0.5)
     x = numba.carray(float_at(x_at), (N, C))
     table = numba.carray(int64_at(table_at), (L, COLUMNS))
-    h, a, o = np.empty((N, C), np.float32), np.empty((N, C), np.float32), np.empty((N, C), np.float32)
-    qkv, f = np.empty((N, 3 * C), np.float32), np.empty((N, F), np.float32)
-    p = np.empty(max(t + 1, S), np.float32)
     self_span = (N - 1) * kv_row + (H - 1) * kv_head + (t + 1) * D
     cross_span = (N - 1) * c_row + (H - 1) * c_head + S * D
     mask = numba.carray(int8_at(m_at if m_at != 0 else x_at), ((N - 1) * m_row + S,))
@@ -288,59 +371,113 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
     first = numba.carray(int64_at(s_at), (N,)) if s_at != 0 else every
     ends = numba.carray(int64_at(ends_at), (ENDS,))
     V, P = ends[0], ends[2]
+    k = 0  # the phase: each `if take(at, k) == 0:` block is a phase of one part, run by the thread that takes it
     if tok_at != 0:
-        tokens = numba.carray(int64_at(tok_at), (N,))
-        embedding, positions = numba.carray(float_at(ends[1]), (V, C)), numba.carray(float_at(ends[3]), (P, C))
-        for n in range(N):
-            e, at = embedding[tokens[n]], positions[min(t - first[n], P - 1)]
-            for c in range(C):
-                x[n, c] = at[c] + embed_scale * e[c]
+        if take(at, k) == 0:
+            tokens = numba.carray(int64_at(tok_at), (N,))
+            embedding, positions = numba.carray(float_at(ends[1]), (V, C)), numba.carray(float_at(ends[3]), (P, C))
+            for n in range(N):
+                e, row = embedding[tokens[n]], positions[min(t - first[n], P - 1)]
+                for c in range(C):
+                    x[n, c] = row[c] + embed_scale * e[c]
+            done(at, k)
+        wait(at, k, 1)
+        k += 1
     for i in range(L):
         # self-attention over the cache and the new position, which it stores
         if pre:
-            norm(x, table, i, 0, eps, h)
-        product(h if pre else x, table, i, 0, 3 * C, C, dtype, qkv, threads)
-        k = numba.carray(float_at(kv_at + 4 * i * kv_layer), (self_span,))
-        v = numba.carray(float_at(kv_at + 4 * (i * kv_layer + kv_kv)), (self_span,))
-        for n in range(N):
-            for hd in range(H):
-                at = n * kv_row + hd * kv_head + t * D
-                k[at:at + D] = qkv[n, C + hd * D:C + hd * D + D]
-                v[at:at + D] = qkv[n, 2 * C + hd * D:2 * C + hd * D + D]
-        attend_rows(qkv.reshape(N * 3 * C), 3 * C, k, v, kv_row, kv_head, t + 1, first, mask, False, 0,
-                    a.reshape(N * C), N, H, D, scale, p, kept, np.float32(0.0))
-        product(a, table, i, 1, C, C, dtype, o, threads)
-        residual(x, o, pre, table, i, 0, eps)
+            if take(at, k) == 0:
+                norm(x, table, i, 0, eps, h)
+                done(at, k)
+            wait(at, k, 1)
+            k += 1
+        w, sc, b = linear(table, i, 0, 3 * C, C, dtype)
+        product(at, k, parts, h if pre else x, w, sc, b, qkv, -1)
+        k += 1
+        if take(at, k) == 0:
+            kc = numba.carray(float_at(kv_at + 4 * i * kv_layer), (self_span,))
+            vc = numba.carray(float_at(kv_at + 4 * (i * kv_layer + kv_kv)), (self_span,))
+            for n in range(N):
+                for hd in range(H):
+                    start = n * kv_row + hd * kv_head + t * D
+                    kc[start:start + D] = qkv[n, C + hd * D:C + hd * D + D]
+                    vc[start:start + D] = qkv[n, 2 * C + hd * D:2 * C + hd * D + D]
+            attend_rows(qkv.reshape(N * 3 * C), 3 * C, kc, vc, kv_row, kv_head, t + 1, first, mask, False, 0,
+                        a.reshape(N * C), N, H, D, scale, p, kept, np.float32(0.0))
+            done(at, k)
+        wait(at, k, 1)
+        k += 1
+        w, sc, b = linear(table, i, 1, C, C, dtype)
+        product(at, k, parts, a, w, sc, b, o, -1)
+        k += 1
         # cross-attention over the source
-        if pre:
-            norm(x, table, i, 1, eps, h)
-        product(h if pre else x, table, i, 2, C, C, dtype, o, threads)
-        ck = numba.carray(float_at(c_at + 4 * i * c_layer), (cross_span,))
-        cv = numba.carray(float_at(c_at + 4 * (i * c_layer + c_kv)), (cross_span,))
-        attend_rows(o.reshape(N * C), C, ck, cv, c_row, c_head, S, every, mask, m_at != 0, m_row, a.reshape(N * C),
-                    N, H, D, scale, p, kept, share)
-        product(a, table, i, 3, C, C, dtype, o, threads)
-        residual(x, o, pre, table, i, 1, eps)
+        if take(at, k) == 0:
+            residual(x, o, pre, table, i, 0, eps)
+            if pre:
+                norm(x, table, i, 1, eps, h)
+            done(at, k)
+        wait(at, k, 1)
+        k += 1
+        w, sc, b = linear(table, i, 2, C, C, dtype)
+        product(at, k, parts, h if pre else x, w, sc, b, o, -1)
+        k += 1
+        if take(at, k) == 0:
+            ck = numba.carray(float_at(c_at + 4 * i * c_layer), (cross_span,))
+            cv = numba.carray(float_at(c_at + 4 * (i * c_layer + c_kv)), (cross_span,))
+            attend_rows(o.reshape(N * C), C, ck, cv, c_row, c_head, S, every, mask, m_at != 0, m_row, a.reshape(N * C),
+                        N, H, D, scale, p, kept, share)
+            done(at, k)
+        wait(at, k, 1)
+        k += 1
+        w, sc, b = linear(table, i, 3, C, C, dtype)
+        product(at, k, parts, a, w, sc, b, o, -1)
+        k += 1
         # feed-forward
-        if pre:
-            norm(x, table, i, 2, eps, h)
-        product(h if pre else x, table, i, 4, F, C, dtype, f, threads)
-        activate(f, act)
-        product(f, table, i, 5, C, F, dtype, o, threads)
-        residual(x, o, pre, table, i, 2, eps)
+        if take(at, k) == 0:
+            residual(x, o, pre, table, i, 1, eps)
+            if pre:
+                norm(x, table, i, 2, eps, h)
+            done(at, k)
+        wait(at, k, 1)
+        k += 1
+        w, sc, b = linear(table, i, 4, F, C, dtype)
+        product(at, k, parts, h if pre else x, w, sc, b, f, act)
+        k += 1
+        w, sc, b = linear(table, i, 5, C, F, dtype)
+        product(at, k, parts, f, w, sc, b, o, -1)
+        k += 1
+        if take(at, k) == 0:
+            residual(x, o, pre, table, i, 2, eps)
+            done(at, k)
+        wait(at, k, 1)
+        k += 1
     if y_at != 0:
         last = x
         if ends[4] != 0:
-            layer_norm(x, numba.carray(float_at(ends[4]), (C,)), numba.carray(float_at(ends[5]), (C,)), eps, h)
+            if take(at, k) == 0:
+                layer_norm(x, numba.carray(float_at(ends[4]), (C,)), numba.carray(float_at(ends[5]), (C,)), eps, h)
+                done(at, k)
+            wait(at, k, 1)
+            k += 1
             last = h
         w = numba.carray(void_at(ends[6]), (V, C), dtype)
-        s = numba.carray(float_at(ends[7]), (V,))
-        b = numba.carray(float_at(ends[8]), (V,))
-        y = numba.carray(float_at(y_at), (N, V))
-        if threads > 1:
-            split_rows(last, w, s, b, y, threads)
-        else:
-            dot_rows(last, w, s, b, y, 0, V)
+        product(at, k, parts, last, w, numba.carray(float_at(ends[7]), (V,)), numba.carray(float_at(ends[8]), (V,)),
+                numba.carray(float_at(y_at), (N, V)), -1)
+
+
+def step_phases(L):
+    """The most phases of a step of L layers (step_layers): the embedding, 13 a layer, the last norm and the output
+    layer."""
+    return 1 + 13 * L + 2
+
+
+def step_work(N, C, F, L, t, S):
+    """What every thread of a step shares (step_layers' `work`): the phases' counters, zeros, at an address, and the
+    buffers the phases write and read."""
+    counters = np.zeros(2 * step_phases(L), np.int64)
+    return (counters.ctypes.data, np.empty((N, C), np.float32), np.empty((N, C), np.float32),
+            np.empty((N, C), np.float32), np.empty((N, 3 * C), np.float32), np.empty((N, F), np.float32),
+            np.empty(max(t + 1, S), np.float32)), counters
 
 
 def residual(x, o, pre, table, i, k, eps):
@@ -352,18 +489,43 @@ def residual(x, o, pre, table, i, k, eps):
 
 def float_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
                c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
-    """step_layers over float32 weights."""
+    """step_layers over float32 weights, on this thread (threads is 1)."""
+    work, counters = step_work(N, C, F, L, t, S)
     step_layers(x_at, N, C, H, F, table_at, L, np.float32, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale,
-                threads)
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, 1,
+                work)
 
 
 def int8_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
               c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
-    """step_layers over int8 weights."""
+    """step_layers over int8 weights, on this thread (threads is 1)."""
+    work, counters = step_work(N, C, F, L, t, S)
     step_layers(x_at, N, C, H, F, table_at, L, np.int8, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
-                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale,
-                threads)
+                c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, 1,
+                work)
+
+
+def float_step_split(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at,
+                     c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale,
+                     threads):
+    """step_layers over float32 weights on `threads` threads of numba's pool, one parallel region (compiled with
+    parallel=True)."""
+    work, counters = step_work(N, C, F, L, t, S)
+    for _ in numba.prange(threads):
+        step_layers(x_at, N, C, H, F, table_at, L, np.float32, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head,
+                    t, c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at,
+                    embed_scale, threads, work)
+
+
+def int8_step_split(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at,
+                    c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale,
+                    threads):
+    """step_layers over int8 weights on `threads` threads of numba's pool, one parallel region."""
+    work, counters = step_work(N, C, F, L, t, S)
+    for _ in numba.prange(threads):
+        step_layers(x_at, N, C, H, F, table_at, L, np.int8, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head,
+                    t, c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at,
+                    embed_scale, threads, work)
 
 
 def block_maxima(x, B, maxima):

@@ -169,6 +169,17 @@ def compile_kernel(function, signature: str):
                                               cache=cache)(function), function.__name__)
 
 
+def compile_parallel_kernel(function, signature: str):
+    """As compile_kernel, compiled with parallel=True: its prange runs on numba's OpenMP pool. None where that pool
+    does not serve (splits() is False) or it does not compile."""
+    if not splits():
+        return None
+    import numba
+
+    return _compiled(lambda cache: numba.njit(signature, parallel=True, fastmath=_FASTMATH, boundscheck=False,
+                                              nogil=True, cache=cache)(function), function.__name__)
+
+
 ENABLED = True  # tests turn the kernels off to hold torch's path to the same results
 SPLIT = True  # tests turn the split kernels off to hold the one-thread layouts
 

@@ -37,17 +37,31 @@ from nmt_serve.inference import row_products
 # 8 rows 0.91-0.97x at 1 thread and 1.17-1.25x at 2)
 ROWS_PER_THREAD = 4
 ENABLED = True  # tests turn the kernel off to hold the runner's own step to the same results
+SPLIT = True  # tests turn the step on several threads off to hold it to the step on one
 
 _ACTIVATIONS = {torch.relu: 0, F.relu: 0, F.gelu: 1, F.silu: 2}  # row_kernels.RELU, GELU, SWISH
+
+
+SIGNATURE = f"void({', '.join(['intp'] * 7)}, float32, boolean, {', '.join(['intp'] * 20)}, float32, intp)"
 
 
 @functools.cache
 def _kernels():
     from nmt_serve.inference import row_kernels
 
-    signature = f"void({', '.join(['intp'] * 7)}, float32, boolean, {', '.join(['intp'] * 20)}, float32, intp)"
-    kernels = (row_products.compile_kernel(row_kernels.float_step, signature),
-               row_products.compile_kernel(row_kernels.int8_step, signature))
+    kernels = (row_products.compile_kernel(row_kernels.float_step, SIGNATURE),
+               row_products.compile_kernel(row_kernels.int8_step, SIGNATURE))
+    return kernels if None not in kernels else None
+
+
+@functools.cache
+def _split_kernels():
+    """The step on several threads in one parallel region (row_kernels.float_step_split, int8_step_split), or None
+    where numba's pool does not serve: the step then runs on one thread."""
+    from nmt_serve.inference import row_kernels
+
+    kernels = (row_products.compile_parallel_kernel(row_kernels.float_step_split, SIGNATURE),
+               row_products.compile_parallel_kernel(row_kernels.int8_step_split, SIGNATURE))
     return kernels if None not in kernels else None
 
 
@@ -61,9 +75,10 @@ class RowStep:
     two ends, the target embedding and the output layer (made again when the runner's tensors move:
     ModelRunner.refresh_key)."""
 
-    def __init__(self, runner, kernel, tensors: list[list[torch.Tensor]], ends: list, eps: float, activation: int,
-                 embeds: bool, outputs: bool):
+    def __init__(self, runner, kernel, split_kernel, tensors: list[list[torch.Tensor]], ends: list, eps: float,
+                 activation: int, embeds: bool, outputs: bool):
         self.kernel = kernel
+        self.split_kernel = split_kernel  # the step on several threads (None: every step on one)
         self.held = tensors  # what the table's addresses point into, and the ones that scale float weights
         self.held_ends = ends  # the ends' sizes, and the tensors their addresses point into
         self.table = torch.tensor([[t.data_ptr() for t in row] for row in tensors], dtype=torch.int64)
@@ -125,13 +140,15 @@ class RowStep:
         else:
             out = [0] * 5
         ends = [V, embedding if embeds else 0, positions.size(0), positions if embeds else 0] + out
-        return cls(runner, _kernels()[int8], rows, ends, norms[0].eps, activation, embeds, outputs)
+        split = _split_kernels() if SPLIT else None
+        return cls(runner, _kernels()[int8], split[int8] if split else None, rows, ends, norms[0].eps, activation,
+                   embeds, outputs)
 
     def threads(self, tokens: torch.Tensor, cache) -> int:
         """The threads the kernel takes this step on (its products split over them: torch's, where the kernels split,
         row_products.splits), 0 where it does not take it. It takes tokens (N,), at most ROWS_PER_THREAD rows a thread
         of an ungrouped cache, the tensors laid out as the kernel reads them, where autograd has nothing to follow."""
-        threads = torch.get_num_threads() if row_products.splits() else 1
+        threads = torch.get_num_threads() if self.split_kernel is not None else 1
         kv, m, start = cache.cross_kv, cache.src_mask, cache.start
         joined = start is None or (start.dtype == torch.int64 and start.is_contiguous() and len(start) == len(tokens))
         takes = (tokens.size(0) <= ROWS_PER_THREAD * threads and not cache.grouped and joined
@@ -156,9 +173,10 @@ class RowStep:
             x = torch.empty(N, self.C)
         y = torch.empty(N, self.V) if N <= self.output_rows else None
         split = row_products._share(threads) if threads > 1 else 1
+        kernel = self.split_kernel if split > 1 else self.kernel
         m_at, m_row = (mask.data_ptr(), mask.stride(0)) if mask is not None else (0, 0)
         s, c = kv.stride(), ckv.stride()  # (layer, key/value, row, head, ...)
-        self.kernel(x.data_ptr(), N, self.C, self.H, self.F, self.table.data_ptr(), self.table.size(0), self.eps,
+        kernel(x.data_ptr(), N, self.C, self.H, self.F, self.table.data_ptr(), self.table.size(0), self.eps,
                     self.pre, self.activation, kv.data_ptr(), s[0], s[1], s[2], s[3], cache.length, ckv.data_ptr(),
                     c[0], c[1], c[2], c[3], ckv.size(4), m_at, m_row, weights.data_ptr() if weights is not None else 0,
                     start.data_ptr() if start is not None else 0, self.ends.data_ptr(),

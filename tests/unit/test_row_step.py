@@ -31,6 +31,13 @@ def stepped(runner: ModelRunner, src: torch.Tensor, kernel: bool, steps: int = 4
         runner.row_step = saved
 
 
+def spy(step: row_step.RowStep, record) -> None:
+    """Every call of the step's kernels, on one thread or on several, passes record(args, the kernel's name) first."""
+    for name in ("kernel", "split_kernel"):
+        if (kernel := getattr(step, name)) is not None:
+            setattr(step, name, lambda *args, kernel=kernel, name=name: record(args, name) or kernel(*args))
+
+
 def runner_of(quantization: str = "none", **config) -> ModelRunner:
     model = random_model(seed=3, **config)
     with torch.no_grad():  # norms of their own, so that one read in another's place shows
@@ -58,8 +65,7 @@ def test_the_kernel_steps_as_the_runner_does(quantization, placement, activation
     if not padded:
         src = src.masked_fill(src == runner.config.pad_id, 5)
     calls = []
-    kernel = runner.row_step.kernel
-    runner.row_step.kernel = lambda *args: calls.append(args[-1]) or kernel(*args)
+    spy(runner.row_step, lambda args, name: calls.append((name, args[-1])))  # which kernel each step calls, on what
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -68,8 +74,8 @@ def test_the_kernel_steps_as_the_runner_does(quantization, placement, activation
     finally:
         torch.set_num_threads(before)
     assert (cache.src_mask is not None) == padded
-    split = threads if row_products.splits() else 1
-    assert calls == [min(split, row_products._max_threads)] * 4  # each step, its products split where they split
+    split = min(threads, row_products._max_threads) if runner.row_step.split_kernel is not None else 1
+    assert calls == [("split_kernel" if split > 1 else "kernel", split)] * 4  # each step on its threads, in one call
     for got, want in zip(logits, expected):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     assert cache.length == expected_cache.length == 4
@@ -94,8 +100,7 @@ def test_other_steps_are_the_runners_own(threads):
     """More rows than the kernel takes on the step's threads, and a grouped cache (beams), step as before."""
     runner = runner_of()
     calls = []
-    kernel = runner.row_step.kernel
-    runner.row_step.kernel = lambda *args: calls.append(args[1]) or kernel(*args)
+    spy(runner.row_step, lambda args, _: calls.append(args[1]))
     V = runner.config.src_vocab_size
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -120,8 +125,7 @@ def test_rows_that_joined_a_running_batch_attend_from_their_own_first_position()
     runner = runner_of()
     V = runner.config.src_vocab_size
     calls = []
-    kernel = runner.row_step.kernel
-    runner.row_step.kernel = lambda *args: calls.append(args[1]) or kernel(*args)
+    spy(runner.row_step, lambda args, _: calls.append(args[1]))
 
     def run(with_kernel: bool) -> list[torch.Tensor]:
         saved = runner.row_step
@@ -174,8 +178,7 @@ def test_ends_the_kernel_does_not_read_stay_the_runners(embedding_norm, big_outp
                        src_vocab_size=200, tgt_vocab_size=200)
     assert (runner.row_step.embeds, runner.row_step.output_rows > 0) == (not embedding_norm, not big_output)
     calls = []
-    kernel = runner.row_step.kernel
-    runner.row_step.kernel = lambda *args: calls.append(args[1]) or kernel(*args)
+    spy(runner.row_step, lambda args, _: calls.append(args[1]))
     src = random_sources(2, 7, runner.config.src_vocab_size, seed=4)
     logits, _, _ = stepped(runner, src, kernel=True)
     expected, _, _ = stepped(runner, src, kernel=False)
@@ -191,8 +194,7 @@ def test_an_int8_output_layer_of_more_rows_than_row_products_takes_is_the_runner
     runner = runner_of(quantization)
     most = row_step.ROWS_PER_THREAD
     outputs = []
-    kernel = runner.row_step.kernel
-    runner.row_step.kernel = lambda *args: outputs.append((args[1], args[-3] != 0)) or kernel(*args)
+    spy(runner.row_step, lambda args, _: outputs.append((args[1], args[-3] != 0)))
     V = runner.config.src_vocab_size
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -206,3 +208,42 @@ def test_an_int8_output_layer_of_more_rows_than_row_products_takes_is_the_runner
         torch.set_num_threads(before)
     limit = row_products.ROWS if quantization == "int8" else most
     assert outputs == [(rows, rows <= limit) for rows in range(1, most + 1)]
+
+
+@pytest.mark.skipif(not row_products.splits(), reason="numba's OpenMP pool does not serve here")
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_a_step_on_two_threads_is_the_step_on_one_even_where_one_thread_does_all_of_it(quantization, monkeypatch):
+    """The step on several threads (one parallel region, its phases' parts taken by whichever thread asks first) gives
+    the logits and the cache of the step on one, bit for bit. Where numba's pool runs the region's two iterations one
+    after the other (a share of one thread), the first takes every part and the second finds them done: the step ends,
+    the same, rather than waiting for a thread that does not come."""
+    import threading
+
+    import numba
+
+    runner = runner_of(quantization, norm_placement="pre", activation="gelu")
+    assert runner.row_step.split_kernel is not None
+    src = random_sources(3, 7, runner.config.src_vocab_size, seed=5)
+    calls = []
+    spy(runner.row_step, lambda args, name: calls.append((name, args[-1])))
+    before = torch.get_num_threads()
+    results = {}
+    try:
+        for label, threads, alone in (("one", 1, False), ("two", 2, False), ("two, in turn", 2, True)):
+            torch.set_num_threads(threads)
+            if alone:  # the region's iterations on one thread of the pool, in turn
+                monkeypatch.setattr(row_products, "_share", lambda n: numba.set_num_threads(1) or n)
+            done = threading.Thread(target=lambda label=label: results.__setitem__(label, stepped(runner, src, kernel=True)),
+                                    daemon=True)
+            done.start()
+            done.join(120)
+            assert not done.is_alive(), f"the step on {label} thread(s) did not end"
+    finally:
+        torch.set_num_threads(before)
+        row_products._pool.__dict__.clear()  # numba's share is set again at the next split
+    assert calls == [("kernel", 1)] * 4 + [("split_kernel", 2)] * 8
+    for label in ("two", "two, in turn"):
+        logits, cache, _ = results[label]
+        for got, want in zip(logits, results["one"][0]):
+            assert torch.equal(got, want), label
+        assert torch.equal(cache.self_kv[..., :4, :], results["one"][1].self_kv[..., :4, :]), label
