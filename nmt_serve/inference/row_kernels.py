@@ -284,7 +284,7 @@ def activate(f, act, lo, hi):
 # parallel region each, cost about 1.9 us a product: the shipped model's 18 decoder products of a lone row at 2 threads
 # took 87-98 us that way, 62 as phases of one region, 115 at 1 thread). The wait spins SPINS times, then yields the
 # core at each look, so that a thread of the step that shares its core with it gets to run.
-SPINS = 2000
+SPINS = 100
 
 
 def take(at, k):
