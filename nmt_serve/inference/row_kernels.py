@@ -357,7 +357,9 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
       0), then the output layer (weights of `dtype`, a scale per output, a bias).
     Each thread of the step runs this over the same arguments: the products in `parts` parts (one per thread), the
     phases' counters and the buffers every thread reads in `work` (step_work)."""
-    at, h, a, o, qkv, f, p = work
+    at, h, a, o, qkv, f = work
+    p = np.empty(max(t + 1, S), np.float32)  # the attention's scores: each thread's own
+    rows = -(-N // parts)  # the attention's rows in each of its parts
     D = C // H
     scale = np.float32(D ** -0.5)
     x = numba.carray(float_at(x_at), (N, C))
@@ -394,18 +396,24 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
         w, sc, b = linear(table, i, 0, 3 * C, C, dtype)
         product(at, k, parts, h if pre else x, w, sc, b, qkv, -1)
         k += 1
-        if take(at, k) == 0:
-            kc = numba.carray(float_at(kv_at + 4 * i * kv_layer), (self_span,))
-            vc = numba.carray(float_at(kv_at + 4 * (i * kv_layer + kv_kv)), (self_span,))
-            for n in range(N):
+        kc = numba.carray(float_at(kv_at + 4 * i * kv_layer), (self_span,))
+        vc = numba.carray(float_at(kv_at + 4 * (i * kv_layer + kv_kv)), (self_span,))
+        while True:  # each part: its rows' new position stored, and their attention
+            c = take(at, k)
+            if c >= parts:
+                break
+            r0, r1 = min(N, c * rows), min(N, (c + 1) * rows)
+            for n in range(r0, r1):
                 for hd in range(H):
                     start = n * kv_row + hd * kv_head + t * D
                     kc[start:start + D] = qkv[n, C + hd * D:C + hd * D + D]
                     vc[start:start + D] = qkv[n, 2 * C + hd * D:2 * C + hd * D + D]
-            attend_rows(qkv.reshape(N * 3 * C), 3 * C, kc, vc, kv_row, kv_head, t + 1, first, mask, False, 0,
-                        a.reshape(N * C), N, H, D, scale, p, kept, np.float32(0.0))
+            if r0 < r1:
+                attend_rows(qkv.reshape(N * 3 * C)[r0 * 3 * C:], 3 * C, kc[r0 * kv_row:], vc[r0 * kv_row:], kv_row,
+                            kv_head, t + 1, first[r0:r1], mask, False, 0, a.reshape(N * C)[r0 * C:], r1 - r0, H, D,
+                            scale, p, kept, np.float32(0.0))
             done(at, k)
-        wait(at, k, 1)
+        wait(at, k, parts)
         k += 1
         w, sc, b = linear(table, i, 1, C, C, dtype)
         product(at, k, parts, a, w, sc, b, o, -1)
@@ -421,13 +429,19 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
         w, sc, b = linear(table, i, 2, C, C, dtype)
         product(at, k, parts, h if pre else x, w, sc, b, o, -1)
         k += 1
-        if take(at, k) == 0:
-            ck = numba.carray(float_at(c_at + 4 * i * c_layer), (cross_span,))
-            cv = numba.carray(float_at(c_at + 4 * (i * c_layer + c_kv)), (cross_span,))
-            attend_rows(o.reshape(N * C), C, ck, cv, c_row, c_head, S, every, mask, m_at != 0, m_row, a.reshape(N * C),
-                        N, H, D, scale, p, kept, share)
+        ck = numba.carray(float_at(c_at + 4 * i * c_layer), (cross_span,))
+        cv = numba.carray(float_at(c_at + 4 * (i * c_layer + c_kv)), (cross_span,))
+        while True:  # each part: its rows' attention over their sources
+            c = take(at, k)
+            if c >= parts:
+                break
+            r0, r1 = min(N, c * rows), min(N, (c + 1) * rows)
+            if r0 < r1:
+                attend_rows(o.reshape(N * C)[r0 * C:], C, ck[r0 * c_row:], cv[r0 * c_row:], c_row, c_head, S,
+                            every[r0:r1], mask[r0 * m_row:], m_at != 0, m_row, a.reshape(N * C)[r0 * C:], r1 - r0, H,
+                            D, scale, p, kept[r0:r1] if w_at != 0 else kept, share)
             done(at, k)
-        wait(at, k, 1)
+        wait(at, k, parts)
         k += 1
         w, sc, b = linear(table, i, 3, C, C, dtype)
         product(at, k, parts, a, w, sc, b, o, -1)
@@ -476,8 +490,7 @@ def step_work(N, C, F, L, t, S):
     buffers the phases write and read."""
     counters = np.zeros(2 * step_phases(L), np.int64)
     return (counters.ctypes.data, np.empty((N, C), np.float32), np.empty((N, C), np.float32),
-            np.empty((N, C), np.float32), np.empty((N, 3 * C), np.float32), np.empty((N, F), np.float32),
-            np.empty(max(t + 1, S), np.float32)), counters
+            np.empty((N, C), np.float32), np.empty((N, 3 * C), np.float32), np.empty((N, F), np.float32)), counters
 
 
 def residual(x, o, pre, table, i, k, eps):
