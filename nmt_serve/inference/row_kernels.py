@@ -359,7 +359,8 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
       0), then the output layer (weights of `dtype`, a scale per output, a bias).
     Each thread of the step (tid, of `parts`) runs this over the same arguments: the products and the attention in
     `parts` parts (one per thread), the phases' counters and the buffers every thread reads in `work` (step_work)."""
-    at, h, a, o, qkv, f = work
+    counters, h, a, o, qkv, f = work
+    at = counters.ctypes.data  # the array itself is held in `work`: numba frees an array after its last use
     p = np.empty(max(t + 1, S), np.float32)  # the attention's scores: each thread's own
     rows = -(-N // parts)  # the attention's rows in each of its parts
     D = C // H
@@ -488,11 +489,11 @@ def step_phases(L):
 
 
 def step_work(N, C, F, L, parts):
-    """What every thread of a step shares (step_layers' `work`): the phases' counters, zeros, at an address, and the
-    buffers the phases write and read."""
-    counters = np.zeros((parts + 1) * step_phases(L), np.int64)
-    return (counters.ctypes.data, np.empty((N, C), np.float32), np.empty((N, C), np.float32),
-            np.empty((N, C), np.float32), np.empty((N, 3 * C), np.float32), np.empty((N, F), np.float32)), counters
+    """What every thread of a step shares (step_layers' `work`): the phases' counters (zeros) and the buffers the phases
+    write and read."""
+    return (np.zeros((parts + 1) * step_phases(L), np.int64), np.empty((N, C), np.float32),
+            np.empty((N, C), np.float32), np.empty((N, C), np.float32), np.empty((N, 3 * C), np.float32),
+            np.empty((N, F), np.float32))
 
 
 def residual(x, o, pre, table, i, k, eps):
@@ -505,7 +506,7 @@ def residual(x, o, pre, table, i, k, eps):
 def float_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
                c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
     """step_layers over float32 weights, on this thread (threads is 1)."""
-    work, counters = step_work(N, C, F, L, 1)
+    work = step_work(N, C, F, L, 1)
     step_layers(x_at, N, C, H, F, table_at, L, np.float32, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
                 c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, 0,
                 1, work)
@@ -514,7 +515,7 @@ def float_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv
 def int8_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
               c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, threads):
     """step_layers over int8 weights, on this thread (threads is 1)."""
-    work, counters = step_work(N, C, F, L, 1)
+    work = step_work(N, C, F, L, 1)
     step_layers(x_at, N, C, H, F, table_at, L, np.int8, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t,
                 c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale, 0,
                 1, work)
@@ -525,7 +526,7 @@ def float_step_split(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_lay
                      threads):
     """step_layers over float32 weights on `threads` threads of numba's pool, one parallel region (compiled with
     parallel=True)."""
-    work, counters = step_work(N, C, F, L, threads)
+    work = step_work(N, C, F, L, threads)
     for tid in numba.prange(threads):
         step_layers(x_at, N, C, H, F, table_at, L, np.float32, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head,
                     t, c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at,
@@ -536,7 +537,7 @@ def int8_step_split(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_laye
                     c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at, embed_scale,
                     threads):
     """step_layers over int8 weights on `threads` threads of numba's pool, one parallel region."""
-    work, counters = step_work(N, C, F, L, threads)
+    work = step_work(N, C, F, L, threads)
     for tid in numba.prange(threads):
         step_layers(x_at, N, C, H, F, table_at, L, np.int8, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head,
                     t, c_at, c_layer, c_kv, c_row, c_head, S, m_at, m_row, w_at, s_at, ends_at, tok_at, y_at,
