@@ -5,7 +5,8 @@ is installed).
 tensors' addresses and sizes, not numpy arrays: a tensor's `.numpy()` costs 0.75 us from Python, its `data_ptr()`
 0.09, and a step made 19 calls of a few microseconds each. `split_rows` gives each of `threads` threads of numba's
 pool a run of the outputs (compiled with parallel=True; `float_split` and `int8_split` call it); `attend` is
-row_attention's; `step_layers` (through `float_step` and `int8_step`) runs a decoder step's layers for row_step.
+row_attention's; `step_layers` (through `float_step` and `int8_step`, or on several threads `float_step_split` and
+`int8_step_split`) runs a decoder step's layers for row_step.
 Module-level functions, so that numba's cache finds them again in the next process; row_products._compile compiles
 the HELPERS and split_rows before the kernels that call them.
 """
@@ -276,14 +277,16 @@ def activate(f, act, lo, hi):
                 fn[c] = v / (np.float32(1.0) + np.exp(-v))
 
 
-# A step on several threads runs as one parallel region, its work in phases, each phase in parts that the threads take
-# in turn (a counter per phase, increased atomically): a product's outputs in one part per thread, the rest of it (the
-# norms, the attention, the residuals) in one. A thread that has taken no part left waits until every part of the phase
-# is done. A part is taken by whichever thread asks first, so a thread that the OS has not started yet, or has
-# stopped, finds its parts done by the other and the step never waits on it to begin (a split per product, one
-# parallel region each, cost about 1.9 us a product: the shipped model's 18 decoder products of a lone row at 2 threads
-# took 87-98 us that way, 62 as phases of one region, 115 at 1 thread). The wait spins SPINS times, then yields the
-# core at each look, so that a thread of the step that shares its core with it gets to run.
+# A step on several threads runs as one parallel region, its work in phases, each phase in parts: a product's outputs
+# and the attention's rows in one part per thread, the rest (the norms, the residuals, the embedding) in one. A part is
+# done by the thread that claims it first (a flag per part, increased atomically); thread t asks for part t first, so
+# that each thread reads the same weights at every step, from its own core's cache where they fit. A thread waits for
+# a phase's parts to be done before the next phase. A thread that the OS has not started yet, or has stopped, finds
+# its parts done by the other, so the step never waits on a thread to begin (numba's pool running the region's
+# iterations one after the other still ends the step). One parallel region per product, as before, cost about 1.9 us a
+# product at 2 threads: the shipped model's 18 decoder products of a lone row took 87-98 us that way, 62 as phases of
+# one region, 115 at 1 thread. The wait spins SPINS times, then yields the core at each look, so that a thread of the
+# step that shares its core with it gets to run.
 SPINS = 100
 
 

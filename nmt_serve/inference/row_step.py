@@ -15,6 +15,11 @@ plus each row's position; an embedding with a norm of its own, mBART's, is the r
 rows and a float step of any it takes; an int8 output layer past row_products' limit (fbgemm's) is the runner's.
 Lone greedy searches 1.03x as fast at 1 and 2 threads.
 
+On more threads than one the step is one parallel region of numba's pool (row_kernels.float_step_split,
+int8_step_split), its products and attention in a part per thread and the rest on one, where it was one region per
+product: the shipped model's twin, a lone sentence at 2 threads, searches 1.17x (float32 greedy), 1.09x (beam 4), 1.23x
+(int8 greedy) and 1.08x (int8 beam 4) as fast, translations identical (BENCHMARKS.md).
+
 Rows that joined a running batch (continuous batching) attend from their own first position, and a step that keeps
 its cross-attention weights gets them from the kernel's attention, averaged over layers and heads. Where the kernel
 does not apply the runner steps as before: more rows than ROWS_PER_THREAD a thread, a grouped cache (beams of larger
