@@ -82,15 +82,21 @@ def test_the_kernel_steps_as_the_runner_does(quantization, placement, activation
     torch.testing.assert_close(cache.self_kv[..., :4, :], expected_cache.self_kv[..., :4, :], atol=1e-4, rtol=1e-4)
 
 
-def test_a_step_keeping_its_attention_weights_steps_as_without_them():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_step_keeping_its_attention_weights_steps_as_without_them(threads):
     """The cross-attention weights come from the queries the kernel keeps: the logits bit for bit what the kernel
-    gives without them, the weights the runner's own."""
+    gives without them, the weights the runner's own (on 2 threads each thread's rows attend in a part of their own)."""
     runner = runner_of()
-    src = random_sources(2, 7, runner.config.src_vocab_size, seed=4)
-    logits, _, weights = stepped(runner, src, kernel=True, cross=True)
-    assert all(torch.equal(a, b) for a, b in zip(logits, stepped(runner, src, kernel=True)[0]))
+    src = random_sources(3, 7, runner.config.src_vocab_size, seed=4)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        logits, _, weights = stepped(runner, src, kernel=True, cross=True)
+        assert all(torch.equal(a, b) for a, b in zip(logits, stepped(runner, src, kernel=True)[0]))
+    finally:
+        torch.set_num_threads(before)
     _, _, expected = stepped(runner, src, kernel=False, cross=True)
-    assert len(weights) == len(expected) == 4 and weights[0].shape == (2, src.size(1))
+    assert len(weights) == len(expected) == 4 and weights[0].shape == (3, src.size(1))
     for got, want in zip(weights, expected):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
