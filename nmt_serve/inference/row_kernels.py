@@ -240,7 +240,7 @@ ENDS = 9
 RELU, GELU, SWISH = 0, 1, 2  # the feed-forward's activation
 # what the kernels call, compiled (row_products._compile) before the kernels that call them
 HELPERS = ("dot_rows", "attend_rows", "layer_norm", "activate", "claim", "done", "wait", "product", "linear", "norm",
-           "residual", "step_layers", "step_phases", "step_work",
+           "residual", "settle", "step_layers", "step_phases", "step_work",
            "block_maxima", "best_of", "insert_best", "best_sums", "ban", "copy", "move_row")
 
 
@@ -425,12 +425,7 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
         product(at, k, tid, parts, a, w, sc, b, o, -1)
         k += 1
         # cross-attention over the source
-        if claim(at, k, 0, parts):
-            residual(x, o, pre, table, i, 0, eps)
-            if pre:
-                norm(x, table, i, 1, eps, h)
-            done(at, k, parts)
-        wait(at, k, parts, 1)
+        settle(at, k, parts, x, o, pre, table, i, 0, eps, h)
         k += 1
         w, sc, b = linear(table, i, 2, C, C, dtype)
         product(at, k, tid, parts, h if pre else x, w, sc, b, o, -1)
@@ -453,12 +448,7 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
         product(at, k, tid, parts, a, w, sc, b, o, -1)
         k += 1
         # feed-forward
-        if claim(at, k, 0, parts):
-            residual(x, o, pre, table, i, 1, eps)
-            if pre:
-                norm(x, table, i, 2, eps, h)
-            done(at, k, parts)
-        wait(at, k, parts, 1)
+        settle(at, k, parts, x, o, pre, table, i, 1, eps, h)
         k += 1
         w, sc, b = linear(table, i, 4, F, C, dtype)
         product(at, k, tid, parts, h if pre else x, w, sc, b, f, act)
@@ -466,10 +456,7 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
         w, sc, b = linear(table, i, 5, C, F, dtype)
         product(at, k, tid, parts, f, w, sc, b, o, -1)
         k += 1
-        if claim(at, k, 0, parts):
-            residual(x, o, pre, table, i, 2, eps)
-            done(at, k, parts)
-        wait(at, k, parts, 1)
+        settle(at, k, parts, x, o, pre, table, i, 2, eps, h)
         k += 1
     if y_at != 0:
         last = x
@@ -504,6 +491,17 @@ def residual(x, o, pre, table, i, k, eps):
     x += o
     if not pre:
         norm(x, table, i, k, eps, x)
+
+
+def settle(at, k, parts, x, o, pre, table, i, r, eps, h):
+    """Phase k, one part: the residual r (residual), then with pre-norm the next sublayer's norm into h (none after the
+    feed-forward, r 2)."""
+    if claim(at, k, 0, parts):
+        residual(x, o, pre, table, i, r, eps)
+        if pre and r < 2:
+            norm(x, table, i, r + 1, eps, h)
+        done(at, k, parts)
+    wait(at, k, parts, 1)
 
 
 def float_step(x_at, N, C, H, F, table_at, L, eps, pre, act, kv_at, kv_layer, kv_kv, kv_row, kv_head, t, c_at, c_layer,
