@@ -42,7 +42,6 @@ from nmt_serve.inference import row_products
 # 8 rows 0.91-0.97x at 1 thread and 1.17-1.25x at 2)
 ROWS_PER_THREAD = 4
 ENABLED = True  # tests turn the kernel off to hold the runner's own step to the same results
-SPLIT = True  # tests turn the step on several threads off to hold it to the step on one
 
 _ACTIVATIONS = {torch.relu: 0, F.relu: 0, F.gelu: 1, F.silu: 2}  # row_kernels.RELU, GELU, SWISH
 
@@ -145,13 +144,13 @@ class RowStep:
         else:
             out = [0] * 5
         ends = [V, embedding if embeds else 0, positions.size(0), positions if embeds else 0] + out
-        split = _split_kernels() if SPLIT else None
+        split = _split_kernels()
         return cls(runner, _kernels()[int8], split[int8] if split else None, rows, ends, norms[0].eps, activation,
                    embeds, outputs)
 
     def threads(self, tokens: torch.Tensor, cache) -> int:
-        """The threads the kernel takes this step on (its products split over them: torch's, where the kernels split,
-        row_products.splits), 0 where it does not take it. It takes tokens (N,), at most ROWS_PER_THREAD rows a thread
+        """The threads the kernel takes this step on (torch's, where the step on several threads runs: split_kernel), 0
+        where it does not take it. It takes tokens (N,), at most ROWS_PER_THREAD rows a thread
         of an ungrouped cache, the tensors laid out as the kernel reads them, where autograd has nothing to follow."""
         threads = torch.get_num_threads() if self.split_kernel is not None else 1
         kv, m, start = cache.cross_kv, cache.src_mask, cache.start
@@ -181,10 +180,10 @@ class RowStep:
         kernel = self.split_kernel if split > 1 else self.kernel
         m_at, m_row = (mask.data_ptr(), mask.stride(0)) if mask is not None else (0, 0)
         s, c = kv.stride(), ckv.stride()  # (layer, key/value, row, head, ...)
-        kernel(x.data_ptr(), N, self.C, self.H, self.F, self.table.data_ptr(), self.table.size(0), self.eps,
-                    self.pre, self.activation, kv.data_ptr(), s[0], s[1], s[2], s[3], cache.length, ckv.data_ptr(),
-                    c[0], c[1], c[2], c[3], ckv.size(4), m_at, m_row, weights.data_ptr() if weights is not None else 0,
-                    start.data_ptr() if start is not None else 0, self.ends.data_ptr(),
-                    tokens.data_ptr() if self.embeds else 0, y.data_ptr() if y is not None else 0, self.scale, split)
+        kernel(x.data_ptr(), N, self.C, self.H, self.F, self.table.data_ptr(), self.table.size(0), self.eps, self.pre,
+               self.activation, kv.data_ptr(), s[0], s[1], s[2], s[3], cache.length, ckv.data_ptr(), c[0], c[1], c[2],
+               c[3], ckv.size(4), m_at, m_row, weights.data_ptr() if weights is not None else 0,
+               start.data_ptr() if start is not None else 0, self.ends.data_ptr(),
+               tokens.data_ptr() if self.embeds else 0, y.data_ptr() if y is not None else 0, self.scale, split)
         cache.advance()
         return x, y

@@ -386,7 +386,7 @@ def beam_search(runner: ModelRunner, src: torch.Tensor, options: SearchOptions, 
     # per sentence, each beam's progress on its positive constraints
     progress: list[list[Progress]] = [[c.start()] * K if c else [] for c in lexical] if lexical else []
     # each row's tokens so far, and its newest input (what the cache reads): a list per row, as the engine's search
-    # keeps them, where a tensor of the prefixes took an index and a cat a step (a lone beam-4 token 18 us against 7)
+    # keeps them, where a tensor of the prefixes took an index and a cat a step (lone beam-4 searches 1.04-1.05x as fast)
     histories: list[list[int]] = [[] for _ in range(B * width)]
     last = torch.full((B * width,), cfg.decoder_start_id, dtype=torch.long, device=device)
     # the beams that are not live (all but beam 0 at the start) have no score, so that the first step
