@@ -95,8 +95,8 @@ def _source(function):
 def _compile_split(numba, row_kernels, options: dict) -> tuple:
     """The split kernels, or (None, None) where numba's OpenMP pool does not load (no libgomp on the system) or
     another layer was asked for that is not thread-safe (the workqueue: the engine's lanes call from several
-    threads). row_kernels.split_rows, which the step's products call too, is then compiled without threads: the
-    step gets threads=1 there."""
+    threads). row_kernels.split_rows is then compiled without threads, and a lone row's step (row_step) runs on one
+    thread (compile_parallel_kernel gives None)."""
     # never cached: numba's cache does not tell it from the parallel compile of the same function
     serial = numba.njit(**{**options, "cache": False})(_source(row_kernels.split_rows))
     if numba.config.THREADING_LAYER == "default":
