@@ -474,9 +474,9 @@ def step_layers(x_at, N, C, H, F, table_at, L, dtype, eps, pre, act, kv_at, kv_l
 
 
 def step_phases(L):
-    """The most phases of a step of L layers (step_layers): the embedding, 13 a layer, the last norm and the output
-    layer."""
-    return 1 + 13 * L + 2
+    """The most phases of a step of L layers (step_layers): the embedding; in each layer a pre-norm's first norm, the
+    six products, the two attentions and the three residuals; the last norm and the output layer."""
+    return 1 + 12 * L + 2
 
 
 def step_work(N, C, F, L, parts):
